@@ -1,0 +1,83 @@
+// The quantized form of one linear weight, independent of any on-disk layout.
+//
+// Quantizers produce it, layouts pack it into a format's tensors and unpack it back, and
+// readers of already-quantized checkpoints build it from their files. One convention serves
+// every format:
+//
+//   weight [N rows = out features][K cols = in features]
+//   w[n][k] = (codes[n][k] - zeros[n][g]) * scale[n][g],   g = g_idx[k] (or k / group_size)
+//
+// Codes and zeros are unsigned, in [0, 2^bits - 1]. A symmetric scheme pins the zero at
+// 2^(bits-1). Scales are held as the 16-bit pattern of their storage dtype (F16 or BF16), so
+// the value a loader decodes is exactly the value qforge chose codes against.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/half.hpp"
+
+namespace qforge {
+
+struct quantized_tensor {
+    std::string name;                 ///< source tensor name (for error messages)
+    int bits = 4;                     ///< 2..8
+    std::int64_t rows = 0;            ///< N, output features
+    std::int64_t cols = 0;            ///< K, input features
+    std::int64_t group_size = 0;      ///< columns per group; equal to cols for per-channel
+    bool symmetric = true;            ///< zeros all equal 2^(bits-1)
+    dtype scale_dtype = dtype::F16;   ///< F16 or BF16: the dtype scales are stored in
+    std::vector<std::uint8_t> codes;  ///< [rows * cols], row-major
+    std::vector<std::uint16_t> scales;  ///< [rows * groups()], storage bit patterns
+    std::vector<std::int32_t> zeros;    ///< [rows * groups()], in code space
+    std::vector<std::int32_t> g_idx;    ///< [cols] group of each input column; empty = k / group_size
+
+    std::int64_t groups() const noexcept {
+        return group_size > 0 ? (cols + group_size - 1) / group_size : 0;
+    }
+    std::int32_t group_of(std::int64_t k) const noexcept {
+        return g_idx.empty() ? static_cast<std::int32_t>(k / group_size) : g_idx[static_cast<std::size_t>(k)];
+    }
+    std::uint8_t code(std::int64_t n, std::int64_t k) const noexcept {
+        return codes[static_cast<std::size_t>(n * cols + k)];
+    }
+    float scale(std::int64_t n, std::int64_t g) const noexcept {
+        const std::uint16_t bits16 = scales[static_cast<std::size_t>(n * groups() + g)];
+        return scale_dtype == dtype::BF16 ? bf16_to_float(bits16) : fp16_to_float(bits16);
+    }
+    std::int32_t zero(std::int64_t n, std::int64_t g) const noexcept {
+        return zeros[static_cast<std::size_t>(n * groups() + g)];
+    }
+    /// The value a loader decodes for element (n, k), in float.
+    float dequantized(std::int64_t n, std::int64_t k) const noexcept {
+        const std::int32_t g = group_of(k);
+        return static_cast<float>(static_cast<std::int32_t>(code(n, k)) - zero(n, g)) * scale(n, g);
+    }
+
+    /// Throws a shape_error naming the tensor when sizes or ranges are inconsistent.
+    void validate() const {
+        auto bad = [&](const std::string& why) { fail<shape_error>({}, name, why); };
+        if (bits < 2 || bits > 8) bad("bits must be 2..8, got " + std::to_string(bits));
+        if (rows <= 0 || cols <= 0) bad("empty weight");
+        if (group_size <= 0 || group_size > cols) bad("group size out of range");
+        if (scale_dtype != dtype::F16 && scale_dtype != dtype::BF16)
+            bad("scale dtype must be F16 or BF16");
+        const auto n_codes = static_cast<std::size_t>(rows * cols);
+        const auto n_groups = static_cast<std::size_t>(rows * groups());
+        if (codes.size() != n_codes) bad("codes size mismatch");
+        if (scales.size() != n_groups || zeros.size() != n_groups) bad("scales/zeros size mismatch");
+        if (!g_idx.empty() && g_idx.size() != static_cast<std::size_t>(cols)) bad("g_idx size mismatch");
+        const int maxq = (1 << bits) - 1;
+        for (std::size_t i = 0; i < codes.size(); ++i)
+            if (codes[i] > maxq) bad("code out of range at element " + std::to_string(i));
+        for (std::size_t i = 0; i < zeros.size(); ++i)
+            if (zeros[i] < 0 || zeros[i] > maxq) bad("zero point out of range at group " + std::to_string(i));
+        for (std::int32_t g : g_idx)
+            if (g < 0 || g >= groups()) bad("g_idx entry out of range");
+    }
+};
+
+}  // namespace qforge
