@@ -56,4 +56,14 @@ struct tensor_view {
     }
 };
 
+/// A tensor that owns its bytes: what packers produce and writers consume.
+struct owned_tensor {
+    std::string name;
+    dtype type = dtype::F32;
+    shape_t shape;
+    std::vector<std::byte> bytes;
+
+    tensor_view view() const { return {name, type, shape, std::span<const std::byte>(bytes)}; }
+};
+
 }  // namespace qforge
