@@ -1,0 +1,31 @@
+# Structural checks over include/qforge:
+#  - the umbrella header qforge.hpp includes every public (non-detail) header;
+#  - every header starts its body with #pragma once;
+#  - the dependency direction holds: core includes no other layer; io/ and layout/ never
+#    include simd/arch/ (they go through kernels and dispatch).
+file(GLOB_RECURSE headers RELATIVE ${SOURCE_DIR}/include ${SOURCE_DIR}/include/qforge/*.hpp)
+file(READ ${SOURCE_DIR}/include/qforge/qforge.hpp umbrella)
+set(problems "")
+foreach(h IN LISTS headers)
+  file(READ ${SOURCE_DIR}/include/${h} text)
+  if(NOT text MATCHES "#pragma once")
+    string(APPEND problems "  ${h}: no #pragma once\n")
+  endif()
+  if(NOT h MATCHES "/detail/" AND NOT h STREQUAL "qforge/qforge.hpp")
+    string(FIND "${umbrella}" "#include \"${h}\"" pos)
+    if(pos EQUAL -1)
+      string(APPEND problems "  ${h}: missing from qforge/qforge.hpp\n")
+    endif()
+  endif()
+  if(h MATCHES "^qforge/core/" AND text MATCHES "#include \"qforge/(quant|simd|layout|io|convert)/")
+    string(APPEND problems "  ${h}: core/ must not include higher layers\n")
+  endif()
+  if(h MATCHES "^qforge/(io|layout)/" AND text MATCHES "#include \"qforge/simd/arch/")
+    string(APPEND problems "  ${h}: io/ and layout/ must not include simd/arch/\n")
+  endif()
+endforeach()
+if(problems)
+  message(FATAL_ERROR "header structure problems:\n${problems}")
+endif()
+list(LENGTH headers n)
+message(STATUS "${n} headers checked")
