@@ -1,0 +1,138 @@
+// The output formats a converter writes, as the plan sees them: which tensors a quantized
+// linear becomes (names, dtypes, shapes), which shapes a format's loaders cannot read, and
+// which scale dtype a format uses when the user does not say.
+//
+// Facts from docs/formats.md: GPTQ 2.1-2.3 (AutoGPTQ qlinear_cuda.py, vLLM gptq_marlin.py),
+// AWQ 3 (AutoAWQ gemm.py), compressed-tensors 4.1 (compressed_tensors pack_quantized.py,
+// vLLM compressed_tensors_wNa16.py). The packing itself is the layout layer's job.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qforge/convert/rule.hpp"
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/tensor_view.hpp"
+
+namespace qforge {
+
+enum class output_format { gptq, gptq_v2, awq, compressed_tensors };
+
+inline std::string_view format_name(output_format f) noexcept {
+    switch (f) {
+        case output_format::gptq: return "gptq";
+        case output_format::gptq_v2: return "gptq-v2";
+        case output_format::awq: return "awq";
+        case output_format::compressed_tensors: return "compressed-tensors";
+    }
+    return "?";
+}
+
+inline std::optional<output_format> parse_format(std::string_view s) noexcept {
+    for (auto f : {output_format::gptq, output_format::gptq_v2, output_format::awq,
+                   output_format::compressed_tensors})
+        if (format_name(f) == s) return f;
+    if (s == "gptq_v2") return output_format::gptq_v2;
+    if (s == "ct" || s == "compressed_tensors") return output_format::compressed_tensors;
+    return std::nullopt;
+}
+
+/// One tensor a plan promises to write.
+struct planned_tensor {
+    std::string name;
+    dtype type = dtype::F32;
+    shape_t shape;
+
+    std::uint64_t bytes() const {
+        return static_cast<std::uint64_t>(checked_numel(shape, {}, name)) * dtype_size(type);
+    }
+};
+
+namespace detail {
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
+}  // namespace detail
+
+/// The scale dtype a format uses when the scheme leaves it open: GPTQ and AWQ loaders expect
+/// fp16 (AutoGPTQ/GPTQModel/AutoAWQ write .half()); compressed-tensors keeps the checkpoint's
+/// dtype (nothing is cast), which an F32 checkpoint cannot satisfy with 16-bit scales.
+inline dtype default_scale_dtype(output_format f, dtype checkpoint) noexcept {
+    if (f == output_format::compressed_tensors && (checkpoint == dtype::BF16 || checkpoint == dtype::F16))
+        return checkpoint;
+    return dtype::F16;
+}
+
+/// Why `format` cannot hold a [rows x cols] weight quantized with `s` (s.scale_dtype
+/// resolved), or nullopt when it can. `checkpoint` is the source weight's dtype.
+inline std::optional<std::string> format_refusal(output_format f, std::int64_t rows, std::int64_t cols,
+                                                 const quant_scheme& s, dtype checkpoint) {
+    const std::string K = std::to_string(cols), N = std::to_string(rows), b = std::to_string(s.bits);
+    if (s.bits < 2 || s.bits > 8) return "bits must be 2..8, got " + b;
+    if (s.group_size == 0 || s.group_size < -1) return "group size must be positive or -1 (per channel)";
+    const std::int64_t g = s.group_for(cols);
+    if (g > cols)
+        return "group size " + std::to_string(g) + " is larger than the " + K + " input columns";
+    if (!s.scale_dtype || (*s.scale_dtype != dtype::F16 && *s.scale_dtype != dtype::BF16))
+        return "scale dtype must be F16 or BF16";
+    switch (f) {
+        case output_format::gptq:
+        case output_format::gptq_v2:
+            if (s.bits != 2 && s.bits != 3 && s.bits != 4 && s.bits != 8)
+                return "GPTQ stores 2, 3, 4 or 8 bits, not " + b;
+            if (cols % g != 0)
+                return "GPTQ needs whole groups: K=" + K + " is not a multiple of group " + std::to_string(g);
+            if ((cols * s.bits) % 32 != 0)
+                return "GPTQ packs K along int32 words: K=" + K + " x " + b + " bits is not a multiple of 32";
+            if ((rows * s.bits) % 32 != 0)
+                return "GPTQ packs qzeros along N: N=" + N + " x " + b + " bits is not a multiple of 32";
+            return std::nullopt;
+        case output_format::awq:
+            if (s.bits != 4) return "AWQ packs 4 bits only, not " + b;
+            if (cols % g != 0)
+                return "AWQ needs whole groups: K=" + K + " is not a multiple of group " + std::to_string(g);
+            if (rows % 8 != 0) return "AWQ packs N in words of 8: N=" + N + " is not a multiple of 8";
+            return std::nullopt;
+        case output_format::compressed_tensors:
+            if (*s.scale_dtype != checkpoint)
+                return std::string("compressed-tensors keeps scales in the checkpoint dtype (") +
+                       std::string(dtype_name(checkpoint)) + "), not " + std::string(dtype_name(*s.scale_dtype));
+            if (cols % g != 0)
+                return "vLLM's WNA16 kernels need whole groups: K=" + K + " is not a multiple of group " +
+                       std::to_string(g) + " (use --group -1 for per-channel)";
+            return std::nullopt;
+    }
+    return "unknown format";
+}
+
+/// The tensors one quantized linear `<module>.weight` [rows x cols] becomes.
+inline std::vector<planned_tensor> format_tensors(output_format f, std::string_view module, std::int64_t rows,
+                                                  std::int64_t cols, const quant_scheme& s) {
+    const std::string m(module);
+    const std::int64_t g = s.group_for(cols), groups = detail::ceil_div(cols, g);
+    const dtype sd = s.scale_dtype.value_or(dtype::F16);
+    switch (f) {
+        case output_format::gptq:
+        case output_format::gptq_v2:
+            return {{m + ".qweight", dtype::I32, {cols * s.bits / 32, rows}},
+                    {m + ".qzeros", dtype::I32, {groups, rows * s.bits / 32}},
+                    {m + ".scales", sd, {groups, rows}},
+                    {m + ".g_idx", dtype::I32, {cols}}};
+        case output_format::awq:
+            return {{m + ".qweight", dtype::I32, {cols, rows / 8}},
+                    {m + ".qzeros", dtype::I32, {groups, rows / 8}},
+                    {m + ".scales", sd, {groups, rows}}};
+        case output_format::compressed_tensors: {
+            std::vector<planned_tensor> out{{m + ".weight_packed", dtype::I32, {rows, detail::ceil_div(cols * s.bits, 32)}},
+                                            {m + ".weight_scale", sd, {rows, groups}}};
+            if (!s.symmetric)
+                out.push_back({m + ".weight_zero_point", dtype::I32, {detail::ceil_div(rows * s.bits, 32), groups}});
+            out.push_back({m + ".weight_shape", dtype::I64, {2}});
+            return out;
+        }
+    }
+    return {};
+}
+
+}  // namespace qforge

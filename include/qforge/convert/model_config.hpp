@@ -1,0 +1,53 @@
+// The few config.json facts a conversion plan needs: head counts and head_dim (to split a
+// fused q/k/v projection), intermediate_size (to split gate/up), the expert count (to
+// recognise MoE routers) and whether the output head is tied to the embedding table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "qforge/io/json.hpp"
+
+namespace qforge {
+
+struct model_config {
+    std::int64_t hidden_size = 0;
+    std::int64_t intermediate_size = 0;
+    std::int64_t num_attention_heads = 0;
+    std::int64_t num_key_value_heads = 0;  ///< defaults to num_attention_heads
+    std::int64_t head_dim = 0;             ///< defaults to hidden_size / num_attention_heads
+    std::int64_t num_experts = 0;          ///< 0 for dense models
+    bool tie_word_embeddings = false;
+
+    /// Reads the keys above from a Hugging Face config.json (also a nested "text_config",
+    /// which multimodal models use). Absent keys keep their defaults; a present key of the
+    /// wrong type is a format_error naming `file` and the key.
+    static model_config from_json(const json& cfg, const std::string& file = "config.json") {
+        const json* text = cfg.find("text_config");
+        const json& c = (text && text->is_object() && !cfg.contains("num_attention_heads")) ? *text : cfg;
+        auto get_int = [&](const char* key, std::int64_t fallback) -> std::int64_t {
+            const json* v = c.find(key);
+            if (!v || v->is_null()) return fallback;
+            if (!v->is_int() || v->as_int() < 0)
+                fail<format_error>(file, {}, std::string("key \"") + key + "\" must be a non-negative integer");
+            return v->as_int();
+        };
+        model_config m;
+        m.hidden_size = get_int("hidden_size", 0);
+        m.intermediate_size = get_int("intermediate_size", 0);
+        m.num_attention_heads = get_int("num_attention_heads", 0);
+        m.num_key_value_heads = get_int("num_key_value_heads", m.num_attention_heads);
+        m.head_dim = get_int("head_dim", m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
+        m.num_experts = get_int("num_experts", get_int("num_local_experts", get_int("n_routed_experts", 0)));
+        // transformers' PretrainedConfig defaults tie_word_embeddings to true.
+        m.tie_word_embeddings = true;
+        for (const json* holder : {&cfg, &c})
+            if (const json* t = holder->find("tie_word_embeddings"); t && !t->is_null()) {
+                if (!t->is_bool()) fail<format_error>(file, {}, "key \"tie_word_embeddings\" must be a boolean");
+                m.tie_word_embeddings = t->as_bool();
+            }
+        return m;
+    }
+};
+
+}  // namespace qforge

@@ -1,0 +1,439 @@
+// A conversion plan: the rules resolved against a checkpoint's headers before any work is done.
+//
+// The plan says, for every source tensor, what becomes of it (kept, cast, quantized, split into
+// parts, copied into an untied head, renamed), which tensors are written with which dtypes,
+// shapes and sizes, and every reason the conversion cannot go ahead. A refused plan writes
+// nothing: the converter checks `refused()` before it creates the output folder, so all
+// refusals are reported at once and none halfway through a multi-gigabyte job.
+//
+//   qforge::plan p = qforge::make_plan(headers, config, rules, qforge::output_format::gptq);
+//   if (p.refused()) { for (auto& r : p.refusals) std::cerr << r << '\n'; return 1; }
+//   qforge::print_plan(std::cout, p);   // the --dry-run output
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "qforge/convert/format.hpp"
+#include "qforge/convert/model_config.hpp"
+#include "qforge/convert/rule.hpp"
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/tensor_view.hpp"
+
+namespace qforge {
+
+/// One tensor of the source checkpoint, as its safetensors header describes it.
+struct source_tensor {
+    std::string name;
+    dtype type = dtype::BF16;
+    shape_t shape;
+    std::string file;  ///< the shard that holds it (for messages)
+};
+
+enum class plan_action { keep, quantize };
+
+/// One output weight: a whole source tensor or a row range of one (a split part).
+struct plan_item {
+    std::string name;    ///< output name after split / untie / rename
+    std::string source;  ///< source tensor it is read from
+    std::string source_file;
+    dtype source_type = dtype::BF16;
+    shape_t source_shape;
+    std::int64_t row_begin = 0;  ///< rows [row_begin, row_end) of the source (dim 0)
+    std::int64_t row_end = 0;
+    shape_t shape;  ///< this item's shape (the source's with rows sliced)
+    plan_action action = plan_action::keep;
+    quant_scheme scheme;                 ///< resolved (scale dtype set) when quantized
+    dtype out_type = dtype::BF16;        ///< when kept
+    std::vector<planned_tensor> outputs;
+    std::string decided_by;  ///< "rule <pattern>" or "default"
+
+    std::uint64_t in_bytes() const {
+        return static_cast<std::uint64_t>(checked_numel(shape, source_file, source)) * dtype_size(source_type);
+    }
+    std::uint64_t out_bytes() const {
+        std::uint64_t n = 0;
+        for (const auto& t : outputs) n += t.bytes();
+        return n;
+    }
+    bool whole_source() const { return row_begin == 0 && (source_shape.empty() || row_end == source_shape[0]); }
+};
+
+struct plan {
+    output_format format = output_format::gptq;
+    std::vector<plan_item> items;
+    std::vector<std::string> refusals;  ///< complete messages ("qforge: file: tensor 'x': why")
+    bool untied = false;                ///< an untie rule fired: write tie_word_embeddings false
+    std::uint64_t source_bytes = 0;     ///< every source tensor once
+
+    bool refused() const noexcept { return !refusals.empty(); }
+
+    /// Throws unsupported_error carrying the first refusal (and how many more there are).
+    void throw_if_refused() const {
+        if (refusals.empty()) return;
+        std::string why = refusals.front();
+        if (why.starts_with("qforge: ")) why.erase(0, 8);
+        if (refusals.size() > 1) why += " (and " + std::to_string(refusals.size() - 1) + " more refusals)";
+        fail<unsupported_error>({}, {}, "conversion refused: " + why);
+    }
+
+    std::uint64_t out_bytes() const {
+        std::uint64_t n = 0;
+        for (const auto& it : items) n += it.out_bytes();
+        return n;
+    }
+    std::size_t quantized_count() const {
+        return static_cast<std::size_t>(std::count_if(items.begin(), items.end(),
+                                                       [](const plan_item& i) { return i.action == plan_action::quantize; }));
+    }
+    std::uint64_t quantized_weights() const {
+        std::uint64_t n = 0;
+        for (const auto& it : items)
+            if (it.action == plan_action::quantize) n += static_cast<std::uint64_t>(checked_numel(it.shape));
+        return n;
+    }
+    /// Bits per quantized weight, everything a loader reads counted (codes, scales, zeros,
+    /// g_idx, weight_shape): 8 * output bytes of quantized linears / their weight count.
+    double bits_per_weight() const {
+        std::uint64_t bytes = 0;
+        for (const auto& it : items)
+            if (it.action == plan_action::quantize) bytes += it.out_bytes();
+        const std::uint64_t w = quantized_weights();
+        return w ? 8.0 * static_cast<double>(bytes) / static_cast<double>(w) : 0.0;
+    }
+    /// The single scheme GPTQ/AWQ configs describe (the first quantized item's).
+    std::optional<quant_scheme> main_scheme() const {
+        for (const auto& it : items)
+            if (it.action == plan_action::quantize) return it.scheme;
+        return std::nullopt;
+    }
+};
+
+namespace detail {
+
+inline std::string refusal(const std::string& file, const std::string& tensor, const std::string& why) {
+    return format_error_message(file, tensor, why);
+}
+
+inline bool is_embedding_name(std::string_view name) {
+    const std::string_view m = module_of(name);
+    return m.find("embed") != std::string_view::npos || m.ends_with("wte");
+}
+
+/// Names a loader fuses back into one layer (vLLM's qkv_proj, gate_up_proj): the family key
+/// "<block>.self_attn.qkv" / "<block>.mlp.gate_up", or empty for any other tensor.
+inline std::string fused_family(std::string_view name) {
+    static constexpr std::pair<std::string_view, std::string_view> members[] = {
+        {".q_proj.weight", "qkv"}, {".k_proj.weight", "qkv"}, {".v_proj.weight", "qkv"},
+        {".gate_proj.weight", "gate_up"}, {".up_proj.weight", "gate_up"}};
+    for (const auto& [suffix, family] : members)
+        if (name.ends_with(suffix))
+            return std::string(name.substr(0, name.size() - suffix.size())) + "." + std::string(family);
+    return {};
+}
+
+/// Split parts of a fused tensor with `rows` rows: (part name piece, row count).
+inline std::vector<std::pair<std::string, std::int64_t>> split_parts(const split_action& s, const model_config& c,
+                                                                     std::int64_t rows, std::string& why) {
+    if (s.what == split_action::kind::qkv) {
+        if (c.num_attention_heads <= 0 || c.head_dim <= 0) {
+            why = "splitting a fused q/k/v projection needs num_attention_heads and head_dim in config.json";
+            return {};
+        }
+        const std::int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+        if (rows != q + 2 * kv) {
+            why = "fused q/k/v has " + std::to_string(rows) + " rows but the config says " + std::to_string(q) +
+                  " + 2 x " + std::to_string(kv) + " = " + std::to_string(q + 2 * kv) + " (heads " +
+                  std::to_string(c.num_attention_heads) + ", kv heads " + std::to_string(c.num_key_value_heads) +
+                  ", head_dim " + std::to_string(c.head_dim) + ")";
+            return {};
+        }
+        return {{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}};
+    }
+    if (c.intermediate_size <= 0) {
+        why = "splitting a fused gate/up projection needs intermediate_size in config.json";
+        return {};
+    }
+    if (rows != 2 * c.intermediate_size) {
+        why = "fused gate/up has " + std::to_string(rows) + " rows but the config says 2 x intermediate_size = " +
+              std::to_string(2 * c.intermediate_size);
+        return {};
+    }
+    return {{"gate_proj", c.intermediate_size}, {"up_proj", c.intermediate_size}};
+}
+
+inline std::string replace_last(const std::string& name, const std::string& piece, const std::string& with) {
+    const std::size_t at = name.rfind(piece);
+    if (at == std::string::npos) return name;
+    return name.substr(0, at) + with + name.substr(at + piece.size());
+}
+
+inline bool quantizable(const plan_item& it) {
+    return it.shape.size() == 2 && it.name.ends_with(".weight") && is_floating(it.source_type);
+}
+
+/// Decide keep / quantize for one item; returns a refusal reason or empty.
+inline std::string decide(plan_item& it, const rule_set& rules, const model_config& cfg) {
+    const rule* chosen = nullptr;
+    for (const rule& r : rules.rules) {
+        if (!r.select.matches(it.name)) continue;
+        if (std::holds_alternative<keep_action>(r.action) ||
+            (std::holds_alternative<quantize_action>(r.action) && quantizable(it)))
+            chosen = &r;
+    }
+    it.out_type = it.source_type;
+    if (chosen) {
+        it.decided_by = "rule " + chosen->select.pattern();
+        if (const auto* q = std::get_if<quantize_action>(&chosen->action)) {
+            it.action = plan_action::quantize;
+            it.scheme = q->scheme;
+        } else {
+            const auto& k = std::get<keep_action>(chosen->action);
+            it.action = plan_action::keep;
+            if (k.cast) {
+                if (!is_floating(it.source_type) || !is_floating(*k.cast) || !is_computable(*k.cast))
+                    return "can only cast between float types, not " + std::string(dtype_name(it.source_type)) +
+                           " to " + std::string(dtype_name(*k.cast));
+                it.out_type = *k.cast;
+            }
+        }
+        return {};
+    }
+    switch (default_action(it.name, it.source_type, it.shape, cfg.num_experts)) {
+        case default_decision::quantize:
+            if (rules.default_scheme) {
+                it.action = plan_action::quantize;
+                it.scheme = *rules.default_scheme;
+                it.decided_by = "default (decoder linear)";
+            } else {
+                it.action = plan_action::keep;
+                it.decided_by = "default (not targeted)";
+            }
+            return {};
+        case default_decision::keep:
+            it.action = plan_action::keep;
+            it.decided_by = "default (dense)";
+            return {};
+        case default_decision::uncovered:
+            break;
+    }
+    return "no rule and no default covers this " + shape_to_string(it.shape) +
+           " matrix outside the decoder blocks; add a rule for it (quantize or keep, e.g. --ignore)";
+}
+
+}  // namespace detail
+
+/// Resolves `rules` against the checkpoint's tensors. Never throws for a bad combination:
+/// every problem becomes a refusal in the returned plan (a bad regex throws when the rule is made).
+inline plan make_plan(const std::vector<source_tensor>& sources, const model_config& cfg, const rule_set& rules,
+                      output_format format) {
+    plan p;
+    p.format = format;
+    std::set<std::string> source_names;
+    for (const auto& s : sources) {
+        if (!source_names.insert(s.name).second)
+            p.refusals.push_back(detail::refusal(s.file, s.name, "tensor appears in more than one shard"));
+        if (dtype_size(s.type) != 0)
+            p.source_bytes += static_cast<std::uint64_t>(checked_numel(s.shape, s.file, s.name)) * dtype_size(s.type);
+    }
+
+    // Stage 1: rewrites (split, untie, rename) turn source tensors into output items.
+    for (const auto& s : sources) {
+        for (std::string_view q : {".qweight", ".weight_packed", ".qzeros", ".weight_scale"})
+            if (std::string_view(s.name).ends_with(q)) {
+                p.refusals.push_back(detail::refusal(
+                    s.file, s.name, "the checkpoint is already quantized (convert a bf16/fp16 checkpoint, or repack it)"));
+                break;
+            }
+        plan_item whole;
+        whole.name = s.name;
+        whole.source = s.name;
+        whole.source_file = s.file;
+        whole.source_type = s.type;
+        whole.source_shape = s.shape;
+        whole.shape = s.shape;
+        whole.row_end = s.shape.empty() ? 0 : s.shape[0];
+
+        std::vector<plan_item> parts;
+        if (const rule* r = rules.last_match<split_action>(s.name)) {
+            const auto& sp = std::get<split_action>(r->action);
+            std::string why;
+            if (s.shape.empty() || s.shape.size() > 2) {
+                why = "only a matrix or a bias can be split, not shape " + shape_to_string(s.shape);
+            } else {
+                std::int64_t row = 0;
+                for (const auto& [piece, n] : detail::split_parts(sp, cfg, s.shape[0], why)) {
+                    plan_item part = whole;
+                    part.name = detail::replace_last(s.name, sp.fused, piece);
+                    part.row_begin = row;
+                    part.row_end = row + n;
+                    part.shape[0] = n;
+                    row += n;
+                    parts.push_back(std::move(part));
+                }
+            }
+            if (!why.empty()) {
+                p.refusals.push_back(detail::refusal(s.file, s.name, why));
+                continue;
+            }
+        } else {
+            parts.push_back(whole);
+        }
+        if (const rule* r = rules.last_match<untie_action>(s.name)) {
+            const auto& u = std::get<untie_action>(r->action);
+            if (!cfg.tie_word_embeddings)
+                p.refusals.push_back(detail::refusal(s.file, s.name, "untie asked but config.json does not tie the embeddings"));
+            else if (source_names.contains(u.head))
+                p.refusals.push_back(detail::refusal(s.file, s.name, "untie asked but '" + u.head + "' already exists"));
+            plan_item head = whole;
+            head.name = u.head;
+            parts.push_back(std::move(head));
+            p.untied = true;
+        }
+        for (auto& part : parts) {
+            if (const rule* r = rules.last_match<rename_action>(part.name))
+                part.name = r->select.replace(part.name, std::get<rename_action>(r->action).replacement);
+            p.items.push_back(std::move(part));
+        }
+    }
+
+    // Stage 2: actions, then the format's checks on every quantized item.
+    const bool head_in_source = std::any_of(sources.begin(), sources.end(),
+                                            [](const source_tensor& s) { return module_of(s.name).ends_with("lm_head"); });
+    const bool tied = cfg.tie_word_embeddings && !head_in_source && !p.untied;
+    for (auto& it : p.items) {
+        if (std::string why = detail::decide(it, rules, cfg); !why.empty()) {
+            p.refusals.push_back(detail::refusal(it.source_file, it.name, why));
+            continue;
+        }
+        if (it.action == plan_action::keep) {
+            it.outputs = {{it.name, it.out_type, it.shape}};
+            continue;
+        }
+        if (tied && detail::is_embedding_name(it.name)) {
+            p.refusals.push_back(detail::refusal(it.source_file, it.name,
+                                                 "this embedding table is tied to the output head; quantizing it needs an "
+                                                 "untie rule (the head is quantized, the table stays dense)"));
+            continue;
+        }
+        if (it.source_type != dtype::BF16 && it.source_type != dtype::F16 && it.source_type != dtype::F32) {
+            p.refusals.push_back(detail::refusal(it.source_file, it.name,
+                                                 "cannot quantize " + std::string(dtype_name(it.source_type)) + " weights"));
+            continue;
+        }
+        if (!it.scheme.scale_dtype) it.scheme.scale_dtype = default_scale_dtype(format, it.source_type);
+        if (auto why = format_refusal(format, it.shape[0], it.shape[1], it.scheme, it.source_type)) {
+            p.refusals.push_back(detail::refusal(it.source_file, it.name,
+                                                 std::string(format_name(format)) + ": " + *why));
+            continue;
+        }
+        it.outputs = format_tensors(format, module_of(it.name), it.shape[0], it.shape[1], it.scheme);
+    }
+
+    // A quantize rule that selects a tied head that does not exist in the file.
+    if (tied) {
+        const rule* head = rules.last_match<quantize_action>("lm_head.weight");
+        const rule* keep = rules.last_match<keep_action>("lm_head.weight");
+        auto index_of = [&](const rule* r) { return r ? r - rules.rules.data() : -1; };
+        if (head && index_of(head) > index_of(keep))
+            p.refusals.push_back(detail::refusal({}, "lm_head.weight",
+                                                 "lm_head is tied to the embedding table (tie_word_embeddings, no "
+                                                 "lm_head in the file); quantizing it needs an untie rule"));
+    }
+
+    // One config describes every quantized layer in GPTQ and AWQ.
+    if (format != output_format::compressed_tensors) {
+        const plan_item* first = nullptr;
+        for (const auto& it : p.items) {
+            if (it.action != plan_action::quantize || it.outputs.empty()) continue;
+            if (!first) {
+                first = &it;
+            } else if (it.scheme != first->scheme) {
+                p.refusals.push_back(detail::refusal(
+                    it.source_file, it.name,
+                    std::string(format_name(format)) + " describes one scheme per checkpoint: " +
+                        scheme_to_string(it.scheme) + " here, " + scheme_to_string(first->scheme) + " for '" +
+                        first->name + "' (use compressed-tensors for mixed schemes)"));
+                break;
+            }
+        }
+    }
+
+    // Layers a loader fuses (q/k/v, gate/up) must share one scheme or all stay dense.
+    std::map<std::string, const plan_item*> family_first;
+    for (const auto& it : p.items) {
+        const std::string fam = detail::fused_family(it.name);
+        if (fam.empty()) continue;
+        auto [pos, inserted] = family_first.emplace(fam, &it);
+        if (inserted) continue;
+        const plan_item& a = *pos->second;
+        const bool same = a.action == it.action && (a.action == plan_action::keep || a.scheme == it.scheme);
+        if (!same)
+            p.refusals.push_back(detail::refusal(
+                it.source_file, it.name,
+                "loaders fuse this layer with '" + a.name +
+                    "' and need one scheme for both (vLLM: \"all to use the same scheme\"); give them the same rule"));
+    }
+
+    std::set<std::string> out_names;
+    for (const auto& it : p.items)
+        for (const auto& t : it.outputs)
+            if (!out_names.insert(t.name).second)
+                p.refusals.push_back(detail::refusal({}, t.name, "two rules write the same output tensor name"));
+    return p;
+}
+
+namespace detail {
+inline std::string human_bytes(std::uint64_t b) {
+    char buf[32];
+    if (b >= (std::uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1 << 30));
+    else if (b >= (std::uint64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1 << 20));
+    else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
+    else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+    return buf;
+}
+}  // namespace detail
+
+/// The --dry-run output: one line per item (in -> out), the totals, then every refusal.
+inline void print_plan(std::ostream& os, const plan& p) {
+    os << "plan: " << p.items.size() << " tensors -> " << format_name(p.format) << "\n";
+    std::size_t i = 0;
+    for (const auto& it : p.items) {
+        os << "  [" << ++i << "/" << p.items.size() << "] " << it.name << " " << shape_to_string(it.shape) << " "
+           << dtype_name(it.source_type);
+        if (it.name != it.source || !it.whole_source()) {
+            os << " (from " << it.source;
+            if (!it.whole_source()) os << " rows " << it.row_begin << ".." << it.row_end;
+            os << ")";
+        }
+        if (it.action == plan_action::quantize) os << " -> quantize " << scheme_to_string(it.scheme) << ":";
+        else os << " -> keep:";
+        for (const auto& t : it.outputs) {
+            const std::string_view leaf = std::string_view(t.name).substr(t.name.rfind('.') + 1);
+            os << " " << (it.action == plan_action::quantize ? leaf : std::string_view("")) << (it.action == plan_action::quantize ? " " : "")
+               << dtype_name(t.type) << " " << shape_to_string(t.shape);
+        }
+        os << ", " << detail::human_bytes(it.in_bytes()) << " -> " << detail::human_bytes(it.out_bytes()) << "  ["
+           << it.decided_by << "]\n";
+    }
+    char bpw[32];
+    std::snprintf(bpw, sizeof bpw, "%.3f", p.bits_per_weight());
+    os << "total: " << detail::human_bytes(p.source_bytes) << " -> " << detail::human_bytes(p.out_bytes()) << "; "
+       << p.quantized_count() << " quantized linears (" << p.quantized_weights() << " weights) at " << bpw
+       << " bits per weight; " << p.items.size() - p.quantized_count() << " kept dense";
+    if (p.untied) os << "; head untied";
+    os << "\n";
+    for (const auto& r : p.refusals) os << "refused: " << r << "\n";
+}
+
+}  // namespace qforge
