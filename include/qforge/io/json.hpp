@@ -34,7 +34,14 @@ namespace qforge {
 class json;
 
 /// One key/value pair of an object; objects are vectors of these so key order is kept.
-struct json_member;
+/// A template so that it is completed lazily, once json itself is complete: clang (with
+/// libstdc++) needs the element type of object_t complete inside json's member bodies.
+template <class Json>
+struct basic_json_member {
+    std::string key;
+    Json value;
+};
+using json_member = basic_json_member<json>;
 
 /// Hostile-input limits for json::parse. Defaults fit every real checkpoint file.
 struct json_limits {
@@ -155,10 +162,6 @@ private:
     std::variant<std::monostate, bool, std::int64_t, double, std::string, array_t, object_t> v_;
 };
 
-struct json_member {
-    std::string key;
-    json value;
-};
 
 inline json json::object(std::initializer_list<json_member> members) {
     return json(object_t(members));
