@@ -1,0 +1,61 @@
+// Floating-point helpers that pin down the exact rounding of ggml's reference quantizers.
+//
+// The golden bytes come from ggml-quants.c compiled with -ffp-contract=off (formats.md trap 21,
+// golden/gguf/README.md): every `a*b + c` is a rounded product followed by a rounded add. g++
+// defaults to -ffp-contract=fast for C++ (even with -std=c++20: the ISO switch only turns it off
+// for C) and fuses such pairs into FMA whenever the target has FMA (-march=native, aarch64, a
+// target("fma") function); clang fuses within one expression (-ffp-contract=on). Neither a
+// pragma nor splitting statements is reliable across both compilers and inlining, so every
+// product that feeds an add or a subtract goes through `mul()`, whose result passes an empty
+// asm statement: the compiler must materialise the rounded float product, and no FMA can be
+// formed across it. The asm emits no instruction.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <limits>
+
+namespace qforge::gguf::detail {
+
+/// Returns v unchanged, but opaque to the optimiser: nothing can be fused across it.
+[[gnu::always_inline]] inline float opaque(float v) noexcept {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    asm("" : "+x"(v));
+#elif defined(__GNUC__) && defined(__aarch64__)
+    asm("" : "+w"(v));
+#elif defined(__GNUC__)
+    asm("" : "+g"(v));
+#else
+    volatile float t = v;
+    v = t;
+#endif
+    return v;
+}
+
+/// A float product rounded to float, never contracted into a following add (see above).
+[[gnu::always_inline]] inline float mul(float a, float b) noexcept { return opaque(a * b); }
+
+/// ggml `nearest_int` (ggml-quants.c): round half to even by adding 1.5*2^23 and reading the
+/// mantissa. Defined for |f| <= 4194303; outside that (and for NaN) it returns what the same
+/// bit trick gives, as ggml does in a release build, instead of asserting.
+inline int nearest_int(float f) noexcept {
+    const float v = opaque(f) + 12582912.f;
+    const auto i = std::bit_cast<std::int32_t>(v);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/// The C conversion `(int32_t)f` as x86's cvttss2si performs it: truncation toward zero, and
+/// INT32_MIN for NaN or values out of range (where C leaves it undefined). ggml's `(int8_t)f`
+/// and `(uint8_t)f` casts are this conversion followed by keeping the low byte.
+inline std::int32_t trunc_to_i32(float f) noexcept {
+    if (!(f > -2147483904.0f && f < 2147483648.0f)) return std::numeric_limits<std::int32_t>::min();
+    return static_cast<std::int32_t>(f);
+}
+inline std::int8_t trunc_to_i8(float f) noexcept {
+    return static_cast<std::int8_t>(static_cast<std::uint8_t>(trunc_to_i32(f) & 0xFF));
+}
+inline std::uint8_t trunc_to_u8(float f) noexcept {
+    return static_cast<std::uint8_t>(trunc_to_i32(f) & 0xFF);
+}
+
+}  // namespace qforge::gguf::detail

@@ -1,0 +1,527 @@
+// ggml's 256-element super-block quantizers Q2_K ... Q6_K: reference (`quantize_row_<t>_ref`,
+// what llama-quantize runs without an imatrix), importance-weighted (`quantize_row_<t>_impl`)
+// and decode, byte-identical to ggml-quants.c (llama.cpp c392e509) built with
+// -ffp-contract=off.
+//
+// Rounding: every code and 6/4-bit scale is `nearest_int` (add 1.5*2^23, read the mantissa:
+// round half to even); Q4_K/Q5_K narrow nearest_int to uint8_t before MIN(63, .); requantizing
+// divides by the fp16-rounded super-block scale times the sub-block scale, and keeps the search's
+// codes where that product is 0. Products feeding sums are never fused (detail/fp.hpp).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "qforge/core/half.hpp"
+#include "qforge/layout/gguf/blocks.hpp"
+#include "qforge/layout/gguf/detail/fp.hpp"
+#include "qforge/layout/gguf/detail/search.hpp"
+
+namespace qforge::gguf {
+
+namespace detail {
+
+/// Q2_K/Q3_K 2-bit packing: per 128-element half, byte l holds elements l, l+32, l+64, l+96.
+inline void pack_2bit(const std::uint8_t* L, std::uint8_t* qs) noexcept {
+    for (int j = 0; j < 256; j += 128)
+        for (int l = 0; l < 32; ++l)
+            qs[j / 4 + l] = static_cast<std::uint8_t>(L[j + l] | (L[j + l + 32] << 2) |
+                                                      (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
+
+inline float sum_squares(const float* x, int n) noexcept {
+    float s = 0;
+    for (int l = 0; l < n; ++l) s += mul(x[l], x[l]);
+    return s;
+}
+
+// ---- Q2_K ----
+inline void q2k_finish(const float* x, block_q2_k& y, std::uint8_t* L) noexcept {
+    const float dd = fp16_to_float(y.d);
+    const float dmin = fp16_to_float(y.dmin);
+    for (int j = 0; j < 16; ++j) {
+        const float d = dd * static_cast<float>(y.scales[j] & 0xF);
+        if (d == 0) continue;
+        const float dm = dmin * static_cast<float>(y.scales[j] >> 4);
+        for (int ii = 0; ii < 16; ++ii)
+            L[16 * j + ii] = static_cast<std::uint8_t>(clamp_int(nearest_int((x[16 * j + ii] + dm) / d), 0, 3));
+    }
+    pack_2bit(L, y.qs);
+}
+
+// ---- Q3_K ----
+inline void q3k_set_scale(int j, int l, std::uint8_t* scales) noexcept {
+    if (j < 8)
+        scales[j] = static_cast<std::uint8_t>(l & 0xF);
+    else
+        scales[j - 8] = static_cast<std::uint8_t>(scales[j - 8] | ((l & 0xF) << 4));
+    l >>= 4;
+    scales[j % 4 + 8] = static_cast<std::uint8_t>(scales[j % 4 + 8] | (l << (2 * (j / 4))));
+}
+inline int q3k_get_scale(int j, const std::uint8_t* scales) noexcept {
+    const int lo = j < 8 ? (scales[j] & 0xF) : (scales[j - 8] >> 4);
+    return (lo | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+}
+inline void q3k_finish(const float* x, block_q3_k& y, std::int8_t* L) noexcept {
+    const float dd = fp16_to_float(y.d);
+    for (int j = 0; j < 16; ++j) {
+        const float d = dd * static_cast<float>(q3k_get_scale(j, y.scales));
+        if (d == 0) continue;
+        for (int ii = 0; ii < 16; ++ii)
+            L[16 * j + ii] = static_cast<std::int8_t>(clamp_int(nearest_int(x[16 * j + ii] / d), -4, 3) + 4);
+    }
+    std::memset(y.hmask, 0, 32);
+    int m = 0;
+    std::uint8_t hm = 1;
+    std::uint8_t U[256];
+    for (int j = 0; j < 256; ++j) {
+        if (L[j] > 3) {
+            y.hmask[m] = static_cast<std::uint8_t>(y.hmask[m] | hm);
+            L[j] = static_cast<std::int8_t>(L[j] - 4);
+        }
+        U[j] = static_cast<std::uint8_t>(L[j]);
+        if (++m == 32) {
+            m = 0;
+            hm = static_cast<std::uint8_t>(hm << 1);
+        }
+    }
+    pack_2bit(U, y.qs);
+}
+
+// ---- Q4_K / Q5_K ----
+/// Requantize each 32-sub-block against the stored 6-bit scale/min and fp16 d/dmin.
+template <int Nmax>
+inline void qk45_requantize(const float* x, const std::uint8_t* scales, std::uint16_t d16,
+                            std::uint16_t dmin16, std::uint8_t* L) noexcept {
+    const float dd = fp16_to_float(d16);
+    const float dmin = fp16_to_float(dmin16);
+    for (int j = 0; j < 8; ++j) {
+        std::uint8_t sc, m;
+        get_scale_min_k4(j, scales, sc, m);
+        const float d = dd * static_cast<float>(sc);
+        if (d == 0) continue;
+        const float dm = dmin * static_cast<float>(m);
+        for (int ii = 0; ii < 32; ++ii)
+            L[32 * j + ii] = static_cast<std::uint8_t>(clamp_int(nearest_int((x[32 * j + ii] + dm) / d), 0, Nmax));
+    }
+}
+
+inline void q4k_pack(const std::uint8_t* L, std::uint8_t* q) noexcept {
+    for (int j = 0; j < 256; j += 64, q += 32)
+        for (int l = 0; l < 32; ++l) q[l] = static_cast<std::uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+}
+
+inline void q5k_pack(const std::uint8_t* L, std::uint8_t* qh, std::uint8_t* ql) noexcept {
+    std::memset(qh, 0, 32);
+    std::uint8_t m1 = 1, m2 = 2;
+    for (int n = 0; n < 256; n += 64, ql += 32) {
+        for (int j = 0; j < 32; ++j) {
+            int l1 = L[n + j];
+            if (l1 > 15) {
+                l1 -= 16;
+                qh[j] = static_cast<std::uint8_t>(qh[j] | m1);
+            }
+            int l2 = L[n + j + 32];
+            if (l2 > 15) {
+                l2 -= 16;
+                qh[j] = static_cast<std::uint8_t>(qh[j] | m2);
+            }
+            ql[j] = static_cast<std::uint8_t>(l1 | (l2 << 4));
+        }
+        m1 = static_cast<std::uint8_t>(m1 << 2);
+        m2 = static_cast<std::uint8_t>(m2 << 2);
+    }
+}
+
+/// The reference's per-sub-block search for Q4_K (Nmax 15) and Q5_K (Nmax 31): weights
+/// av_x + |x|, make_qkx2_quants. Fills scales[8], mins[8] and L.
+template <int Nmax>
+inline void qk45_ref_search(const float* x, float* scales, float* mins, std::uint8_t* L) noexcept {
+    constexpr float rmin = Nmax == 15 ? -1.f : -0.5f;
+    constexpr int nstep = Nmax == 15 ? 20 : 15;
+    float weights[32];
+    std::uint8_t Laux[32];
+    for (int j = 0; j < 8; ++j) {
+        const float* xs = x + 32 * j;
+        const float av_x = std::sqrt(sum_squares(xs, 32) / 32);
+        for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
+        scales[j] = make_qkx_quants<false>(32, Nmax, xs, weights, L + 32 * j, &mins[j], Laux, rmin,
+                                           0.1f, nstep, false);
+    }
+}
+
+/// The reference's super-block step for Q4_K/Q5_K: 6-bit scales and mins against the largest.
+inline void qk45_ref_scales(const float* scales, const float* mins, std::uint8_t* packed,
+                            std::uint16_t& d16, std::uint16_t& dmin16) noexcept {
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < 8; ++j) {
+        auto ls = static_cast<std::uint8_t>(nearest_int(inv_scale * scales[j]));
+        auto lm = static_cast<std::uint8_t>(nearest_int(inv_min * mins[j]));
+        ls = ls < 63 ? ls : 63;
+        lm = lm < 63 ? lm : 63;
+        set_scale_min_k4(j, ls, lm, packed);
+    }
+    d16 = float_to_fp16(max_scale / 63.f);
+    dmin16 = float_to_fp16(max_min / 63.f);
+}
+
+/// The importance-weighted path's search for Q4_K/Q5_K (quantize_row_q4_K_impl).
+template <int Nmax>
+inline void qk45_weighted(const float* x, const float* qw, std::uint8_t* packed, std::uint16_t& d16,
+                          std::uint16_t& dmin16, std::uint8_t* L) noexcept {
+    float weights[32], sw[8], mins[8], scales[8];
+    std::uint8_t Laux[32], Ls[8], Lm[8];
+    const float sigma2 = 2 * sum_squares(x, 256) / 256;
+    const float av_x = std::sqrt(sigma2);
+    for (int j = 0; j < 8; ++j) {
+        const float* xs = x + 32 * j;
+        if (qw) {
+            for (int l = 0; l < 32; ++l) weights[l] = qw[32 * j + l] * std::sqrt(sigma2 + mul(xs[l], xs[l]));
+        } else {
+            for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
+        }
+        float sumw = 0;
+        for (int l = 0; l < 32; ++l) sumw += weights[l];
+        sw[j] = sumw;
+        scales[j] = make_qkx_quants<true>(32, Nmax, xs, weights, L + 32 * j, &mins[j], Laux, -0.9f,
+                                          0.05f, 36, false);
+    }
+    const float d_block = make_qp_quants(8, 63, scales, Ls, sw);
+    const float m_block = make_qp_quants(8, 63, mins, Lm, sw);
+    for (int j = 0; j < 8; ++j) {
+        const std::uint8_t ls = Ls[j] < 63 ? Ls[j] : 63;  // a no-op for Q4_K (qp codes <= 63)
+        const std::uint8_t lm = Lm[j] < 63 ? Lm[j] : 63;
+        set_scale_min_k4(j, ls, lm, packed);
+    }
+    d16 = float_to_fp16(d_block);
+    dmin16 = float_to_fp16(m_block);
+}
+
+// ---- Q6_K ----
+inline void q6k_pack(const std::int8_t* L, block_q6_k& y) noexcept {
+    std::uint8_t* ql = y.ql;
+    std::uint8_t* qh = y.qh;
+    for (int j = 0; j < 256; j += 128, ql += 64, qh += 32) {
+        for (int l = 0; l < 32; ++l) {
+            const int a = L[j + l], b = L[j + l + 32], c = L[j + l + 64], e = L[j + l + 96];
+            ql[l] = static_cast<std::uint8_t>((a & 0xF) | ((c & 0xF) << 4));
+            ql[l + 32] = static_cast<std::uint8_t>((b & 0xF) | ((e & 0xF) << 4));
+            qh[l] = static_cast<std::uint8_t>((a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6));
+        }
+    }
+}
+
+/// Everything after the 16 sub-block searches of Q6_K (shared by ref and weighted paths).
+inline void q6k_finish(const float* x, const float* scales, block_q6_k& y, std::int8_t* L) noexcept {
+    float max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < 16; ++ib) {
+        const float a = std::fabs(scales[ib]);
+        if (a > max_abs_scale) {
+            max_abs_scale = a;
+            max_scale = scales[ib];
+        }
+    }
+    if (max_abs_scale < group_max_eps) {
+        std::memset(&y, 0, sizeof y);
+        return;
+    }
+    const float iscale = -128.f / max_scale;
+    y.d = float_to_fp16(1 / iscale);
+    for (int ib = 0; ib < 16; ++ib) {
+        const int v = nearest_int(iscale * scales[ib]);
+        y.scales[ib] = static_cast<std::int8_t>(v < 127 ? v : 127);
+    }
+    const float dd = fp16_to_float(y.d);
+    for (int j = 0; j < 16; ++j) {
+        const float d = dd * static_cast<float>(y.scales[j]);
+        if (d == 0) continue;
+        for (int ii = 0; ii < 16; ++ii)
+            L[16 * j + ii] = static_cast<std::int8_t>(clamp_int(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
+    }
+    q6k_pack(L, y);
+}
+
+}  // namespace detail
+
+// ---- reference quantizers ------------------------------------------------------------------
+
+inline void quantize_ref(const float* x, block_q2_k* y, std::int64_t k) noexcept {
+    std::uint8_t L[256], Laux[16];
+    float weights[16], mins[16], scales[16];
+    for (std::int64_t i = 0; i < k / 256; ++i, x += 256) {
+        float max_scale = 0, max_min = 0;
+        for (int j = 0; j < 16; ++j) {
+            for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+            scales[j] = detail::make_qkx_quants<false>(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux,
+                                                       -0.5f, 0.1f, 15, true);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        if (max_scale > 0) {
+            const float iscale = 15.f / max_scale;
+            for (int j = 0; j < 16; ++j) y[i].scales[j] = static_cast<std::uint8_t>(detail::nearest_int(iscale * scales[j]));
+            y[i].d = float_to_fp16(max_scale / 15.f);
+        } else {
+            for (int j = 0; j < 16; ++j) y[i].scales[j] = 0;
+            y[i].d = float_to_fp16(0.f);
+        }
+        if (max_min > 0) {
+            const float iscale = 15.f / max_min;
+            for (int j = 0; j < 16; ++j) {
+                const int l = detail::nearest_int(iscale * mins[j]);
+                y[i].scales[j] = static_cast<std::uint8_t>(y[i].scales[j] | (l << 4));
+            }
+            y[i].dmin = float_to_fp16(max_min / 15.f);
+        } else {
+            y[i].dmin = float_to_fp16(0.f);
+        }
+        detail::q2k_finish(x, y[i], L);
+    }
+}
+
+inline void quantize_ref(const float* x, block_q3_k* y, std::int64_t k) noexcept {
+    std::int8_t L[256];
+    float scales[16];
+    for (std::int64_t i = 0; i < k / 256; ++i, x += 256) {
+        float max_scale = 0, amax = 0;
+        for (int j = 0; j < 16; ++j) {
+            scales[j] = detail::make_q3_quants(16, 4, x + 16 * j, L + 16 * j, true);
+            const float a = std::fabs(scales[j]);
+            if (a > amax) {
+                amax = a;
+                max_scale = scales[j];
+            }
+        }
+        std::memset(y[i].scales, 0, 12);
+        if (max_scale != 0) {
+            const float iscale = -32.f / max_scale;
+            for (int j = 0; j < 16; ++j) {
+                auto l8 = static_cast<std::int8_t>(detail::nearest_int(iscale * scales[j]));
+                const int l = detail::clamp_int(l8, -32, 31) + 32;
+                detail::q3k_set_scale(j, l, y[i].scales);
+            }
+            y[i].d = float_to_fp16(1 / iscale);
+        } else {
+            y[i].d = float_to_fp16(0.f);
+        }
+        detail::q3k_finish(x, y[i], L);
+    }
+}
+
+inline void quantize_ref(const float* x, block_q4_k* y, std::int64_t k) noexcept {
+    std::uint8_t L[256];
+    float scales[8], mins[8];
+    for (std::int64_t i = 0; i < k / 256; ++i, x += 256) {
+        detail::qk45_ref_search<15>(x, scales, mins, L);
+        detail::qk45_ref_scales(scales, mins, y[i].scales, y[i].d, y[i].dmin);
+        detail::qk45_requantize<15>(x, y[i].scales, y[i].d, y[i].dmin, L);
+        detail::q4k_pack(L, y[i].qs);
+    }
+}
+
+inline void quantize_ref(const float* x, block_q5_k* y, std::int64_t k) noexcept {
+    std::uint8_t L[256];
+    float scales[8], mins[8];
+    for (std::int64_t i = 0; i < k / 256; ++i, x += 256) {
+        detail::qk45_ref_search<31>(x, scales, mins, L);
+        detail::qk45_ref_scales(scales, mins, y[i].scales, y[i].d, y[i].dmin);
+        detail::qk45_requantize<31>(x, y[i].scales, y[i].d, y[i].dmin, L);
+        detail::q5k_pack(L, y[i].qh, y[i].qs);
+    }
+}
+
+inline void quantize_ref(const float* x, block_q6_k* y, std::int64_t k) noexcept {
+    std::int8_t L[256];
+    float scales[16];
+    for (std::int64_t i = 0; i < k / 256; ++i, x += 256) {
+        for (int ib = 0; ib < 16; ++ib) scales[ib] = detail::make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1, nullptr);
+        detail::q6k_finish(x, scales, y[i], L);
+    }
+}
+
+// ---- importance-weighted (one row; qw has n_per_row entries) -------------------------------
+
+inline void quantize_weighted_row(const float* x, block_q2_k* y, std::int64_t n_per_row, const float* qw) noexcept {
+    std::uint8_t L[256], Laux[16], Ls[16], Lm[16];
+    float mins[16], scales[16], sw[16], weight[16];
+    for (std::int64_t i = 0; i < n_per_row / 256; ++i, x += 256) {
+        const float sigma2 = detail::sum_squares(x, 256) / 256;
+        for (int j = 0; j < 16; ++j) {
+            const float* q = qw + 256 * i + 16 * j;
+            for (int l = 0; l < 16; ++l) weight[l] = q[l] * std::sqrt(sigma2 + detail::mul(x[16 * j + l], x[16 * j + l]));
+            sw[j] = 0;
+            for (int l = 0; l < 16; ++l) sw[j] += weight[l];
+            scales[j] = detail::make_qkx_quants<true>(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], Laux,
+                                                      -0.9f, 0.05f, 36, false);
+        }
+        const float dm = detail::make_qp_quants(16, 15, scales, Ls, sw);
+        const float mm = detail::make_qp_quants(16, 15, mins, Lm, sw);
+        y[i].d = float_to_fp16(dm);
+        y[i].dmin = float_to_fp16(mm);
+        for (int j = 0; j < 16; ++j) y[i].scales[j] = static_cast<std::uint8_t>(Ls[j] | (Lm[j] << 4));
+        detail::q2k_finish(x, y[i], L);
+    }
+}
+
+inline void quantize_weighted_row(const float* x, block_q3_k* y, std::int64_t n_per_row, const float* qw) noexcept {
+    std::int8_t L[256], Ls[16];
+    float scales[16], weight[16], sw[16];
+    for (std::int64_t i = 0; i < n_per_row / 256; ++i, x += 256) {
+        const float sigma2 = 2 * detail::sum_squares(x, 256) / 256;
+        for (int j = 0; j < 16; ++j) {
+            if (qw) {
+                const float* q = qw + 256 * i + 16 * j;
+                for (int l = 0; l < 16; ++l)
+                    weight[l] = q[l] * std::sqrt(sigma2 + detail::mul(x[16 * j + l], x[16 * j + l]));
+            } else {
+                for (int l = 0; l < 16; ++l) weight[l] = x[16 * j + l] * x[16 * j + l];
+            }
+            float sumw = 0;
+            for (int l = 0; l < 16; ++l) sumw += weight[l];
+            sw[j] = sumw;
+            scales[j] = detail::make_qx_quants(16, 4, x + 16 * j, L + 16 * j, 1, weight);
+        }
+        std::memset(y[i].scales, 0, 12);
+        const float d_block = detail::make_qx_quants(16, 32, scales, Ls, 1, sw);
+        for (int j = 0; j < 16; ++j) detail::q3k_set_scale(j, Ls[j], y[i].scales);
+        y[i].d = float_to_fp16(d_block);
+        detail::q3k_finish(x, y[i], L);
+    }
+}
+
+inline void quantize_weighted_row(const float* x, block_q4_k* y, std::int64_t n_per_row, const float* qw) noexcept {
+    std::uint8_t L[256];
+    for (std::int64_t i = 0; i < n_per_row / 256; ++i, x += 256) {
+        detail::qk45_weighted<15>(x, qw ? qw + 256 * i : nullptr, y[i].scales, y[i].d, y[i].dmin, L);
+        detail::qk45_requantize<15>(x, y[i].scales, y[i].d, y[i].dmin, L);
+        detail::q4k_pack(L, y[i].qs);
+    }
+}
+
+inline void quantize_weighted_row(const float* x, block_q5_k* y, std::int64_t n_per_row, const float* qw) noexcept {
+    std::uint8_t L[256];
+    for (std::int64_t i = 0; i < n_per_row / 256; ++i, x += 256) {
+        detail::qk45_weighted<31>(x, qw ? qw + 256 * i : nullptr, y[i].scales, y[i].d, y[i].dmin, L);
+        detail::qk45_requantize<31>(x, y[i].scales, y[i].d, y[i].dmin, L);
+        detail::q5k_pack(L, y[i].qh, y[i].qs);
+    }
+}
+
+inline void quantize_weighted_row(const float* x, block_q6_k* y, std::int64_t n_per_row, const float* qw) noexcept {
+    std::int8_t L[256];
+    float scales[16];
+    for (std::int64_t i = 0; i < n_per_row / 256; ++i, x += 256) {
+        for (int ib = 0; ib < 16; ++ib)
+            scales[ib] = detail::make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1, qw ? qw + 256 * i + 16 * ib : nullptr);
+        detail::q6k_finish(x, scales, y[i], L);
+    }
+}
+
+// ---- decode --------------------------------------------------------------------------------
+
+inline void dequantize(const block_q2_k* x, float* y, std::int64_t k) noexcept {
+    for (std::int64_t i = 0; i < k / 256; ++i) {
+        const float d = fp16_to_float(x[i].d);
+        const float min = fp16_to_float(x[i].dmin);
+        const std::uint8_t* q = x[i].qs;
+        int is = 0;
+        for (int n = 0; n < 256; n += 128, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2) {
+                for (int half = 0; half < 2; ++half) {
+                    const std::uint8_t sc = x[i].scales[is++];
+                    const float dl = d * static_cast<float>(sc & 0xF);
+                    const float ml = min * static_cast<float>(sc >> 4);
+                    for (int l = 0; l < 16; ++l)
+                        *y++ = detail::mul(dl, static_cast<float>((q[l + 16 * half] >> shift) & 3)) - ml;
+                }
+            }
+        }
+    }
+}
+
+inline void dequantize(const block_q3_k* x, float* y, std::int64_t k) noexcept {
+    for (std::int64_t i = 0; i < k / 256; ++i) {
+        const float d_all = fp16_to_float(x[i].d);
+        const std::uint8_t* q = x[i].qs;
+        const std::uint8_t* hm = x[i].hmask;
+        std::uint8_t m = 1;
+        int is = 0;
+        // ggml unpacks the scales in the order 0,1 (for l<16, l>=16) of each shift step.
+        for (int n = 0; n < 256; n += 128, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2, m = static_cast<std::uint8_t>(m << 1)) {
+                for (int half = 0; half < 2; ++half) {
+                    const float dl = d_all * static_cast<float>(detail::q3k_get_scale(is++, x[i].scales));
+                    for (int l = 16 * half; l < 16 * half + 16; ++l) {
+                        const int v = ((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4);
+                        *y++ = dl * static_cast<float>(v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+namespace detail {
+template <bool Five, class Block>
+inline void dequantize_k45(const Block* x, float* y, std::int64_t k) noexcept {
+    for (std::int64_t i = 0; i < k / 256; ++i) {
+        const float d = fp16_to_float(x[i].d);
+        const float min = fp16_to_float(x[i].dmin);
+        const std::uint8_t* q = x[i].qs;
+        std::uint8_t u1 = 1, u2 = 2;
+        for (int j = 0, is = 0; j < 256; j += 64, q += 32, is += 2) {
+            std::uint8_t sc, m;
+            get_scale_min_k4(is + 0, x[i].scales, sc, m);
+            const float d1 = d * static_cast<float>(sc), m1 = min * static_cast<float>(m);
+            get_scale_min_k4(is + 1, x[i].scales, sc, m);
+            const float d2 = d * static_cast<float>(sc), m2 = min * static_cast<float>(m);
+            for (int l = 0; l < 32; ++l) {
+                int v = q[l] & 0xF;
+                if constexpr (Five) v += (x[i].qh[l] & u1) ? 16 : 0;
+                *y++ = mul(d1, static_cast<float>(v)) - m1;
+            }
+            for (int l = 0; l < 32; ++l) {
+                int v = q[l] >> 4;
+                if constexpr (Five) v += (x[i].qh[l] & u2) ? 16 : 0;
+                *y++ = mul(d2, static_cast<float>(v)) - m2;
+            }
+            u1 = static_cast<std::uint8_t>(u1 << 2);
+            u2 = static_cast<std::uint8_t>(u2 << 2);
+        }
+    }
+}
+}  // namespace detail
+
+inline void dequantize(const block_q4_k* x, float* y, std::int64_t k) noexcept { detail::dequantize_k45<false>(x, y, k); }
+inline void dequantize(const block_q5_k* x, float* y, std::int64_t k) noexcept { detail::dequantize_k45<true>(x, y, k); }
+
+inline void dequantize(const block_q6_k* x, float* y, std::int64_t k) noexcept {
+    for (std::int64_t i = 0; i < k / 256; ++i) {
+        const float d = fp16_to_float(x[i].d);
+        const std::uint8_t* ql = x[i].ql;
+        const std::uint8_t* qh = x[i].qh;
+        const std::int8_t* sc = x[i].scales;
+        for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; ++l) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l + 0] = d * static_cast<float>(sc[is + 0]) * static_cast<float>(q1);
+                y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+                y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+                y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+            }
+        }
+    }
+}
+
+}  // namespace qforge::gguf

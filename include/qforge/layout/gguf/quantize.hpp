@@ -1,0 +1,154 @@
+// One entry point per direction for every GGUF tensor type: quantize rows of float32 into a
+// type's blocks (as llama-quantize would), and decode blocks back to float32.
+//
+// `quantize_rows` is ggml's `quantize_<t>(src, dst, nrow, n_per_row, imatrix)`: with no imatrix
+// it runs the reference quantizer, with one it runs the importance-weighted path (Q8_0 ignores
+// it, as ggml does). `quantize_rows_ref` always runs `quantize_row_<t>_ref`.
+// F32/F16/BF16 are passthrough conversions (ggml's fp16 and bf16 rounding: RNE).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "qforge/core/error.hpp"
+#include "qforge/core/half.hpp"
+#include "qforge/layout/gguf/blocks.hpp"
+#include "qforge/layout/gguf/kquants.hpp"
+#include "qforge/layout/gguf/legacy.hpp"
+
+namespace qforge::gguf {
+
+/// The types qforge can quantize to and decode from.
+constexpr bool can_quantize(ggml_type t) noexcept {
+    switch (t) {
+        case ggml_type::f32: case ggml_type::f16: case ggml_type::bf16:
+        case ggml_type::q4_0: case ggml_type::q4_1: case ggml_type::q5_0: case ggml_type::q5_1:
+        case ggml_type::q8_0: case ggml_type::q2_k: case ggml_type::q3_k: case ggml_type::q4_k:
+        case ggml_type::q5_k: case ggml_type::q6_k:
+            return true;
+        default:
+            return false;
+    }
+}
+
+namespace detail {
+
+inline void check_rows(ggml_type t, std::int64_t nrow, std::int64_t n_per_row, const void* blocks) {
+    if (!can_quantize(t))
+        fail<unsupported_error>("", "", "GGUF type " + std::string(type_name(t)) + " is not supported");
+    if (nrow < 0 || n_per_row <= 0 || row_bytes(t, n_per_row) < 0)
+        fail<shape_error>("", "", "row length " + std::to_string(n_per_row) + " is not a multiple of the " +
+                                      std::string(type_name(t)) + " block size " +
+                                      std::to_string(traits_of(t).block_elems));
+    if (reinterpret_cast<std::uintptr_t>(blocks) % alignof(std::uint16_t) != 0)
+        fail<unsupported_error>("", "", "GGUF block buffer is not 2-byte aligned");
+}
+
+template <class Block, std::int64_t Elems>
+inline void quantize_blocks(const float* src, std::byte* dst, std::int64_t nrow, std::int64_t n_per_row,
+                            const float* imatrix) {
+    auto* y = reinterpret_cast<Block*>(dst);
+    if constexpr (std::is_same_v<Block, block_q8_0>) {
+        quantize_ref(src, y, nrow * n_per_row);  // quantize_q8_0 ignores the imatrix
+    } else {
+        if (imatrix == nullptr) {
+            quantize_ref(src, y, nrow * n_per_row);
+            return;
+        }
+        const std::int64_t blocks_per_row = n_per_row / Elems;
+        for (std::int64_t r = 0; r < nrow; ++r)
+            quantize_weighted_row(src + r * n_per_row, y + r * blocks_per_row, n_per_row, imatrix);
+    }
+}
+
+/// Calls f(block_tag<Block, Elems>) for the block type of t (quantized types only).
+template <class Block, std::int64_t Elems>
+struct block_tag {
+    using block = Block;
+    static constexpr std::int64_t elems = Elems;
+};
+
+template <class F>
+inline void with_block_type(ggml_type t, F&& f) {
+    switch (t) {
+        case ggml_type::q4_0: return f(block_tag<block_q4_0, 32>{});
+        case ggml_type::q4_1: return f(block_tag<block_q4_1, 32>{});
+        case ggml_type::q5_0: return f(block_tag<block_q5_0, 32>{});
+        case ggml_type::q5_1: return f(block_tag<block_q5_1, 32>{});
+        case ggml_type::q8_0: return f(block_tag<block_q8_0, 32>{});
+        case ggml_type::q2_k: return f(block_tag<block_q2_k, 256>{});
+        case ggml_type::q3_k: return f(block_tag<block_q3_k, 256>{});
+        case ggml_type::q4_k: return f(block_tag<block_q4_k, 256>{});
+        case ggml_type::q5_k: return f(block_tag<block_q5_k, 256>{});
+        case ggml_type::q6_k: return f(block_tag<block_q6_k, 256>{});
+        default: fail<unsupported_error>("", "", "GGUF type " + std::string(type_name(t)) + " is not supported");
+    }
+}
+
+inline bool passthrough(ggml_type t) noexcept {
+    return t == ggml_type::f32 || t == ggml_type::f16 || t == ggml_type::bf16;
+}
+
+inline void convert_out(ggml_type t, const float* src, std::byte* dst, std::int64_t n) noexcept {
+    for (std::int64_t i = 0; i < n; ++i) {
+        if (t == ggml_type::f32) {
+            std::memcpy(dst + 4 * i, &src[i], 4);
+        } else {
+            const std::uint16_t h = t == ggml_type::f16 ? float_to_fp16(src[i]) : float_to_bf16(src[i]);
+            std::memcpy(dst + 2 * i, &h, 2);
+        }
+    }
+}
+
+inline void convert_in(ggml_type t, const std::byte* src, float* dst, std::int64_t n) noexcept {
+    for (std::int64_t i = 0; i < n; ++i) {
+        if (t == ggml_type::f32) {
+            std::memcpy(&dst[i], src + 4 * i, 4);
+        } else {
+            std::uint16_t h;
+            std::memcpy(&h, src + 2 * i, 2);
+            dst[i] = t == ggml_type::f16 ? fp16_to_float(h) : bf16_to_float(h);
+        }
+    }
+}
+
+}  // namespace detail
+
+/// Bytes `quantize_rows` writes: nrow * row_bytes(t, n_per_row).
+inline std::int64_t quantized_size(ggml_type t, std::int64_t nrow, std::int64_t n_per_row) {
+    detail::check_rows(t, nrow, n_per_row, nullptr);
+    return nrow * row_bytes(t, n_per_row);
+}
+
+/// llama-quantize's quantize_<t>: `imatrix` (n_per_row floats, the same for every row) or null.
+/// dst must hold quantized_size(t, nrow, n_per_row) bytes, 2-byte aligned.
+inline void quantize_rows(ggml_type t, const float* src, std::int64_t nrow, std::int64_t n_per_row,
+                          const float* imatrix, std::byte* dst) {
+    detail::check_rows(t, nrow, n_per_row, dst);
+    if (detail::passthrough(t)) return detail::convert_out(t, src, dst, nrow * n_per_row);
+    detail::with_block_type(t, [&](auto tag) {
+        using tag_t = decltype(tag);
+        detail::quantize_blocks<typename tag_t::block, tag_t::elems>(src, dst, nrow, n_per_row, imatrix);
+    });
+}
+
+/// ggml's quantize_row_<t>_ref over nrow*n_per_row elements.
+inline void quantize_rows_ref(ggml_type t, const float* src, std::int64_t nrow, std::int64_t n_per_row,
+                              std::byte* dst) {
+    quantize_rows(t, src, nrow, n_per_row, nullptr, dst);
+}
+
+/// ggml's dequantize_row_<t> (bit-identical float32), n elements (a multiple of the block size).
+inline void dequantize_rows(ggml_type t, const std::byte* src, std::int64_t n, float* dst) {
+    detail::check_rows(t, 1, n, src);
+    if (detail::passthrough(t)) return detail::convert_in(t, src, dst, n);
+    detail::with_block_type(t, [&](auto tag) {
+        using block = typename decltype(tag)::block;
+        dequantize(reinterpret_cast<const block*>(src), dst, n);
+    });
+}
+
+}  // namespace qforge::gguf
