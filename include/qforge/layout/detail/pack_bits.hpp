@@ -1,0 +1,242 @@
+// Bit packing of unsigned b-bit codes (b = 2..8) into 32-bit words: the one place every
+// layout's words are made and read back.
+//
+// Two word formats exist across the formats qforge writes:
+//   dense  - one LSB-first bitstream: element i sits at bit i*b of the stream, an element
+//            that straddles a word keeps its low bits in word k and its high bits in word
+//            k+1; ceil(count*b/32) words. GPTQ 2/3/4/8-bit (AutoGPTQ `QuantLinear.pack`,
+//            3-bit pattern 10|1|10|1|10 is exactly this stream), compressed-tensors >= 0.18
+//            (`pack_quantized/helpers.py pack_to_int32`) and vLLM `pack_quantized_values_into_int32`.
+//   padded - floor(32/b) fields per word at bits b*j, the top 32 - b*floor(32/b) bits zero;
+//            ceil(count/floor(32/b)) words: compressed-tensors <= 0.17 `pack_to_int32`.
+// For b in {2, 4, 8} the two are the same words.
+//
+// Every kernel walks one run of `count` codes, reading with a source stride and writing with a
+// destination stride (in elements), so one function packs along K (stride 1, e.g. a row of
+// codes[N][K]) or along N (stride K) and writes row-major or transposed outputs. Kernels are
+// noexcept and never branch on bad input: callers validate ranges first; bits above b in a
+// code are masked off so an out-of-range code can never spill into a neighbour's field.
+// See formats.md 2.2 and 4.3.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace qforge::detail {
+
+static_assert(std::endian::native == std::endian::little,
+              "qforge: the packing kernels assume a little-endian host (all formats are LE)");
+
+/// Words a dense stream of `count` b-bit codes occupies.
+constexpr std::int64_t dense_words(std::int64_t count, int bits) noexcept {
+    return (count * bits + 31) / 32;
+}
+
+/// Words the padded (floor(32/b) per word) format of `count` codes occupies.
+constexpr std::int64_t padded_words(std::int64_t count, int bits) noexcept {
+    const std::int64_t per_word = 32 / bits;
+    return (count + per_word - 1) / per_word;
+}
+
+inline std::uint64_t load_u64(const std::uint8_t* p) noexcept {
+    std::uint64_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// swar4: eight codes in the bytes of x (byte j = code j) -> one word, code j at bits 4j.
+inline std::uint32_t swar_pack4(std::uint64_t x) noexcept {
+    x &= 0x0F0F0F0F0F0F0F0FULL;
+    x = (x | (x >> 4)) & 0x00FF00FF00FF00FFULL;
+    x = (x | (x >> 8)) & 0x0000FFFF0000FFFFULL;
+    return static_cast<std::uint32_t>(x | (x >> 16));
+}
+
+// swar2: eight codes in the bytes of x -> sixteen bits, code j at bits 2j.
+inline std::uint32_t swar_pack2(std::uint64_t x) noexcept {
+    x &= 0x0303030303030303ULL;
+    x = (x | (x >> 6)) & 0x000F000F000F000FULL;
+    x = (x | (x >> 12)) & 0x000000FF000000FFULL;
+    return static_cast<std::uint32_t>((x | (x >> 24)) & 0xFFFFU);
+}
+
+// pack_dense_contig: stride-1 source, word-at-a-time fast paths for b = 2, 4, 8.
+inline void pack_dense_fast(const std::uint8_t* src, std::int64_t count, int bits,
+                            std::uint32_t* dst, std::ptrdiff_t dst_stride,
+                            std::int64_t& done, std::int64_t& words) noexcept {
+    done = 0;
+    words = 0;
+    if (bits == 4) {
+        for (; done + 8 <= count; done += 8, ++words)
+            dst[words * dst_stride] = swar_pack4(load_u64(src + done));
+    } else if (bits == 2) {
+        for (; done + 16 <= count; done += 16, ++words)
+            dst[words * dst_stride] =
+                swar_pack2(load_u64(src + done)) | (swar_pack2(load_u64(src + done + 8)) << 16);
+    } else if (bits == 8) {
+        for (; done + 4 <= count; done += 4, ++words) {
+            std::uint32_t w;
+            std::memcpy(&w, src + done, sizeof w);
+            dst[words * dst_stride] = w;
+        }
+    }
+}
+
+/// Packs `count` codes (src[i * src_stride]) into dense_words(count, bits) words written at
+/// dst[w * dst_stride]. The last word is zero-padded.
+inline void pack_dense(const std::uint8_t* src, std::ptrdiff_t src_stride, std::int64_t count,
+                       int bits, std::uint32_t* dst, std::ptrdiff_t dst_stride) noexcept {
+    std::int64_t i = 0;
+    std::int64_t w = 0;
+    if (src_stride == 1) pack_dense_fast(src, count, bits, dst, dst_stride, i, w);
+    // General path: a 64-bit accumulator holds the stream's not-yet-written low bits.
+    const std::uint64_t mask = (1u << bits) - 1u;
+    std::uint64_t acc = 0;
+    int fill = 0;
+    for (; i < count; ++i) {
+        acc |= (src[i * src_stride] & mask) << fill;
+        fill += bits;
+        if (fill >= 32) {
+            dst[w++ * dst_stride] = static_cast<std::uint32_t>(acc);
+            acc >>= 32;
+            fill -= 32;
+        }
+    }
+    if (fill > 0) dst[w * dst_stride] = static_cast<std::uint32_t>(acc);
+}
+
+/// Reverse of pack_dense: reads dense_words(count, bits) words, writes `count` codes.
+inline void unpack_dense(const std::uint32_t* src, std::ptrdiff_t src_stride, std::int64_t count,
+                         int bits, std::uint8_t* dst, std::ptrdiff_t dst_stride) noexcept {
+    const std::uint64_t mask = (1u << bits) - 1u;
+    std::uint64_t acc = 0;
+    int fill = 0;
+    std::int64_t w = 0;
+    for (std::int64_t i = 0; i < count; ++i) {
+        if (fill < bits) {
+            acc |= static_cast<std::uint64_t>(src[w++ * src_stride]) << fill;
+            fill += 32;
+        }
+        dst[i * dst_stride] = static_cast<std::uint8_t>(acc & mask);
+        acc >>= bits;
+        fill -= bits;
+    }
+}
+
+/// Packs `count` codes as floor(32/b) fields per word (top bits zero), padded_words() words.
+inline void pack_padded(const std::uint8_t* src, std::ptrdiff_t src_stride, std::int64_t count,
+                        int bits, std::uint32_t* dst, std::ptrdiff_t dst_stride) noexcept {
+    if (32 % bits == 0) return pack_dense(src, src_stride, count, bits, dst, dst_stride);
+    const int per_word = 32 / bits;
+    const std::uint32_t mask = (1u << bits) - 1u;
+    std::int64_t w = 0;
+    for (std::int64_t i = 0; i < count; i += per_word, ++w) {
+        std::uint32_t word = 0;
+        const std::int64_t n = count - i < per_word ? count - i : per_word;
+        for (std::int64_t j = 0; j < n; ++j)
+            word |= (src[(i + j) * src_stride] & mask) << (bits * j);
+        dst[w * dst_stride] = word;
+    }
+}
+
+/// Reverse of pack_padded.
+inline void unpack_padded(const std::uint32_t* src, std::ptrdiff_t src_stride, std::int64_t count,
+                          int bits, std::uint8_t* dst, std::ptrdiff_t dst_stride) noexcept {
+    if (32 % bits == 0) return unpack_dense(src, src_stride, count, bits, dst, dst_stride);
+    const int per_word = 32 / bits;
+    const std::uint32_t mask = (1u << bits) - 1u;
+    for (std::int64_t i = 0; i < count; ++i) {
+        const std::uint32_t word = src[(i / per_word) * src_stride];
+        dst[i * dst_stride] = static_cast<std::uint8_t>((word >> (bits * (i % per_word))) & mask);
+    }
+}
+
+/// True when some word of a padded stream has a bit set outside its fields (a reader checks
+/// this: such a word was not written by the padded packer).
+inline bool padded_has_stray_bits(const std::uint32_t* src, std::ptrdiff_t src_stride,
+                                  std::int64_t count, int bits) noexcept {
+    const int per_word = 32 / bits;
+    const std::int64_t words = padded_words(count, bits);
+    for (std::int64_t w = 0; w < words; ++w) {
+        const std::int64_t fields =
+            count - w * per_word < per_word ? count - w * per_word : per_word;
+        const int used = static_cast<int>(fields) * bits;
+        if (used < 32 && (src[w * src_stride] >> used) != 0) return true;
+    }
+    return false;
+}
+
+/// True when the last word of a dense stream has bits set beyond the stream's end.
+inline bool dense_has_stray_bits(const std::uint32_t* src, std::ptrdiff_t src_stride,
+                                 std::int64_t count, int bits) noexcept {
+    const std::int64_t words = dense_words(count, bits);
+    const int tail = static_cast<int>((count * bits) % 32);
+    return words > 0 && tail != 0 && (src[(words - 1) * src_stride] >> tail) != 0;
+}
+
+// AWQ GEMM nibble order (AutoAWQ `awq/modules/linear/gemm.py` order_map, vLLM
+// `quant_utils.awq_pack`): nibble i of a word holds column 8c + awq_order[i].
+inline constexpr int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+// ... and column 8c + j lives in nibble awq_slot[j].
+inline constexpr int awq_slot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
+// awq_word: eight codes of consecutive columns in bytes of x -> one AWQ-ordered word
+// (even columns in the low 16 bits, odd columns in the high 16 bits).
+inline std::uint32_t awq_word_from_bytes(std::uint64_t x) noexcept {
+    auto four = [](std::uint64_t v) {  // bytes 0,2,4,6 of v (low nibbles) -> 16 bits
+        v &= 0x000F000F000F000FULL;
+        v = (v | (v >> 12)) & 0x000000FF000000FFULL;
+        return static_cast<std::uint32_t>((v | (v >> 24)) & 0xFFFFU);
+    };
+    return four(x) | (four(x >> 8) << 16);
+}
+
+/// Packs 4-bit codes [rows][cols] (row-major, cols % 8 == 0) along the columns in AWQ order:
+/// dst [rows][cols/8]. `src_col_stride` / `src_row_stride` let the caller pack a transposed
+/// source (AWQ packs along N while qforge holds codes [N][K]).
+inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride,
+                      std::ptrdiff_t src_col_stride, std::int64_t rows, std::int64_t cols,
+                      std::uint32_t* dst) noexcept {
+    const std::int64_t words = cols / 8;
+    if (src_col_stride == 1) {
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t c = 0; c < words; ++c)
+                dst[r * words + c] = awq_word_from_bytes(load_u64(src + r * src_row_stride + 8 * c));
+        return;
+    }
+    // Transposed source: gather eight columns (rows of the source) at a time. The tile keeps
+    // the eight source rows' cache lines hot across 64 consecutive output rows.
+    constexpr std::int64_t tile = 64;
+    for (std::int64_t r0 = 0; r0 < rows; r0 += tile) {
+        const std::int64_t r1 = r0 + tile < rows ? r0 + tile : rows;
+        for (std::int64_t c = 0; c < words; ++c) {
+            const std::uint8_t* base = src + 8 * c * src_col_stride;
+            for (std::int64_t r = r0; r < r1; ++r) {
+                const std::uint8_t* p = base + r * src_row_stride;
+                std::uint32_t word = 0;
+                for (int i = 0; i < 8; ++i)
+                    word |= static_cast<std::uint32_t>(p[awq_order[i] * src_col_stride] & 0xF)
+                            << (4 * i);
+                dst[r * words + c] = word;
+            }
+        }
+    }
+}
+
+/// Reverse of pack_awq4: dst[r * dst_row_stride + col * dst_col_stride] = code.
+inline void unpack_awq4(const std::uint32_t* src, std::int64_t rows, std::int64_t cols,
+                        std::uint8_t* dst, std::ptrdiff_t dst_row_stride,
+                        std::ptrdiff_t dst_col_stride) noexcept {
+    const std::int64_t words = cols / 8;
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < words; ++c) {
+            const std::uint32_t word = src[r * words + c];
+            for (int i = 0; i < 8; ++i)
+                dst[r * dst_row_stride + (8 * c + awq_order[i]) * dst_col_stride] =
+                    static_cast<std::uint8_t>((word >> (4 * i)) & 0xF);
+        }
+}
+
+}  // namespace qforge::detail
