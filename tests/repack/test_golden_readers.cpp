@@ -94,16 +94,16 @@ TEST_CASE("compressed-tensors golden: padded (0.12) and dense (>= 0.18) words re
     // (as weight_zero_point). Read as one layer with group size 1 so both are checked.
     const std::int64_t N = 16, K = 96;
     for (int b = 2; b <= 8; ++b) {
-        for (ct_packing packing : {ct_packing::padded, ct_packing::dense}) {
+        for (ct_packing packing : {ct_packing::padded_v0_12, ct_packing::dense_v0_18}) {
             const bool dense_only_file = b == 3 || b == 5 || b == 6 || b == 7;
-            if (packing == ct_packing::dense && !dense_only_file) continue;  // same words as padded
+            if (packing == ct_packing::dense_v0_18 && !dense_only_file) continue;  // same words as padded
             CAPTURE(b);
             CAPTURE(static_cast<int>(packing));
-            const std::string stem = packing == ct_packing::padded ? "ct/ct012_padded_b" + std::to_string(b)
+            const std::string stem = packing == ct_packing::padded_v0_12 ? "ct/ct012_padded_b" + std::to_string(b)
                                                                    : "ct_dense_derived_from_rule/ct018_dense_b" + std::to_string(b);
             const int pf = 32 / b;
-            const std::int64_t kw = packing == ct_packing::padded ? (K + pf - 1) / pf : (K * b + 31) / 32;
-            const std::int64_t nw = packing == ct_packing::padded ? (N + pf - 1) / pf : (N * b + 31) / 32;
+            const std::int64_t kw = packing == ct_packing::padded_v0_12 ? (K + pf - 1) / pf : (K * b + 31) / 32;
+            const std::int64_t nw = packing == ct_packing::padded_v0_12 ? (N + pf - 1) / pf : (N * b + 31) / 32;
             store st;
             st.add(load<std::int32_t>(stem + "_dim1.bin", "c.weight_packed", dtype::I32, {N, kw}));
             st.add(load<std::int32_t>(stem + "_dim0.bin", "c.weight_zero_point", dtype::I32, {nw, K}));
@@ -127,6 +127,6 @@ TEST_CASE("compressed-tensors: a 3-bit word count that contradicts the config's 
     st.add(load<std::int32_t>("ct/ct012_padded_b3_dim1.bin", "c.weight_packed", dtype::I32, {N, 10}));
     st.add(make("c.weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{N, K}));
     st.add(make("c.weight_scale", dtype::BF16, {N, 1}, std::vector<std::uint16_t>(16, 0x3c00)));
-    CHECK_NOTHROW((void)read_ct_packed(make_repack_source(st.views), "c", {3, true, -1}, ct_packing::padded));
-    CHECK_THROWS_AS((void)read_ct_packed(make_repack_source(st.views), "c", {3, true, -1}, ct_packing::dense), format_error);
+    CHECK_NOTHROW((void)read_ct_packed(make_repack_source(st.views), "c", {3, true, -1}, ct_packing::padded_v0_12));
+    CHECK_THROWS_AS((void)read_ct_packed(make_repack_source(st.views), "c", {3, true, -1}, ct_packing::dense_v0_18), format_error);
 }

@@ -14,6 +14,7 @@
 
 #include "qforge/convert/repack_ct_naive.hpp"
 #include "qforge/convert/repack_source.hpp"
+#include "qforge/layout/compressed_tensors.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 
@@ -31,9 +32,6 @@ struct awq_args {
     int bits = 4;
     std::int64_t group_size = 128;
 };
-
-/// compressed-tensors 3/5/6/7-bit words: padded (<= 0.17) or dense bitstream (>= 0.18).
-enum class ct_packing { padded, dense };
 
 namespace detail {
 
@@ -213,12 +211,12 @@ inline quantized_tensor read_ct_packed(const repack_source& src, const std::stri
         fail<shape_error>(file, wp.name, "shape " + shape_to_string(wp.shape) + " does not hold [" + std::to_string(N) + ", " +
                                              std::to_string(K) + "] " + std::to_string(b) + "-bit codes");
     if (dense_k != padded_k) {
-        const ct_packing by_shape = wp.shape[1] == dense_k ? ct_packing::dense : ct_packing::padded;
+        const ct_packing by_shape = wp.shape[1] == dense_k ? ct_packing::dense_v0_18 : ct_packing::padded_v0_12;
         if (by_shape != packing)
-            fail<format_error>(file, wp.name, std::string("word count matches the ") + (by_shape == ct_packing::dense ? "dense (>= 0.18)" : "padded (<= 0.17)") +
+            fail<format_error>(file, wp.name, std::string("word count matches the ") + (by_shape == ct_packing::dense_v0_18 ? "dense (>= 0.18)" : "padded (<= 0.17)") +
                                                   " packing but the config's version says the other one");
     }
-    const bool dense = packing == ct_packing::dense;
+    const bool dense = packing == ct_packing::dense_v0_18;
     quantized_tensor q;
     q.name = prefix;
     q.bits = b;
