@@ -74,17 +74,25 @@ TEST_CASE("plan: default Llama plan, last match wins, totals") {
     rule_set rules;
     rules.default_scheme = g64();
     rules.keep("re:.*mlp\\..*").quantize("mlp.down_proj", g64());  // the later rule wins for down_proj
-    plan p = make_plan(llama_headers(), llama_cfg(), rules, output_format::gptq);
+    plan p = make_plan(llama_headers(), llama_cfg(), rules, output_format::compressed_tensors);
     REQUIRE_FALSE(p.refused());
     CHECK(find_item(p, "model.layers.0.mlp.gate_proj.weight")->action == plan_action::keep);
     CHECK(find_item(p, "model.layers.0.mlp.down_proj.weight")->action == plan_action::quantize);
     const plan_item* q = find_item(p, "model.layers.1.self_attn.k_proj.weight");
     REQUIRE(q->action == plan_action::quantize);
-    REQUIRE(q->outputs.size() == 4);
-    CHECK(q->outputs[0].name == "model.layers.1.self_attn.k_proj.qweight");
-    CHECK(q->outputs[0].shape == shape_t{8, 32});
-    CHECK(q->outputs[2].type == dtype::BF16);
+    REQUIRE(q->outputs.size() == 3);
+    CHECK(q->outputs[0].name == "model.layers.1.self_attn.k_proj.weight_packed");
+    CHECK(q->outputs[0].shape == shape_t{32, 8});
+    CHECK(q->outputs[1].type == dtype::BF16);
     CHECK(p.quantized_count() == 10);
+    // gate/up kept dense and the tied head are listed in `ignore` (vLLM needs every linear covered).
+    const json& ignore = p.quantization_config.at("ignore");
+    CHECK(ignore.size() == 5);
+    CHECK(ignore.at(4).as_string() == "lm_head");
+    // GPTQ cannot describe dense block linears: the layout's refusal lands in the plan.
+    plan g = make_plan(llama_headers(), llama_cfg(), rules, output_format::gptq);
+    REQUIRE(g.refused());
+    CHECK(g.refusals[0].find("gate_proj") != std::string::npos);
     std::ostringstream os;
     print_plan(os, p);
     CHECK(os.str().find("bits per weight") != std::string::npos);
@@ -119,7 +127,7 @@ TEST_CASE("plan refusals") {
         std::vector<source_tensor> h{{"model.layers.0.self_attn.qkv_proj.weight", dtype::BF16, {120, 64}, "m"}};
         rules.split_qkv();
         plan p = make_plan(h, llama_cfg(), rules, output_format::gptq);
-        REQUIRE(p.refusals.size() == 1);
+        REQUIRE(p.refused());
         CHECK(p.refusals[0].find("120 rows") != std::string::npos);
         CHECK_THROWS_AS(p.throw_if_refused(), unsupported_error);
     }

@@ -16,6 +16,9 @@
 #include "qforge/convert/rule.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/tensor_view.hpp"
+#include "qforge/layout/awq.hpp"
+#include "qforge/layout/compressed_tensors.hpp"
+#include "qforge/layout/gptq.hpp"
 
 namespace qforge {
 
@@ -50,10 +53,6 @@ struct planned_tensor {
         return static_cast<std::uint64_t>(checked_numel(shape, {}, name)) * dtype_size(type);
     }
 };
-
-namespace detail {
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
-}  // namespace detail
 
 /// The scale dtype a format uses when the scheme leaves it open: GPTQ and AWQ loaders expect
 /// fp16 (AutoGPTQ/GPTQModel/AutoAWQ write .half()); compressed-tensors keeps the checkpoint's
@@ -106,33 +105,35 @@ inline std::optional<std::string> format_refusal(output_format f, std::int64_t r
     return "unknown format";
 }
 
-/// The tensors one quantized linear `<module>.weight` [rows x cols] becomes.
-inline std::vector<planned_tensor> format_tensors(output_format f, std::string_view module, std::int64_t rows,
-                                                  std::int64_t cols, const quant_scheme& s) {
-    const std::string m(module);
-    const std::int64_t g = s.group_for(cols), groups = detail::ceil_div(cols, g);
-    const dtype sd = s.scale_dtype.value_or(dtype::F16);
+/// Runs `fn(layout)` with the layout object of `f` for `bits` (scales stored as `scale_dtype`,
+/// compressed-tensors scales in the `checkpoint` dtype). The layouts live in qforge/layout/.
+template <class F>
+decltype(auto) with_layout(output_format f, int bits, dtype scale_dtype, dtype checkpoint, F&& fn) {
     switch (f) {
         case output_format::gptq:
         case output_format::gptq_v2:
-            return {{m + ".qweight", dtype::I32, {cols * s.bits / 32, rows}},
-                    {m + ".qzeros", dtype::I32, {groups, rows * s.bits / 32}},
-                    {m + ".scales", sd, {groups, rows}},
-                    {m + ".g_idx", dtype::I32, {cols}}};
+            return with_gptq_layout(bits,
+                                    gptq_options{f == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
+                                                 scale_dtype, false},
+                                    std::forward<F>(fn));
         case output_format::awq:
-            return {{m + ".qweight", dtype::I32, {cols, rows / 8}},
-                    {m + ".qzeros", dtype::I32, {groups, rows / 8}},
-                    {m + ".scales", sd, {groups, rows}}};
-        case output_format::compressed_tensors: {
-            std::vector<planned_tensor> out{{m + ".weight_packed", dtype::I32, {rows, detail::ceil_div(cols * s.bits, 32)}},
-                                            {m + ".weight_scale", sd, {rows, groups}}};
-            if (!s.symmetric)
-                out.push_back({m + ".weight_zero_point", dtype::I32, {detail::ceil_div(rows * s.bits, 32), groups}});
-            out.push_back({m + ".weight_shape", dtype::I64, {2}});
-            return out;
-        }
+            return with_awq_layout(bits, std::forward<F>(fn));
+        case output_format::compressed_tensors:
+            break;
     }
-    return {};
+    return with_ct_layout(bits, ct_options{ct_packing::padded_v0_12, checkpoint}, std::forward<F>(fn));
+}
+
+/// The tensors one quantized linear `<module>.weight` [rows x cols] becomes.
+inline std::vector<planned_tensor> format_tensors(output_format f, std::string_view module, std::int64_t rows,
+                                                  std::int64_t cols, const quant_scheme& s, dtype checkpoint) {
+    const dtype sd = s.scale_dtype.value_or(default_scale_dtype(f, checkpoint));
+    const auto specs = with_layout(f, s.bits, sd, checkpoint, [&](const auto& layout) {
+        return layout.specs(rows, cols, s.group_size, s.symmetric);
+    });
+    std::vector<planned_tensor> out;
+    for (const tensor_spec& t : specs) out.push_back({std::string(module) + t.suffix, t.type, t.shape});
+    return out;
 }
 
 }  // namespace qforge

@@ -29,6 +29,8 @@
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
+#include "qforge/io/json.hpp"
+#include "qforge/layout/checkpoint_rules.hpp"
 
 namespace qforge {
 
@@ -74,6 +76,8 @@ struct plan {
     std::vector<plan_item> items;
     std::vector<std::string> refusals;  ///< complete messages ("qforge: file: tensor 'x': why")
     bool untied = false;                ///< an untie rule fired: write tie_word_embeddings false
+    std::vector<linear_entry> linears;  ///< every linear of the output model, quantized or not
+    json quantization_config;           ///< the layout's config.json fragment (null if refused)
     std::uint64_t source_bytes = 0;     ///< every source tensor once
 
     bool refused() const noexcept { return !refusals.empty(); }
@@ -337,7 +341,7 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
                                                  std::string(format_name(format)) + ": " + *why));
             continue;
         }
-        it.outputs = format_tensors(format, module_of(it.name), it.shape[0], it.shape[1], it.scheme);
+        it.outputs = format_tensors(format, module_of(it.name), it.shape[0], it.shape[1], it.scheme, it.source_type);
     }
 
     // A quantize rule that selects a tied head that does not exist in the file.
@@ -383,6 +387,38 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
                 it.source_file, it.name,
                 "loaders fuse this layer with '" + a.name +
                     "' and need one scheme for both (vLLM: \"all to use the same scheme\"); give them the same rule"));
+    }
+
+    // The layout's config: its checks (one scheme, every block linear quantized for GPTQ,
+    // fused layers, tied layers) become refusals now rather than after the work.
+    for (const auto& it : p.items) {
+        if (it.shape.size() != 2 || !it.name.ends_with(".weight") || !is_floating(it.source_type)) continue;
+        const bool linear = it.action == plan_action::quantize ||
+                            default_action(it.name, it.source_type, it.shape, 0) == default_decision::quantize ||
+                            module_of(it.name).ends_with("lm_head");
+        if (!linear) continue;
+        linear_entry e{std::string(module_of(it.name)), it.action == plan_action::quantize, it.scheme.bits,
+                       it.scheme.group_size, it.scheme.symmetric, it.shape[0], it.shape[1], {}};
+        p.linears.push_back(std::move(e));
+    }
+    if (cfg.tie_word_embeddings && !head_in_source && !p.untied)
+        p.linears.push_back({"lm_head", false, 4, -1, true, 0, 0, {}});
+    if (p.quantized_count() == 0) {
+        p.refusals.push_back(detail::refusal({}, {}, "no tensor is selected for quantization"));
+    } else if (p.refusals.empty()) {
+        const auto scheme = *p.main_scheme();
+        dtype model_type = dtype::BF16;
+        for (const auto& it : p.items)
+            if (it.action == plan_action::quantize) model_type = it.source_type;
+        try {
+            p.quantization_config = with_layout(format, scheme.bits, *scheme.scale_dtype, model_type, [&](const auto& layout) {
+                if constexpr (requires { ct_config(p.linears, layout.options()); })
+                    if (format == output_format::compressed_tensors) return ct_config(p.linears, layout.options());
+                return layout.config(p.linears);
+            });
+        } catch (const error& e) {
+            p.refusals.push_back(e.what());
+        }
     }
 
     std::set<std::string> out_names;
