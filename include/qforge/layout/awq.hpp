@@ -1,0 +1,161 @@
+// AWQ GEMM checkpoints (AutoAWQ `WQLinear_GEMM`, vLLM `awq` / `awq_marlin`): per linear
+//   <p>.qweight int32 [K, N/8]  codes packed along N, nibble i of word c = column 8c + [0,2,4,6,1,3,5,7][i]
+//   <p>.qzeros  int32 [G, N/8]  real zeros (no -1), same order
+//   <p>.scales  F16 [G, N]
+// Sources: AA `awq/modules/linear/gemm.py WQLinear_GEMM.__init__/from_linear` (order_map),
+// AA `awq/utils/packing_utils.py`, VL `quant_utils.awq_pack`; formats.md 3.
+// Only 4 bits exist (AutoAWQ raises NotImplementedError otherwise), groups are contiguous
+// (no g_idx tensor), N % 8 == 0 and K % group == 0.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/tensor_view.hpp"
+#include "qforge/io/json.hpp"
+#include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/layout/detail/pack_bits.hpp"
+#include "qforge/layout/layout_traits.hpp"
+#include "qforge/quant/quantized_tensor.hpp"
+
+namespace qforge {
+
+template <int Bits = 4>
+class awq_layout {
+    static_assert(Bits == 4, "qforge: AWQ packs 4 bits only");
+
+public:
+    static constexpr std::string_view format_name = "awq";
+    static constexpr int bits = Bits;
+
+    std::vector<tensor_spec> specs(std::int64_t n, std::int64_t k, std::int64_t group,
+                                   bool /*symmetric*/) const {
+        const std::int64_t g = detail::ceil_div(k, detail::effective_group(group, k));
+        return {{".qweight", dtype::I32, {k, n / 8}},
+                {".qzeros", dtype::I32, {g, n / 8}},
+                {".scales", dtype::F16, {g, n}}};
+    }
+
+    void check(const quantized_tensor& q) const {
+        detail::check_common(q, "AWQ");
+        if (q.bits != Bits)
+            fail<unsupported_error>({}, q.name, "AWQ packs 4 bits only; got a " +
+                                                    std::to_string(q.bits) + "-bit weight");
+        detail::check_scale_dtype(q, dtype::F16, "AWQ");
+        check_shape(q.name, q.rows, q.cols, q.group_size);
+        for (std::int64_t k = 0; k < q.cols; ++k)
+            if (q.group_of(k) != k / q.group_size)
+                fail<unsupported_error>({}, q.name,
+                                        "AWQ has no g_idx: groups must be contiguous, but column " +
+                                            std::to_string(k) + " is in group " +
+                                            std::to_string(q.group_of(k)));
+    }
+
+    std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix) const {
+        check(q);
+        const std::string p(prefix);
+        const std::int64_t n = q.rows, k = q.cols, groups = q.groups();
+        // qweight row k gathers column k of every code row: the source is read transposed.
+        std::vector<std::uint32_t> qweight(static_cast<std::size_t>(k * n / 8));
+        detail::pack_awq4(q.codes.data(), 1, k, k, n, qweight.data());
+        std::vector<std::uint8_t> zeros(q.zeros.begin(), q.zeros.end());  // [n][groups], 0..15
+        std::vector<std::uint32_t> qzeros(static_cast<std::size_t>(groups * n / 8));
+        detail::pack_awq4(zeros.data(), 1, groups, groups, n, qzeros.data());
+        std::vector<std::uint16_t> scales(static_cast<std::size_t>(groups * n));
+        for (std::int64_t r = 0; r < n; ++r)
+            for (std::int64_t g = 0; g < groups; ++g)
+                scales[static_cast<std::size_t>(g * n + r)] = q.scales[static_cast<std::size_t>(r * groups + g)];
+        std::vector<owned_tensor> out;
+        out.push_back(detail::make_tensor(p + ".qweight", dtype::I32, {k, n / 8}, qweight));
+        out.push_back(detail::make_tensor(p + ".qzeros", dtype::I32, {groups, n / 8}, qzeros));
+        out.push_back(detail::make_tensor(p + ".scales", dtype::F16, {groups, n}, scales));
+        return out;
+    }
+
+    quantized_tensor unpack(std::span<const tensor_view> views, std::string_view prefix,
+                            layer_params params) const {
+        const std::string p(prefix);
+        const tensor_view& qw = detail::find_view(views, p + ".qweight");
+        if (qw.rank() != 2) fail<shape_error>({}, qw.name, "AWQ qweight must be 2-D");
+        const std::int64_t k = qw.shape[0], n = qw.shape[1] * 8;
+        const std::int64_t group = detail::effective_group(params.group_size, k);
+        check_shape(qw.name, n, k, group);
+        const std::int64_t groups = k / group;
+        const tensor_view& qz = detail::find_view(views, p + ".qzeros");
+        const tensor_view& sc = detail::find_view(views, p + ".scales");
+        detail::expect_view(qw, dtype::I32, {k, n / 8});
+        detail::expect_view(qz, dtype::I32, {groups, n / 8});
+        detail::expect_view(sc, dtype::F16, {groups, n});
+
+        quantized_tensor q;
+        q.name = p;
+        q.bits = Bits;
+        q.rows = n;
+        q.cols = k;
+        q.group_size = group;
+        q.symmetric = params.symmetric;
+        q.scale_dtype = dtype::F16;
+        q.codes.resize(static_cast<std::size_t>(n * k));
+        const auto words = detail::copy_elements<std::uint32_t>(qw);
+        detail::unpack_awq4(words.data(), k, n, q.codes.data(), 1, k);
+        std::vector<std::uint8_t> zeros(static_cast<std::size_t>(n * groups));
+        const auto zwords = detail::copy_elements<std::uint32_t>(qz);
+        detail::unpack_awq4(zwords.data(), groups, n, zeros.data(), 1, groups);
+        q.zeros.assign(zeros.begin(), zeros.end());
+        const auto scales = detail::copy_elements<std::uint16_t>(sc);
+        q.scales.resize(static_cast<std::size_t>(n * groups));
+        for (std::int64_t r = 0; r < n; ++r)
+            for (std::int64_t g = 0; g < groups; ++g)
+                q.scales[static_cast<std::size_t>(r * groups + g)] = scales[static_cast<std::size_t>(g * n + r)];
+        q.validate();
+        return q;
+    }
+
+    /// `quantization_config` as AutoAWQ's `AwqConfig.to_transformers_dict` writes it.
+    json config(std::span<const linear_entry> linears) const {
+        check_untied(linears, "AWQ");
+        check_fused_share_scheme(linears, "AWQ");
+        const linear_entry& scheme = common_scheme(linears, "AWQ");
+        if (scheme.bits != Bits)
+            fail<unsupported_error>({}, scheme.name, "AWQ packs 4 bits only; layers are " +
+                                                         std::to_string(scheme.bits) + "-bit");
+        const std::int64_t group = common_group_size(linears, "AWQ");
+        if (group <= 0)
+            fail<unsupported_error>({}, scheme.name,
+                                    "AWQ: every layer is per channel, but AWQ configs state one "
+                                    "group size; quantize with a group size that divides K");
+        json skip = unquantized_names(linears);
+        return json::object({{"quant_method", "awq"},
+                             {"zero_point", true},
+                             {"group_size", group},
+                             {"bits", Bits},
+                             {"version", "gemm"},
+                             {"modules_to_not_convert", skip.size() ? skip : json()}});
+    }
+
+private:
+    static void check_shape(const std::string& tensor, std::int64_t n, std::int64_t k,
+                            std::int64_t group) {
+        if (n % 8 != 0)
+            fail<shape_error>({}, tensor, "AWQ packs N in words of 8 columns; N = " + std::to_string(n));
+        if (group <= 0 || k % group != 0)
+            fail<shape_error>({}, tensor, "AWQ needs K (" + std::to_string(k) +
+                                              ") to be a multiple of the group size (" +
+                                              std::to_string(group) + ")");
+    }
+};
+
+/// Runs `f(awq_layout<4>)` or refuses any other bit width.
+template <class F>
+decltype(auto) with_awq_layout(int bits, F&& f) {
+    if (bits != 4)
+        fail<unsupported_error>({}, {}, "AWQ packs 4 bits only; got " + std::to_string(bits));
+    return f(awq_layout<4>());
+}
+
+}  // namespace qforge

@@ -1,0 +1,219 @@
+// Checkpoint-level rules every layout shares: the list of linears an export describes, the
+// layers a loader fuses, the integer zero-point check, the tied-weight check and the config
+// write. They live once here so GPTQ, AWQ and compressed-tensors refuse the same things with
+// the same words (the compressed-tensors exporter in ../shared/seeds did this refactor for the
+// same reason).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qforge/core/error.hpp"
+#include "qforge/io/json.hpp"
+#include "qforge/quant/quantized_tensor.hpp"
+
+namespace qforge {
+
+/// One linear layer of the exported model, as its config describes it.
+struct linear_entry {
+    std::string name;               ///< full module name, "model.layers.0.self_attn.q_proj"
+    bool quantized = true;          ///< false: kept in the model dtype (must be listed as such)
+    int bits = 4;
+    std::int64_t group_size = 128;  ///< columns per group; -1 or `cols`: per channel
+    bool symmetric = true;
+    std::int64_t rows = 0;          ///< N
+    std::int64_t cols = 0;          ///< K
+    std::string tied_to;            ///< non-empty: this weight is shared with that tensor
+};
+
+/// The entry a quantized tensor contributes (module = name without ".weight").
+inline linear_entry linear_entry_of(const quantized_tensor& q, std::string module) {
+    return {std::move(module), true, q.bits, q.group_size, q.symmetric, q.rows, q.cols, {}};
+}
+
+/// Linears a loader fuses into one module (vLLM `packed_modules_mapping`): leaf names that
+/// must share one scheme when they sit under the same parent.
+struct fused_set {
+    std::string_view fused;
+    std::vector<std::string_view> parts;
+};
+
+inline const std::vector<fused_set>& default_fused_sets() {
+    static const std::vector<fused_set> sets{{"qkv_proj", {"q_proj", "k_proj", "v_proj"}},
+                                             {"gate_up_proj", {"gate_proj", "up_proj"}}};
+    return sets;
+}
+
+namespace detail {
+
+inline std::pair<std::string_view, std::string_view> split_leaf(std::string_view name) {
+    const auto dot = name.rfind('.');
+    if (dot == std::string_view::npos) return {{}, name};
+    return {name.substr(0, dot), name.substr(dot + 1)};
+}
+
+/// Per-channel layers store one group per row; compare schemes on that footing.
+inline std::int64_t entry_group(const linear_entry& e) noexcept {
+    return e.group_size <= 0 || e.group_size >= e.cols ? -1 : e.group_size;
+}
+
+inline bool same_scheme(const linear_entry& a, const linear_entry& b) noexcept {
+    if (a.quantized != b.quantized) return false;
+    if (!a.quantized) return true;
+    return a.bits == b.bits && entry_group(a) == entry_group(b) && a.symmetric == b.symmetric;
+}
+
+inline std::string scheme_text(const linear_entry& e) {
+    if (!e.quantized) return "unquantized";
+    return std::to_string(e.bits) + "-bit " + (e.symmetric ? "sym" : "asym") + " group " +
+           std::to_string(entry_group(e));
+}
+
+}  // namespace detail
+
+/// Groups of entries that one loader module fuses (members of the same parent and fused set).
+inline std::vector<std::vector<const linear_entry*>> fused_groups(
+    std::span<const linear_entry> linears,
+    const std::vector<fused_set>& sets = default_fused_sets()) {
+    std::vector<std::vector<const linear_entry*>> groups;
+    std::vector<std::pair<std::string, std::size_t>> keys;  // (parent + fused name, group index)
+    for (const linear_entry& e : linears) {
+        const auto [parent, leaf] = detail::split_leaf(e.name);
+        for (const fused_set& s : sets) {
+            bool member = false;
+            for (std::string_view p : s.parts) member = member || p == leaf;
+            if (!member) continue;
+            const std::string key = std::string(parent) + "." + std::string(s.fused);
+            std::size_t idx = groups.size();
+            for (const auto& [k, i] : keys)
+                if (k == key) idx = i;
+            if (idx == groups.size()) {
+                keys.emplace_back(key, idx);
+                groups.emplace_back();
+            }
+            groups[idx].push_back(&e);
+        }
+    }
+    return groups;
+}
+
+/// Refuses an export where layers a loader fuses (q/k/v, gate/up of one block) do not share
+/// one scheme: vLLM raises "Found a different quantization schemes" (formats.md 4.5).
+inline void check_fused_share_scheme(std::span<const linear_entry> linears, std::string_view format) {
+    for (const auto& group : fused_groups(linears)) {
+        for (const linear_entry* e : group) {
+            if (detail::same_scheme(*e, *group.front())) continue;
+            std::string names;
+            for (const linear_entry* m : group)
+                names += (names.empty() ? "" : ", ") + m->name + " (" + detail::scheme_text(*m) + ")";
+            fail<unsupported_error>({}, e->name,
+                                    std::string(format) +
+                                        ": layers a loader fuses must share one scheme: " + names);
+        }
+    }
+}
+
+/// Refuses a quantized layer whose weight is tied to another tensor: the loader would either
+/// re-tie it (dropping the quantized copy) or quantize the shared table. Untie it first.
+inline void check_untied(std::span<const linear_entry> linears, std::string_view format) {
+    for (const linear_entry& e : linears)
+        if (e.quantized && !e.tied_to.empty())
+            fail<unsupported_error>({}, e.name,
+                                    std::string(format) + ": quantized layer's weight is tied to '" +
+                                        e.tied_to + "'; untie it or leave it unquantized");
+}
+
+/// Zero points given as floats (trained or read from elsewhere) as integers in code space,
+/// or an unsupported_error naming the first fractional one: every integer layout stores
+/// integers, and rounding here would change the decoded weights (QA-LoRA folds give such
+/// zeros). `zeros` is [rows][groups] row-major.
+inline std::vector<std::int32_t> integer_zero_points(std::span<const float> zeros, int bits,
+                                                     std::int64_t groups, const std::string& tensor) {
+    std::vector<std::int32_t> out(zeros.size());
+    const float maxq = static_cast<float>((1 << bits) - 1);
+    for (std::size_t i = 0; i < zeros.size(); ++i) {
+        const float z = zeros[i];
+        const auto where = "row " + std::to_string(static_cast<std::int64_t>(i) / groups) +
+                           ", group " + std::to_string(static_cast<std::int64_t>(i) % groups);
+        if (!std::isfinite(z) || z != std::nearbyint(z))
+            fail<unsupported_error>({}, tensor, "fractional zero point " + std::to_string(z) +
+                                                    " at " + where +
+                                                    "; integer layouts cannot store it");
+        if (z < 0.0f || z > maxq)
+            fail<unsupported_error>({}, tensor, "zero point " + std::to_string(z) + " at " + where +
+                                                    " is outside the " + std::to_string(bits) +
+                                                    "-bit code range");
+        out[i] = static_cast<std::int32_t>(z);
+    }
+    return out;
+}
+
+/// The one group size a GPTQ/AWQ config can state for all quantized layers, or a refusal
+/// naming two layers that disagree. Per-channel layers fit a stated g only when K == g;
+/// returns -1 when every layer is per channel.
+inline std::int64_t common_group_size(std::span<const linear_entry> linears, std::string_view format) {
+    const linear_entry* grouped = nullptr;
+    for (const linear_entry& e : linears)
+        if (e.quantized && detail::entry_group(e) > 0) {
+            if (grouped && grouped->group_size != e.group_size)
+                fail<unsupported_error>({}, e.name,
+                                        std::string(format) + ": one group size for all layers, but '" +
+                                            grouped->name + "' uses " +
+                                            std::to_string(grouped->group_size) + " and this one " +
+                                            std::to_string(e.group_size));
+            grouped = &e;
+        }
+    if (!grouped) return -1;
+    for (const linear_entry& e : linears)
+        if (e.quantized && detail::entry_group(e) < 0 && e.cols != grouped->group_size)
+            fail<unsupported_error>({}, e.name,
+                                    std::string(format) + ": per-channel layer (K " +
+                                        std::to_string(e.cols) + ") cannot share the config's group size " +
+                                        std::to_string(grouped->group_size) + " of '" + grouped->name + "'");
+    return grouped->group_size;
+}
+
+/// The one (bits, symmetric) pair of all quantized layers, or a refusal naming the odd one.
+inline const linear_entry& common_scheme(std::span<const linear_entry> linears, std::string_view format) {
+    const linear_entry* first = nullptr;
+    for (const linear_entry& e : linears) {
+        if (!e.quantized) continue;
+        if (!first) {
+            first = &e;
+            continue;
+        }
+        if (e.bits != first->bits || e.symmetric != first->symmetric)
+            fail<unsupported_error>({}, e.name,
+                                    std::string(format) + ": one scheme for all layers, but '" +
+                                        first->name + "' is " + detail::scheme_text(*first) +
+                                        " and this one " + detail::scheme_text(e));
+    }
+    if (!first) fail<unsupported_error>({}, {}, std::string(format) + ": no quantized layer to export");
+    return *first;
+}
+
+/// Names of the linears left unquantized, in model order.
+inline json unquantized_names(std::span<const linear_entry> linears) {
+    json names = json::array();
+    for (const linear_entry& e : linears)
+        if (!e.quantized) names.push_back(e.name);
+    return names;
+}
+
+/// Puts a layout's fragment into a model config as `quantization_config`, replacing any
+/// previous one in place (config.json keeps its key order).
+inline void set_quantization_config(json& model_config, json fragment) {
+    model_config.set("quantization_config", std::move(fragment));
+}
+
+/// A JSON file's bytes the way transformers' save_pretrained writes them
+/// (`json.dumps(obj, indent=2, sort_keys=True) + "\n"`).
+inline std::string config_file_text(const json& value) {
+    return value.dump({.indent = 2, .ensure_ascii = false, .sort_keys = true}) + "\n";
+}
+
+}  // namespace qforge

@@ -1,0 +1,293 @@
+// compressed-tensors `pack-quantized` checkpoints (vLLM `CompressedTensorsWNA16`,
+// transformers + compressed-tensors): per linear
+//   <p>.weight_packed     int32 [N, words(K)]    codes packed along K (dim 1)
+//   <p>.weight_scale      checkpoint dtype [N, G]
+//   <p>.weight_zero_point int32 [words(N), G]   zeros packed along N (dim 0), only when asymmetric
+//   <p>.weight_shape      int64 [2] = [N, K]
+// CT quantizes to signed q in [-2^(b-1), 2^(b-1)-1] and stores q + 2^(b-1) (weights and zero
+// points alike); qforge's unsigned code is that stored value, so codes and zeros pack as they
+// are. Sources: CTo `compressors/quantized_compressors/pack_quantized.py pack_to_int32`, CTn
+// `compressors/pack_quantized/helpers.py`, VL `schemes/compressed_tensors_wNa16.py`;
+// formats.md 4.1-4.5.
+//
+// Packing of 3, 5, 6, 7 bits changed in compressed-tensors 0.18.0 (commit 66e631f6): before,
+// floor(32/b) codes per word with the top bits zero ("padded"); from 0.18, one dense LSB-first
+// bitstream. Both are offered as `ct_packing`, which also sets the config's `version`. For 2,
+// 4 and 8 bits the words are the same either way.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/tensor_view.hpp"
+#include "qforge/io/json.hpp"
+#include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/layout/detail/pack_bits.hpp"
+#include "qforge/layout/layout_traits.hpp"
+#include "qforge/quant/quantized_tensor.hpp"
+
+namespace qforge {
+
+enum class ct_packing {
+    padded_v0_12,  ///< compressed-tensors <= 0.17: 32/b codes per word; config version "0.12.2"
+    dense_v0_18,   ///< compressed-tensors >= 0.18: dense bitstream; config version "0.18.0"
+};
+
+struct ct_options {
+    ct_packing packing = ct_packing::padded_v0_12;
+    dtype checkpoint_dtype = dtype::BF16;  ///< the model's dtype: weight_scale must be stored in it
+};
+
+inline constexpr std::string_view ct_version(ct_packing p) noexcept {
+    return p == ct_packing::padded_v0_12 ? "0.12.2" : "0.18.0";
+}
+
+template <int Bits>
+class compressed_tensors_layout {
+    static_assert(Bits >= 2 && Bits <= 8, "qforge: compressed-tensors pack-quantized packs 2 to 8 bits");
+
+public:
+    static constexpr std::string_view format_name = "compressed-tensors";
+    static constexpr int bits = Bits;
+
+    explicit compressed_tensors_layout(ct_options options = {}) : opt_(options) {}
+    const ct_options& options() const noexcept { return opt_; }
+
+    /// Words a run of `count` codes takes in this packing.
+    std::int64_t words(std::int64_t count) const noexcept {
+        return opt_.packing == ct_packing::dense_v0_18 ? detail::dense_words(count, Bits)
+                                                       : detail::padded_words(count, Bits);
+    }
+
+    std::vector<tensor_spec> specs(std::int64_t n, std::int64_t k, std::int64_t group,
+                                   bool symmetric) const {
+        const std::int64_t g = detail::ceil_div(k, detail::effective_group(group, k));
+        std::vector<tensor_spec> s{{".weight_packed", dtype::I32, {n, words(k)}},
+                                   {".weight_scale", opt_.checkpoint_dtype, {n, g}}};
+        if (!symmetric) s.push_back({".weight_zero_point", dtype::I32, {words(n), g}});
+        s.push_back({".weight_shape", dtype::I64, {2}});
+        return s;
+    }
+
+    void check(const quantized_tensor& q) const {
+        detail::check_common(q, "compressed-tensors");
+        if (q.bits != Bits)
+            fail<unsupported_error>({}, q.name, "compressed-tensors layout for " + std::to_string(Bits) +
+                                                    " bits given a " + std::to_string(q.bits) +
+                                                    "-bit weight");
+        detail::check_scale_dtype(q, opt_.checkpoint_dtype, "compressed-tensors");
+        if (!q.g_idx.empty())
+            for (std::int64_t k = 0; k < q.cols; ++k)
+                if (q.group_of(k) != k / q.group_size)
+                    fail<unsupported_error>({}, q.name,
+                                            "compressed-tensors: qforge writes contiguous groups "
+                                            "only (no weight_g_idx / actorder), but column " +
+                                                std::to_string(k) + " is in group " +
+                                                std::to_string(q.group_of(k)));
+    }
+
+    std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix) const {
+        check(q);
+        const std::string p(prefix);
+        const std::int64_t n = q.rows, k = q.cols, groups = q.groups();
+        const std::int64_t wk = words(k);
+        std::vector<std::uint32_t> packed(static_cast<std::size_t>(n * wk));
+        for (std::int64_t r = 0; r < n; ++r) pack_run(q.codes.data() + r * k, 1, k, packed.data() + r * wk, 1);
+
+        std::vector<owned_tensor> out;
+        out.push_back(detail::make_tensor(p + ".weight_packed", dtype::I32, {n, wk}, packed));
+        out.push_back(detail::make_tensor(p + ".weight_scale", q.scale_dtype, {n, groups}, q.scales));
+        if (!q.symmetric) {
+            // Column g of the zeros [n][groups] is one run along N, written down column g.
+            std::vector<std::uint8_t> zeros(q.zeros.begin(), q.zeros.end());
+            std::vector<std::uint32_t> zp(static_cast<std::size_t>(words(n) * groups));
+            for (std::int64_t g = 0; g < groups; ++g)
+                pack_run(zeros.data() + g, groups, n, zp.data() + g, groups);
+            out.push_back(detail::make_tensor(p + ".weight_zero_point", dtype::I32, {words(n), groups}, zp));
+        }
+        out.push_back(detail::make_tensor(p + ".weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{n, k}));
+        return out;
+    }
+
+    /// Reads one linear back; N and K come from weight_shape, the group size and symmetry from
+    /// the config group that names the layer.
+    quantized_tensor unpack(std::span<const tensor_view> views, std::string_view prefix,
+                            layer_params params) const {
+        const std::string p(prefix);
+        const tensor_view& ws = detail::find_view(views, p + ".weight_shape");
+        detail::expect_view(ws, dtype::I64, {2});
+        const auto nk = detail::copy_elements<std::int64_t>(ws);
+        const std::int64_t n = nk[0], k = nk[1];
+        if (n <= 0 || k <= 0 || n > (std::int64_t{1} << 40) || k > (std::int64_t{1} << 40))
+            fail<shape_error>({}, ws.name, "weight_shape [" + std::to_string(n) + ", " +
+                                               std::to_string(k) + "] is not a weight shape");
+        const std::int64_t group = detail::effective_group(params.group_size, k);
+        if (group > k) fail<shape_error>({}, ws.name, "group size exceeds K");
+        const std::int64_t groups = detail::ceil_div(k, group);
+        const tensor_view& wp = detail::find_view(views, p + ".weight_packed");
+        const tensor_view& sc = detail::find_view(views, p + ".weight_scale");
+        detail::expect_view(wp, dtype::I32, {n, words(k)});
+        if (sc.type != dtype::F16 && sc.type != dtype::BF16)
+            fail<unsupported_error>({}, sc.name, "weight_scale must be F16 or BF16 for qforge, got " +
+                                                     std::string(dtype_name(sc.type)));
+        detail::expect_view(sc, sc.type, {n, groups});
+
+        quantized_tensor q;
+        q.name = p;
+        q.bits = Bits;
+        q.rows = n;
+        q.cols = k;
+        q.group_size = group;
+        q.symmetric = params.symmetric;
+        q.scale_dtype = sc.type;
+        const std::int64_t wk = words(k);
+        const auto packed = detail::copy_elements<std::uint32_t>(wp);
+        q.codes.resize(static_cast<std::size_t>(n * k));
+        for (std::int64_t r = 0; r < n; ++r) {
+            if (has_stray_bits(packed.data() + r * wk, 1, k))
+                fail<format_error>({}, wp.name, "row " + std::to_string(r) +
+                                                    " has bits set outside its code fields");
+            unpack_run(packed.data() + r * wk, 1, k, q.codes.data() + r * k, 1);
+        }
+        q.scales = detail::copy_elements<std::uint16_t>(sc);
+        q.zeros.assign(static_cast<std::size_t>(n * groups), 1 << (Bits - 1));
+        if (!params.symmetric) {
+            const tensor_view& zp = detail::find_view(views, p + ".weight_zero_point");
+            detail::expect_view(zp, dtype::I32, {words(n), groups});
+            const auto zw = detail::copy_elements<std::uint32_t>(zp);
+            std::vector<std::uint8_t> zeros(static_cast<std::size_t>(n * groups));
+            for (std::int64_t g = 0; g < groups; ++g)
+                unpack_run(zw.data() + g, groups, n, zeros.data() + g, groups);
+            q.zeros.assign(zeros.begin(), zeros.end());
+        } else {
+            for (const tensor_view& v : views)
+                if (v.name == p + ".weight_zero_point")
+                    fail<format_error>({}, v.name, "a symmetric scheme must not carry a zero point "
+                                                   "(vLLM refuses to load it)");
+        }
+        q.validate();
+        return q;
+    }
+
+    /// `quantization_config`: one config group per (bits, group size, symmetry) naming its
+    /// layers, `ignore` naming every unquantized linear. Emits only keys compressed-tensors
+    /// 0.12 accepts (its QuantizationArgs forbid extra keys; formats.md 4.4). The fragment
+    /// covers the layers of this layout's bit width; mixed widths go through
+    /// ct_config(linears, options) directly.
+    json config(std::span<const linear_entry> linears) const;
+
+private:
+    void pack_run(const std::uint8_t* src, std::ptrdiff_t ss, std::int64_t count, std::uint32_t* dst,
+                  std::ptrdiff_t ds) const noexcept {
+        if (opt_.packing == ct_packing::dense_v0_18) detail::pack_dense(src, ss, count, Bits, dst, ds);
+        else detail::pack_padded(src, ss, count, Bits, dst, ds);
+    }
+    void unpack_run(const std::uint32_t* src, std::ptrdiff_t ss, std::int64_t count, std::uint8_t* dst,
+                    std::ptrdiff_t ds) const noexcept {
+        if (opt_.packing == ct_packing::dense_v0_18) detail::unpack_dense(src, ss, count, Bits, dst, ds);
+        else detail::unpack_padded(src, ss, count, Bits, dst, ds);
+    }
+    bool has_stray_bits(const std::uint32_t* src, std::ptrdiff_t ss, std::int64_t count) const noexcept {
+        return opt_.packing == ct_packing::dense_v0_18 ? detail::dense_has_stray_bits(src, ss, count, Bits)
+                                                       : detail::padded_has_stray_bits(src, ss, count, Bits);
+    }
+
+    ct_options opt_;
+};
+
+/// The compressed-tensors `quantization_config` for a whole model (any mix of 2..8 bits,
+/// group sizes and symmetry): refuses tied quantized layers, unsupported bits and fused layers
+/// with different schemes, naming the layers.
+inline json ct_config(std::span<const linear_entry> linears, const ct_options& options) {
+    check_untied(linears, "compressed-tensors");
+    check_fused_share_scheme(linears, "compressed-tensors");
+    struct group_key {
+        int bits;
+        std::int64_t group;
+        bool symmetric;
+    };
+    std::vector<group_key> keys;
+    std::vector<json> targets;
+    for (const linear_entry& e : linears) {
+        if (!e.quantized) continue;
+        if (e.bits < 2 || e.bits > 8)
+            fail<unsupported_error>({}, e.name, "compressed-tensors pack-quantized holds 2 to 8 bits, got " +
+                                                    std::to_string(e.bits));
+        const group_key key{e.bits, detail::entry_group(e), e.symmetric};
+        std::size_t i = 0;
+        while (i < keys.size() && !(keys[i].bits == key.bits && keys[i].group == key.group &&
+                                    keys[i].symmetric == key.symmetric))
+            ++i;
+        if (i == keys.size()) {
+            keys.push_back(key);
+            targets.push_back(json::array());
+        }
+        targets[i].push_back(e.name);
+    }
+    if (keys.empty()) fail<unsupported_error>({}, {}, "compressed-tensors: no quantized layer to export");
+
+    json groups = json::object();
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        const bool channel = keys[i].group < 0;
+        json weights = json::object({{"actorder", nullptr},
+                                     {"block_structure", nullptr},
+                                     {"dynamic", false},
+                                     {"group_size", channel ? json() : json(keys[i].group)},
+                                     {"num_bits", keys[i].bits},
+                                     {"observer", "minmax"},
+                                     {"observer_kwargs", json::object()},
+                                     {"strategy", channel ? "channel" : "group"},
+                                     {"symmetric", keys[i].symmetric},
+                                     {"type", "int"}});
+        groups.set("group_" + std::to_string(i),
+                   json::object({{"format", "pack-quantized"},
+                                 {"input_activations", nullptr},
+                                 {"output_activations", nullptr},
+                                 {"targets", std::move(targets[i])},
+                                 {"weights", std::move(weights)}}));
+    }
+    return json::object({{"config_groups", std::move(groups)},
+                         {"format", "pack-quantized"},
+                         {"global_compression_ratio", nullptr},
+                         {"ignore", unquantized_names(linears)},
+                         {"kv_cache_scheme", nullptr},
+                         {"quant_method", "compressed-tensors"},
+                         {"quantization_status", "compressed"},
+                         {"sparsity_config", json::object()},
+                         {"transform_config", json::object()},
+                         {"version", ct_version(options.packing)}});
+}
+
+template <int Bits>
+json compressed_tensors_layout<Bits>::config(std::span<const linear_entry> linears) const {
+    for (const linear_entry& e : linears)
+        if (e.quantized && e.bits != Bits)
+            fail<unsupported_error>({}, e.name, "compressed-tensors layout for " + std::to_string(Bits) +
+                                                    " bits given a " + std::to_string(e.bits) +
+                                                    "-bit layer; use ct_config for mixed widths");
+    return ct_config(linears, opt_);
+}
+
+/// Runs `f(compressed_tensors_layout<b>)` for a bit width known only at run time, or refuses it.
+template <class F>
+decltype(auto) with_ct_layout(int bits, ct_options options, F&& f) {
+    switch (bits) {
+        case 2: return f(compressed_tensors_layout<2>(options));
+        case 3: return f(compressed_tensors_layout<3>(options));
+        case 4: return f(compressed_tensors_layout<4>(options));
+        case 5: return f(compressed_tensors_layout<5>(options));
+        case 6: return f(compressed_tensors_layout<6>(options));
+        case 7: return f(compressed_tensors_layout<7>(options));
+        case 8: return f(compressed_tensors_layout<8>(options));
+        default:
+            fail<unsupported_error>({}, {}, "compressed-tensors pack-quantized holds 2 to 8 bits, got " +
+                                                std::to_string(bits));
+    }
+}
+
+}  // namespace qforge

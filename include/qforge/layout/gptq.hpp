@@ -1,0 +1,265 @@
+// GPTQ checkpoints (AutoGPTQ / GPTQModel / vLLM `gptq`, `gptq_marlin`): per linear
+//   <p>.qweight int32 [K*b/32, N]  codes packed along K (dim 0), dense LSB-first
+//   <p>.qzeros  int32 [G, N*b/32]  zeros packed along N (dim 1), v1: zero-1, v2: zero
+//   <p>.scales  F16 (default) or BF16 [G, N]
+//   <p>.g_idx   int32 [K]          group of each input column
+// Sources: AG `nn_modules/qlinear/qlinear_cuda.py QuantLinear.__init__/pack`, GM `pack_block`,
+// VL `gptq.py`/`gptq_marlin.py`; formats.md 2.1-2.5.
+//
+// v1 vs v2 (formats.md 2.3): `checkpoint_format: gptq` readers add 1 to every stored zero, so
+// v1 stores zero-1 (symmetric 4-bit qzeros 0x77777777); `gptq_v2` stores the zero
+// (0x88888888). An asymmetric zero of 0 has no v1 encoding: AutoGPTQ writes -1 as 0xFFFFFFFF
+// into the word (corrupting the fields above it) and GPTQModel borrows across fields. qforge
+// refuses it, naming the layer, row and group, and points at v2; it never writes such a word.
+//
+// Shapes: K and N must fill whole words (K*b and N*b multiples of 32, and multiples of 32 for
+// 3 bits whose words span 32 codes), and K a multiple of the group size.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/tensor_view.hpp"
+#include "qforge/io/json.hpp"
+#include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/layout/detail/pack_bits.hpp"
+#include "qforge/layout/layout_traits.hpp"
+#include "qforge/quant/quantized_tensor.hpp"
+
+namespace qforge {
+
+enum class gptq_format {
+    v1,  ///< `checkpoint_format: "gptq"`: qzeros store zero - 1 (every GPTQ reader's default)
+    v2,  ///< `checkpoint_format: "gptq_v2"`: qzeros store the zero (GPTQModel)
+};
+
+struct gptq_options {
+    gptq_format format = gptq_format::v1;
+    dtype scale_dtype = dtype::F16;  ///< F16: what GPTQ loaders expect; BF16 on request (vLLM CPU W4A8)
+    bool desc_act = false;           ///< written to the config; g_idx is written either way
+};
+
+template <int Bits>
+class gptq_layout {
+    static_assert(Bits == 2 || Bits == 3 || Bits == 4 || Bits == 8,
+                  "qforge: GPTQ packs 2, 3, 4 or 8 bits");
+
+public:
+    static constexpr std::string_view format_name = "gptq";
+    static constexpr int bits = Bits;
+
+    explicit gptq_layout(gptq_options options = {}) : opt_(options) {}
+    const gptq_options& options() const noexcept { return opt_; }
+
+    /// The tensors of one linear: N out features, K in features, group size (-1: per channel).
+    std::vector<tensor_spec> specs(std::int64_t n, std::int64_t k, std::int64_t group,
+                                   bool /*symmetric*/) const {
+        const std::int64_t g = detail::ceil_div(k, detail::effective_group(group, k));
+        return {{".qweight", dtype::I32, {k * Bits / 32, n}},
+                {".qzeros", dtype::I32, {g, n * Bits / 32}},
+                {".scales", opt_.scale_dtype, {g, n}},
+                {".g_idx", dtype::I32, {k}}};
+    }
+
+    /// Every refusal, before anything is packed.
+    void check(const quantized_tensor& q) const {
+        detail::check_common(q, "GPTQ");
+        if (q.bits != Bits)
+            fail<unsupported_error>({}, q.name, "GPTQ layout for " + std::to_string(Bits) +
+                                                    " bits given a " + std::to_string(q.bits) +
+                                                    "-bit weight");
+        detail::check_scale_dtype(q, opt_.scale_dtype, "GPTQ");
+        check_shape(q.name, q.rows, q.cols, q.group_size);
+        if (opt_.format == gptq_format::v1)
+            for (std::size_t i = 0; i < q.zeros.size(); ++i)
+                if (q.zeros[i] == 0)
+                    fail<unsupported_error>(
+                        {}, q.name,
+                        "GPTQ v1 (checkpoint_format \"gptq\") stores zero-1 and cannot hold the "
+                        "zero point 0 at row " + std::to_string(static_cast<std::int64_t>(i) / q.groups()) +
+                            ", group " + std::to_string(static_cast<std::int64_t>(i) % q.groups()) +
+                            "; write gptq_v2 or quantize without a zero of 0");
+    }
+
+    std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix) const {
+        check(q);
+        const std::string p(prefix);
+        const std::int64_t n = q.rows, k = q.cols, groups = q.groups();
+
+        // qweight[w][n]: row n of the codes is one dense stream along K, written down column n.
+        std::vector<std::uint32_t> qweight(static_cast<std::size_t>(k * Bits / 32 * n));
+        for (std::int64_t r = 0; r < n; ++r)
+            detail::pack_dense(q.codes.data() + r * k, 1, k, Bits, qweight.data() + r, n);
+
+        // qzeros[g][c]: the stored zeros of group g along N.
+        const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
+        std::vector<std::uint8_t> stored(static_cast<std::size_t>(n));
+        std::vector<std::uint32_t> qzeros(static_cast<std::size_t>(groups * n * Bits / 32));
+        for (std::int64_t g = 0; g < groups; ++g) {
+            for (std::int64_t r = 0; r < n; ++r)
+                stored[static_cast<std::size_t>(r)] = static_cast<std::uint8_t>(q.zero(r, g) - offset);
+            detail::pack_dense(stored.data(), 1, n, Bits, qzeros.data() + g * (n * Bits / 32), 1);
+        }
+
+        // scales[g][n]: transpose of qforge's [n][g].
+        std::vector<std::uint16_t> scales(static_cast<std::size_t>(groups * n));
+        for (std::int64_t r = 0; r < n; ++r)
+            for (std::int64_t g = 0; g < groups; ++g)
+                scales[static_cast<std::size_t>(g * n + r)] = q.scales[static_cast<std::size_t>(r * groups + g)];
+
+        std::vector<owned_tensor> out;
+        out.push_back(detail::make_tensor(p + ".qweight", dtype::I32, {k * Bits / 32, n}, qweight));
+        out.push_back(detail::make_tensor(p + ".qzeros", dtype::I32, {groups, n * Bits / 32}, qzeros));
+        out.push_back(detail::make_tensor(p + ".scales", q.scale_dtype, {groups, n}, scales));
+        out.push_back(detail::make_tensor(p + ".g_idx", dtype::I32, {k}, detail::full_g_idx(q)));
+        return out;
+    }
+
+    /// Reads one linear back. N comes from qweight, K from g_idx, the group size and
+    /// symmetry from the config (`params`).
+    quantized_tensor unpack(std::span<const tensor_view> views, std::string_view prefix,
+                            layer_params params) const {
+        const std::string p(prefix);
+        const tensor_view& qw = detail::find_view(views, p + ".qweight");
+        const tensor_view& gi = detail::find_view(views, p + ".g_idx");
+        if (qw.rank() != 2 || gi.rank() != 1)
+            fail<shape_error>({}, qw.name, "GPTQ qweight must be 2-D and g_idx 1-D");
+        const std::int64_t n = qw.shape[1], k = gi.shape[0];
+        const std::int64_t group = detail::effective_group(params.group_size, k);
+        check_shape(p + ".qweight", n, k, group);
+        const std::int64_t groups = k / group;
+        const tensor_view& qz = detail::find_view(views, p + ".qzeros");
+        const tensor_view& sc = detail::find_view(views, p + ".scales");
+        detail::expect_view(qw, dtype::I32, {k * Bits / 32, n});
+        detail::expect_view(gi, dtype::I32, {k});
+        detail::expect_view(qz, dtype::I32, {groups, n * Bits / 32});
+        if (sc.type != dtype::F16 && sc.type != dtype::BF16)
+            fail<format_error>({}, sc.name, "GPTQ scales must be F16 or BF16");
+        detail::expect_view(sc, sc.type, {groups, n});
+
+        quantized_tensor q;
+        q.name = p;
+        q.bits = Bits;
+        q.rows = n;
+        q.cols = k;
+        q.group_size = group;
+        q.symmetric = params.symmetric;
+        q.scale_dtype = sc.type;
+        q.codes.resize(static_cast<std::size_t>(n * k));
+        const auto words = detail::copy_elements<std::uint32_t>(qw);
+        for (std::int64_t r = 0; r < n; ++r)
+            detail::unpack_dense(words.data() + r, n, k, Bits, q.codes.data() + r * k, 1);
+
+        const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
+        const std::int32_t maxq = (1 << Bits) - 1;
+        const auto zwords = detail::copy_elements<std::uint32_t>(qz);
+        std::vector<std::uint8_t> stored(static_cast<std::size_t>(n));
+        q.zeros.resize(static_cast<std::size_t>(n * groups));
+        for (std::int64_t g = 0; g < groups; ++g) {
+            detail::unpack_dense(zwords.data() + g * (n * Bits / 32), 1, n, Bits, stored.data(), 1);
+            for (std::int64_t r = 0; r < n; ++r) {
+                const std::int32_t z = stored[static_cast<std::size_t>(r)] + offset;
+                if (z > maxq)  // only a v1 field of all ones: AutoGPTQ's wrapped -1 (zero 0)
+                    fail<format_error>({}, qz.name, "v1 zero field " + std::to_string(z - 1) +
+                                                        " at row " + std::to_string(r) + ", group " +
+                                                        std::to_string(g) +
+                                                        " decodes to a zero outside the code range "
+                                                        "(a corrupted zero-0 word?)");
+                q.zeros[static_cast<std::size_t>(r * groups + g)] = z;
+            }
+        }
+        const auto scales = detail::copy_elements<std::uint16_t>(sc);
+        q.scales.resize(static_cast<std::size_t>(n * groups));
+        for (std::int64_t r = 0; r < n; ++r)
+            for (std::int64_t g = 0; g < groups; ++g)
+                q.scales[static_cast<std::size_t>(r * groups + g)] = scales[static_cast<std::size_t>(g * n + r)];
+        q.g_idx = detail::canonical_g_idx(detail::copy_elements<std::int32_t>(gi), group, gi.name, groups);
+        q.validate();
+        return q;
+    }
+
+    /// `quantization_config` for config.json. Every linear must be quantized with one scheme
+    /// except `lm_head`, which GPTQ describes with the `lm_head` flag.
+    json config(std::span<const linear_entry> linears) const {
+        check_untied(linears, "GPTQ");
+        check_fused_share_scheme(linears, "GPTQ");
+        const linear_entry& scheme = common_scheme(linears, "GPTQ");
+        if (scheme.bits != Bits)
+            fail<unsupported_error>({}, scheme.name, "GPTQ layout for " + std::to_string(Bits) +
+                                                         " bits given " + std::to_string(scheme.bits) +
+                                                         "-bit layers");
+        bool lm_head = false;
+        for (const linear_entry& e : linears) {
+            const bool is_head = detail::split_leaf(e.name).second == "lm_head";
+            if (is_head) lm_head = e.quantized;
+            else if (!e.quantized)
+                fail<unsupported_error>({}, e.name,
+                                        "GPTQ: a GPTQ config quantizes every linear of the blocks; "
+                                        "this one is left unquantized (use compressed-tensors, whose "
+                                        "`ignore` can list it)");
+        }
+        return json::object({{"quant_method", "gptq"},
+                             {"bits", Bits},
+                             {"group_size", common_group_size(linears, "GPTQ")},
+                             {"desc_act", opt_.desc_act},
+                             {"sym", scheme.symmetric},
+                             {"lm_head", lm_head},
+                             {"checkpoint_format", checkpoint_format()}});
+    }
+
+    /// `quantize_config.json`, the side file older readers (AutoGPTQ) look for. It holds only
+    /// AutoGPTQ's own keys (formats.md 2.5); `lm_head` stays in config.json.
+    json side_file(std::span<const linear_entry> linears) const {
+        json c = config(linears);
+        json side = json::object({{"bits", Bits},
+                                  {"group_size", c.at("group_size")},
+                                  {"desc_act", opt_.desc_act},
+                                  {"sym", c.at("sym")},
+                                  {"quant_method", "gptq"},
+                                  {"checkpoint_format", checkpoint_format()}});
+        return side;
+    }
+
+    std::string_view checkpoint_format() const noexcept {
+        return opt_.format == gptq_format::v1 ? "gptq" : "gptq_v2";
+    }
+
+private:
+    static void check_shape(const std::string& tensor, std::int64_t n, std::int64_t k,
+                            std::int64_t group) {
+        const std::int64_t unit = Bits == 3 ? 32 : 32 / Bits;  // codes per whole number of words
+        if (k % unit != 0)
+            fail<shape_error>({}, tensor, "GPTQ " + std::to_string(Bits) + "-bit packs K in units of " +
+                                              std::to_string(unit) + "; K = " + std::to_string(k));
+        if (n % unit != 0)
+            fail<shape_error>({}, tensor, "GPTQ " + std::to_string(Bits) + "-bit packs qzeros along N in units of " +
+                                              std::to_string(unit) + "; N = " + std::to_string(n));
+        if (group <= 0 || k % group != 0)
+            fail<shape_error>({}, tensor, "GPTQ needs K (" + std::to_string(k) +
+                                              ") to be a multiple of the group size (" +
+                                              std::to_string(group) + ")");
+    }
+
+    gptq_options opt_;
+};
+
+/// Runs `f(gptq_layout<b>)` for a bit width known only at run time, or refuses it.
+template <class F>
+decltype(auto) with_gptq_layout(int bits, gptq_options options, F&& f) {
+    switch (bits) {
+        case 2: return f(gptq_layout<2>(options));
+        case 3: return f(gptq_layout<3>(options));
+        case 4: return f(gptq_layout<4>(options));
+        case 8: return f(gptq_layout<8>(options));
+        default:
+            fail<unsupported_error>({}, {}, "GPTQ packs 2, 3, 4 or 8 bits; " + std::to_string(bits) +
+                                                " bits is not a GPTQ layout");
+    }
+}
+
+}  // namespace qforge

@@ -1,0 +1,166 @@
+// What every on-disk layout policy provides, and the small helpers they share.
+//
+// A layout turns one `quantized_tensor` (codes [N][K], scales, zeros in code space) into the
+// exact named tensors a loader expects, and turns those tensors back into the same
+// quantized_tensor. It knows its tensor names and shapes as a function of (N, K, bits, group),
+// refuses at compile time bit widths its format cannot hold, refuses at run time shapes and
+// settings its loaders cannot read (every message names the tensor), and writes its part of
+// config.json from the list of linears (see layout/checkpoint_rules.hpp).
+//
+//   qforge::gptq_layout<4> gptq({.format = qforge::gptq_format::v1});
+//   gptq.check(q);                                   // throws before anything is written
+//   auto tensors = gptq.pack(q, "model.layers.0.mlp.down_proj");
+//   auto back = gptq.unpack(views, "model.layers.0.mlp.down_proj", {.group_size = 128});
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/tensor_view.hpp"
+#include "qforge/io/json.hpp"
+#include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/quant/quantized_tensor.hpp"
+
+namespace qforge {
+
+/// One tensor a layout writes per linear: `<prefix><suffix>`, its dtype and shape.
+struct tensor_spec {
+    std::string suffix;  ///< e.g. ".qweight"
+    dtype type = dtype::I32;
+    shape_t shape;
+};
+
+/// What a reader must know about a layer beyond its tensors (it comes from the config).
+struct layer_params {
+    std::int64_t group_size = 128;  ///< -1 or K: one group per row (per channel)
+    bool symmetric = true;
+};
+
+/// The layout concept. `L::bits` is a compile-time constant the layout static_asserts on.
+template <class L>
+concept layout_policy = requires(const L& l, const quantized_tensor& q, std::string_view prefix,
+                                 std::span<const tensor_view> views, layer_params params,
+                                 std::span<const linear_entry> linears, std::int64_t n) {
+    { L::format_name } -> std::convertible_to<std::string_view>;
+    { L::bits } -> std::convertible_to<int>;
+    { l.specs(n, n, n, true) } -> std::same_as<std::vector<tensor_spec>>;
+    { l.check(q) } -> std::same_as<void>;
+    { l.pack(q, prefix) } -> std::same_as<std::vector<owned_tensor>>;
+    { l.unpack(views, prefix, params) } -> std::same_as<quantized_tensor>;
+    { l.config(linears) } -> std::same_as<json>;
+};
+
+/// "model.layers.0.mlp.down_proj.weight" -> "model.layers.0.mlp.down_proj".
+inline std::string module_prefix(std::string_view weight_name) {
+    constexpr std::string_view suffix = ".weight";
+    if (weight_name.size() > suffix.size() && weight_name.ends_with(suffix))
+        weight_name.remove_suffix(suffix.size());
+    return std::string(weight_name);
+}
+
+namespace detail {
+
+/// Group size as a layer stores it: -1 and K both mean one group per row.
+inline std::int64_t effective_group(std::int64_t group_size, std::int64_t cols) noexcept {
+    return group_size <= 0 ? cols : group_size;
+}
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
+
+/// The tensor called `name` among `views`, or a format_error naming it.
+inline const tensor_view& find_view(std::span<const tensor_view> views, const std::string& name) {
+    for (const tensor_view& v : views)
+        if (v.name == name) return v;
+    fail<format_error>({}, name, "tensor is missing");
+}
+
+/// Checks a read tensor's dtype and shape against the layout's expectation.
+inline void expect_view(const tensor_view& v, dtype type, const shape_t& shape) {
+    if (v.type != type)
+        fail<format_error>({}, v.name, "dtype is " + std::string(dtype_name(v.type)) +
+                                           ", expected " + std::string(dtype_name(type)));
+    if (v.shape != shape)
+        fail<shape_error>({}, v.name, "shape is " + shape_to_string(v.shape) + ", expected " +
+                                          shape_to_string(shape));
+    const auto need = static_cast<std::size_t>(checked_numel(shape, {}, v.name)) * dtype_size(type);
+    if (v.bytes.size() != need)
+        fail<format_error>({}, v.name, "holds " + std::to_string(v.bytes.size()) +
+                                           " bytes, expected " + std::to_string(need));
+}
+
+/// A tensor's elements copied out (views may be unaligned: they point into mapped files).
+template <class T>
+std::vector<T> copy_elements(const tensor_view& v) {
+    std::vector<T> out(v.bytes.size() / sizeof(T));
+    if (!out.empty()) std::memcpy(out.data(), v.bytes.data(), out.size() * sizeof(T));
+    return out;
+}
+
+/// An owned tensor holding `values` (any trivially copyable element type).
+template <class T>
+owned_tensor make_tensor(std::string name, dtype type, shape_t shape, const std::vector<T>& values) {
+    owned_tensor t{std::move(name), type, std::move(shape), {}};
+    t.bytes.resize(values.size() * sizeof(T));
+    if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+    return t;
+}
+
+/// Shape checks every layout shares (the quantized_tensor itself must be consistent).
+inline void check_common(const quantized_tensor& q, std::string_view format) {
+    q.validate();
+    if (q.symmetric) {
+        const std::int32_t mid = 1 << (q.bits - 1);
+        for (std::size_t i = 0; i < q.zeros.size(); ++i)
+            if (q.zeros[i] != mid)
+                fail<shape_error>({}, q.name,
+                                  std::string(format) + ": symmetric weight with zero point " +
+                                      std::to_string(q.zeros[i]) + " at row " +
+                                      std::to_string(static_cast<std::int64_t>(i) / q.groups()) +
+                                      ", group " +
+                                      std::to_string(static_cast<std::int64_t>(i) % q.groups()) +
+                                      " (symmetric means every zero is " + std::to_string(mid) + ")");
+    }
+}
+
+/// Refuses a scale dtype other than the one the export asked for: converting here would
+/// change the decoded weights behind the quantizer's back (the rounding belongs to it).
+inline void check_scale_dtype(const quantized_tensor& q, dtype wanted, std::string_view format) {
+    if (q.scale_dtype != wanted)
+        fail<unsupported_error>({}, q.name,
+                                std::string(format) + ": scales are " +
+                                    std::string(dtype_name(q.scale_dtype)) + " but the export asks for " +
+                                    std::string(dtype_name(wanted)) +
+                                    "; quantize with that scale dtype (qforge never casts scales "
+                                    "silently)");
+}
+
+/// g_idx as written: explicit when the quantizer gave one, else k / group_size.
+inline std::vector<std::int32_t> full_g_idx(const quantized_tensor& q) {
+    std::vector<std::int32_t> g(static_cast<std::size_t>(q.cols));
+    for (std::int64_t k = 0; k < q.cols; ++k) g[static_cast<std::size_t>(k)] = q.group_of(k);
+    return g;
+}
+
+/// Keeps a read g_idx only when it is not the plain k / group_size map.
+inline std::vector<std::int32_t> canonical_g_idx(std::vector<std::int32_t> g, std::int64_t group_size,
+                                                 const std::string& tensor, std::int64_t groups) {
+    bool plain = true;
+    for (std::size_t k = 0; k < g.size(); ++k) {
+        if (g[k] < 0 || g[k] >= groups)
+            fail<format_error>({}, tensor, "g_idx entry " + std::to_string(g[k]) + " at " +
+                                               std::to_string(k) + " is not a group index");
+        if (g[k] != static_cast<std::int32_t>(static_cast<std::int64_t>(k) / group_size)) plain = false;
+    }
+    if (plain) g.clear();
+    return g;
+}
+
+}  // namespace detail
+}  // namespace qforge
