@@ -295,9 +295,9 @@ private:
         const std::uint64_t data_size = file_size_ - 8 - header_size_;
         if (expected != data_size)
             reject({}, "tensor data ends at " + std::to_string(expected) + " but the data section holds " +
-                           std::to_string(data_size) + " bytes (" +
+                           std::to_string(data_size) + " bytes: " +
                            (expected < data_size ? "trailing bytes" : "file too short") +
-                           ", MetadataIncompleteBuffer)");
+                           " (MetadataIncompleteBuffer)");
         by_name_.reserve(tensors_.size());
         for (std::size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
     }
