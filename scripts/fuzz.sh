@@ -13,7 +13,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-out=build-fuzz
+out="${QFORGE_FUZZ_OUT:-build-fuzz}"  # another folder for concurrent runs
 CXX_FUZZ="${CXX_FUZZ:-clang++}"
 flags=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -fno-omit-frame-pointer -Iinclude -Itests)
@@ -26,7 +26,7 @@ mkdir -p "$out/crashes" "$out/corpus" "$out/seeds"
 
 if [[ "${1:-}" == "--seeds" ]]; then
     # Regenerate the committed seed corpus with qforge's own writers.
-    "$CXX_FUZZ" -std=c++20 -O1 -g -Iinclude -Itests tests/fuzz/make_seeds.cpp -o "$out/make_seeds"
+    "$CXX_FUZZ" -std=c++20 -O1 -g -Iinclude -Itests -DQFORGE_SOURCE_DIR="\"$root\"" tests/fuzz/make_seeds.cpp -o "$out/make_seeds"
     "$out/make_seeds" tests/fuzz/corpus
     exit 0
 fi

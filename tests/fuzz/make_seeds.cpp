@@ -1,0 +1,137 @@
+// Writes the seed corpus of the fuzz targets with qforge's own writers: valid files and
+// near-valid ones (one rule broken each), so libFuzzer starts from inputs that reach deep
+// into the parsers. Run through `scripts/fuzz.sh --seeds`; the output is committed under
+// tests/fuzz/corpus/<target>/.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "qforge/io/json.hpp"
+#include "qforge/io/safetensors/writer.hpp"
+
+namespace fs = std::filesystem;
+namespace st = qforge::safetensors;
+using qforge::dtype;
+
+namespace {
+
+fs::path root;
+
+void put(const std::string& target, const std::string& name, const std::string& bytes) {
+    fs::create_directories(root / target);
+    std::ofstream(root / target / name, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string slurp(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+/// A safetensors file made by qforge's writer, with deterministic tensor bytes.
+std::string safetensors_file(const std::vector<st::tensor_spec>& specs, const st::metadata_t& meta = st::default_metadata()) {
+    const fs::path tmp = root / "tmp.safetensors";
+    {
+        st::writer w(tmp.string(), specs, meta, {.sync = false});
+        for (const auto& s : w.order()) {
+            std::vector<std::byte> bytes(static_cast<std::size_t>(st::tensor_bytes(s)));
+            for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 37 + 11);
+            w.write(s.name, bytes);
+        }
+        w.finish();
+    }
+    std::string bytes = slurp(tmp);
+    fs::remove(tmp);
+    return bytes;
+}
+
+void safetensors_seeds() {
+    const std::string one = safetensors_file({{"w", dtype::F16, {2, 3}}});
+    put("safetensors", "one_f16.safetensors", one);
+    const std::string mixed = safetensors_file({{"model.layers.0.self_attn.q_proj.weight", dtype::BF16, {8, 16}},
+                                                {"model.layers.0.input_layernorm.weight", dtype::F32, {16}},
+                                                {"ids", dtype::I64, {3}},
+                                                {"mask", dtype::BOOL, {2, 2}},
+                                                {"scalar", dtype::F64, {}},
+                                                {"empty", dtype::I32, {0, 4}},
+                                                {"q", dtype::I8, {5}},
+                                                {"u", dtype::U8, {1, 1, 1, 2}}});
+    put("safetensors", "mixed.safetensors", mixed);
+    put("safetensors", "no_metadata.safetensors", safetensors_file({{"a", dtype::F32, {2}}}, {}));
+    put("safetensors", "sub_byte_f4.safetensors", safetensors_file({{"f4", dtype::F4, {4}}}));
+    put("safetensors", "escaped_name.safetensors", safetensors_file({{"a\"b\\c\n\xc3\xa9", dtype::U16, {2}}}));
+    // Near-valid: each breaks one rule of formats.md 1.3.
+    put("safetensors", "truncated.safetensors", one.substr(0, one.size() - 1));
+    put("safetensors", "trailing.safetensors", one + "x");
+    std::string len_plus = one;
+    len_plus[0] = static_cast<char>(len_plus[0] + 8);
+    put("safetensors", "header_len_past_end.safetensors", len_plus);
+    std::string huge_len = one;
+    huge_len[7] = '\x7f';
+    put("safetensors", "header_len_huge.safetensors", huge_len);
+    put("safetensors", "short.safetensors", one.substr(0, 5));
+    auto raw = [](std::string header, const std::string& data) {
+        while (header.size() % 8) header += ' ';
+        std::string len(8, '\0');
+        for (std::size_t k = 0; k < 8; ++k) len[k] = static_cast<char>((header.size() >> (8 * k)) & 0xFF);
+        return len + header + data;
+    };
+    put("safetensors", "gap.safetensors", raw(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[3,5]}})", "abcde"));
+    put("safetensors", "overlap.safetensors", raw(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", "abc"));
+    put("safetensors", "size_mismatch.safetensors", raw(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", "abcd"));
+    put("safetensors", "unknown_dtype.safetensors", raw(R"({"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", std::string(16, 'x')));
+    put("safetensors", "overflow_shape.safetensors", raw(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", std::string(8, 'x')));
+    put("safetensors", "terabyte_claim.safetensors", raw(R"({"a":{"dtype":"F32","shape":[262144,1048576],"data_offsets":[0,1099511627776]}})", "abcd"));
+    put("safetensors", "negative_dim.safetensors", raw(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,0]}})", ""));
+    put("safetensors", "metadata_not_string.safetensors", raw(R"({"__metadata__":{"format":1},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "z"));
+    put("safetensors", "leading_space.safetensors", raw(R"(  {"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "z"));
+    put("safetensors", "not_utf8.safetensors", raw("{\"\xff\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", "z"));
+}
+
+void json_seeds() {
+    qforge::json cfg = qforge::json::parse(slurp(fs::path(QFORGE_SOURCE_DIR) / "../shared/fixtures/stories260k/config.json"));
+    cfg.set("quantization_config", qforge::json::object({{"bits", 4}, {"group_size", 128}, {"desc_act", false},
+                                                         {"sym", true}, {"quant_method", "gptq"},
+                                                         {"damp_percent", 0.01}}));
+    put("json", "config_gptq_indent2.json", cfg.dump({.indent = 2}));
+    put("json", "config_gptq_compact.json", cfg.dump());
+    put("json", "config_ascii_sorted.json", cfg.dump({.indent = 2, .ensure_ascii = true, .sort_keys = true}));
+    put("config", "config_gptq.json", cfg.dump({.indent = 2}));
+}
+
+void index_seeds() {
+    qforge::json weight_map = qforge::json::object();
+    weight_map.set("model.embed_tokens.weight", "model-00001-of-00002.safetensors");
+    weight_map.set("model.norm.weight", "model-00002-of-00002.safetensors");
+    weight_map.set("lm_head.weight", "model-00002-of-00002.safetensors");
+    qforge::json index = qforge::json::object({{"metadata", qforge::json::object({{"total_size", 1234}})},
+                                               {"weight_map", weight_map}});
+    put("index", "two_shards.json", index.dump({.indent = 2, .sort_keys = true}) + "\n");
+    qforge::json bad = index;
+    bad["weight_map"].set("model.norm.weight", "../outside.safetensors");
+    put("index", "dotdot.json", bad.dump({.indent = 2}));
+    bad["weight_map"].set("model.norm.weight", "/etc/passwd");
+    put("index", "absolute.json", bad.dump({.indent = 2}));
+    bad["weight_map"].set("model.norm.weight", std::string("a\0b.safetensors", 15));
+    put("index", "nul.json", bad.dump({.indent = 2}));
+    put("index", "no_weight_map.json", R"({"metadata":{"total_size":0}})");
+    put("index", "weight_map_not_strings.json", R"({"metadata":{"total_size":1},"weight_map":{"a":1}})");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: make_seeds <corpus root>\n");
+        return 2;
+    }
+    root = argv[1];
+    safetensors_seeds();
+    json_seeds();
+    index_seeds();
+    return 0;
+}
