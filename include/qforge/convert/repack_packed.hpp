@@ -7,6 +7,7 @@
 // kernels are the layout layer's (layout/detail/pack_bits.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -35,12 +36,25 @@ struct awq_args {
 
 namespace detail {
 
-/// The I32 words of a packed tensor, copied out (views may sit at any byte offset).
-inline std::vector<std::uint32_t> words_of(const tensor_view& t, const shape_t& shape, const std::string& file) {
+/// The I32 words of a packed tensor: read in place when the view is 4-byte aligned (a
+/// mapped safetensors file always is), copied out when it is not.
+struct word_span {
+    std::vector<std::uint32_t> copy;
+    const std::uint32_t* ptr = nullptr;
+    const std::uint32_t* data() const noexcept { return ptr; }
+};
+
+inline word_span words_of(const tensor_view& t, const shape_t& shape, const std::string& file) {
     require_dtype(t, dtype::I32, file);
     require_shape(t, shape, file);
-    std::vector<std::uint32_t> w(t.bytes.size() / 4);
-    if (!w.empty()) std::memcpy(w.data(), t.bytes.data(), t.bytes.size());
+    word_span w;
+    if (reinterpret_cast<std::uintptr_t>(t.bytes.data()) % alignof(std::uint32_t) == 0) {
+        w.ptr = reinterpret_cast<const std::uint32_t*>(t.bytes.data());
+        return w;
+    }
+    w.copy.resize(t.bytes.size() / 4);
+    if (!w.copy.empty()) std::memcpy(w.copy.data(), t.bytes.data(), t.bytes.size());
+    w.ptr = w.copy.data();
     return w;
 }
 
@@ -77,7 +91,10 @@ inline bool is_identity_g_idx(const std::vector<std::int32_t>& g, std::int64_t g
 /// Reads `<prefix>.qweight`, `.qzeros`, `.scales`, `.g_idx` (optional). K comes from g_idx
 /// when present, else from qweight's rows. A v1 field of 2^b - 1 (zero 2^b, which is how
 /// AutoGPTQ and GPTQModel write a zero of 0, and on which loaders disagree) is refused.
-inline quantized_tensor read_gptq(const repack_source& src, const std::string& prefix, const gptq_args& args) {
+/// With `unpack_codes` false the codes are left empty (the word-level repack moves qweight
+/// as words); every other check still runs.
+inline quantized_tensor read_gptq(const repack_source& src, const std::string& prefix, const gptq_args& args,
+                                  bool unpack_codes = true) {
     using namespace detail;
     const std::string& file = src.file;
     const tensor_view& qw = src.require(prefix + ".qweight");
@@ -108,11 +125,13 @@ inline quantized_tensor read_gptq(const repack_source& src, const std::string& p
     const auto spat = scale_patterns(sc, file);
 
     // qweight is packed along K (dim 0): column n of the words is the stream of row n's codes.
-    q.codes.resize(static_cast<std::size_t>(N * K));
-    for (std::int64_t n = 0; n < N; ++n) {
-        if (dense_has_stray_bits(words.data() + n, N, K, b))
-            fail<format_error>(file, qw.name, "bits set past the last code of column " + std::to_string(n));
-        unpack_dense(words.data() + n, N, K, b, q.codes.data() + n * K, 1);
+    if (K * b % 32 != 0)
+        for (std::int64_t n = 0; n < N; ++n)
+            if (dense_has_stray_bits(words.data() + n, N, K, b))
+                fail<format_error>(file, qw.name, "bits set past the last code of column " + std::to_string(n));
+    if (unpack_codes) {
+        q.codes.resize(static_cast<std::size_t>(N * K));
+        for (std::int64_t n = 0; n < N; ++n) unpack_dense(words.data() + n, N, K, b, q.codes.data() + n * K, 1);
     }
     // qzeros [G][N] packed along N; transpose into zeros[n][g].
     std::vector<std::uint8_t> zf(static_cast<std::size_t>(G * N));
@@ -143,7 +162,7 @@ inline quantized_tensor read_gptq(const repack_source& src, const std::string& p
         q.g_idx = read_g_idx_i32(*gi, K, G, file);
         if (is_identity_g_idx(q.g_idx, q.group_size)) q.g_idx.clear();
     }
-    q.validate();
+    if (unpack_codes) q.validate();
     return q;
 }
 
@@ -193,7 +212,7 @@ inline quantized_tensor read_awq(const repack_source& src, const std::string& pr
 /// only), `.weight_g_idx` (actorder group only). For 3/5/6/7 bits the word count tells the two
 /// packings apart where it can; `packing` decides where it cannot (and must agree otherwise).
 inline quantized_tensor read_ct_packed(const repack_source& src, const std::string& prefix, const ct_weight_args& args,
-                                       ct_packing packing) {
+                                       ct_packing packing, bool unpack_codes = true) {
     using namespace detail;
     const std::string& file = src.file;
     const tensor_view& wp = src.require(prefix + ".weight_packed");
@@ -227,12 +246,14 @@ inline quantized_tensor read_ct_packed(const repack_source& src, const std::stri
     const std::int64_t G = q.groups();
     const auto words = words_of(wp, wp.shape, file);
     const std::int64_t wk = wp.shape[1];
-    q.codes.resize(static_cast<std::size_t>(N * K));
+    if (unpack_codes) q.codes.resize(static_cast<std::size_t>(N * K));
+    const bool whole_words = K * b % 32 == 0 && 32 % b == 0;  // no field can hold stray bits
     for (std::int64_t n = 0; n < N; ++n) {
         const std::uint32_t* row = words.data() + n * wk;
-        if (dense ? dense_has_stray_bits(row, 1, K, b) : padded_has_stray_bits(row, 1, K, b))
+        if (!whole_words && (dense ? dense_has_stray_bits(row, 1, K, b) : padded_has_stray_bits(row, 1, K, b)))
             fail<format_error>(file, wp.name, "row " + std::to_string(n) + " has bits set outside its code fields");
         // Stored field = signed code + 2^(b-1) = qforge's unsigned code (formats.md 4.2).
+        if (!unpack_codes) continue;
         if (dense) unpack_dense(row, 1, K, b, q.codes.data() + n * K, 1);
         else unpack_padded(row, 1, K, b, q.codes.data() + n * K, 1);
     }
@@ -253,7 +274,7 @@ inline quantized_tensor read_ct_packed(const repack_source& src, const std::stri
     ct_fill_scales_zeros(q, src.require(prefix + ".weight_scale"), args.symmetric,
                          [&](std::size_t i) { return static_cast<std::int64_t>(zf[i]) - half; }, file);
     ct_read_g_idx(q, src.optional(prefix + ".weight_g_idx"), file);
-    q.validate();
+    if (unpack_codes) q.validate();
     return q;
 }
 

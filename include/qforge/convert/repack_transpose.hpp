@@ -1,0 +1,127 @@
+// The word-level repack between GPTQ and compressed-tensors: both store each output row's
+// codes as one LSB-first bitstream along K (GPTQ down the columns of qweight [K*b/32, N],
+// compressed-tensors along the rows of weight_packed [N, K*b/32]; formats.md 2.2 and 4.3,
+// "b=3 dense == GPTQ 3-bit packing"). When K fills whole words the two tensors are transposes
+// of each other, so the codes are never unpacked: repacking costs about a memcpy.
+//
+// The small tensors (scales, zero points, g_idx) still go through the reader and the rules,
+// so every refusal of the general path fires here too, and the output is byte-identical to
+// repack_pack of the unpacked tensor (tests/repack checks both against each other).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qforge/convert/repack.hpp"
+#include "qforge/convert/repack_packed.hpp"
+#include "qforge/convert/repack_rules.hpp"
+#include "qforge/layout/detail/pack_bits.hpp"
+#include "qforge/layout/layout_traits.hpp"
+
+namespace qforge {
+namespace detail {
+
+/// dst[c][r] = src[r][c] for a rows x cols matrix of 32-bit words. Square tiles keep both the
+/// rows read and the rows written in L1.
+inline void transpose_words(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) noexcept {
+    constexpr std::int64_t tile = 16;
+    for (std::int64_t r0 = 0; r0 < rows; r0 += tile) {
+        const std::int64_t r1 = std::min(rows, r0 + tile);
+        for (std::int64_t c0 = 0; c0 < cols; c0 += tile) {
+            const std::int64_t c1 = std::min(cols, c0 + tile);
+            if (r1 - r0 == tile && c1 - c0 == tile) {
+                for (std::int64_t c = c0; c < c0 + tile; ++c)
+                    for (std::int64_t r = r0; r < r0 + tile; ++r) dst[c * rows + r] = src[r * cols + c];
+            } else {
+                for (std::int64_t c = c0; c < c1; ++c)
+                    for (std::int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+            }
+        }
+    }
+}
+
+inline owned_tensor transposed_words(const tensor_view& v, std::string name, std::int64_t rows, std::int64_t cols,
+                                     const std::string& file) {
+    const word_span w = words_of(v, {rows, cols}, file);
+    owned_tensor out{std::move(name), dtype::I32, {cols, rows}, {}};
+    out.bytes.resize(static_cast<std::size_t>(rows * cols) * 4);
+    transpose_words(w.data(), rows, cols, reinterpret_cast<std::uint32_t*>(out.bytes.data()));
+    return out;
+}
+
+}  // namespace detail
+
+/// The GPTQ <-> compressed-tensors repack done on words, or nullopt when this pair (or shape)
+/// has no word-level path and the caller should use read_quantized + repack_pack.
+inline std::optional<std::vector<owned_tensor>> repack_words(const repack_source& src, const std::string& prefix,
+                                                             const layer_scheme& s, const repack_target& t) {
+    using namespace detail;
+    const bool to_ct = t.format == output_format::compressed_tensors;
+    const bool to_gptq = t.format == output_format::gptq || t.format == output_format::gptq_v2;
+    if (s.format == repack_source_format::gptq && to_ct) {
+        const int b = s.gptq.bits;
+        if (32 % b != 0 && t.packing != ct_packing::dense_v0_18) return std::nullopt;
+        quantized_tensor q = read_gptq(src, prefix, s.gptq, /*unpack_codes=*/false);
+        if (q.cols * b % 32 != 0) return std::nullopt;
+        q = repack_prepare(std::move(q), t, src.file);
+        const std::int64_t N = q.rows, K = q.cols, G = q.groups(), W = K * b / 32;
+        std::vector<owned_tensor> out;
+        out.push_back(transposed_words(src.require(prefix + ".qweight"), prefix + ".weight_packed", W, N, src.file));
+        out.push_back(make_tensor(prefix + ".weight_scale", q.scale_dtype, {N, G}, q.scales));
+        if (!q.symmetric) {
+            const bool dense = t.packing == ct_packing::dense_v0_18;
+            const std::int64_t nw = dense ? dense_words(N, b) : padded_words(N, b);
+            const std::vector<std::uint8_t> z(q.zeros.begin(), q.zeros.end());
+            std::vector<std::uint32_t> zw(static_cast<std::size_t>(nw * G));
+            for (std::int64_t g = 0; g < G; ++g) {
+                if (dense) pack_dense(z.data() + g, G, N, b, zw.data() + g, G);
+                else pack_padded(z.data() + g, G, N, b, zw.data() + g, G);
+            }
+            out.push_back(make_tensor(prefix + ".weight_zero_point", dtype::I32, {nw, G}, zw));
+        }
+        out.push_back(make_tensor(prefix + ".weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{N, K}));
+        if (!q.g_idx.empty()) out.push_back(make_tensor(prefix + ".weight_g_idx", dtype::I32, {K}, q.g_idx));
+        return out;
+    }
+    if (s.format == repack_source_format::ct_packed && to_gptq) {
+        const int b = s.ct.bits;
+        if (b != 2 && b != 3 && b != 4 && b != 8) return std::nullopt;  // the rules refuse it
+        if (32 % b != 0 && s.packing != ct_packing::dense_v0_18) return std::nullopt;
+        quantized_tensor q = read_ct_packed(src, prefix, s.ct, s.packing, /*unpack_codes=*/false);
+        if (q.cols * b % 32 != 0) return std::nullopt;
+        q = repack_prepare(std::move(q), t, src.file);
+        const std::int64_t N = q.rows, K = q.cols, G = q.groups(), W = K * b / 32, NW = N * b / 32;
+        std::vector<owned_tensor> out;
+        out.push_back(transposed_words(src.require(prefix + ".weight_packed"), prefix + ".qweight", N, W, src.file));
+        const std::int32_t offset = t.format == output_format::gptq ? 1 : 0;  // v1 stores zero - 1
+        std::vector<std::uint8_t> stored(static_cast<std::size_t>(N));
+        std::vector<std::uint32_t> qzeros(static_cast<std::size_t>(G * NW));
+        for (std::int64_t g = 0; g < G; ++g) {
+            for (std::int64_t n = 0; n < N; ++n) stored[static_cast<std::size_t>(n)] = static_cast<std::uint8_t>(q.zero(n, g) - offset);
+            pack_dense(stored.data(), 1, N, b, qzeros.data() + g * NW, 1);
+        }
+        out.push_back(make_tensor(prefix + ".qzeros", dtype::I32, {G, NW}, qzeros));
+        std::vector<std::uint16_t> scales(static_cast<std::size_t>(G * N));
+        for (std::int64_t n = 0; n < N; ++n)
+            for (std::int64_t g = 0; g < G; ++g)
+                scales[static_cast<std::size_t>(g * N + n)] = q.scales[static_cast<std::size_t>(n * G + g)];
+        out.push_back(make_tensor(prefix + ".scales", q.scale_dtype, {G, N}, scales));
+        out.push_back(make_tensor(prefix + ".g_idx", dtype::I32, {K}, full_g_idx(q)));
+        return out;
+    }
+    return std::nullopt;
+}
+
+/// One module of the input in the target layout: the word-level path where it exists, else
+/// read -> prepare -> pack. Refusals are unsupported_error, thrown before anything is returned.
+inline std::vector<owned_tensor> repack_module(const repack_source& src, const std::string& prefix, const layer_scheme& s,
+                                               const repack_target& t) {
+    if (auto fast = repack_words(src, prefix, s, t)) return std::move(*fast);
+    quantized_tensor q = repack_prepare(read_quantized(src, prefix, s), t, src.file);
+    return repack_pack(q, prefix, t);
+}
+
+}  // namespace qforge
