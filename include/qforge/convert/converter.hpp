@@ -1,0 +1,210 @@
+// The converter: a checkpoint folder in, a quantized checkpoint folder out, tensor by tensor.
+//
+//   qforge::convert_options opt;
+//   opt.format = qforge::output_format::gptq;
+//   opt.rules.default_scheme = qforge::quant_scheme{4, 64, true, qforge::scale_method::search, qforge::dtype::BF16};
+//   opt.progress = [](const qforge::progress_event& e) { /* print a line */ return true; };
+//   qforge::conversion_result r = qforge::convert("in", "out", opt);
+//
+// What it guarantees:
+//  - the plan is made (and every refusal raised, as one unsupported_error) before the output
+//    folder exists; an existing destination is refused unless `overwrite`;
+//  - all files are written into a temporary folder next to the destination and renamed into
+//    place at the end; any exception (including one thrown by the progress callback) removes
+//    the temporary folder and leaves a previous destination untouched;
+//  - input is memory-mapped and each source tensor's pages are released after its last use;
+//    a tensor is quantized in row chunks, so peak memory follows the largest tensor, not the
+//    model; outputs are written with pwrite at offsets fixed by the plan;
+//  - the bytes written do not depend on `threads`;
+//  - the library prints nothing: progress goes to the callback.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "qforge/convert/detail/atomic_folder.hpp"
+#include "qforge/convert/detail/quantize_step.hpp"
+#include "qforge/convert/detail/shard_writer.hpp"
+#include "qforge/convert/format.hpp"
+#include "qforge/convert/model_config.hpp"
+#include "qforge/convert/plan.hpp"
+#include "qforge/convert/report.hpp"
+#include "qforge/convert/rule.hpp"
+#include "qforge/convert/source.hpp"
+#include "qforge/core/half.hpp"
+#include "qforge/core/parallel.hpp"
+#include "qforge/io/file.hpp"
+#include "qforge/io/json.hpp"
+
+namespace qforge {
+
+/// One finished output weight (tensor i of n), for progress lines like llama-quantize's.
+struct progress_event {
+    std::size_t index = 0;  ///< 1-based
+    std::size_t count = 0;
+    const plan_item* item = nullptr;  ///< name, shape, action, scheme, outputs
+    std::string in_type;              ///< "BF16"
+    std::string out_type;             ///< "BF16", or "gptq 4b g64 sym search BF16"
+    std::uint64_t in_bytes = 0;
+    std::uint64_t out_bytes = 0;
+    std::optional<double> snr_db;  ///< quantized tensors only
+};
+
+struct convert_options {
+    output_format format = output_format::gptq;
+    rule_set rules;
+    unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    std::uint64_t max_shard_bytes = 5'000'000'000;  ///< huggingface_hub's default
+    bool overwrite = false;
+    /// Called after each output weight; return false to cancel (nothing is left behind).
+    std::function<bool(const progress_event&)> progress;
+    /// Called before each output weight with its 0-based index (a test hook: throw to simulate
+    /// a failure midway).
+    std::function<void(std::size_t)> before_tensor;
+};
+
+struct conversion_result {
+    plan the_plan;
+    conversion_report report;
+    std::vector<std::string> shards;
+    std::vector<std::string> copied_files;
+};
+
+/// Files copied byte for byte from the source folder when present (what the seed exporter copied).
+inline const std::vector<std::string>& side_files() {
+    static const std::vector<std::string> names{"tokenizer.json",          "tokenizer_config.json", "special_tokens_map.json",
+                                                "vocab.json",              "merges.txt",            "tokenizer.model",
+                                                "added_tokens.json",       "generation_config.json", "chat_template.jinja",
+                                                "chat_template.json",      "preprocessor_config.json"};
+    return names;
+}
+
+/// The plan for converting `src` with `opt` (no file is written). Does not throw for refusals:
+/// look at plan::refusals.
+inline plan plan_conversion(const checkpoint_source& src, const convert_options& opt) {
+    return make_plan(src.tensors(), model_config::from_json(src.config(), src.dir() + "/config.json"), opt.rules,
+                     opt.format);
+}
+
+namespace detail {
+
+/// Casts a float tensor's bytes to another float dtype (round to nearest even).
+inline std::vector<std::byte> cast_floats(std::span<const std::byte> in, dtype from, dtype to) {
+    const std::size_t n = in.size() / dtype_size(from);
+    std::vector<std::byte> out(n * dtype_size(to));
+    for (std::size_t i = 0; i < n; ++i) {
+        const float f = from == dtype::F64 ? [&] {
+            double d;
+            std::memcpy(&d, in.data() + i * 8, 8);
+            return static_cast<float>(d);
+        }()
+                                           : load_weight(in.data() + i * dtype_size(from), from);
+        std::byte* dst = out.data() + i * dtype_size(to);
+        if (to == dtype::BF16 || to == dtype::F16) {
+            const std::uint16_t h = to == dtype::BF16 ? float_to_bf16(f) : float_to_fp16(f);
+            std::memcpy(dst, &h, 2);
+        } else if (to == dtype::F32) {
+            std::memcpy(dst, &f, 4);
+        } else {
+            const double d = f;
+            std::memcpy(dst, &d, 8);
+        }
+    }
+    return out;
+}
+
+inline std::string out_type_text(const plan& p, const plan_item& it) {
+    if (it.action == plan_action::keep) return std::string(dtype_name(it.out_type));
+    return std::string(format_name(p.format)) + " " + scheme_to_string(it.scheme);
+}
+
+}  // namespace detail
+
+/// Converts the checkpoint folder `src_dir` into `dst_dir` (see the file comment).
+inline conversion_result convert(const std::string& src_dir, const std::string& dst_dir, const convert_options& opt) {
+    if (io::path_exists(dst_dir) && !opt.overwrite)
+        fail<io_error>(dst_dir, {}, "destination exists (pass --overwrite to replace it)");
+    checkpoint_source src(src_dir);
+    conversion_result result;
+    result.the_plan = plan_conversion(src, opt);
+    const plan& p = result.the_plan;
+    p.throw_if_refused();
+
+    detail::atomic_folder out(dst_dir, opt.overwrite);
+    std::vector<planned_tensor> all;
+    for (const auto& it : p.items) all.insert(all.end(), it.outputs.begin(), it.outputs.end());
+    detail::shard_writer writer(out.path(), all, opt.max_shard_bytes);
+    writer.open();
+
+    std::map<std::string, std::size_t> last_use;
+    for (std::size_t i = 0; i < p.items.size(); ++i) last_use[p.items[i].source] = i;
+
+    thread_pool pool(std::max(1u, opt.threads));
+    const executor run = pool.executor();
+    conversion_report& report = result.report;
+    report.format = p.format;
+    report.bits_per_weight = p.bits_per_weight();
+
+    for (std::size_t i = 0; i < p.items.size(); ++i) {
+        const plan_item& it = p.items[i];
+        if (opt.before_tensor) opt.before_tensor(i);
+        const tensor_view v = src.view(it.source);
+        progress_event ev{i + 1, p.items.size(), &it, std::string(dtype_name(it.source_type)),
+                          detail::out_type_text(p, it), it.in_bytes(), it.out_bytes(), std::nullopt};
+        if (it.action == plan_action::keep) {
+            const std::size_t row_bytes =
+                it.source_shape.empty() ? v.bytes.size()
+                                        : v.bytes.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, it.source_shape[0]));
+            const auto slice = it.whole_source()
+                                   ? v.bytes
+                                   : v.bytes.subspan(static_cast<std::size_t>(it.row_begin) * row_bytes,
+                                                     static_cast<std::size_t>(it.row_end - it.row_begin) * row_bytes);
+            if (it.out_type == it.source_type) writer.write(it.name, slice);
+            else writer.write(it.name, detail::cast_floats(slice, it.source_type, it.out_type));
+        } else {
+            detail::quantize_result q = detail::quantize_rows(v, it.row_begin, it.row_end, it.scheme, run, it.name);
+            const std::string module(module_of(it.name));
+            const auto tensors = with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.source_type,
+                                             [&](const auto& layout) { return layout.pack(q.q, module); });
+            for (const owned_tensor& t : tensors) writer.write(t.name, t.bytes);
+            report.tensors.push_back({module, it.shape, it.scheme, q.snr_db});
+            ev.snr_db = q.snr_db;
+        }
+        if (last_use[it.source] == i) src.release(it.source);
+        if (opt.progress && !opt.progress(ev)) fail<error>(dst_dir, it.name, "conversion cancelled");
+    }
+    writer.finish();
+    result.shards = writer.shard_names();
+
+    json cfg = src.config();
+    if (!cfg.is_object()) cfg = json::object();
+    if (p.untied) cfg.set("tie_word_embeddings", false);
+    cfg.set("quantization_config", p.quantization_config);
+    io::write_file(out.path() + "/config.json", cfg.dump({.indent = 2}) + "\n");
+    if (p.format == output_format::gptq || p.format == output_format::gptq_v2) {
+        const auto s = *p.main_scheme();
+        const json side = with_gptq_layout(s.bits,
+                                           gptq_options{p.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
+                                                        *s.scale_dtype, false},
+                                           [&](const auto& layout) { return layout.side_file(p.linears); });
+        io::write_file(out.path() + "/quantize_config.json", side.dump({.indent = 2}) + "\n");
+    }
+    for (const std::string& f : side_files())
+        if (io::path_exists(src.dir() + "/" + f)) {
+            io::copy_file(src.dir() + "/" + f, out.path() + "/" + f);
+            result.copied_files.push_back(f);
+        }
+    io::write_file(out.path() + "/quantization_report.json", report.to_json().dump({.indent = 2}) + "\n");
+    out.commit();
+    return result;
+}
+
+}  // namespace qforge

@@ -1,0 +1,165 @@
+// A deterministic synthetic checkpoint: Llama-shaped bf16 weights with heavy tails, for the
+// demo, the tests and the benchmark (nothing to download).
+//
+// Weights are Student-t (df 5) scaled to std 0.02, drawn from a fixed-seed splitmix64 stream
+// with our own normal sampler, so the bytes are the same on every machine and compiler.
+// Norm weights are 1 + small noise. The folder gets config.json, tokenizer.json,
+// tokenizer_config.json and generation_config.json, and the tensors are split into
+// two shard files (or one, with shards = 1) with a model.safetensors.index.json.
+//
+// `seed_naming` writes the first seed exporter's model ("Spark-X2.5"): a fused
+// `self_attn.q_k_v_proj`, `self_attn.out_proj` and `model.embedding.weight` tied to the head.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "qforge/convert/detail/shard_writer.hpp"
+#include "qforge/convert/format.hpp"
+#include "qforge/core/half.hpp"
+#include "qforge/io/file.hpp"
+#include "qforge/io/json.hpp"
+
+namespace qforge {
+
+struct demo_options {
+    std::int64_t hidden = 512;
+    std::int64_t intermediate = 1408;
+    std::int64_t layers = 4;
+    std::int64_t heads = 8;
+    std::int64_t kv_heads = 4;
+    std::int64_t vocab = 4096;
+    int shards = 2;
+    bool tied = true;
+    bool seed_naming = false;
+    std::uint64_t seed = 20261130;
+};
+
+namespace detail {
+
+/// splitmix64 + Box-Muller: portable, unlike std::normal_distribution.
+class demo_rng {
+public:
+    explicit demo_rng(std::uint64_t seed) : s_(seed) {}
+    std::uint64_t next() noexcept {
+        std::uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    double uniform() noexcept { return (static_cast<double>(next() >> 11) + 0.5) * 0x1p-53; }
+    double normal() noexcept {
+        if (has_spare_) {
+            has_spare_ = false;
+            return spare_;
+        }
+        const double r = std::sqrt(-2.0 * std::log(uniform())), t = 6.283185307179586 * uniform();
+        spare_ = r * std::sin(t);
+        has_spare_ = true;
+        return r * std::cos(t);
+    }
+    /// Student-t with 5 degrees of freedom, scaled to unit variance (var = 5/3).
+    double student_t5() noexcept {
+        double chi = 0;
+        for (int i = 0; i < 5; ++i) {
+            const double z = normal();
+            chi += z * z;
+        }
+        return normal() / std::sqrt(chi / 5.0) * std::sqrt(3.0 / 5.0);
+    }
+
+private:
+    std::uint64_t s_;
+    double spare_ = 0;
+    bool has_spare_ = false;
+};
+
+}  // namespace detail
+
+/// The tensors of the demo model, in write order.
+inline std::vector<planned_tensor> demo_tensors(const demo_options& o) {
+    const std::int64_t hd = o.hidden / o.heads, q = o.heads * hd, kv = o.kv_heads * hd;
+    std::vector<planned_tensor> t;
+    t.push_back({o.seed_naming ? "model.embedding.weight" : "model.embed_tokens.weight", dtype::BF16, {o.vocab, o.hidden}});
+    for (std::int64_t l = 0; l < o.layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        t.push_back({p + "input_layernorm.weight", dtype::BF16, {o.hidden}});
+        if (o.seed_naming) {
+            t.push_back({p + "self_attn.q_k_v_proj.weight", dtype::BF16, {q + 2 * kv, o.hidden}});
+            t.push_back({p + "self_attn.out_proj.weight", dtype::BF16, {o.hidden, q}});
+        } else {
+            t.push_back({p + "self_attn.q_proj.weight", dtype::BF16, {q, o.hidden}});
+            t.push_back({p + "self_attn.k_proj.weight", dtype::BF16, {kv, o.hidden}});
+            t.push_back({p + "self_attn.v_proj.weight", dtype::BF16, {kv, o.hidden}});
+            t.push_back({p + "self_attn.o_proj.weight", dtype::BF16, {o.hidden, q}});
+        }
+        t.push_back({p + "post_attention_layernorm.weight", dtype::BF16, {o.hidden}});
+        t.push_back({p + "mlp.gate_proj.weight", dtype::BF16, {o.intermediate, o.hidden}});
+        t.push_back({p + "mlp.up_proj.weight", dtype::BF16, {o.intermediate, o.hidden}});
+        t.push_back({p + "mlp.down_proj.weight", dtype::BF16, {o.hidden, o.intermediate}});
+    }
+    t.push_back({"model.norm.weight", dtype::BF16, {o.hidden}});
+    if (!o.tied) t.push_back({"lm_head.weight", dtype::BF16, {o.vocab, o.hidden}});
+    return t;
+}
+
+/// Writes the demo checkpoint into `dir` (created; must not exist).
+inline void write_demo_checkpoint(const std::string& dir, const demo_options& o = {}) {
+    io::make_directory(dir);
+    const auto tensors = demo_tensors(o);
+    std::uint64_t total = 0;
+    for (const auto& t : tensors) total += t.bytes();
+    // 60% per shard: with no tensor near that size, greedy splitting makes exactly two shards.
+    detail::shard_writer writer(dir, tensors, o.shards > 1 ? total * 3 / 5 : 0);
+    writer.open();
+    detail::demo_rng rng(o.seed);
+    std::vector<std::uint16_t> buf;
+    for (const auto& t : tensors) {
+        buf.resize(static_cast<std::size_t>(checked_numel(t.shape)));
+        const bool norm = t.shape.size() == 1;
+        for (auto& h : buf)
+            h = float_to_bf16(static_cast<float>(norm ? 1.0 + 0.05 * rng.normal() : 0.02 * rng.student_t5()));
+        writer.write(t.name, std::as_bytes(std::span<const std::uint16_t>(buf)));
+    }
+    writer.finish();
+
+    const std::int64_t hd = o.hidden / o.heads;
+    json cfg = json::object({{"architectures", json::array({"LlamaForCausalLM"})},
+                             {"model_type", "llama"},
+                             {"hidden_size", o.hidden},
+                             {"intermediate_size", o.intermediate},
+                             {"num_hidden_layers", o.layers},
+                             {"num_attention_heads", o.heads},
+                             {"num_key_value_heads", o.kv_heads},
+                             {"head_dim", hd},
+                             {"vocab_size", o.vocab},
+                             {"max_position_embeddings", 2048},
+                             {"rms_norm_eps", 1e-05},
+                             {"rope_theta", 10000.0},
+                             {"hidden_act", "silu"},
+                             {"tie_word_embeddings", o.tied},
+                             {"bos_token_id", 1},
+                             {"eos_token_id", 2},
+                             {"torch_dtype", "bfloat16"}});
+    io::write_file(dir + "/config.json", cfg.dump({.indent = 2}) + "\n");
+    io::write_file(dir + "/generation_config.json",
+                   std::string("{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": false\n}\n"));
+    io::write_file(dir + "/tokenizer_config.json",
+                   std::string("{\n  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n  \"model_max_length\": 2048\n}\n"));
+    // A tiny byte-level vocabulary: enough for the file to be copied and parsed, not a real tokenizer.
+    json vocab = json::object({{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}});
+    for (int b = 0; b < 256 && b + 3 < o.vocab; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        vocab.set(name, b + 3);
+    }
+    json tok = json::object({{"version", "1.0"},
+                             {"added_tokens", json::array()},
+                             {"model", json::object({{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}})}});
+    io::write_file(dir + "/tokenizer.json", tok.dump({.indent = 2}) + "\n");
+}
+
+}  // namespace qforge

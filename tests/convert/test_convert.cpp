@@ -1,0 +1,244 @@
+// End-to-end conversions: every format on a generated checkpoint and on stories260k, the seed's
+// fused-qkv and untie paths, refusals and failures that leave nothing behind, thread-count
+// independence.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "qforge/convert/converter.hpp"
+#include "qforge/convert/demo_checkpoint.hpp"
+#include "qforge/io/file.hpp"
+#include "qforge/io/safetensors/reader.hpp"
+
+using namespace qforge;
+
+namespace {
+
+std::string scratch(const std::string& name) {
+    static const std::string root = [] {
+        std::string r = "/tmp/qforge-test-convert-" + std::to_string(::getpid());
+        if (io::path_exists(r)) io::remove_tree(r);
+        io::make_directory(r);
+        return r;
+    }();
+    const std::string p = root + "/" + name;
+    if (io::path_exists(p)) io::remove_tree(p);
+    return p;
+}
+
+demo_options small_demo() {
+    demo_options o;
+    o.hidden = 128;
+    o.intermediate = 256;
+    o.layers = 2;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.vocab = 512;
+    return o;
+}
+
+const std::string& demo_dir() {
+    static const std::string d = [] {
+        std::string p = scratch("demo");
+        write_demo_checkpoint(p, small_demo());
+        return p;
+    }();
+    return d;
+}
+
+quant_scheme w4a8() { return {4, 64, true, scale_method::search, dtype::BF16}; }
+
+convert_options w4a8_cpu() {
+    convert_options o;
+    o.format = output_format::gptq;
+    o.rules.default_scheme = w4a8();
+    o.rules.untie("model.embed_tokens.weight").quantize("lm_head", w4a8());
+    o.threads = 2;
+    return o;
+}
+
+/// Every tensor (name -> dtype, shape) of an output folder.
+std::map<std::string, std::pair<dtype, shape_t>> tensors_of(const std::string& dir) {
+    checkpoint_source s(dir);
+    std::map<std::string, std::pair<dtype, shape_t>> out;
+    for (const auto& t : s.tensors()) out[t.name] = {t.type, t.shape};
+    return out;
+}
+
+bool leftovers(const std::string& dst) {
+    const std::string parent = dst.substr(0, dst.rfind('/'));
+    const std::string leaf = dst.substr(dst.rfind('/') + 1);
+    for (const auto& f : io::list_directory(parent))
+        if (f.starts_with(leaf + ".qforge-")) return true;
+    return false;
+}
+
+}  // namespace
+
+TEST_CASE("demo checkpoint: two shards with an index, tied, heavy-tailed, deterministic") {
+    const std::string& d = demo_dir();
+    CHECK(io::path_exists(d + "/model-00001-of-00002.safetensors"));
+    CHECK(io::path_exists(d + "/model-00002-of-00002.safetensors"));
+    CHECK(io::path_exists(d + "/model.safetensors.index.json"));
+    checkpoint_source s(d);
+    CHECK_FALSE(s.contains("lm_head.weight"));
+    const std::string again = scratch("demo-again");
+    write_demo_checkpoint(again, small_demo());
+    CHECK(io::read_file(again + "/model-00001-of-00002.safetensors") == io::read_file(d + "/model-00001-of-00002.safetensors"));
+}
+
+TEST_CASE("w4a8-cpu: GPTQ v1, untied quantized head, config, report, copied files") {
+    const std::string out = scratch("w4a8");
+    conversion_result r = convert(demo_dir(), out, w4a8_cpu());
+    const auto t = tensors_of(out);
+    CHECK(t.at("lm_head.qweight").second == shape_t{16, 512});
+    CHECK(t.at("lm_head.scales").first == dtype::BF16);
+    CHECK(t.at("model.embed_tokens.weight").first == dtype::BF16);
+    CHECK(t.at("model.layers.1.mlp.down_proj.qzeros").second == shape_t{4, 16});
+    CHECK(t.at("model.layers.1.mlp.down_proj.g_idx").first == dtype::I32);
+    CHECK(t.count("model.layers.0.self_attn.q_proj.weight") == 0);
+    const json cfg = json::parse(io::read_file(out + "/config.json"));
+    CHECK(cfg.at("tie_word_embeddings").as_bool() == false);
+    const json& qc = cfg.at("quantization_config");
+    CHECK(qc.at("quant_method").as_string() == "gptq");
+    CHECK(qc.at("group_size").as_int() == 64);
+    CHECK(qc.at("lm_head").as_bool());
+    CHECK(qc.at("checkpoint_format").as_string() == "gptq");
+    CHECK(io::read_file(out + "/tokenizer.json") == io::read_file(demo_dir() + "/tokenizer.json"));
+    CHECK(io::path_exists(out + "/generation_config.json"));
+    const json rep = json::parse(io::read_file(out + "/quantization_report.json"));
+    CHECK(rep.at("tensors_quantized").as_int() == 15);
+    CHECK(rep.at("snr_db_min").as_double() > 15.0);
+    CHECK(rep.at("per_tensor").size() == 15);
+    CHECK(r.report.tensors.size() == 15);
+    // v1 stores zero - 1: symmetric 4-bit qzeros words are 0x77777777 (formats.md 2.3).
+    safetensors::reader shard(out + "/model.safetensors");
+    const tensor_view z = shard.view("model.layers.0.mlp.up_proj.qzeros");
+    std::uint32_t w;
+    std::memcpy(&w, z.bytes.data(), 4);
+    CHECK(w == 0x77777777u);
+}
+
+TEST_CASE("every format converts the demo checkpoint") {
+    struct fmt_case {
+        output_format f;
+        quant_scheme s;
+        const char* probe;
+    };
+    const fmt_case cases[] = {
+        {output_format::gptq_v2, {4, 128, true, scale_method::minmax, std::nullopt}, "model.layers.0.mlp.up_proj.qweight"},
+        {output_format::awq, {4, 128, false, scale_method::minmax, std::nullopt}, "model.layers.0.mlp.up_proj.qzeros"},
+        {output_format::compressed_tensors, {4, 128, false, scale_method::minmax, std::nullopt},
+         "model.layers.0.mlp.up_proj.weight_zero_point"},
+        {output_format::compressed_tensors, {8, -1, true, scale_method::mse, std::nullopt}, "model.layers.0.mlp.up_proj.weight_shape"},
+    };
+    int n = 0;
+    for (const auto& c : cases) {
+        CAPTURE(format_name(c.f));
+        convert_options o;
+        o.format = c.f;
+        o.rules.default_scheme = c.s;
+        const std::string out = scratch("fmt" + std::to_string(n++));
+        convert(demo_dir(), out, o);
+        const auto t = tensors_of(out);
+        CHECK(t.count(c.probe) == 1);
+        const json qc = json::parse(io::read_file(out + "/config.json")).at("quantization_config");
+        CHECK(qc.contains("quant_method"));
+        if (c.f == output_format::compressed_tensors) {
+            CHECK(qc.at("ignore").at(0).as_string() == "lm_head");
+            CHECK(t.at("model.layers.0.mlp.up_proj.weight_scale").first == dtype::BF16);
+        }
+        if (c.f == output_format::awq) CHECK(t.at("model.layers.0.mlp.up_proj.scales").first == dtype::F16);
+    }
+}
+
+TEST_CASE("output bytes do not depend on the thread count") {
+    convert_options o = w4a8_cpu();
+    o.threads = 1;
+    o.max_shard_bytes = 1 << 20;  // several shards and an index
+    const std::string a = scratch("t1"), b = scratch("t2");
+    convert(demo_dir(), a, o);
+    o.threads = 2;
+    convert(demo_dir(), b, o);
+    const auto files = io::list_directory(a);
+    CHECK(files.size() > 6);
+    for (const auto& f : files) {
+        CAPTURE(f);
+        CHECK(io::read_file(a + "/" + f) == io::read_file(b + "/" + f));
+    }
+}
+
+TEST_CASE("refusals, an existing destination and a failure midway leave nothing behind") {
+    SUBCASE("a refused plan writes nothing") {
+        convert_options o = w4a8_cpu();
+        o.rules.rules.clear();
+        o.rules.quantize("lm_head", w4a8());  // tied head without untie
+        const std::string out = scratch("refused");
+        CHECK_THROWS_AS(convert(demo_dir(), out, o), unsupported_error);
+        CHECK_FALSE(io::path_exists(out));
+        CHECK_FALSE(leftovers(out));
+    }
+    SUBCASE("existing destination untouched without overwrite, replaced with it") {
+        const std::string out = scratch("exists");
+        io::make_directory(out);
+        io::write_file(out + "/keep.txt", std::string("mine"));
+        CHECK_THROWS_AS(convert(demo_dir(), out, w4a8_cpu()), io_error);
+        CHECK(io::read_file(out + "/keep.txt") == "mine");
+        convert_options o = w4a8_cpu();
+        o.overwrite = true;
+        convert(demo_dir(), out, o);
+        CHECK_FALSE(io::path_exists(out + "/keep.txt"));
+        CHECK(io::path_exists(out + "/quantization_report.json"));
+        CHECK_FALSE(leftovers(out));
+    }
+    SUBCASE("an exception at the third tensor") {
+        const std::string out = scratch("boom");
+        io::make_directory(out);
+        io::write_file(out + "/keep.txt", std::string("mine"));
+        convert_options o = w4a8_cpu();
+        o.overwrite = true;
+        o.before_tensor = [](std::size_t i) {
+            if (i == 2) throw std::runtime_error("injected");
+        };
+        CHECK_THROWS_WITH(convert(demo_dir(), out, o), "injected");
+        CHECK(io::read_file(out + "/keep.txt") == "mine");
+        CHECK_FALSE(leftovers(out));
+    }
+    SUBCASE("cancel from the progress callback") {
+        const std::string out = scratch("cancel");
+        convert_options o = w4a8_cpu();
+        o.progress = [](const progress_event& e) { return e.index < 3; };
+        CHECK_THROWS_AS(convert(demo_dir(), out, o), error);
+        CHECK_FALSE(io::path_exists(out));
+        CHECK_FALSE(leftovers(out));
+    }
+}
+
+TEST_CASE("the seed model: fused q_k_v_proj split, out_proj kept by name, embedding untied into lm_head") {
+    demo_options d = small_demo();
+    d.seed_naming = true;
+    const std::string src = scratch("seed");
+    write_demo_checkpoint(src, d);
+    convert_options o;
+    o.format = output_format::gptq;
+    o.rules.default_scheme = w4a8();
+    o.rules.split_qkv("q_k_v_proj").untie("model.embedding.weight").quantize("lm_head", w4a8());
+    const std::string out = scratch("seed-out");
+    convert(src, out, o);
+    const auto t = tensors_of(out);
+    // What gptq_w4a8_exporter.py writes: per linear qweight [K/8, N], qzeros [K/g, N/8],
+    // scales bf16 [K/g, N], g_idx [K]; q/k/v split by heads * head_dim; the table stays bf16.
+    const std::string p = "model.layers.0.self_attn.";
+    CHECK(t.at(p + "q_proj.qweight") == std::pair<dtype, shape_t>{dtype::I32, {16, 128}});
+    CHECK(t.at(p + "k_proj.qweight") == std::pair<dtype, shape_t>{dtype::I32, {16, 64}});
+    CHECK(t.at(p + "v_proj.qzeros") == std::pair<dtype, shape_t>{dtype::I32, {2, 8}});
+    CHECK(t.at(p + "v_proj.scales") == std::pair<dtype, shape_t>{dtype::BF16, {2, 64}});
+    CHECK(t.at(p + "out_proj.g_idx") == std::pair<dtype, shape_t>{dtype::I32, {128}});
+    CHECK(t.at("lm_head.qweight") == std::pair<dtype, shape_t>{dtype::I32, {16, 512}});
+    CHECK(t.at("model.embedding.weight") == std::pair<dtype, shape_t>{dtype::BF16, {512, 128}});
+    CHECK(t.count(p + "q_k_v_proj.qweight") == 0);
+    const json cfg = json::parse(io::read_file(out + "/config.json"));
+    CHECK_FALSE(cfg.at("tie_word_embeddings").as_bool());
+}
