@@ -1,0 +1,298 @@
+// Hugging Face (Llama, Mistral, Qwen2-style) -> GGUF in one streaming pass.
+//
+//   gguf::convert_options o;
+//   o.type = *gguf::parse_file_type("Q4_K_M");
+//   o.tokenizer_from = "ref.gguf";              // or o.pre_tokenizer = "llama-bpe" + tokenizer.json
+//   gguf::convert_report r = gguf::convert_hf_to_gguf("model_dir", "model.gguf", o, progress);
+//
+// The whole plan (names, shapes, types, fallbacks, metadata) is fixed before any tensor is
+// read; then each tensor is read from its (memory-mapped) shard a chunk of rows at a time,
+// converted to float32, permuted (Q/K of Llama/Mistral), quantized with the byte-exact ggml
+// kernels and appended to the GGUF, and its pages are released. Memory stays at one chunk.
+// Metadata keys and their types are those llama.cpp checks (formats.md 5.4, trap 19).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "qforge/convert/gguf/name_map.hpp"
+#include "qforge/convert/gguf/tokenizer.hpp"
+#include "qforge/convert/gguf/type_choice.hpp"
+#include "qforge/convert/source.hpp"
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/half.hpp"
+#include "qforge/io/gguf/writer.hpp"
+#include "qforge/io/json.hpp"
+#include "qforge/layout/gguf/quantize.hpp"
+
+namespace qforge::gguf {
+
+struct convert_options {
+    file_type type = *parse_file_type("Q8_0");
+    std::vector<type_override> overrides;
+    std::string tokenizer_from;   // template GGUF whose tokenizer.* keys are copied
+    std::string tokenizer_json;   // default: <src>/tokenizer.json (needs pre_tokenizer)
+    std::string pre_tokenizer;    // llama.cpp pre-tokenizer name for tokenizer.json conversion
+    bool allow_no_vocab = false;  // write tokenizer.ggml.model = "no_vocab" when there is no tokenizer
+    std::string model_name;       // general.name (default: the source folder's name)
+    /// Importance vector (ne[0] floats) for a GGUF tensor name, or null (llama.cpp imatrix).
+    std::function<const std::vector<float>*(const std::string&)> imatrix;
+    std::int64_t chunk_rows = 256;
+};
+
+struct tensor_report {
+    std::string hf_name, gguf_name;
+    std::vector<std::int64_t> ne;
+    ggml_type requested = ggml_type::f32, chosen = ggml_type::f32;
+    std::string fallback;
+    std::uint64_t bytes = 0;
+    double snr_db = std::numeric_limits<double>::infinity();  // 10 log10(sum x^2 / sum err^2)
+    bool permuted = false;
+};
+
+struct convert_report {
+    std::string arch;
+    std::vector<tensor_report> tensors;
+    std::uint64_t total_elements = 0, total_bytes = 0;
+    double bits_per_weight() const { return total_elements ? 8.0 * static_cast<double>(total_bytes) / static_cast<double>(total_elements) : 0; }
+    std::vector<std::string> fallbacks() const {
+        std::vector<std::string> out;
+        for (const auto& t : tensors)
+            if (!t.fallback.empty()) out.push_back(t.gguf_name + ": " + t.fallback);
+        return out;
+    }
+};
+
+/// Called after each tensor: (tensors done, tensors total, GGUF name just written).
+using progress_fn = std::function<void(std::size_t, std::size_t, const std::string&)>;
+
+namespace detail {
+
+struct planned_tensor {
+    std::string hf;
+    mapped_name map;
+    dtype src_type;
+    shape_t shape;
+    tensor_decl decl;
+    type_decision decision;
+};
+
+inline std::int64_t cfg_int(const json& cfg, const std::string& file, const char* key, std::int64_t fallback, bool required) {
+    const json* v = cfg.find(key);
+    if (!v || v->is_null()) {
+        if (required) fail<format_error>(file, "", std::string("config.json lacks \"") + key + "\"");
+        return fallback;
+    }
+    if (!v->is_int() || v->as_int() <= 0 || v->as_int() > 0xFFFFFFFF)
+        fail<format_error>(file, "", std::string("\"") + key + "\" must be a positive integer");
+    return v->as_int();
+}
+
+inline double cfg_num(const json& cfg, const std::string& file, const char* key, double fallback) {
+    const json* v = cfg.find(key);
+    if (!v || v->is_null()) return fallback;
+    if (!v->is_number()) fail<format_error>(file, "", std::string("\"") + key + "\" must be a number");
+    return v->as_double();
+}
+
+inline hf_arch detect_arch(const json& cfg, const std::string& file) {
+    const json* mt = cfg.find("model_type");
+    const std::string t = mt && mt->is_string() ? mt->as_string() : "";
+    if (t == "llama" || t == "mistral") return hf_arch::llama;
+    if (t == "qwen2") return hf_arch::qwen2;
+    fail<unsupported_error>(file, "", "model_type \"" + t + "\" is not a Llama-family model (llama, mistral, qwen2)");
+}
+
+/// Row `r` of a tensor view as float32.
+inline void load_row(const tensor_view& v, std::int64_t r, std::int64_t cols, float* out) {
+    const auto at = static_cast<std::size_t>(r * cols);
+    for (std::int64_t c = 0; c < cols; ++c) {
+        const std::size_t i = at + static_cast<std::size_t>(c);
+        switch (v.type) {
+            case dtype::BF16: {
+                std::uint16_t h;
+                std::memcpy(&h, v.bytes.data() + 2 * i, 2);
+                out[c] = bf16_to_float(h);
+                break;
+            }
+            case dtype::F16: {
+                std::uint16_t h;
+                std::memcpy(&h, v.bytes.data() + 2 * i, 2);
+                out[c] = fp16_to_float(h);
+                break;
+            }
+            default: std::memcpy(&out[c], v.bytes.data() + 4 * i, 4);
+        }
+    }
+}
+
+}  // namespace detail
+
+/// Converts the checkpoint folder `src_dir` to the GGUF file `dst_file` (see the top of the file).
+inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::string& dst_file,
+                                         const convert_options& opt, const progress_fn& progress = {}) {
+    const checkpoint_source src(src_dir);
+    const std::string cfg_file = src_dir + "/config.json";
+    const json& cfg = src.config();
+    const hf_arch arch = detail::detect_arch(cfg, cfg_file);
+    const std::string arch_name = arch == hf_arch::llama ? "llama" : "qwen2";
+
+    const auto n_embd = detail::cfg_int(cfg, cfg_file, "hidden_size", 0, true);
+    const auto n_layer = detail::cfg_int(cfg, cfg_file, "num_hidden_layers", 0, true);
+    const auto n_ff = detail::cfg_int(cfg, cfg_file, "intermediate_size", 0, true);
+    const auto n_head = detail::cfg_int(cfg, cfg_file, "num_attention_heads", 0, true);
+    const auto n_head_kv = detail::cfg_int(cfg, cfg_file, "num_key_value_heads", n_head, false);
+    const auto head_dim = detail::cfg_int(cfg, cfg_file, "head_dim", n_embd / n_head, false);
+    const auto n_ctx = detail::cfg_int(cfg, cfg_file, "max_position_embeddings", 2048, false);
+    const double eps = detail::cfg_num(cfg, cfg_file, "rms_norm_eps", 1e-5);
+    const double theta = detail::cfg_num(cfg, cfg_file, "rope_theta", 10000.0);
+    if (arch == hf_arch::llama && head_dim * n_head != n_embd)
+        fail<unsupported_error>(cfg_file, "", "llama.cpp's llama architecture needs head_dim * n_head == hidden_size");
+    if (head_dim % 2 != 0) fail<unsupported_error>(cfg_file, "", "head_dim must be even for the RoPE permutation");
+
+    kv_list kvs;
+    kvs.emplace_back("general.architecture", value::str(arch_name));
+    std::string name = opt.model_name;
+    if (name.empty()) {
+        name = src_dir;
+        while (!name.empty() && name.back() == '/') name.pop_back();
+        name = name.substr(name.find_last_of('/') + 1);
+    }
+    kvs.emplace_back("general.name", value::str(name));
+    const std::string a = arch_name + ".";
+    auto u32 = [](std::int64_t v) { return value::u32(static_cast<std::uint32_t>(v)); };
+    kvs.emplace_back(a + "context_length", u32(n_ctx));
+    kvs.emplace_back(a + "embedding_length", u32(n_embd));
+    kvs.emplace_back(a + "block_count", u32(n_layer));
+    kvs.emplace_back(a + "feed_forward_length", u32(n_ff));
+    kvs.emplace_back(a + "attention.head_count", u32(n_head));
+    kvs.emplace_back(a + "attention.head_count_kv", u32(n_head_kv));
+    kvs.emplace_back(a + "rope.freq_base", value::f32(static_cast<float>(theta)));
+    kvs.emplace_back(a + "attention.layer_norm_rms_epsilon", value::f32(static_cast<float>(eps)));
+    kvs.emplace_back(a + "rope.dimension_count", u32(head_dim));
+    if (head_dim * n_head != n_embd) {
+        kvs.emplace_back(a + "attention.key_length", u32(head_dim));
+        kvs.emplace_back(a + "attention.value_length", u32(head_dim));
+    }
+    if (const json* rs = cfg.find("rope_scaling"); rs && rs->is_object()) {
+        const json* t = rs->find("type");
+        if (!t) t = rs->find("rope_type");
+        const std::string kind = t && t->is_string() ? t->as_string() : "";
+        if (kind == "linear") {
+            kvs.emplace_back(a + "rope.scaling.type", value::str("linear"));
+            kvs.emplace_back(a + "rope.scaling.factor", value::f32(static_cast<float>(rs->at("factor").as_double())));
+        } else if (!kind.empty() && kind != "default") {
+            fail<unsupported_error>(cfg_file, "", "rope_scaling type \"" + kind + "\" is not supported by the GGUF converter");
+        }
+    }
+    kvs.emplace_back("general.file_type", value::u32(opt.type.llama_ftype));
+    kvs.emplace_back("general.quantization_version", value::u32(2));
+
+    // ---- plan every tensor up front -----------------------------------------------------
+    std::vector<detail::planned_tensor> plan;
+    std::int64_t n_vocab = 0;
+    for (const auto& t : src.tensors()) {
+        if (t.name.ends_with("rotary_emb.inv_freq")) continue;  // convert_hf_to_gguf skips it
+        auto m = map_hf_name(t.name, arch, static_cast<int>(n_head), static_cast<int>(n_head_kv));
+        if (!m) fail<unsupported_error>(src_dir + "/" + t.file, t.name, "tensor has no GGUF name for " + arch_name);
+        if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32)
+            fail<unsupported_error>(src_dir + "/" + t.file, t.name, "source dtype " + std::string(dtype_name(t.type)) + " cannot be converted");
+        if (t.shape.empty() || t.shape.size() > 2)
+            fail<shape_error>(src_dir + "/" + t.file, t.name, "expected a 1-D or 2-D tensor");
+        if (m->permute_heads > 0 && t.shape[0] % (2 * m->permute_heads) != 0)
+            fail<shape_error>(src_dir + "/" + t.file, t.name, "rows are not a whole number of even-sized heads");
+        if (m->gguf == "token_embd.weight") n_vocab = t.shape[0];
+        detail::planned_tensor p{t.name, *m, t.type, t.shape, {}, {}};
+        p.decl.name = m->gguf;
+        for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) p.decl.ne.push_back(*it);
+        p.decision = choose_type(opt.type, opt.overrides, m->gguf, static_cast<int>(t.shape.size()), p.decl.ne[0], m->layer,
+                                 static_cast<int>(n_layer));
+        p.decl.type = p.decision.chosen;
+        plan.push_back(std::move(p));
+    }
+    if (n_vocab == 0) fail<format_error>(src_dir, "model.embed_tokens.weight", "the checkpoint has no embedding table");
+    kvs.emplace_back(a + "vocab_size", u32(n_vocab));
+
+    // ---- tokenizer ------------------------------------------------------------------------
+    kv_list tok;
+    const std::string tok_json = opt.tokenizer_json.empty() ? src_dir + "/tokenizer.json" : opt.tokenizer_json;
+    if (!opt.tokenizer_from.empty()) {
+        tok = tokenizer_from_gguf(opt.tokenizer_from);
+    } else if (io::path_exists(tok_json) && !opt.pre_tokenizer.empty()) {
+        const std::string tc_path = src_dir + "/tokenizer_config.json";
+        json tc;
+        const bool have_tc = io::path_exists(tc_path);
+        if (have_tc) tc = json::parse(io::read_file(tc_path, 64u << 20), tc_path);
+        tok = tokenizer_from_json(tok_json, opt.pre_tokenizer, cfg, have_tc ? &tc : nullptr);
+    } else if (opt.allow_no_vocab) {
+        tok.emplace_back("tokenizer.ggml.model", value::str("no_vocab"));
+    } else {
+        fail<unsupported_error>(src_dir, "", io::path_exists(tok_json)
+                                                 ? "tokenizer.json needs a pre-tokenizer name (--pre-tokenizer) to be converted"
+                                                 : "no tokenizer: give a template GGUF (--tokenizer-from) or a tokenizer.json");
+    }
+    if (const value* toks = find_kv(tok, "tokenizer.ggml.tokens"); toks && static_cast<std::int64_t>(toks->elems.size()) != n_vocab)
+        fail<unsupported_error>(src_dir, "token_embd.weight", "the tokenizer has " + std::to_string(toks->elems.size()) +
+                                                                  " tokens but the embedding table has " + std::to_string(n_vocab) + " rows");
+    for (auto& kv : tok) kvs.push_back(std::move(kv));
+
+    // ---- stream ---------------------------------------------------------------------------
+    std::vector<tensor_decl> decls;
+    for (const auto& p : plan) decls.push_back(p.decl);
+    file_writer w(dst_file, kvs, decls);
+    convert_report report;
+    report.arch = arch_name;
+    std::vector<float> rows, back;
+    std::vector<std::uint16_t> out;  // 2-byte aligned block storage
+    for (std::size_t ti = 0; ti < plan.size(); ++ti) {
+        const auto& p = plan[ti];
+        const tensor_view v = src.view(p.hf);
+        const std::int64_t cols = p.decl.ne[0];
+        const std::int64_t nrows = p.shape.size() == 2 ? p.shape[0] : 1;
+        const ggml_type t = p.decl.type;
+        const std::vector<float>* im = opt.imatrix ? opt.imatrix(p.decl.name) : nullptr;
+        if (im && static_cast<std::int64_t>(im->size()) != cols)
+            fail<shape_error>("", p.decl.name, "imatrix has " + std::to_string(im->size()) + " entries, rows have " + std::to_string(cols));
+        double sx2 = 0, se2 = 0;
+        for (std::int64_t r0 = 0; r0 < nrows; r0 += opt.chunk_rows) {
+            const std::int64_t n = std::min(opt.chunk_rows, nrows - r0);
+            rows.resize(static_cast<std::size_t>(n * cols));
+            for (std::int64_t r = 0; r < n; ++r) {
+                const std::int64_t srow = p.map.permute_heads > 0 ? permuted_source_row(r0 + r, nrows, p.map.permute_heads) : r0 + r;
+                detail::load_row(v, srow, cols, rows.data() + r * cols);
+            }
+            for (float x : rows)
+                if (!std::isfinite(x)) fail<format_error>(src_dir, p.hf, "tensor holds NaN or infinity");
+            const auto nbytes = static_cast<std::size_t>(quantized_size(t, n, cols));
+            out.resize(nbytes / 2 + 1);
+            auto* dst = reinterpret_cast<std::byte*>(out.data());
+            quantize_rows(t, rows.data(), n, cols, im ? im->data() : nullptr, dst);
+            w.write_part(std::span<const std::byte>(dst, nbytes));
+            back.resize(rows.size());
+            dequantize_rows(t, dst, n * cols, back.data());
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                const double x = rows[i], e = x - static_cast<double>(back[i]);
+                sx2 += x * x;
+                se2 += e * e;
+            }
+        }
+        w.end_tensor();
+        src.release(p.hf);
+        tensor_report tr{p.hf, p.decl.name, p.decl.ne, p.decision.requested, t, p.decision.fallback, tensor_nbytes(p.decl),
+                         se2 > 0 ? 10.0 * std::log10(sx2 / se2) : std::numeric_limits<double>::infinity(), p.map.permute_heads > 0};
+        report.total_elements += static_cast<std::uint64_t>(nrows * cols);
+        report.total_bytes += tr.bytes;
+        report.tensors.push_back(std::move(tr));
+        if (progress) progress(ti + 1, plan.size(), p.decl.name);
+    }
+    w.finish();
+    return report;
+}
+
+}  // namespace qforge::gguf
