@@ -1,0 +1,190 @@
+// quantize(): float weights in, a layout-independent quantized_tensor out. The runtime entry
+// point converters call; its signature and quant_options are stable.
+//
+// **Example**:
+//   qforge::quant_options opt;
+//   opt.bits = 4;                                   // 2..8
+//   opt.group_size = 128;                           // power of two, or -1 = per channel
+//   opt.symmetric = true;                           // zero pinned at 2^(bits-1)
+//   opt.policy = qforge::scale_policy::gptq_absmax; // see quant/scale_policy.hpp
+//   opt.scale_dtype = qforge::dtype::BF16;          // F16 or BF16
+//   qforge::thread_pool pool(2);
+//   qforge::quantized_tensor q = qforge::quantize(view /* F32/F16/BF16 [N, K] */, opt, pool.executor());
+//   double db = qforge::snr_db(view, q);            // quant/snr.hpp
+//
+// Guarantees:
+//  * codes, scales and zeros are the same bytes for every SIMD path (scalar is the
+//    definition) and every executor / thread count;
+//  * codes are chosen against the scale as stored, so dequantize(q) is what a loader decodes;
+//  * NaN or infinity in the weight is refused (unsupported_error naming the tensor and the
+//    first bad element); bad options are refused (shape_error / unsupported_error).
+//
+// Extending: scale_policy::custom with quant_options::custom runs any per-group rule (a
+// least-squares fit, say) through the same driver, threads and checks; group_view gives it
+// the values, the importance and the kernels' exact error of any candidate.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/parallel.hpp"
+#include "qforge/core/tensor_view.hpp"
+#include "qforge/quant/quantized_tensor.hpp"
+#include "qforge/quant/scale_policy.hpp"
+#include "qforge/quant/scheme.hpp"
+#include "qforge/simd/dispatch.hpp"
+
+namespace qforge {
+
+struct quant_options {
+    int bits = 4;                                      ///< 2..8
+    int group_size = 128;                              ///< power of two <= K, or -1 (per channel)
+    bool symmetric = true;                             ///< zero pinned at 2^(bits-1)
+    scale_policy policy = scale_policy::gptq_absmax;   ///< must suit `symmetric` (policy_supports)
+    dtype scale_dtype = dtype::F16;                    ///< F16 or BF16
+    search_params search{};                            ///< mse: norm, grid, max_shrink
+    std::span<const float> importance{};               ///< empty, or one weight >= 0 per input column
+    std::optional<simd::isa> isa{};                    ///< empty: simd::active_isa()
+    group_policy custom{};                             ///< used when policy == custom
+};
+
+namespace detail {
+
+inline void check_options(const tensor_view& w, const quant_options& o) {
+    auto bad_shape = [&](const std::string& why) { fail<shape_error>({}, w.name, why); };
+    auto bad = [&](const std::string& why) { fail<unsupported_error>({}, w.name, why); };
+    if (w.type != dtype::F32 && w.type != dtype::F16 && w.type != dtype::BF16)
+        bad("quantize takes F32, F16 or BF16 weights, not " + std::string(dtype_name(w.type)));
+    if (w.rank() != 2) bad_shape("quantize takes a 2-D [out, in] weight, got shape " + shape_to_string(w.shape));
+    if (w.shape[0] <= 0 || w.shape[1] <= 0) bad_shape("empty weight " + shape_to_string(w.shape));
+    const auto need = static_cast<std::size_t>(w.numel()) * dtype_size(w.type);
+    if (w.bytes.size() != need)
+        bad_shape("holds " + std::to_string(w.bytes.size()) + " bytes, shape needs " + std::to_string(need));
+    if (o.bits < 2 || o.bits > 8) bad_shape("bits must be 2..8, got " + std::to_string(o.bits));
+    if (o.group_size != per_channel) {
+        if (o.group_size <= 0 || (o.group_size & (o.group_size - 1)) != 0)
+            bad_shape("group size must be a power of two or -1 (per channel), got " + std::to_string(o.group_size));
+        if (o.group_size > w.shape[1])
+            bad_shape("group size " + std::to_string(o.group_size) + " exceeds the " + std::to_string(w.shape[1]) +
+                      " input columns");
+    }
+    if (o.scale_dtype != dtype::F16 && o.scale_dtype != dtype::BF16)
+        bad("scale dtype must be F16 or BF16, not " + std::string(dtype_name(o.scale_dtype)));
+    if (!policy_supports(o.policy, o.symmetric))
+        bad("policy " + std::string(policy_name(o.policy)) + " is not defined for " +
+            (o.symmetric ? "symmetric" : "asymmetric") + " schemes");
+    if (o.policy == scale_policy::custom && !o.custom) bad("policy custom needs quant_options::custom");
+    if (o.policy == scale_policy::mse) {
+        const auto& s = o.search;
+        if (!(s.norm >= 1.0f && s.norm <= 3.0f)) bad("mse norm must be in [1, 3], got " + std::to_string(s.norm));
+        if (s.grid <= 0 || !(s.max_shrink > 0.0f && s.max_shrink <= 1.0f) ||
+            static_cast<int>(static_cast<double>(s.max_shrink) * s.grid) < 1)
+            bad("mse grid must be positive and max_shrink in (0, 1] with at least one candidate");
+    }
+    if (!o.importance.empty()) {
+        if (o.importance.size() != static_cast<std::size_t>(w.shape[1]))
+            bad_shape("importance has " + std::to_string(o.importance.size()) + " entries for " +
+                      std::to_string(w.shape[1]) + " input columns");
+        for (std::size_t i = 0; i < o.importance.size(); ++i)
+            if (!(o.importance[i] >= 0.0f && o.importance[i] <= std::numeric_limits<float>::max()))
+                bad("importance entry " + std::to_string(i) + " is negative or not finite");
+    }
+}
+
+template <quant_scheme S>
+void quantize_rows(const tensor_view& w, const quant_options& o, const simd::group_kernels& k, quantized_tensor& q,
+                   std::int64_t row_lo, std::int64_t row_hi, std::int64_t& first_bad) {
+    const std::int64_t cols = q.cols;
+    const std::int64_t gsize = S::columns_per_group(cols, o.group_size);
+    const std::int64_t groups = q.groups();
+    const std::size_t es = dtype_size(w.type);
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    group_view g;
+    g.bits = S::bits;
+    g.symmetric = S::is_symmetric;
+    g.scale_dtype = o.scale_dtype;
+    g.tensor = &w.name;
+    g.kernels = &k;
+    for (std::int64_t r = row_lo; r < row_hi; ++r) {
+        const std::int64_t bad =
+            k.to_f32(w.bytes.data() + static_cast<std::size_t>(r * cols) * es, w.type, static_cast<std::size_t>(cols), row.data());
+        if (bad >= 0) {
+            first_bad = r * cols + bad;
+            return;
+        }
+        g.row = r;
+        for (std::int64_t j = 0; j < groups; ++j) {
+            const std::int64_t c0 = j * gsize;
+            g.w = row.data() + c0;
+            g.imp = o.importance.empty() ? nullptr : o.importance.data() + c0;
+            g.n = static_cast<std::size_t>(std::min(gsize, cols - c0));
+            g.group = j;
+            k.min_max(g.w, g.n, &g.mn, &g.mx);
+            const group_choice c = o.policy == scale_policy::custom ? o.custom(g) : choose_group(o.policy, g, o.search);
+            if constexpr (S::is_symmetric) {
+                if (c.zero != S::pinned_zero)
+                    fail<unsupported_error>({}, w.name, "custom policy returned zero " + std::to_string(c.zero) +
+                                                            " for a symmetric scheme (must be " +
+                                                            std::to_string(S::pinned_zero) + ")");
+            }
+            if (c.zero < 0 || c.zero > S::maxq)
+                fail<unsupported_error>({}, w.name, "zero point " + std::to_string(c.zero) + " out of range");
+            const auto gi = static_cast<std::size_t>(r * groups + j);
+            q.scales[gi] = c.scale;
+            q.zeros[gi] = c.zero;
+            k.encode(g.w, g.n, g.grid(c.scale, c.zero), q.codes.data() + r * cols + c0);
+        }
+    }
+}
+
+}  // namespace detail
+
+/// Quantizes a 2-D [N out, K in] F32/F16/BF16 weight (see the top of this header).
+inline quantized_tensor quantize(const tensor_view& weight, const quant_options& opt, const executor& ex = {}) {
+    detail::check_options(weight, opt);
+    const simd::group_kernels& k = simd::kernels(opt.isa ? *opt.isa : simd::active_isa());
+    quantized_tensor q;
+    q.name = weight.name;
+    q.bits = opt.bits;
+    q.rows = weight.shape[0];
+    q.cols = weight.shape[1];
+    q.group_size = opt.group_size == per_channel ? q.cols : opt.group_size;
+    q.symmetric = opt.symmetric;
+    q.scale_dtype = opt.scale_dtype;
+    q.codes.assign(static_cast<std::size_t>(q.rows * q.cols), 0);
+    q.scales.assign(static_cast<std::size_t>(q.rows * q.groups()), 0);
+    q.zeros.assign(q.scales.size(), 0);
+
+    // Chunks of rows sized from the shape alone, so the work split never depends on threads.
+    const auto grain = static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / q.cols));
+    const std::size_t chunks = (static_cast<std::size_t>(q.rows) + grain - 1) / grain;
+    std::vector<std::int64_t> first_bad(chunks, -1);
+    with_scheme(opt.bits, opt.group_size, opt.symmetric, [&](auto s) {
+        using S = decltype(s);
+        parallel_for(ex, 0, static_cast<std::size_t>(q.rows), grain, [&](std::size_t lo, std::size_t hi) {
+            detail::quantize_rows<S>(weight, opt, k, q, static_cast<std::int64_t>(lo), static_cast<std::int64_t>(hi),
+                                     first_bad[lo / grain]);
+        });
+    });
+    for (std::int64_t bad : first_bad) {
+        if (bad < 0) continue;
+        float v = 0;
+        k.to_f32(weight.bytes.data() + static_cast<std::size_t>(bad) * dtype_size(weight.type), weight.type, 1, &v);
+        fail<unsupported_error>({}, weight.name,
+                                std::string(v != v ? "NaN" : "infinity") + " at element " + std::to_string(bad) +
+                                    " (row " + std::to_string(bad / q.cols) + ", column " +
+                                    std::to_string(bad % q.cols) + "); refusing to quantize non-finite weights");
+    }
+    return q;
+}
+
+}  // namespace qforge

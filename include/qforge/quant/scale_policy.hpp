@@ -1,0 +1,262 @@
+// Scale policies: how each group's scale (and zero point) is chosen. Every rule is an exact
+// formula in float arithmetic, evaluated in the order written, then rounded to the scale's
+// storage dtype; codes and errors always use the stored scale.
+//
+// Notation: a group's values w_i, mn = min w_i, mx = max w_i, amax = max |w_i|, b = bits,
+// maxq = 2^b - 1, store(x) = x rounded to F16/BF16 (round half to even), code_i =
+// clamp(round_half_even(w_i / s) + z, 0, maxq), decoded value (code_i - z) * s.
+//
+// Symmetric policies (z = 2^(b-1)):
+//   absmax       s = store(amax / (2^(b-1) - 1))                    never clips
+//   gptq_absmax  s = store(amax / ((2^b - 1) / 2))                  GPTQ / compressed-tensors
+//                                                                  (amax / 7.5 at 4 bits)
+//   seed_fixed   s = store((amax * 0.875f) / 2^(b-1))               the seed exporter without search
+//   seed_search  s = store((amax * f) / 2^(b-1)) for f in 1.06, 1.0, 0.95, 0.9, 0.875, 0.85,
+//                0.8, 0.75: the candidate with the lowest squared error; strict `<`, so the
+//                earliest candidate wins ties (the seed exporter's search).
+// Asymmetric policies:
+//   minmax       lo = min(mn, 0), hi = max(mx, 0); s = store((hi - lo) / maxq);
+//                z = clamp(round_half_even(-lo / s), 0, maxq)      GPTQ / compressed-tensors
+//   awq_minmax   s = store(max(mx - mn, 1e-5f) / maxq); z = clamp(round_half_even(-mn / s), 0, maxq)
+//                (AutoAWQ pseudo_quantize_tensor: 0 is NOT forced into the range)
+// Either symmetry:
+//   mse          llm-compressor's MSE observer: for i = 0 .. floor(max_shrink * grid) - 1,
+//                p = float(1 - i / grid) (in double, then rounded to float), shrink the range
+//                to p * amax (symmetric, scale rule of gptq_absmax) or to p * lo, p * hi
+//                together (asymmetric, scale rule of minmax), and keep the candidate with the
+//                lowest sum imp_k |dq - w|^norm (strict `<`). No early stopping ("patience").
+//   custom       quant_options::custom decides (see group_view); for least-squares policies.
+//
+// Edge rules: a group whose range is all zero uses amax = 1 (symmetric) or lo = -1, hi = 1
+// (asymmetric), so its codes decode to exactly 0. A stored scale that rounds below the
+// smallest usable value (F16: 2^-24, BF16: 2^-126, where 1/s stays finite) is raised to it; a
+// scale that overflows the storage dtype is refused. Tails (the last, shorter group) follow
+// the same formulas over the elements they have. With importance weights imp_k (one per
+// input column) every error term is multiplied by imp_k.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/half.hpp"
+#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/kernel_table.hpp"
+
+namespace qforge {
+
+enum class scale_policy { absmax, gptq_absmax, seed_fixed, seed_search, minmax, awq_minmax, mse, custom };
+
+inline constexpr std::array<scale_policy, 8> all_scale_policies{
+    scale_policy::absmax, scale_policy::gptq_absmax, scale_policy::seed_fixed, scale_policy::seed_search,
+    scale_policy::minmax, scale_policy::awq_minmax,  scale_policy::mse,        scale_policy::custom};
+
+constexpr std::string_view policy_name(scale_policy p) noexcept {
+    switch (p) {
+        case scale_policy::absmax: return "absmax";
+        case scale_policy::gptq_absmax: return "gptq_absmax";
+        case scale_policy::seed_fixed: return "seed_fixed";
+        case scale_policy::seed_search: return "seed_search";
+        case scale_policy::minmax: return "minmax";
+        case scale_policy::awq_minmax: return "awq_minmax";
+        case scale_policy::mse: return "mse";
+        case scale_policy::custom: return "custom";
+    }
+    return "?";
+}
+
+constexpr std::optional<scale_policy> policy_from_name(std::string_view name) noexcept {
+    for (scale_policy p : all_scale_policies)
+        if (policy_name(p) == name) return p;
+    return std::nullopt;
+}
+
+/// Whether policy `p` is defined for a symmetric (or asymmetric) scheme.
+constexpr bool policy_supports(scale_policy p, bool symmetric) noexcept {
+    switch (p) {
+        case scale_policy::absmax:
+        case scale_policy::gptq_absmax:
+        case scale_policy::seed_fixed:
+        case scale_policy::seed_search: return symmetric;
+        case scale_policy::minmax:
+        case scale_policy::awq_minmax: return !symmetric;
+        case scale_policy::mse:
+        case scale_policy::custom: return true;
+    }
+    return false;
+}
+
+/// The seed exporter's candidate factors, in its order (gptq_cpu_export.py).
+inline constexpr std::array<float, 8> seed_factors{1.06f, 1.0f, 0.95f, 0.9f, 0.875f, 0.85f, 0.8f, 0.75f};
+inline constexpr float seed_fixed_factor = 0.875f;
+
+/// The unrounded scale formulas (float, evaluated exactly as written).
+namespace scale_formula {
+inline float absmax(float amax, int bits) noexcept { return amax / static_cast<float>((1 << (bits - 1)) - 1); }
+inline float gptq(float amax, int bits) noexcept { return amax / (static_cast<float>((1 << bits) - 1) / 2.0f); }
+inline float seed(float amax, float f, int bits) noexcept {
+    return simd::detail::no_contract(amax * f) / static_cast<float>(1 << (bits - 1));
+}
+inline float minmax(float lo, float hi, int bits) noexcept { return (hi - lo) / static_cast<float>((1 << bits) - 1); }
+inline float awq(float mn, float mx, int bits) noexcept {
+    const float range = mx - mn;
+    return (range > 1e-5f ? range : 1e-5f) / static_cast<float>((1 << bits) - 1);
+}
+}  // namespace scale_formula
+
+/// Value of a stored 16-bit scale pattern.
+inline float scale_value(std::uint16_t bits, dtype d) noexcept {
+    return d == dtype::BF16 ? bf16_to_float(bits) : fp16_to_float(bits);
+}
+
+/// Rounds a positive scale to its storage pattern (see "Edge rules" above); nullopt when it
+/// overflows the dtype.
+inline std::optional<std::uint16_t> store_scale(float s, dtype d) noexcept {
+    std::uint16_t bits = d == dtype::BF16 ? float_to_bf16(s) : float_to_fp16(s);
+    const std::uint16_t smallest = d == dtype::BF16 ? 0x0080 : 0x0001;
+    if ((bits & 0x7FFFu) < smallest) bits = smallest;
+    if ((bits & 0x7FFFu) >= (d == dtype::BF16 ? 0x7F80u : 0x7C00u)) return std::nullopt;
+    return bits;
+}
+
+/// round_half_even for the scalar formulas (|x| < 2^23 rounds, larger floats are integers).
+inline float round_half_even(float x) noexcept {
+    if (!(std::fabs(x) < 0x1p23f)) return x;
+    const float big = x < 0 ? -0x1p23f : 0x1p23f;
+    return simd::detail::no_contract(x + big) - big;
+}
+
+/// z = clamp(round_half_even(-lo / s), 0, maxq) against the stored scale s.
+inline std::int32_t zero_from_min(float lo, float s, int maxq) noexcept {
+    const float z = round_half_even(-lo / s);
+    if (!(z > 0)) return 0;
+    return z > static_cast<float>(maxq) ? maxq : static_cast<std::int32_t>(z);
+}
+
+/// One group as a policy sees it.
+struct group_view {
+    const float* w = nullptr;    ///< the group's values (as float)
+    const float* imp = nullptr;  ///< importance per value, or null
+    std::size_t n = 0;           ///< number of values (shorter for a tail)
+    float mn = 0, mx = 0;        ///< min and max of w
+    int bits = 4;
+    bool symmetric = true;
+    dtype scale_dtype = dtype::F16;
+    std::int64_t row = 0, group = 0;  ///< position, for messages
+    const std::string* tensor = nullptr;
+    const simd::group_kernels* kernels = nullptr;
+
+    int maxq() const noexcept { return (1 << bits) - 1; }
+
+    /// Stored pattern of scale `s`, or an unsupported_error naming the tensor and group.
+    std::uint16_t store(float s) const {
+        const auto b = store_scale(s, scale_dtype);
+        if (!b)
+            fail<unsupported_error>({}, tensor ? *tensor : std::string{},
+                                    "scale " + std::to_string(s) + " of row " + std::to_string(row) + " group " +
+                                        std::to_string(group) + " overflows " + std::string(dtype_name(scale_dtype)));
+        return *b;
+    }
+    simd::grid_params grid(std::uint16_t scale_bits, std::int32_t zero, float norm = 2.0f) const noexcept {
+        const float s = scale_value(scale_bits, scale_dtype);
+        return {s, 1.0f / s, static_cast<float>(zero), static_cast<float>(maxq()), norm};
+    }
+    /// sum imp_i |dq_i - w_i|^norm on the grid (scale_bits, zero), the kernels' exact definition.
+    float error(std::uint16_t scale_bits, std::int32_t zero, float norm = 2.0f) const noexcept {
+        return kernels->error(w, imp, n, grid(scale_bits, zero, norm));
+    }
+};
+
+/// What a policy decides for one group.
+struct group_choice {
+    std::uint16_t scale = 0;  ///< storage pattern (F16/BF16 per group_view::scale_dtype)
+    std::int32_t zero = 0;    ///< code-space zero point
+};
+
+/// A user-supplied policy (scale_policy::custom).
+using group_policy = std::function<group_choice(const group_view&)>;
+
+/// Parameters of the search policies.
+struct search_params {
+    float norm = 2.4f;        ///< mse error exponent (llm-compressor default 2.4; 2.0 = squared)
+    int grid = 100;           ///< mse grid
+    float max_shrink = 0.2f;  ///< mse: candidates i = 0 .. floor(max_shrink * grid) - 1
+};
+
+namespace detail {
+
+inline float sym_amax(const group_view& g) noexcept {
+    const float amax = std::fmax(-g.mn, g.mx);
+    return amax > 0 ? amax : 1.0f;
+}
+
+inline group_choice choose_mse(const group_view& g, const search_params& sp) {
+    const int steps = static_cast<int>(static_cast<double>(sp.max_shrink) * sp.grid);
+    const int maxq = g.maxq();
+    group_choice best{};
+    float best_err = 0;
+    bool have = false;
+    float lo = std::fmin(g.mn, 0.0f), hi = std::fmax(g.mx, 0.0f);
+    if (lo == 0 && hi == 0) lo = -1, hi = 1;
+    const float amax = sym_amax(g);
+    for (int i = 0; i < steps; ++i) {
+        const auto p = static_cast<float>(1.0 - static_cast<double>(i) / sp.grid);
+        group_choice c;
+        if (g.symmetric) {
+            c.scale = g.store(scale_formula::gptq(simd::detail::no_contract(p * amax), g.bits));
+            c.zero = 1 << (g.bits - 1);
+        } else {
+            const float l = simd::detail::no_contract(p * lo), h = simd::detail::no_contract(p * hi);
+            c.scale = g.store(scale_formula::minmax(l, h, g.bits));
+            c.zero = zero_from_min(l, scale_value(c.scale, g.scale_dtype), maxq);
+        }
+        const float err = g.error(c.scale, c.zero, sp.norm);
+        if (!have || err < best_err) best = c, best_err = err, have = true;
+    }
+    return best;
+}
+
+}  // namespace detail
+
+/// The choice of a built-in policy (not custom) for one group.
+inline group_choice choose_group(scale_policy policy, const group_view& g, const search_params& sp) {
+    const int pinned = 1 << (g.bits - 1);
+    switch (policy) {
+        case scale_policy::absmax: return {g.store(scale_formula::absmax(detail::sym_amax(g), g.bits)), pinned};
+        case scale_policy::gptq_absmax: return {g.store(scale_formula::gptq(detail::sym_amax(g), g.bits)), pinned};
+        case scale_policy::seed_fixed:
+            return {g.store(scale_formula::seed(detail::sym_amax(g), seed_fixed_factor, g.bits)), pinned};
+        case scale_policy::seed_search: {
+            const float amax = detail::sym_amax(g);
+            group_choice best{};
+            float best_err = 0;
+            for (std::size_t i = 0; i < seed_factors.size(); ++i) {
+                const std::uint16_t s = g.store(scale_formula::seed(amax, seed_factors[i], g.bits));
+                const float err = g.error(s, pinned);
+                if (i == 0 || err < best_err) best = {s, pinned}, best_err = err;
+            }
+            return best;
+        }
+        case scale_policy::minmax: {
+            float lo = std::fmin(g.mn, 0.0f), hi = std::fmax(g.mx, 0.0f);
+            if (lo == 0 && hi == 0) lo = -1, hi = 1;
+            const std::uint16_t s = g.store(scale_formula::minmax(lo, hi, g.bits));
+            return {s, zero_from_min(lo, scale_value(s, g.scale_dtype), g.maxq())};
+        }
+        case scale_policy::awq_minmax: {
+            const std::uint16_t s = g.store(scale_formula::awq(g.mn, g.mx, g.bits));
+            return {s, zero_from_min(g.mn, scale_value(s, g.scale_dtype), g.maxq())};
+        }
+        case scale_policy::mse: return detail::choose_mse(g, sp);
+        case scale_policy::custom: break;
+    }
+    fail<unsupported_error>({}, g.tensor ? *g.tensor : std::string{}, "custom policy has no built-in rule");
+}
+
+}  // namespace qforge

@@ -1,0 +1,106 @@
+// AVX-512 F/BW/VL primitives (16 float lanes), compiled with a function-level target
+// attribute. Error sums still use 8 partials: each 16-lane vector is added as its low then
+// its high 8 lanes, which is the scalar order.
+#pragma once
+
+#include "qforge/simd/tags.hpp"
+
+#if QFORGE_SIMD_X86
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/half.hpp"
+#include "qforge/simd/kernel_table.hpp"
+
+// GCC 12 reports its own AVX-512 intrinsics (`__m512 __Y = __Y;` placeholders) as
+// uninitialized when AVX-512 comes from a target attribute rather than -mavx512f.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace qforge::simd::detail::avx512_isa {
+
+inline constexpr std::size_t lanes = 16;
+using vf = __m512;
+using acc8 = __m256;
+
+#define QFORGE_P QFORGE_TARGET_AVX512 inline
+
+QFORGE_P vf vload(const float* p) noexcept { return _mm512_loadu_ps(p); }
+QFORGE_P void vstore(float* p, vf a) noexcept { _mm512_storeu_ps(p, a); }
+QFORGE_P vf vset(float x) noexcept { return _mm512_set1_ps(x); }
+QFORGE_P vf vadd(vf a, vf b) noexcept { return _mm512_add_ps(a, b); }
+QFORGE_P vf vsub(vf a, vf b) noexcept { return _mm512_sub_ps(a, b); }
+QFORGE_P vf vmul(vf a, vf b) noexcept {
+    vf r = _mm512_mul_ps(a, b);
+    __asm__("" : "+v"(r));  // never fused into a later add (see detail/no_contract.hpp)
+    return r;
+}
+QFORGE_P vf vdiv(vf a, vf b) noexcept { return _mm512_div_ps(a, b); }
+QFORGE_P vf vmin(vf a, vf b) noexcept { return _mm512_min_ps(a, b); }
+QFORGE_P vf vmax(vf a, vf b) noexcept { return _mm512_max_ps(a, b); }
+QFORGE_P vf vabs(vf a) noexcept {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7FFFFFFF)));
+}
+QFORGE_P vf vround(vf a) noexcept { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+QFORGE_P vf vsel_ge(vf x, vf t, vf a, vf b) noexcept {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, t, _CMP_GE_OQ), b, a);
+}
+QFORGE_P vf vexponent(vf a) noexcept {
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(a), 23), _mm512_set1_epi32(0xFF));
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(127)));
+}
+QFORGE_P vf vmantissa(vf a) noexcept {
+    const __m512i m = _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x007FFFFF));
+    return _mm512_castsi512_ps(_mm512_or_si512(m, _mm512_set1_epi32(0x3F800000)));
+}
+QFORGE_P vf vpow2i(vf n) noexcept {
+    const __m512i i = _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(i, 23));
+}
+QFORGE_P bool vany_gt(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0; }
+QFORGE_P bool vany_nonfinite(vf a) noexcept {
+    return _mm512_cmp_ps_mask(vabs(a), _mm512_set1_ps(3.40282347e38f), _CMP_NLE_UQ) != 0;
+}
+QFORGE_P float vhmin(vf a) noexcept { return _mm512_reduce_min_ps(a); }
+QFORGE_P float vhmax(vf a) noexcept { return _mm512_reduce_max_ps(a); }
+QFORGE_P void vstore_codes(std::uint8_t* out, vf q) noexcept {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q)));
+}
+QFORGE_P vf vload_f32_bytes(const std::byte* p) noexcept { return _mm512_loadu_ps(reinterpret_cast<const float*>(p)); }
+QFORGE_P vf vload_f16_bytes(const std::byte* p) noexcept {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+QFORGE_P vf vload_bf16_bytes(const std::byte* p) noexcept {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+QFORGE_P acc8 acc_zero() noexcept { return _mm256_setzero_ps(); }
+QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept {
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+    return _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+}
+QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, acc); }
+
+#undef QFORGE_P
+
+#define QFORGE_KFN QFORGE_TARGET_AVX512 inline
+#define QFORGE_KERNEL_ISA ::qforge::simd::isa::avx512
+#include "qforge/simd/kernels/group_kernels.ipp"
+#undef QFORGE_KERNEL_ISA
+#undef QFORGE_KFN
+
+}  // namespace qforge::simd::detail::avx512_isa
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif  // QFORGE_SIMD_X86

@@ -1,0 +1,119 @@
+// AArch64 Advanced SIMD primitives. A "vector" is a pair of float32x4_t (8 lanes), which is
+// the scalar reference's step, so partial sums line up without reshuffling.
+#pragma once
+
+#include "qforge/simd/tags.hpp"
+
+#if QFORGE_SIMD_NEON
+#include <arm_neon.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/half.hpp"
+#include "qforge/simd/kernel_table.hpp"
+
+namespace qforge::simd::detail::neon_isa {
+
+inline constexpr std::size_t lanes = 8;
+struct vf {
+    float32x4_t a, b;
+};
+using acc8 = vf;
+
+inline vf vload(const float* p) noexcept { return {vld1q_f32(p), vld1q_f32(p + 4)}; }
+inline void vstore(float* p, vf x) noexcept {
+    vst1q_f32(p, x.a);
+    vst1q_f32(p + 4, x.b);
+}
+inline vf vset(float x) noexcept { return {vdupq_n_f32(x), vdupq_n_f32(x)}; }
+inline vf vadd(vf x, vf y) noexcept { return {vaddq_f32(x.a, y.a), vaddq_f32(x.b, y.b)}; }
+inline vf vsub(vf x, vf y) noexcept { return {vsubq_f32(x.a, y.a), vsubq_f32(x.b, y.b)}; }
+inline vf vmul(vf x, vf y) noexcept {
+    vf r{vmulq_f32(x.a, y.a), vmulq_f32(x.b, y.b)};
+    __asm__("" : "+w"(r.a), "+w"(r.b));  // never fused into a later add (see detail/no_contract.hpp)
+    return r;
+}
+inline vf vdiv(vf x, vf y) noexcept { return {vdivq_f32(x.a, y.a), vdivq_f32(x.b, y.b)}; }
+// x86 semantics (a < b ? a : b) so that -0/+0 ties resolve as on the other ISAs.
+inline vf vmin(vf x, vf y) noexcept {
+    return {vbslq_f32(vcltq_f32(x.a, y.a), x.a, y.a), vbslq_f32(vcltq_f32(x.b, y.b), x.b, y.b)};
+}
+inline vf vmax(vf x, vf y) noexcept {
+    return {vbslq_f32(vcgtq_f32(x.a, y.a), x.a, y.a), vbslq_f32(vcgtq_f32(x.b, y.b), x.b, y.b)};
+}
+inline vf vabs(vf x) noexcept { return {vabsq_f32(x.a), vabsq_f32(x.b)}; }
+inline vf vround(vf x) noexcept { return {vrndnq_f32(x.a), vrndnq_f32(x.b)}; }
+inline vf vsel_ge(vf x, vf t, vf p, vf q) noexcept {
+    return {vbslq_f32(vcgeq_f32(x.a, t.a), p.a, q.a), vbslq_f32(vcgeq_f32(x.b, t.b), p.b, q.b)};
+}
+inline float32x4_t exponent4(float32x4_t x) noexcept {
+    const uint32x4_t e = vandq_u32(vshrq_n_u32(vreinterpretq_u32_f32(x), 23), vdupq_n_u32(0xFF));
+    return vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(e), vdupq_n_s32(127)));
+}
+inline vf vexponent(vf x) noexcept { return {exponent4(x.a), exponent4(x.b)}; }
+inline float32x4_t mantissa4(float32x4_t x) noexcept {
+    const uint32x4_t m = vandq_u32(vreinterpretq_u32_f32(x), vdupq_n_u32(0x007FFFFF));
+    return vreinterpretq_f32_u32(vorrq_u32(m, vdupq_n_u32(0x3F800000)));
+}
+inline vf vmantissa(vf x) noexcept { return {mantissa4(x.a), mantissa4(x.b)}; }
+inline float32x4_t pow2i4(float32x4_t n) noexcept {
+    const int32x4_t i = vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127));
+    return vreinterpretq_f32_s32(vshlq_n_s32(i, 23));
+}
+inline vf vpow2i(vf n) noexcept { return {pow2i4(n.a), pow2i4(n.b)}; }
+inline bool vany_gt(vf x, vf y) noexcept {
+    return vmaxvq_u32(vorrq_u32(vcgtq_f32(x.a, y.a), vcgtq_f32(x.b, y.b))) != 0;
+}
+inline bool vany_nonfinite(vf x) noexcept {
+    const float32x4_t big = vdupq_n_f32(3.40282347e38f);
+    const uint32x4_t ok = vandq_u32(vcleq_f32(vabsq_f32(x.a), big), vcleq_f32(vabsq_f32(x.b), big));
+    return vminvq_u32(ok) == 0;
+}
+inline float vhmin(vf x) noexcept {
+    alignas(16) float t[8];
+    vstore(t, x);
+    float m = t[0];
+    for (int j = 1; j < 8; ++j) m = t[j] < m ? t[j] : m;
+    return m;
+}
+inline float vhmax(vf x) noexcept {
+    alignas(16) float t[8];
+    vstore(t, x);
+    float m = t[0];
+    for (int j = 1; j < 8; ++j) m = t[j] > m ? t[j] : m;
+    return m;
+}
+inline void vstore_codes(std::uint8_t* out, vf q) noexcept {
+    const uint16x8_t w = vcombine_u16(vmovn_u32(vcvtq_u32_f32(q.a)), vmovn_u32(vcvtq_u32_f32(q.b)));
+    vst1_u8(out, vmovn_u16(w));
+}
+inline vf vload_f32_bytes(const std::byte* p) noexcept {
+    const auto* u = reinterpret_cast<const std::uint8_t*>(p);
+    return {vreinterpretq_f32_u8(vld1q_u8(u)), vreinterpretq_f32_u8(vld1q_u8(u + 16))};
+}
+inline vf vload_f16_bytes(const std::byte* p) noexcept {
+    const uint16x8_t h = vreinterpretq_u16_u8(vld1q_u8(reinterpret_cast<const std::uint8_t*>(p)));
+    return {vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))), vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)))};
+}
+inline vf vload_bf16_bytes(const std::byte* p) noexcept {
+    const uint16x8_t h = vreinterpretq_u16_u8(vld1q_u8(reinterpret_cast<const std::uint8_t*>(p)));
+    return {vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)),
+            vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(h), 16))};
+}
+inline acc8 acc_zero() noexcept { return vset(0.0f); }
+inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
+inline void acc_store(float* out, acc8 acc) noexcept { vstore(out, acc); }
+
+#define QFORGE_KFN inline
+#define QFORGE_KERNEL_ISA ::qforge::simd::isa::neon
+#include "qforge/simd/kernels/group_kernels.ipp"
+#undef QFORGE_KERNEL_ISA
+#undef QFORGE_KFN
+
+}  // namespace qforge::simd::detail::neon_isa
+
+#endif  // QFORGE_SIMD_NEON

@@ -1,0 +1,119 @@
+// Scalar primitives: the reference definition of every kernel.
+//
+// A "vector" is eight floats processed one by one, so the scalar tag walks the data in the
+// same 8-element steps as AVX2 and accumulates into the same 8 partial sums.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/half.hpp"
+#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/kernel_table.hpp"
+
+namespace qforge::simd::detail::scalar_isa {
+
+inline constexpr std::size_t lanes = 8;
+struct vf {
+    float v[8];
+};
+using acc8 = vf;
+
+// round_half_even: adding and removing 2^23 leaves the nearest integer (ties to even) for
+// |x| < 2^23; larger floats are integers already.
+inline float round_half_even(float x) noexcept {
+    if (!(std::fabs(x) < 0x1p23f)) return x;
+    const float big = x < 0 ? -0x1p23f : 0x1p23f;
+    return no_contract(x + big) - big;
+}
+
+#define QFORGE_SCALAR_MAP(expr)       \
+    vf r;                             \
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = (expr); \
+    return r
+
+inline vf vload(const float* p) noexcept {
+    vf r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+}
+inline void vstore(float* p, vf a) noexcept { std::memcpy(p, a.v, sizeof a.v); }
+inline vf vset(float x) noexcept { QFORGE_SCALAR_MAP(x); }
+inline vf vadd(vf a, vf b) noexcept { QFORGE_SCALAR_MAP(a.v[j] + b.v[j]); }
+inline vf vsub(vf a, vf b) noexcept { QFORGE_SCALAR_MAP(a.v[j] - b.v[j]); }
+inline vf vmul(vf a, vf b) noexcept { QFORGE_SCALAR_MAP(no_contract(a.v[j] * b.v[j])); }
+inline vf vdiv(vf a, vf b) noexcept { QFORGE_SCALAR_MAP(a.v[j] / b.v[j]); }
+// min/max as x86 defines them (second operand when unordered); inputs here are never NaN.
+inline vf vmin(vf a, vf b) noexcept { QFORGE_SCALAR_MAP(a.v[j] < b.v[j] ? a.v[j] : b.v[j]); }
+inline vf vmax(vf a, vf b) noexcept { QFORGE_SCALAR_MAP(a.v[j] > b.v[j] ? a.v[j] : b.v[j]); }
+inline vf vabs(vf a) noexcept { QFORGE_SCALAR_MAP(std::fabs(a.v[j])); }
+inline vf vround(vf a) noexcept { QFORGE_SCALAR_MAP(round_half_even(a.v[j])); }
+inline vf vsel_ge(vf x, vf t, vf a, vf b) noexcept { QFORGE_SCALAR_MAP(x.v[j] >= t.v[j] ? a.v[j] : b.v[j]); }
+inline vf vexponent(vf a) noexcept {
+    QFORGE_SCALAR_MAP(static_cast<float>(static_cast<std::int32_t>((std::bit_cast<std::uint32_t>(a.v[j]) >> 23) & 0xFFu) - 127));
+}
+inline vf vmantissa(vf a) noexcept {
+    QFORGE_SCALAR_MAP(std::bit_cast<float>((std::bit_cast<std::uint32_t>(a.v[j]) & 0x007FFFFFu) | 0x3F800000u));
+}
+inline vf vpow2i(vf n) noexcept {
+    QFORGE_SCALAR_MAP(std::bit_cast<float>(static_cast<std::uint32_t>(static_cast<std::int32_t>(n.v[j]) + 127) << 23));
+}
+#undef QFORGE_SCALAR_MAP
+
+inline bool vany_gt(vf a, vf b) noexcept {
+    bool any = false;
+    for (std::size_t j = 0; j < 8; ++j) any = any || a.v[j] > b.v[j];
+    return any;
+}
+inline bool vany_nonfinite(vf a) noexcept {
+    bool any = false;
+    for (std::size_t j = 0; j < 8; ++j) any = any || !(std::fabs(a.v[j]) <= 3.40282347e38f);
+    return any;
+}
+inline float vhmin(vf a) noexcept {
+    float m = a.v[0];
+    for (std::size_t j = 1; j < 8; ++j) m = a.v[j] < m ? a.v[j] : m;
+    return m;
+}
+inline float vhmax(vf a) noexcept {
+    float m = a.v[0];
+    for (std::size_t j = 1; j < 8; ++j) m = a.v[j] > m ? a.v[j] : m;
+    return m;
+}
+inline void vstore_codes(std::uint8_t* out, vf q) noexcept {
+    for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(static_cast<std::int32_t>(q.v[j]));
+}
+inline vf vload_f32_bytes(const std::byte* p) noexcept {
+    vf r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+}
+inline vf vload_f16_bytes(const std::byte* p) noexcept {
+    std::uint16_t h[8];
+    std::memcpy(h, p, sizeof h);
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = fp16_to_float(h[j]);
+    return r;
+}
+inline vf vload_bf16_bytes(const std::byte* p) noexcept {
+    std::uint16_t h[8];
+    std::memcpy(h, p, sizeof h);
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = bf16_to_float(h[j]);
+    return r;
+}
+inline acc8 acc_zero() noexcept { return vset(0.0f); }
+inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
+inline void acc_store(float* out, acc8 acc) noexcept { vstore(out, acc); }
+
+#define QFORGE_KFN inline
+#define QFORGE_KERNEL_ISA ::qforge::simd::isa::scalar
+#include "qforge/simd/kernels/group_kernels.ipp"
+#undef QFORGE_KERNEL_ISA
+#undef QFORGE_KFN
+
+}  // namespace qforge::simd::detail::scalar_isa

@@ -1,0 +1,50 @@
+// The per-ISA group kernels, as one table of plain function pointers.
+//
+// Kernels are written once (simd/kernels/group_kernels.ipp) over each ISA's primitives and
+// compiled once per ISA with that ISA's target attribute. The quantizer looks the table up
+// once per tensor and calls through it once per group, so no indirect call sits inside an
+// element loop.
+//
+// Every entry is byte-identical across ISAs; the scalar table is the definition. The rules
+// that make that possible are documented on each entry.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/simd/tags.hpp"
+
+namespace qforge::simd {
+
+/// The grid one candidate (or the final choice) of a group is evaluated on.
+struct grid_params {
+    float scale = 1;  ///< the scale as stored (already rounded to F16/BF16), > 0
+    float rinv = 1;   ///< 1.0f / scale, rounded once (the fast path's multiplier)
+    float zero = 0;   ///< integer zero point in code space
+    float maxq = 15;  ///< 2^bits - 1
+    float norm = 2;   ///< error exponent p of sum |e|^p; exactly 2 selects the plain square
+};
+
+struct group_kernels {
+    isa id = isa::scalar;
+
+    /// Converts n elements of F32, F16 or BF16 (any alignment) to float, exactly. Returns the
+    /// index of the first NaN or infinity, or -1 when every element is finite.
+    std::int64_t (*to_f32)(const std::byte* src, dtype type, std::size_t n, float* dst) noexcept;
+
+    /// Smallest and largest of w[0..n), n >= 1.
+    void (*min_max)(const float* w, std::size_t n, float* mn, float* mx) noexcept;
+
+    /// Error of coding w[0..n) on the grid: sum over i of imp[i] * |dq_i - w_i|^norm (imp may
+    /// be null = all ones), where code_i = clamp(round_half_even(w_i / scale) + zero, 0, maxq)
+    /// with w_i / scale the IEEE float quotient, and dq_i = (code_i - zero) * scale (exact in
+    /// float). Reduction order: element i goes to partial sum i % 8, partials in increasing i,
+    /// then ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)). No product is ever fused into an add.
+    float (*error)(const float* w, const float* imp, std::size_t n, const grid_params& p) noexcept;
+
+    /// codes[i] = clamp(round_half_even(w_i / scale) + zero, 0, maxq), as error() defines it.
+    void (*encode)(const float* w, std::size_t n, const grid_params& p, std::uint8_t* codes) noexcept;
+};
+
+}  // namespace qforge::simd
