@@ -262,17 +262,18 @@ TEST_CASE("word-level GPTQ <-> compressed-tensors repack is byte-identical to un
                     const auto gptq = repack_pack(repack_prepare(q, gt), p, gt);
                     store gs = store_of(gptq);
                     const auto slow_ct = repack_pack(repack_prepare(read_quantized(make_repack_source(gs.views), p, gptq_scheme(bits, 64, sym, false)), ct), p, ct);
-                    const auto fast_ct = repack_words(make_repack_source(gs.views), p, gptq_scheme(bits, 64, sym, false), ct);
+                    std::vector<owned_tensor> fast_ct;
+                    const bool fast = repack_words(make_repack_source(gs.views), p, gptq_scheme(bits, 64, sym, false), ct, fast_ct);
                     if (bits == 3 && packing == ct_packing::padded_v0_12) {
-                        CHECK_FALSE(fast_ct.has_value());  // padded 3-bit words differ from GPTQ's
+                        CHECK_FALSE(fast);  // padded 3-bit words differ from GPTQ's
                         continue;
                     }
-                    REQUIRE(fast_ct.has_value());
-                    CHECK(same_tensors(*fast_ct, slow_ct));
-                    store cs = store_of(*fast_ct);
-                    const auto back = repack_words(make_repack_source(cs.views), p, ct_scheme(bits, 64, sym, packing), gt);
-                    REQUIRE(back.has_value());
-                    CHECK(same_tensors(*back, gptq));
+                    REQUIRE(fast);
+                    CHECK(same_tensors(fast_ct, slow_ct));
+                    store cs = store_of(fast_ct);
+                    std::vector<owned_tensor> back = slow_ct;  // reused storage of another shape
+                    REQUIRE(repack_words(make_repack_source(cs.views), p, ct_scheme(bits, 64, sym, packing), gt, back));
+                    CHECK(same_tensors(back, gptq));
                     CHECK(same_tensors(repack_module(make_repack_source(cs.views), p, ct_scheme(bits, 64, sym, packing), gt), gptq));
                 }
             }
@@ -288,7 +289,24 @@ TEST_CASE("word-level path refuses what the general path refuses") {
     const auto v2 = target(output_format::gptq_v2);
     store gs = store_of(repack_pack(repack_prepare(q, v2), p, v2));
     const auto ct = target(output_format::compressed_tensors);
-    store cs = store_of(*repack_words(make_repack_source(gs.views), p, gptq_scheme(4, 32, false, true), ct));
+    std::vector<owned_tensor> ct_out;
+    REQUIRE(repack_words(make_repack_source(gs.views), p, gptq_scheme(4, 32, false, true), ct, ct_out));
+    store cs = store_of(ct_out);
     CHECK_THROWS_WITH_AS(repack_module(make_repack_source(cs.views, "in"), p, ct_scheme(4, 32, false, ct_packing::dense_v0_18), target(output_format::gptq)),
                          doctest::Contains("GPTQ v1 cannot store zero point 0 found in model.layers.3.mlp.up_proj group 1 (row 2)"), unsupported_error);
+}
+
+TEST_CASE("transpose_words: every shape class (tiles, 4x4 blocks and scalar edges)") {
+    for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {3, 7}, {4, 4}, {5, 300}, {300, 5}, {17, 33}, {260, 18},
+                              {18, 520}, {513, 9}, {12, 1030}}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        std::vector<std::uint32_t> src(static_cast<std::size_t>(rows * cols)), dst(src.size(), 0xDEADBEEF);
+        for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint32_t>(i * 2654435761u);
+        detail::transpose_words(src.data(), rows, cols, dst.data());
+        bool ok = true;
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t c = 0; c < cols; ++c) ok = ok && dst[static_cast<std::size_t>(c * rows + r)] == src[static_cast<std::size_t>(r * cols + c)];
+        CHECK(ok);
+    }
 }

@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "qforge/convert/repack.hpp"
 #include "qforge/convert/repack_packed.hpp"
 #include "qforge/convert/repack_rules.hpp"
@@ -24,52 +28,83 @@
 namespace qforge {
 namespace detail {
 
-/// dst[c][r] = src[r][c] for a rows x cols matrix of 32-bit words. Square tiles keep both the
-/// rows read and the rows written in L1.
+#if defined(__SSE2__)
+// 4 x 4 words through four registers: SSE2 is part of the x86-64 baseline, so this needs no
+// target attribute or dispatch. (A candidate for simd/ if another layer needs a transpose.)
+inline void transpose4x4(const std::uint32_t* s, std::int64_t ss, std::uint32_t* d, std::int64_t ds) noexcept {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + ss));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * ss));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 3 * ss));
+    const __m128i ab_lo = _mm_unpacklo_epi32(a, b), ce_lo = _mm_unpacklo_epi32(c, e);
+    const __m128i ab_hi = _mm_unpackhi_epi32(a, b), ce_hi = _mm_unpackhi_epi32(c, e);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_unpacklo_epi64(ab_lo, ce_lo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + ds), _mm_unpackhi_epi64(ab_lo, ce_lo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * ds), _mm_unpacklo_epi64(ab_hi, ce_hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * ds), _mm_unpackhi_epi64(ab_hi, ce_hi));
+}
+#else
+inline void transpose4x4(const std::uint32_t* s, std::int64_t ss, std::uint32_t* d, std::int64_t ds) noexcept {
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) d[j * ds + i] = s[i * ss + j];
+}
+#endif
+
+/// dst[c][r] = src[r][c] for a rows x cols matrix of 32-bit words. Tiles are shaped so the
+/// lines a tile reads and writes stay in L1 even at the power-of-two strides these tensors
+/// have (GPTQ qweight [K*b/32, N] is short and wide, weight_packed [N, K*b/32] tall and narrow).
 inline void transpose_words(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) noexcept {
-    constexpr std::int64_t tile = 16;
-    for (std::int64_t r0 = 0; r0 < rows; r0 += tile) {
-        const std::int64_t r1 = std::min(rows, r0 + tile);
-        for (std::int64_t c0 = 0; c0 < cols; c0 += tile) {
-            const std::int64_t c1 = std::min(cols, c0 + tile);
-            if (r1 - r0 == tile && c1 - c0 == tile) {
-                for (std::int64_t c = c0; c < c0 + tile; ++c)
-                    for (std::int64_t r = r0; r < r0 + tile; ++r) dst[c * rows + r] = src[r * cols + c];
-            } else {
-                for (std::int64_t c = c0; c < c1; ++c)
-                    for (std::int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
-            }
+    const std::int64_t tr = rows <= cols ? std::min<std::int64_t>(rows, 256) : 8;
+    const std::int64_t tc = rows <= cols ? 16 : std::min<std::int64_t>(cols, 512);
+    for (std::int64_t c0 = 0; c0 < cols; c0 += tc) {
+        const std::int64_t c1 = std::min(cols, c0 + tc), c4 = c0 + (c1 - c0) / 4 * 4;
+        for (std::int64_t r0 = 0; r0 < rows; r0 += tr) {
+            const std::int64_t r1 = std::min(rows, r0 + tr), r4 = r0 + (r1 - r0) / 4 * 4;
+            for (std::int64_t c = c0; c < c4; c += 4)
+                for (std::int64_t r = r0; r < r4; r += 4) transpose4x4(src + r * cols + c, cols, dst + c * rows + r, rows);
+            for (std::int64_t c = c0; c < c1; ++c)
+                for (std::int64_t r = (c < c4 ? r4 : r0); r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
         }
     }
 }
 
-inline owned_tensor transposed_words(const tensor_view& v, std::string name, std::int64_t rows, std::int64_t cols,
-                                     const std::string& file) {
+/// Writes the transpose of `v` into `out`, reusing its storage (a converter repacking layer
+/// after layer of one shape allocates the big buffer once).
+inline void transposed_words(const tensor_view& v, std::string name, std::int64_t rows, std::int64_t cols,
+                             const std::string& file, owned_tensor& out) {
     const word_span w = words_of(v, {rows, cols}, file);
-    owned_tensor out{std::move(name), dtype::I32, {cols, rows}, {}};
+    out.name = std::move(name);
+    out.type = dtype::I32;
+    out.shape = {cols, rows};
     out.bytes.resize(static_cast<std::size_t>(rows * cols) * 4);
     transpose_words(w.data(), rows, cols, reinterpret_cast<std::uint32_t*>(out.bytes.data()));
-    return out;
+}
+
+/// Keeps out[0] (the big packed tensor, reused) and drops the rest.
+inline void reset_outputs(std::vector<owned_tensor>& out) {
+    if (out.empty()) out.emplace_back();
+    out.resize(1);
 }
 
 }  // namespace detail
 
-/// The GPTQ <-> compressed-tensors repack done on words, or nullopt when this pair (or shape)
-/// has no word-level path and the caller should use read_quantized + repack_pack.
-inline std::optional<std::vector<owned_tensor>> repack_words(const repack_source& src, const std::string& prefix,
-                                                             const layer_scheme& s, const repack_target& t) {
+/// The GPTQ <-> compressed-tensors repack done on words into `out` (whose first tensor's
+/// storage is reused); false when this pair (or shape) has no word-level path and the caller
+/// should use read_quantized + repack_pack.
+inline bool repack_words(const repack_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
+                         std::vector<owned_tensor>& out) {
     using namespace detail;
     const bool to_ct = t.format == output_format::compressed_tensors;
     const bool to_gptq = t.format == output_format::gptq || t.format == output_format::gptq_v2;
     if (s.format == repack_source_format::gptq && to_ct) {
         const int b = s.gptq.bits;
-        if (32 % b != 0 && t.packing != ct_packing::dense_v0_18) return std::nullopt;
+        if (32 % b != 0 && t.packing != ct_packing::dense_v0_18) return false;
         quantized_tensor q = read_gptq(src, prefix, s.gptq, /*unpack_codes=*/false);
-        if (q.cols * b % 32 != 0) return std::nullopt;
+        if (q.cols * b % 32 != 0) return false;
         q = repack_prepare(std::move(q), t, src.file);
         const std::int64_t N = q.rows, K = q.cols, G = q.groups(), W = K * b / 32;
-        std::vector<owned_tensor> out;
-        out.push_back(transposed_words(src.require(prefix + ".qweight"), prefix + ".weight_packed", W, N, src.file));
+        reset_outputs(out);
+        transposed_words(src.require(prefix + ".qweight"), prefix + ".weight_packed", W, N, src.file, out[0]);
         out.push_back(make_tensor(prefix + ".weight_scale", q.scale_dtype, {N, G}, q.scales));
         if (!q.symmetric) {
             const bool dense = t.packing == ct_packing::dense_v0_18;
@@ -84,18 +119,18 @@ inline std::optional<std::vector<owned_tensor>> repack_words(const repack_source
         }
         out.push_back(make_tensor(prefix + ".weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{N, K}));
         if (!q.g_idx.empty()) out.push_back(make_tensor(prefix + ".weight_g_idx", dtype::I32, {K}, q.g_idx));
-        return out;
+        return true;
     }
     if (s.format == repack_source_format::ct_packed && to_gptq) {
         const int b = s.ct.bits;
-        if (b != 2 && b != 3 && b != 4 && b != 8) return std::nullopt;  // the rules refuse it
-        if (32 % b != 0 && s.packing != ct_packing::dense_v0_18) return std::nullopt;
+        if (b != 2 && b != 3 && b != 4 && b != 8) return false;  // the rules refuse it
+        if (32 % b != 0 && s.packing != ct_packing::dense_v0_18) return false;
         quantized_tensor q = read_ct_packed(src, prefix, s.ct, s.packing, /*unpack_codes=*/false);
-        if (q.cols * b % 32 != 0) return std::nullopt;
+        if (q.cols * b % 32 != 0) return false;
         q = repack_prepare(std::move(q), t, src.file);
         const std::int64_t N = q.rows, K = q.cols, G = q.groups(), W = K * b / 32, NW = N * b / 32;
-        std::vector<owned_tensor> out;
-        out.push_back(transposed_words(src.require(prefix + ".weight_packed"), prefix + ".qweight", N, W, src.file));
+        reset_outputs(out);
+        transposed_words(src.require(prefix + ".weight_packed"), prefix + ".qweight", N, W, src.file, out[0]);
         const std::int32_t offset = t.format == output_format::gptq ? 1 : 0;  // v1 stores zero - 1
         std::vector<std::uint8_t> stored(static_cast<std::size_t>(N));
         std::vector<std::uint32_t> qzeros(static_cast<std::size_t>(G * NW));
@@ -110,18 +145,26 @@ inline std::optional<std::vector<owned_tensor>> repack_words(const repack_source
                 scales[static_cast<std::size_t>(g * N + n)] = q.scales[static_cast<std::size_t>(n * G + g)];
         out.push_back(make_tensor(prefix + ".scales", q.scale_dtype, {G, N}, scales));
         out.push_back(make_tensor(prefix + ".g_idx", dtype::I32, {K}, full_g_idx(q)));
-        return out;
+        return true;
     }
-    return std::nullopt;
+    return false;
 }
 
 /// One module of the input in the target layout: the word-level path where it exists, else
 /// read -> prepare -> pack. Refusals are unsupported_error, thrown before anything is returned.
+/// `out` may hold the previous module's tensors: their storage is reused where it can be.
+inline void repack_module(const repack_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
+                          std::vector<owned_tensor>& out) {
+    if (repack_words(src, prefix, s, t, out)) return;
+    quantized_tensor q = repack_prepare(read_quantized(src, prefix, s), t, src.file);
+    out = repack_pack(q, prefix, t);
+}
+
 inline std::vector<owned_tensor> repack_module(const repack_source& src, const std::string& prefix, const layer_scheme& s,
                                                const repack_target& t) {
-    if (auto fast = repack_words(src, prefix, s, t)) return std::move(*fast);
-    quantized_tensor q = repack_prepare(read_quantized(src, prefix, s), t, src.file);
-    return repack_pack(q, prefix, t);
+    std::vector<owned_tensor> out;
+    repack_module(src, prefix, s, t, out);
+    return out;
 }
 
 }  // namespace qforge

@@ -1,0 +1,138 @@
+// Repacking one 4096 x 11008 layer (Llama-7B up_proj: N = 11008 out, K = 4096 in, 4-bit,
+// group 128) between GPTQ and compressed-tensors, against a memcpy of the packed bytes in the
+// same run. Floor (issue 8): repack at least 0.5x the memcpy speed. The per-iteration
+// "bytes_per_second" counter is the packed qweight/weight_packed size over the time.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qforge/convert/repack.hpp"
+#include "qforge/convert/repack_transpose.hpp"
+
+namespace {
+
+using namespace qforge;
+
+constexpr std::int64_t N = 11008, K = 4096, group = 128;
+const std::string prefix = "model.layers.0.mlp.up_proj";
+
+struct fixture {
+    std::vector<owned_tensor> gptq, ct;
+    std::map<std::string, tensor_view> gptq_views, ct_views;
+    std::size_t packed_bytes = 0;
+
+    explicit fixture(bool sym) {
+        quantized_tensor q;
+        q.name = prefix;
+        q.bits = 4;
+        q.rows = N;
+        q.cols = K;
+        q.group_size = group;
+        q.symmetric = sym;
+        q.scale_dtype = dtype::F16;
+        std::mt19937 rng(1);
+        q.codes.resize(static_cast<std::size_t>(N * K));
+        for (auto& c : q.codes) c = static_cast<std::uint8_t>(rng() & 15);
+        q.scales.resize(static_cast<std::size_t>(N * q.groups()));
+        q.zeros.resize(q.scales.size());
+        for (std::size_t i = 0; i < q.scales.size(); ++i) {
+            q.scales[i] = float_to_fp16(0.001f + static_cast<float>(rng() % 1000) * 1e-5f);
+            q.zeros[i] = sym ? 8 : static_cast<std::int32_t>(1 + rng() % 15);
+        }
+        repack_target g;
+        g.format = output_format::gptq;
+        gptq = repack_pack(repack_prepare(q, g), prefix, g);
+        repack_target c;
+        c.format = output_format::compressed_tensors;
+        c.model_dtype = dtype::F16;
+        ct = repack_pack(repack_prepare(q, c), prefix, c);
+        for (auto& t : gptq) gptq_views[t.name] = t.view();
+        for (auto& t : ct) ct_views[t.name] = t.view();
+        packed_bytes = gptq.front().bytes.size();
+    }
+};
+
+const fixture& data(bool sym) {
+    static const fixture s(true), a(false);
+    return sym ? s : a;
+}
+
+layer_scheme gptq_in(bool sym) {
+    layer_scheme s;
+    s.format = repack_source_format::gptq;
+    s.gptq = {4, group, sym, false};
+    return s;
+}
+layer_scheme ct_in(bool sym) {
+    layer_scheme s;
+    s.format = repack_source_format::ct_packed;
+    s.ct = {4, sym, group};
+    s.packing = ct_packing::dense_v0_18;
+    return s;
+}
+repack_target to(output_format f) {
+    repack_target t;
+    t.format = f;
+    t.model_dtype = dtype::F16;
+    return t;
+}
+
+void BM_memcpy_packed(benchmark::State& state) {
+    const fixture& d = data(true);
+    std::vector<std::byte> dst(d.packed_bytes);
+    for (auto _ : state) {
+        std::memcpy(dst.data(), d.gptq.front().bytes.data(), d.packed_bytes);
+        benchmark::DoNotOptimize(dst.data());
+        benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(d.packed_bytes));
+}
+
+void BM_gptq_to_ct(benchmark::State& state) {
+    const bool sym = state.range(0) != 0;
+    const fixture& d = data(sym);
+    const repack_source src = make_repack_source(d.gptq_views, "bench");
+    std::vector<owned_tensor> out;  // reused across layers, as a converter does
+    for (auto _ : state) {
+        repack_module(src, prefix, gptq_in(sym), to(output_format::compressed_tensors), out);
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(d.packed_bytes));
+}
+
+void BM_ct_to_gptq(benchmark::State& state) {
+    const bool sym = state.range(0) != 0;
+    const fixture& d = data(sym);
+    const repack_source src = make_repack_source(d.ct_views, "bench");
+    std::vector<owned_tensor> out;
+    for (auto _ : state) {
+        repack_module(src, prefix, ct_in(sym), to(output_format::gptq), out);
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(d.packed_bytes));
+}
+
+// The general path (unpack every code, pack again) for comparison: what the word-level path saves.
+void BM_gptq_to_ct_unpack_pack(benchmark::State& state) {
+    const fixture& d = data(true);
+    const repack_source src = make_repack_source(d.gptq_views, "bench");
+    const repack_target t = to(output_format::compressed_tensors);
+    for (auto _ : state) {
+        quantized_tensor q = repack_prepare(read_quantized(src, prefix, gptq_in(true)), t);
+        auto out = repack_pack(q, prefix, t);
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(d.packed_bytes));
+}
+
+}  // namespace
+
+BENCHMARK(BM_memcpy_packed)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_gptq_to_ct)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_ct_to_gptq)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_gptq_to_ct_unpack_pack)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_MAIN();
