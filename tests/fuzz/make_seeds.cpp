@@ -104,20 +104,29 @@ void json_seeds() {
 }
 
 void index_seeds() {
+    // Tensor and shard names match the folder fuzz_index.cpp builds around the index.
+    const std::string s1 = "model-00001-of-00002.safetensors", s2 = "model-00002-of-00002.safetensors";
     qforge::json weight_map = qforge::json::object();
-    weight_map.set("model.embed_tokens.weight", "model-00001-of-00002.safetensors");
-    weight_map.set("model.norm.weight", "model-00002-of-00002.safetensors");
-    weight_map.set("lm_head.weight", "model-00002-of-00002.safetensors");
-    qforge::json index = qforge::json::object({{"metadata", qforge::json::object({{"total_size", 1234}})},
+    weight_map.set("a", s1);
+    weight_map.set("b", s1);
+    weight_map.set("c", s2);
+    weight_map.set("lm_head.weight", s2);
+    qforge::json index = qforge::json::object({{"metadata", qforge::json::object({{"total_size", 12}})},
                                                {"weight_map", weight_map}});
     put("index", "two_shards.json", index.dump({.indent = 2, .sort_keys = true}) + "\n");
-    qforge::json bad = index;
-    bad["weight_map"].set("model.norm.weight", "../outside.safetensors");
-    put("index", "dotdot.json", bad.dump({.indent = 2}));
-    bad["weight_map"].set("model.norm.weight", "/etc/passwd");
-    put("index", "absolute.json", bad.dump({.indent = 2}));
-    bad["weight_map"].set("model.norm.weight", std::string("a\0b.safetensors", 15));
-    put("index", "nul.json", bad.dump({.indent = 2}));
+    put("index", "two_shards_compact.json", index.dump());
+    auto with = [&](const std::string& tensor, const std::string& shard) {
+        qforge::json bad = index;
+        bad["weight_map"].set(tensor, shard);
+        return bad.dump({.indent = 2});
+    };
+    put("index", "dotdot.json", with("a", "../outside.safetensors"));
+    put("index", "absolute.json", with("a", "/etc/passwd"));
+    put("index", "nul.json", with("a", s1 + std::string("\0x", 2)));
+    put("index", "symlink_out.json", with("a", "link.safetensors"));
+    put("index", "secret.json", with("secret", s1));
+    put("index", "wrong_shard.json", with("c", s1));
+    put("index", "missing_shard.json", with("b", "model-00003-of-00003.safetensors"));
     put("index", "no_weight_map.json", R"({"metadata":{"total_size":0}})");
     put("index", "weight_map_not_strings.json", R"({"metadata":{"total_size":1},"weight_map":{"a":1}})");
 }
