@@ -48,7 +48,7 @@ const std::string& demo_dir() {
     return d;
 }
 
-quant_scheme w4a8() { return {4, 64, true, scale_method::search, dtype::BF16}; }
+quant_spec w4a8() { return {4, 64, true, scale_method::search, dtype::BF16}; }
 
 convert_options w4a8_cpu() {
     convert_options o;
@@ -71,7 +71,7 @@ bool leftovers(const std::string& dst) {
     const std::string parent = dst.substr(0, dst.rfind('/'));
     const std::string leaf = dst.substr(dst.rfind('/') + 1);
     for (const auto& f : io::list_directory(parent))
-        if (f.starts_with(leaf + ".qforge-")) return true;
+        if (f.starts_with(leaf + ".qforge-") || f.starts_with("." + leaf + ".qforge-")) return true;
     return false;
 }
 
@@ -124,7 +124,7 @@ TEST_CASE("w4a8-cpu: GPTQ v1, untied quantized head, config, report, copied file
 TEST_CASE("every format converts the demo checkpoint") {
     struct fmt_case {
         output_format f;
-        quant_scheme s;
+        quant_spec s;
         const char* probe;
     };
     const fmt_case cases[] = {

@@ -43,7 +43,7 @@ const plan_item* find_item(const plan& p, std::string_view name) {
     return nullptr;
 }
 
-quant_scheme g64() { return {4, 64, true, scale_method::search, dtype::BF16}; }
+quant_spec g64() { return {4, 64, true, scale_method::search, dtype::BF16}; }
 
 }  // namespace
 
@@ -159,7 +159,7 @@ TEST_CASE("plan refusals") {
         CHECK(p.refusals[0].find("same scheme") != std::string::npos);
     }
     SUBCASE("compressed-tensors scale dtype must be the checkpoint's") {
-        quant_scheme s = g64();
+        quant_spec s = g64();
         s.scale_dtype = dtype::F16;
         rules.default_scheme = s;
         plan p = make_plan(llama_headers(), llama_cfg(), rules, output_format::compressed_tensors);

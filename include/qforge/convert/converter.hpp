@@ -2,7 +2,7 @@
 //
 //   qforge::convert_options opt;
 //   opt.format = qforge::output_format::gptq;
-//   opt.rules.default_scheme = qforge::quant_scheme{4, 64, true, qforge::scale_method::search, qforge::dtype::BF16};
+//   opt.rules.default_scheme = qforge::quant_spec{4, 64, true, qforge::scale_method::search, qforge::dtype::BF16};
 //   opt.progress = [](const qforge::progress_event& e) { /* print a line */ return true; };
 //   qforge::conversion_result r = qforge::convert("in", "out", opt);
 //
@@ -30,9 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "qforge/convert/detail/atomic_folder.hpp"
 #include "qforge/convert/detail/quantize_step.hpp"
-#include "qforge/convert/detail/shard_writer.hpp"
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
@@ -41,8 +39,11 @@
 #include "qforge/convert/source.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/parallel.hpp"
+#include "qforge/io/atomic_dir.hpp"
+#include "qforge/io/checkpoint.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/json.hpp"
+#include "qforge/io/safetensors/index.hpp"
 
 namespace qforge {
 
@@ -78,15 +79,6 @@ struct conversion_result {
     std::vector<std::string> copied_files;
 };
 
-/// Files copied byte for byte from the source folder when present (what the seed exporter copied).
-inline const std::vector<std::string>& side_files() {
-    static const std::vector<std::string> names{"tokenizer.json",          "tokenizer_config.json", "special_tokens_map.json",
-                                                "vocab.json",              "merges.txt",            "tokenizer.model",
-                                                "added_tokens.json",       "generation_config.json", "chat_template.jinja",
-                                                "chat_template.json",      "preprocessor_config.json"};
-    return names;
-}
-
 /// The plan for converting `src` with `opt` (no file is written). Does not throw for refusals:
 /// look at plan::refusals.
 inline plan plan_conversion(const checkpoint_source& src, const convert_options& opt) {
@@ -96,17 +88,30 @@ inline plan plan_conversion(const checkpoint_source& src, const convert_options&
 
 namespace detail {
 
+inline float load_float(const std::byte* p, dtype t) noexcept {
+    std::uint16_t h;
+    switch (t) {
+        case dtype::BF16: std::memcpy(&h, p, 2); return bf16_to_float(h);
+        case dtype::F16: std::memcpy(&h, p, 2); return fp16_to_float(h);
+        case dtype::F64: {
+            double d;
+            std::memcpy(&d, p, 8);
+            return static_cast<float>(d);
+        }
+        default: {
+            float f;
+            std::memcpy(&f, p, 4);
+            return f;
+        }
+    }
+}
+
 /// Casts a float tensor's bytes to another float dtype (round to nearest even).
 inline std::vector<std::byte> cast_floats(std::span<const std::byte> in, dtype from, dtype to) {
     const std::size_t n = in.size() / dtype_size(from);
     std::vector<std::byte> out(n * dtype_size(to));
     for (std::size_t i = 0; i < n; ++i) {
-        const float f = from == dtype::F64 ? [&] {
-            double d;
-            std::memcpy(&d, in.data() + i * 8, 8);
-            return static_cast<float>(d);
-        }()
-                                           : load_weight(in.data() + i * dtype_size(from), from);
+        const float f = load_float(in.data() + i * dtype_size(from), from);
         std::byte* dst = out.data() + i * dtype_size(to);
         if (to == dtype::BF16 || to == dtype::F16) {
             const std::uint16_t h = to == dtype::BF16 ? float_to_bf16(f) : float_to_fp16(f);
@@ -138,11 +143,11 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     const plan& p = result.the_plan;
     p.throw_if_refused();
 
-    detail::atomic_folder out(dst_dir, opt.overwrite);
-    std::vector<planned_tensor> all;
-    for (const auto& it : p.items) all.insert(all.end(), it.outputs.begin(), it.outputs.end());
-    detail::shard_writer writer(out.path(), all, opt.max_shard_bytes);
-    writer.open();
+    io::atomic_output_dir out(dst_dir, opt.overwrite);
+    std::vector<safetensors::tensor_spec> all;
+    for (const auto& it : p.items)
+        for (const auto& t : it.outputs) all.push_back({t.name, t.type, t.shape});
+    safetensors::sharded_writer writer(out.path(), all, opt.max_shard_bytes);
 
     std::map<std::string, std::size_t> last_use;
     for (std::size_t i = 0; i < p.items.size(); ++i) last_use[p.items[i].source] = i;
@@ -170,7 +175,7 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             if (it.out_type == it.source_type) writer.write(it.name, slice);
             else writer.write(it.name, detail::cast_floats(slice, it.source_type, it.out_type));
         } else {
-            detail::quantize_result q = detail::quantize_rows(v, it.row_begin, it.row_end, it.scheme, run, it.name);
+            detail::quantize_result q = detail::quantize_rows(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name);
             const std::string module(module_of(it.name));
             const auto tensors = with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.source_type,
                                              [&](const auto& layout) { return layout.pack(q.q, module); });
@@ -182,27 +187,23 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         if (opt.progress && !opt.progress(ev)) fail<error>(dst_dir, it.name, "conversion cancelled");
     }
     writer.finish();
-    result.shards = writer.shard_names();
+    result.shards = writer.plan().file_names;
 
     json cfg = src.config();
     if (!cfg.is_object()) cfg = json::object();
     if (p.untied) cfg.set("tie_word_embeddings", false);
     cfg.set("quantization_config", p.quantization_config);
-    io::write_file(out.path() + "/config.json", cfg.dump({.indent = 2}) + "\n");
+    io::write_config(out.path(), cfg);
     if (p.format == output_format::gptq || p.format == output_format::gptq_v2) {
         const auto s = *p.main_scheme();
         const json side = with_gptq_layout(s.bits,
                                            gptq_options{p.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
                                                         *s.scale_dtype, false},
                                            [&](const auto& layout) { return layout.side_file(p.linears); });
-        io::write_file(out.path() + "/quantize_config.json", side.dump({.indent = 2}) + "\n");
+        io::write_json_file(out.file("quantize_config.json"), side);
     }
-    for (const std::string& f : side_files())
-        if (io::path_exists(src.dir() + "/" + f)) {
-            io::copy_file(src.dir() + "/" + f, out.path() + "/" + f);
-            result.copied_files.push_back(f);
-        }
-    io::write_file(out.path() + "/quantization_report.json", report.to_json().dump({.indent = 2}) + "\n");
+    result.copied_files = io::copy_side_files(src.dir(), out.path());
+    io::write_json_file(out.file("quantization_report.json"), report.to_json());
     out.commit();
     return result;
 }

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "qforge/convert/detail/shard_writer.hpp"
 #include "qforge/convert/format.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/json.hpp"
+#include "qforge/io/safetensors/index.hpp"
 
 namespace qforge {
 
@@ -111,10 +111,13 @@ inline void write_demo_checkpoint(const std::string& dir, const demo_options& o 
     io::make_directory(dir);
     const auto tensors = demo_tensors(o);
     std::uint64_t total = 0;
-    for (const auto& t : tensors) total += t.bytes();
+    std::vector<safetensors::tensor_spec> specs;
+    for (const auto& t : tensors) {
+        total += t.bytes();
+        specs.push_back({t.name, t.type, t.shape});
+    }
     // 60% per shard: with no tensor near that size, greedy splitting makes exactly two shards.
-    detail::shard_writer writer(dir, tensors, o.shards > 1 ? total * 3 / 5 : 0);
-    writer.open();
+    safetensors::sharded_writer writer(dir, specs, o.shards > 1 ? total * 3 / 5 : total + 1);
     detail::demo_rng rng(o.seed);
     std::vector<std::uint16_t> buf;
     for (const auto& t : tensors) {

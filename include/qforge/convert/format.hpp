@@ -66,10 +66,11 @@ inline dtype default_scale_dtype(output_format f, dtype checkpoint) noexcept {
 /// Why `format` cannot hold a [rows x cols] weight quantized with `s` (s.scale_dtype
 /// resolved), or nullopt when it can. `checkpoint` is the source weight's dtype.
 inline std::optional<std::string> format_refusal(output_format f, std::int64_t rows, std::int64_t cols,
-                                                 const quant_scheme& s, dtype checkpoint) {
+                                                 const quant_spec& s, dtype checkpoint) {
     const std::string K = std::to_string(cols), N = std::to_string(rows), b = std::to_string(s.bits);
     if (s.bits < 2 || s.bits > 8) return "bits must be 2..8, got " + b;
-    if (s.group_size == 0 || s.group_size < -1) return "group size must be positive or -1 (per channel)";
+    if (s.group_size == 0 || s.group_size < -1 || (s.group_size > 0 && (s.group_size & (s.group_size - 1)) != 0))
+        return "group size must be a power of two or -1 (per channel), not " + std::to_string(s.group_size);
     const std::int64_t g = s.group_for(cols);
     if (g > cols)
         return "group size " + std::to_string(g) + " is larger than the " + K + " input columns";
@@ -126,7 +127,7 @@ decltype(auto) with_layout(output_format f, int bits, dtype scale_dtype, dtype c
 
 /// The tensors one quantized linear `<module>.weight` [rows x cols] becomes.
 inline std::vector<planned_tensor> format_tensors(output_format f, std::string_view module, std::int64_t rows,
-                                                  std::int64_t cols, const quant_scheme& s, dtype checkpoint) {
+                                                  std::int64_t cols, const quant_spec& s, dtype checkpoint) {
     const dtype sd = s.scale_dtype.value_or(default_scale_dtype(f, checkpoint));
     const auto specs = with_layout(f, s.bits, sd, checkpoint, [&](const auto& layout) {
         return layout.specs(rows, cols, s.group_size, s.symmetric);

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "qforge/convert/detail/quantize_step.hpp"
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/rule.hpp"
@@ -55,7 +56,7 @@ struct plan_item {
     std::int64_t row_end = 0;
     shape_t shape;  ///< this item's shape (the source's with rows sliced)
     plan_action action = plan_action::keep;
-    quant_scheme scheme;                 ///< resolved (scale dtype set) when quantized
+    quant_spec scheme;                 ///< resolved (scale dtype set) when quantized
     dtype out_type = dtype::BF16;        ///< when kept
     std::vector<planned_tensor> outputs;
     std::string decided_by;  ///< "rule <pattern>" or "default"
@@ -116,7 +117,7 @@ struct plan {
         return w ? 8.0 * static_cast<double>(bytes) / static_cast<double>(w) : 0.0;
     }
     /// The single scheme GPTQ/AWQ configs describe (the first quantized item's).
-    std::optional<quant_scheme> main_scheme() const {
+    std::optional<quant_spec> main_scheme() const {
         for (const auto& it : items)
             if (it.action == plan_action::quantize) return it.scheme;
         return std::nullopt;
@@ -336,6 +337,12 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
             continue;
         }
         if (!it.scheme.scale_dtype) it.scheme.scale_dtype = default_scale_dtype(format, it.source_type);
+        if (!detail::policy_for(it.scheme, format)) {
+            p.refusals.push_back(detail::refusal(it.source_file, it.name,
+                                                 std::string("scale rule '") + std::string(scale_method_name(it.scheme.scale)) +
+                                                     "' is for symmetric schemes; use minmax or mse with --asym"));
+            continue;
+        }
         if (auto why = format_refusal(format, it.shape[0], it.shape[1], it.scheme, it.source_type)) {
             p.refusals.push_back(detail::refusal(it.source_file, it.name,
                                                  std::string(format_name(format)) + ": " + *why));

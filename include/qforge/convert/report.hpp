@@ -22,7 +22,7 @@ namespace qforge {
 struct tensor_report {
     std::string name;  ///< module name, e.g. "model.layers.0.mlp.down_proj"
     shape_t shape;     ///< [N, K] of the weight
-    quant_scheme scheme;
+    quant_spec scheme;
     double snr_db = 0;
 };
 

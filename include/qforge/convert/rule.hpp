@@ -52,7 +52,7 @@ inline std::optional<scale_method> parse_scale_method(std::string_view s) noexce
 }
 
 /// One quantization grid. group_size -1 means one group per row (per channel).
-struct quant_scheme {
+struct quant_spec {
     int bits = 4;
     std::int64_t group_size = 128;
     bool symmetric = true;
@@ -63,11 +63,11 @@ struct quant_scheme {
     /// The group size for a row of `cols` weights (per-channel resolves to cols).
     std::int64_t group_for(std::int64_t cols) const noexcept { return group_size > 0 ? group_size : cols; }
 
-    friend bool operator==(const quant_scheme&, const quant_scheme&) = default;
+    friend bool operator==(const quant_spec&, const quant_spec&) = default;
 };
 
 /// "4b g128 sym minmax" - used in plans, reports and error messages.
-inline std::string scheme_to_string(const quant_scheme& s) {
+inline std::string scheme_to_string(const quant_spec& s) {
     std::string out = std::to_string(s.bits) + "b ";
     out += s.group_size > 0 ? "g" + std::to_string(s.group_size) : std::string("per-channel");
     out += s.symmetric ? " sym " : " asym ";
@@ -144,7 +144,7 @@ private:
 /// Quantize the selected linear weights (rank-2 "*.weight") with `scheme`. On anything else
 /// (a bias, a norm) the rule does not apply and earlier rules or the defaults decide.
 struct quantize_action {
-    quant_scheme scheme;
+    quant_spec scheme;
 };
 
 /// Keep the selected tensors dense, optionally cast to another float dtype.
@@ -186,9 +186,9 @@ struct rule_set {
     std::vector<rule> rules;
     /// Scheme for the default targets (the linears inside decoder blocks); nullopt = the
     /// defaults quantize nothing and only explicit quantize rules do.
-    std::optional<quant_scheme> default_scheme;
+    std::optional<quant_spec> default_scheme;
 
-    rule_set& quantize(selector s, quant_scheme scheme) {
+    rule_set& quantize(selector s, quant_spec scheme) {
         rules.push_back({std::move(s), quantize_action{scheme}});
         return *this;
     }

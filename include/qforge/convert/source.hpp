@@ -1,15 +1,11 @@
 // A Hugging Face checkpoint folder opened for reading: its config.json and every tensor of its
-// safetensors shards (found through model.safetensors.index.json, else every *.safetensors),
-// memory-mapped, as zero-copy views.
+// safetensors shards (through model.safetensors.index.json, else every *.safetensors; see
+// io/safetensors/index.hpp), memory-mapped, as zero-copy views.
 //
 //   qforge::checkpoint_source src("path/to/model");
 //   for (const auto& t : src.tensors()) { auto v = src.view(t.name); ...; src.release(t.name); }
 #pragma once
 
-#include <algorithm>
-#include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,75 +13,46 @@
 #include "qforge/convert/plan.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
+#include "qforge/io/checkpoint.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/json.hpp"
-#include "qforge/io/safetensors/reader.hpp"
+#include "qforge/io/safetensors/index.hpp"
 
 namespace qforge {
 
 class checkpoint_source {
 public:
-    explicit checkpoint_source(std::string dir) : dir_(std::move(dir)) {
-        if (!io::is_directory(dir_)) fail<io_error>(dir_, {}, "not a checkpoint folder");
-        const std::string cfg = dir_ + "/config.json";
-        if (io::path_exists(cfg)) config_ = json::parse(io::read_file(cfg, 64u << 20), cfg);
-        else config_ = json::object();
-        for (const std::string& f : shard_names()) {
-            auto r = std::make_unique<safetensors::reader>(dir_ + "/" + f);
-            for (const auto& t : r->tensors()) {
-                if (where_.contains(t.name))
-                    fail<format_error>(r->path(), t.name, "tensor appears in more than one shard");
-                where_[t.name] = readers_.size();
-                tensors_.push_back({t.name, t.type, t.shape, f});
-            }
-            readers_.push_back(std::move(r));
+    explicit checkpoint_source(std::string dir) : dir_(check_dir(std::move(dir))), shards_(dir_) {
+        config_ = io::path_exists(dir_ + "/config.json") ? io::read_config(dir_) : json::object();
+        for (const std::string& name : shards_.tensor_names()) {
+            const safetensors::tensor_info* t = shards_.find(name);
+            const std::string& path = shards_.shard_of(name)->path();
+            tensors_.push_back({name, t->type, t->shape, path.substr(path.rfind('/') + 1)});
         }
-        if (readers_.empty()) fail<io_error>(dir_, {}, "no *.safetensors file in the folder");
+        if (shards_.shard_count() == 0) fail<io_error>(dir_, {}, "no *.safetensors file in the folder");
     }
 
     const std::string& dir() const noexcept { return dir_; }
     const json& config() const noexcept { return config_; }
     /// Every tensor, shard by shard, in each shard's data order (the cheapest order to read).
     const std::vector<source_tensor>& tensors() const noexcept { return tensors_; }
-    bool contains(std::string_view name) const { return where_.contains(std::string(name)); }
+    bool contains(std::string_view name) const { return shards_.contains(name); }
+    std::uint64_t total_bytes() const noexcept { return shards_.total_size(); }
 
-    tensor_view view(const std::string& name) const { return reader_of(name).view(name); }
+    tensor_view view(std::string_view name) const { return shards_.view(name); }
     /// Drops the mapped pages of a tensor we are done with, so resident memory stays flat.
-    void release(const std::string& name) const { reader_of(name).release(name); }
+    void release(std::string_view name) const { shards_.release(name); }
 
 private:
-    const safetensors::reader& reader_of(const std::string& name) const {
-        auto it = where_.find(name);
-        if (it == where_.end()) fail<format_error>(dir_, name, "no such tensor in the checkpoint");
-        return *readers_[it->second];
-    }
-
-    /// Shards named by the index (first appearance order), or every *.safetensors sorted.
-    std::vector<std::string> shard_names() const {
-        std::vector<std::string> names;
-        const std::string index = dir_ + "/model.safetensors.index.json";
-        if (io::path_exists(index)) {
-            const json idx = json::parse(io::read_file(index, 256u << 20), index);
-            const json* map = idx.find("weight_map");
-            if (!map || !map->is_object()) fail<format_error>(index, {}, "no \"weight_map\" object");
-            for (const json_member& m : map->as_object()) {
-                const std::string& f = m.value.as_string();
-                if (f.find('/') != std::string::npos || f == "..")
-                    fail<format_error>(index, m.key, "shard name \"" + f + "\" leaves the folder");
-                if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
-            }
-            return names;
-        }
-        for (const std::string& f : io::list_directory(dir_))
-            if (f.size() > 12 && f.ends_with(".safetensors")) names.push_back(f);
-        std::sort(names.begin(), names.end());
-        return names;
+    static std::string check_dir(std::string d) {
+        while (d.size() > 1 && d.back() == '/') d.pop_back();
+        if (!io::is_directory(d)) fail<io_error>(d, {}, "not a checkpoint folder");
+        return d;
     }
 
     std::string dir_;
+    safetensors::sharded_reader shards_;
     json config_;
-    std::vector<std::unique_ptr<safetensors::reader>> readers_;
-    std::map<std::string, std::size_t> where_;
     std::vector<source_tensor> tensors_;
 };
 
