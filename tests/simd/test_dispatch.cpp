@@ -1,0 +1,70 @@
+// Tags, CPU detection and QFORGE_FORCE_ISA.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <string>
+
+#include "qforge/simd/dispatch.hpp"
+
+using namespace qforge::simd;
+
+static_assert(simd_tag<scalar_tag> && simd_tag<avx2_tag> && simd_tag<avx512_tag> && simd_tag<neon_tag>);
+static_assert(std::is_base_of_v<avx2_tag, avx512_tag> && std::is_base_of_v<scalar_tag, avx2_tag> &&
+              std::is_base_of_v<scalar_tag, neon_tag>);
+
+TEST_CASE("the best available ISA is the first available in preference order") {
+    const isa best = best_available();
+    CHECK(available(best));
+    if (avx512_tag::available()) CHECK(best == isa::avx512);
+    else if (avx2_tag::available()) CHECK(best == isa::avx2);
+    CHECK(kernels(best).id == best);
+    CHECK(kernels(isa::scalar).id == isa::scalar);
+#if defined(__aarch64__)
+    CHECK(neon_tag::available());
+    CHECK(!avx2_tag::available());
+#endif
+#if defined(__x86_64__)
+    CHECK(!neon_tag::available());
+    CHECK_THROWS_AS(kernels(isa::neon), qforge::unsupported_error);
+#endif
+}
+
+TEST_CASE("cpuid agrees with /proc/cpuinfo") {
+#if defined(__x86_64__) && defined(__linux__)
+    std::ifstream f("/proc/cpuinfo");
+    std::string line, flags;
+    while (std::getline(f, line))
+        if (line.rfind("flags", 0) == 0) {
+            flags = line + " ";
+            break;
+        }
+    if (flags.empty()) return;
+    auto has = [&](const char* name) { return flags.find(std::string(" ") + name + " ") != std::string::npos; };
+    CHECK(cpu().avx2 == has("avx2"));
+    CHECK(cpu().fma == has("fma"));
+    CHECK(cpu().f16c == has("f16c"));
+    CHECK(cpu().avx512f == has("avx512f"));
+    CHECK(cpu().avx512bw == has("avx512bw"));
+    CHECK(cpu().avx512vl == has("avx512vl"));
+#endif
+}
+
+TEST_CASE("QFORGE_FORCE_ISA values: known and available, or a loud error") {
+    CHECK(resolve_isa(nullptr) == best_available());
+    CHECK(resolve_isa("") == best_available());
+    CHECK(resolve_isa("scalar") == isa::scalar);
+    CHECK_THROWS_WITH_AS(resolve_isa("sse9"), doctest::Contains("not one of scalar, avx2, avx512, neon"),
+                         qforge::unsupported_error);
+    for (isa i : {isa::avx512, isa::avx2, isa::neon}) {
+        const std::string name(isa_name(i));
+        if (available(i)) CHECK(resolve_isa(name.c_str()) == i);
+        else CHECK_THROWS_WITH_AS(resolve_isa(name.c_str()), doctest::Contains(("lacks " + name).c_str()),
+                                  qforge::unsupported_error);
+    }
+    int calls = 0;
+    dispatch([&](auto tag) {
+        CHECK(decltype(tag)::id == active_isa());
+        ++calls;
+    });
+    CHECK(calls == 1);
+}
