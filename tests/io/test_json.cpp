@@ -40,7 +40,9 @@ TEST_CASE("json: doubles round-trip and print like Python repr") {
         {5e-324, "5e-324"},     {1.7976931348623157e308, "1.7976931348623157e+308"},
         {0.02, "0.02"},         {500000.0, "500000.0"},
     };
-    for (const auto& [d, text] : cases) {
+    for (const auto& c : cases) {
+        const double d = c.first;
+        const char* text = c.second;
         CAPTURE(text);
         CHECK(json(d).dump() == text);
         CHECK(json::parse(text).as_double() == d);

@@ -164,7 +164,8 @@ TEST_CASE("path safety: shard names from index.json must stay inside the folder"
         {"a\\nb.safetensors", "control character"},
         {std::string(300, 'x') + ".safetensors", "longer than 255"},
     };
-    for (const auto& [name, why] : cases) {
+    for (const auto& c : cases) {
+        const std::string name = c.first, why = c.second;
         CAPTURE(name);
         put_file(dir / "model.safetensors.index.json", index_with(name));
         CHECK_THROWS_WITH_AS(st::sharded_reader(dir.path), doctest::Contains(why.c_str()), format_error);

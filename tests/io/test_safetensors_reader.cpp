@@ -102,7 +102,8 @@ TEST_CASE("rule InvalidHeaderDeserialization: not JSON or wrong types") {
         {R"({"a":[1]})", "a"},                                                  // entry not object
         {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", ""},
     };
-    for (const auto& [header, tensor] : cases) {
+    for (const auto& c : cases) {
+        const std::string header = c.first, tensor = c.second;
         CAPTURE(header);
         check_rejected(open_bytes(safetensors_bytes(header, eight)), "format",
                        "(InvalidHeaderDeserialization)", tensor);
