@@ -1,0 +1,317 @@
+// qforge-convert: a bf16/fp16 Hugging Face checkpoint in, a GPTQ / AWQ / compressed-tensors
+// checkpoint out.
+//
+//   qforge-convert SRC DST --preset w4a8-cpu
+//   qforge-convert SRC DST --format compressed-tensors --bits 4 --group 128 --asym --dry-run
+//
+// Options live in one table (name, argument, help, handler): a new option is one entry.
+// The library prints nothing; this program prints one progress line per tensor on stderr,
+// the report summary at the end, and on any refusal a single line and exit status 1.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qforge/convert/converter.hpp"
+
+namespace {
+
+using namespace qforge;
+
+struct settings {
+    std::string src, dst;
+    std::optional<output_format> format;
+    quant_spec scheme{4, 128, true, scale_method::minmax, std::nullopt};
+    bool lm_head = false;
+    std::vector<std::string> targets, ignore, split_qkv, split_gate_up;
+    unsigned threads = 0;
+    std::uint64_t max_shard = 5'000'000'000;
+    bool dry_run = false, overwrite = false, quiet = false;
+};
+
+struct preset {
+    std::string_view name;
+    output_format format;
+    quant_spec scheme;
+    bool lm_head;
+    std::string_view purpose;
+};
+
+const std::vector<preset>& presets() {
+    static const std::vector<preset> p{
+        {"w4a8-cpu", output_format::gptq, {4, 64, true, scale_method::search, dtype::BF16}, true,
+         "vLLM CPU W4A8 (AMX int4_scaled_mm): the seed exporter's job, lm_head untied+quantized"},
+        {"w4a16", output_format::compressed_tensors, {4, 128, true, scale_method::minmax, std::nullopt}, false,
+         "llm-compressor W4A16: int4 sym g128 for vLLM WNA16 / Marlin"},
+        {"w4a16-asym", output_format::compressed_tensors, {4, 128, false, scale_method::minmax, std::nullopt}, false,
+         "llm-compressor W4A16_ASYM: int4 asym g128 (zero points)"},
+        {"w8a16", output_format::compressed_tensors, {8, -1, true, scale_method::minmax, std::nullopt}, false,
+         "llm-compressor W8A16: int8 sym per channel"},
+        {"gptq-w4g128", output_format::gptq, {4, 128, true, scale_method::minmax, dtype::F16}, false,
+         "AutoGPTQ/GPTQModel-style 4-bit g128 v1 checkpoint (RTN, no calibration)"},
+        {"awq-w4g128", output_format::awq, {4, 128, false, scale_method::minmax, dtype::F16}, false,
+         "AutoAWQ GEMM 4-bit g128 (zero points, no activation scaling)"},
+    };
+    return p;
+}
+
+/// Bits per weight a scheme costs on a large layer (codes + 16-bit scales + packed zeros).
+double nominal_bpw(output_format f, const quant_spec& s) {
+    const double g = s.group_size > 0 ? static_cast<double>(s.group_size) : 4096.0;
+    const bool zeros = f != output_format::compressed_tensors || !s.symmetric;
+    return s.bits + 16.0 / g + (zeros ? s.bits / g : 0.0);
+}
+
+void list_presets() {
+    std::printf("%-12s %-19s %4s %6s %6s  %s\n", "preset", "format", "bits", "group", "bpw", "for");
+    for (const preset& p : presets())
+        std::printf("%-12.*s %-19.*s %4d %6s %6.2f  %.*s\n", static_cast<int>(p.name.size()), p.name.data(),
+                    static_cast<int>(format_name(p.format).size()), format_name(p.format).data(), p.scheme.bits,
+                    p.scheme.group_size > 0 ? std::to_string(p.scheme.group_size).c_str() : "chan",
+                    nominal_bpw(p.format, p.scheme), static_cast<int>(p.purpose.size()), p.purpose.data());
+}
+
+[[noreturn]] void usage_error(const std::string& why) {
+    std::fprintf(stderr, "qforge-convert: %s (see --help)\n", why.c_str());
+    std::exit(2);
+}
+
+std::uint64_t parse_size(const std::string& s) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(s, &used);
+    } catch (...) {
+        usage_error("bad size '" + s + "'");
+    }
+    std::string unit = s.substr(used);
+    for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    double mul = 1;
+    if (unit == "" || unit == "B") mul = 1;
+    else if (unit == "KB") mul = 1e3;
+    else if (unit == "MB") mul = 1e6;
+    else if (unit == "GB") mul = 1e9;
+    else if (unit == "KIB") mul = 1024.0;
+    else if (unit == "MIB") mul = 1024.0 * 1024;
+    else if (unit == "GIB") mul = 1024.0 * 1024 * 1024;
+    else usage_error("bad size unit in '" + s + "' (B, KB, MB, GB, KiB, MiB, GiB)");
+    if (v <= 0) usage_error("size must be positive: '" + s + "'");
+    return static_cast<std::uint64_t>(v * mul);
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
+
+int parse_int(const std::string& s, const char* what) {
+    try {
+        std::size_t used = 0;
+        const int v = std::stoi(s, &used);
+        if (used == s.size()) return v;
+    } catch (...) {
+    }
+    usage_error(std::string("bad ") + what + " '" + s + "'");
+}
+
+struct option {
+    std::string_view name;
+    std::string_view arg;  ///< empty: a flag
+    std::string_view help;
+    std::function<void(settings&, const std::string&)> apply;
+};
+
+const std::vector<option>& options() {
+    static const std::vector<option> o{
+        {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors",
+         [](settings& s, const std::string& v) {
+             s.format = parse_format(v);
+             if (!s.format) usage_error("unknown format '" + v + "'");
+         }},
+        {"--bits", "N", "bits per weight, 2..8 (default 4)", [](settings& s, const std::string& v) { s.scheme.bits = parse_int(v, "bit width"); }},
+        {"--group", "G", "group size, a power of two, or -1 for per channel (default 128)",
+         [](settings& s, const std::string& v) { s.scheme.group_size = parse_int(v, "group size"); }},
+        {"--sym", "", "symmetric grid, zero pinned at 2^(bits-1) (default)", [](settings& s, const std::string&) { s.scheme.symmetric = true; }},
+        {"--asym", "", "asymmetric grid with integer zero points", [](settings& s, const std::string&) { s.scheme.symmetric = false; }},
+        {"--scale", "M", "minmax | absmax | search | mse (default minmax)",
+         [](settings& s, const std::string& v) {
+             const auto m = parse_scale_method(v);
+             if (!m) usage_error("unknown scale rule '" + v + "'");
+             s.scheme.scale = *m;
+         }},
+        {"--scale-dtype", "T", "auto | bf16 | fp16 (auto: fp16 for GPTQ/AWQ, the model dtype for compressed-tensors)",
+         [](settings& s, const std::string& v) {
+             if (v == "auto") s.scheme.scale_dtype.reset();
+             else if (v == "bf16" || v == "BF16") s.scheme.scale_dtype = dtype::BF16;
+             else if (v == "fp16" || v == "F16" || v == "f16") s.scheme.scale_dtype = dtype::F16;
+             else usage_error("unknown scale dtype '" + v + "'");
+         }},
+        {"--lm-head", "", "quantize lm_head too (a tied head is untied: the table stays dense)",
+         [](settings& s, const std::string&) { s.lm_head = true; }},
+        {"--targets", "LIST", "quantize only these (comma list: exact name, dotted suffix or re:regex)",
+         [](settings& s, const std::string& v) { for (auto& t : split_list(v)) s.targets.push_back(t); }},
+        {"--ignore", "LIST", "keep these dense (comma list; applied last, so they win)",
+         [](settings& s, const std::string& v) { for (auto& t : split_list(v)) s.ignore.push_back(t); }},
+        {"--split-qkv", "NAME", "split a fused q/k/v projection (e.g. qkv_proj) by the config's head counts",
+         [](settings& s, const std::string& v) { s.split_qkv.push_back(v); }},
+        {"--split-gate-up", "NAME", "split a fused gate/up projection (e.g. gate_up_proj)",
+         [](settings& s, const std::string& v) { s.split_gate_up.push_back(v); }},
+        {"--preset", "NAME", "start from a preset (see --list-presets); later options override it", nullptr},
+        {"--threads", "N", "worker threads (default: all cores)",
+         [](settings& s, const std::string& v) {
+             const int n = parse_int(v, "thread count");
+             if (n < 1) usage_error("--threads must be at least 1");
+             s.threads = static_cast<unsigned>(n);
+         }},
+        {"--max-shard-size", "SIZE", "largest output shard, e.g. 5GB, 500MB, 2GiB (default 5GB)",
+         [](settings& s, const std::string& v) { s.max_shard = parse_size(v); }},
+        {"--dry-run", "", "print the plan (per tensor in -> out, totals, bits per weight) and stop",
+         [](settings& s, const std::string&) { s.dry_run = true; }},
+        {"--overwrite", "", "replace an existing destination (only once the new one is complete)",
+         [](settings& s, const std::string&) { s.overwrite = true; }},
+        {"--quiet", "", "no progress lines", [](settings& s, const std::string&) { s.quiet = true; }},
+    };
+    return o;
+}
+
+void print_help() {
+    std::printf(
+        "usage: qforge-convert SRC DST [--preset NAME | --format F] [options]\n"
+        "Converts a bf16/fp16 Hugging Face checkpoint folder SRC into a quantized checkpoint DST.\n"
+        "Defaults: the linears of the decoder blocks are quantized; embeddings, norms, biases, MoE\n"
+        "routers and lm_head stay dense. Rules: last match wins; names are exact, dotted suffixes\n"
+        "or re:<regex> matched against the whole name.\n\noptions:\n");
+    for (const option& o : options()) {
+        std::string left(o.name);
+        if (!o.arg.empty()) left += " " + std::string(o.arg);
+        std::printf("  %-22s %.*s\n", left.c_str(), static_cast<int>(o.help.size()), o.help.data());
+    }
+    std::printf("  %-22s %s\n  %-22s %s\n", "--list-presets", "print the presets", "--help", "this text");
+}
+
+settings parse(int argc, char** argv) {
+    settings s;
+    std::vector<std::string> args(argv + 1, argv + argc);
+    // A preset first, wherever it is given, so explicit options override it.
+    for (std::size_t i = 0; i < args.size(); ++i)
+        if (args[i] == "--preset") {
+            if (i + 1 >= args.size()) usage_error("--preset needs a name");
+            const preset* found = nullptr;
+            for (const preset& p : presets())
+                if (p.name == args[i + 1]) found = &p;
+            if (!found) usage_error("unknown preset '" + args[i + 1] + "' (see --list-presets)");
+            s.format = found->format;
+            s.scheme = found->scheme;
+            s.lm_head = found->lm_head;
+        }
+    std::vector<std::string> positional;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--help" || a == "-h") {
+            print_help();
+            std::exit(0);
+        }
+        if (a == "--list-presets") {
+            list_presets();
+            std::exit(0);
+        }
+        if (!a.starts_with("--")) {
+            positional.push_back(a);
+            continue;
+        }
+        const option* opt = nullptr;
+        for (const option& o : options())
+            if (o.name == a) opt = &o;
+        if (!opt) usage_error("unknown option " + a);
+        std::string value;
+        if (!opt->arg.empty()) {
+            if (i + 1 >= args.size()) usage_error(a + " needs a value");
+            value = args[++i];
+        }
+        if (opt->apply) opt->apply(s, value);
+    }
+    if (positional.size() != 2) usage_error("expected SRC and DST");
+    s.src = positional[0];
+    s.dst = positional[1];
+    if (!s.format) usage_error("give --format or --preset");
+    return s;
+}
+
+convert_options to_options(const settings& s, const checkpoint_source& src) {
+    convert_options o;
+    o.format = *s.format;
+    o.threads = s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency());
+    o.max_shard_bytes = s.max_shard;
+    o.overwrite = s.overwrite;
+    for (const auto& f : s.split_qkv) o.rules.split_qkv(f);
+    for (const auto& f : s.split_gate_up) o.rules.split_gate_up(f);
+    if (s.targets.empty()) o.rules.default_scheme = s.scheme;
+    for (const auto& t : s.targets) o.rules.quantize(t, s.scheme);
+    if (s.lm_head) {
+        const model_config cfg = model_config::from_json(src.config());
+        if (cfg.tie_word_embeddings && !src.contains("lm_head.weight")) {
+            std::string table;
+            for (const auto& t : src.tensors())
+                if (t.shape.size() == 2 && module_of(t.name).find("embed") != std::string_view::npos) table = t.name;
+            if (table.empty()) throw unsupported_error(src.dir(), {}, "--lm-head: the head is tied but no embedding table was found");
+            o.rules.untie(table);
+        }
+        o.rules.quantize("lm_head", s.scheme);
+    }
+    for (const auto& t : s.ignore) o.rules.keep(t);
+    return o;
+}
+
+std::string mib(std::uint64_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1 << 20));
+    return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const settings s = parse(argc, argv);
+    try {
+        const auto t0 = std::chrono::steady_clock::now();
+        checkpoint_source src(s.src);
+        convert_options o = to_options(s, src);
+        if (s.dry_run) {
+            const plan p = plan_conversion(src, o);
+            print_plan(std::cout, p);
+            return p.refused() ? 1 : 0;
+        }
+        if (!s.quiet)
+            o.progress = [](const progress_event& e) {
+                const int w = static_cast<int>(std::to_string(e.count).size());
+                std::fprintf(stderr, "[%*zu/%*zu] %-48s %-14s %s -> %s, %s -> %s", w, e.index, w, e.count,
+                             e.item->name.c_str(), shape_to_string(e.item->shape).c_str(), e.in_type.c_str(),
+                             e.out_type.c_str(), mib(e.in_bytes).c_str(), mib(e.out_bytes).c_str());
+                if (e.snr_db) std::fprintf(stderr, ", SNR %.2f dB", *e.snr_db);
+                std::fputc('\n', stderr);
+                return true;
+            };
+        const conversion_result r = convert(s.src, s.dst, o);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::cout << r.report.summary().dump({.indent = 2}) << "\n";
+        if (!s.quiet)
+            std::fprintf(stderr, "wrote %s: %zu shard(s), %s of weights in %.2f s\n", s.dst.c_str(), r.shards.size(),
+                         mib(r.the_plan.out_bytes()).c_str(), secs);
+        return 0;
+    } catch (const qforge::error& e) {
+        std::fprintf(stderr, "qforge-convert: %s\n", std::string(e.what()).substr(8).c_str());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qforge-convert: %s\n", e.what());
+        return 1;
+    }
+}
