@@ -1,6 +1,7 @@
 // One test per rejection rule of formats.md 1.3, each with a malformed file made here.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -8,6 +9,7 @@
 
 #include "io_test_support.hpp"
 #include "qforge/io/safetensors/reader.hpp"
+#include "qforge/io/safetensors/index.hpp"
 #include "qforge/io/safetensors/writer.hpp"
 
 using namespace qforge;
@@ -216,4 +218,33 @@ TEST_CASE("a file truncated underneath the reader gives an io_error naming file 
         // Restore full length for the next mode.
         REQUIRE(::truncate(path.c_str(), static_cast<off_t>(r.file_size())) == 0);
     }
+}
+
+TEST_CASE("the stories260k fixture reads, and rewrites to the canonical recipe with identical tensors") {
+    const std::string folder = QFORGE_SOURCE_DIR "/../shared/fixtures/stories260k";
+    safetensors::sharded_reader in(folder);
+    REQUIRE(in.shard_count() == 1);
+    const safetensors::reader& r = in.shard(0);
+    CHECK(r.metadata() == safetensors::metadata_t{{"format", "pt"}});
+    CHECK(r.tensors().size() == 47);  // embed + norm + 5 x (2 norms + 7 linears)
+    CHECK(r.info("model.embed_tokens.weight").shape == shape_t{512, 64});
+    CHECK(r.info("model.layers.0.mlp.down_proj.weight").shape == shape_t{64, 172});
+    std::vector<safetensors::tensor_spec> specs;
+    for (const auto& t : r.tensors()) specs.push_back({t.name, t.type, t.shape});
+    temp_dir dir;
+    {
+        safetensors::writer w(dir / "copy.safetensors", specs);
+        for (const auto& t : r.tensors()) w.write(r.view(t.name));
+        w.finish();
+    }
+    safetensors::reader copy(dir / "copy.safetensors");
+    CHECK(copy.file_size() == r.file_size() - r.header_size() + copy.header_size());
+    for (const auto& t : r.tensors()) {
+        const auto a = r.view(t.name).bytes, b = copy.view(t.name).bytes;
+        REQUIRE(a.size() == b.size());
+        CHECK(std::memcmp(a.data(), b.data(), a.size()) == 0);
+    }
+    // Canonical order: all BF16, so by name.
+    CHECK(copy.tensors().front().name == "model.embed_tokens.weight");
+    CHECK(copy.tensors()[1].name == "model.layers.0.input_layernorm.weight");
 }
