@@ -17,8 +17,8 @@
 
 using namespace qforge;
 
-static_assert(quant_scheme<scheme<4, 128, symmetry::symmetric>>);
-static_assert(quant_scheme<scheme<8, per_channel, symmetry::asymmetric>>);
+static_assert(scheme_like<scheme<4, 128, symmetry::symmetric>>);
+static_assert(scheme_like<scheme<8, per_channel, symmetry::asymmetric>>);
 static_assert(scheme<4, 64, symmetry::symmetric>::pinned_zero == 8 && scheme<3, 64, symmetry::symmetric>::maxq == 7);
 static_assert(!supported_bits<1> && !supported_bits<9> && supported_bits<2> && supported_bits<8>);
 static_assert(!supported_group_size<48> && !supported_group_size<-2> && supported_group_size<256>);

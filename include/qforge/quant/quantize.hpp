@@ -100,7 +100,7 @@ inline void check_options(const tensor_view& w, const quant_options& o) {
     }
 }
 
-template <quant_scheme S>
+template <scheme_like S>
 void quantize_rows(const tensor_view& w, const quant_options& o, const simd::group_kernels& k, quantized_tensor& q,
                    std::int64_t row_lo, std::int64_t row_hi, std::int64_t& first_bad) {
     const std::int64_t cols = q.cols;

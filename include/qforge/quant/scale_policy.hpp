@@ -110,10 +110,13 @@ inline float awq(float mn, float mx, int bits) noexcept {
 }
 }  // namespace scale_formula
 
-/// Value of a stored 16-bit scale pattern.
-inline float scale_value(std::uint16_t bits, dtype d) noexcept {
-    return d == dtype::BF16 ? bf16_to_float(bits) : fp16_to_float(bits);
-}
+/// Value of a stored 16-bit scale pattern. A function object rather than a function, so
+/// argument-dependent lookup never drags it into other layers' unqualified calls.
+inline constexpr struct scale_value_fn {
+    float operator()(std::uint16_t bits, dtype d) const noexcept {
+        return d == dtype::BF16 ? bf16_to_float(bits) : fp16_to_float(bits);
+    }
+} scale_value{};
 
 /// Rounds a positive scale to its storage pattern (see "Edge rules" above); nullopt when it
 /// overflows the dtype.

@@ -64,7 +64,7 @@ struct scheme {
 
 /// Any instantiation of scheme<>.
 template <class S>
-concept quant_scheme = requires {
+concept scheme_like = requires {
     { S::bits } -> std::convertible_to<int>;
     { S::group_size } -> std::convertible_to<int>;
     { S::sym } -> std::convertible_to<symmetry>;
