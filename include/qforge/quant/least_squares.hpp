@@ -36,6 +36,7 @@
 #include "qforge/core/half.hpp"
 #include "qforge/quant/detail/lsq_grid.hpp"
 #include "qforge/quant/detail/lsq_simd.hpp"
+#include "qforge/quant/quantize.hpp"
 #include "qforge/quant/scale_policy.hpp"
 #include "qforge/simd/dispatch.hpp"
 
@@ -178,10 +179,12 @@ inline group_fit lsq_fit_group(std::span<const float> x, std::span<const float> 
     if (!w.empty() && w.size() != x.size()) fail<shape_error>({}, {}, "least-squares: importance length mismatch");
     if (codes.size() < x.size()) fail<shape_error>({}, {}, "least-squares: code buffer too short");
     if (x.empty()) return {};
+    for (std::size_t i = 0; i < x.size(); ++i)
+        if (!std::isfinite(x[i]))
+            fail<format_error>({}, {}, "least-squares: non-finite value at element " + std::to_string(i) + " of a group");
     const simd::group_kernels& gk = simd::kernels(isa);
     float mn = 0.0f, mx = 0.0f;
     gk.min_max(x.data(), x.size(), &mn, &mx);
-    if (!std::isfinite(mn) || !std::isfinite(mx)) fail<format_error>({}, {}, "least-squares: non-finite value in a group");
     const float* wp = w.empty() ? nullptr : w.data();
     auto grid = [&](const group_grid& g) {
         return simd::grid_params{g.scale, 1.0f / g.scale, static_cast<float>(g.zero), static_cast<float>((1 << o.bits) - 1), 2.0f};
@@ -198,7 +201,7 @@ inline group_fit lsq_fit_group(std::span<const float> x, std::span<const float> 
 ///
 /// **Example**:
 ///   qforge::quant_options opt;  opt.bits = 4; opt.group_size = 64; opt.symmetric = false;
-///   qforge::use_least_squares(opt);      // policy = custom, custom = make_lsq_policy({})
+///   qforge::use_least_squares(opt);  // policy = custom, custom = make_lsq_policy()
 ///   auto q = qforge::quantize(view, opt, pool.executor());
 inline group_policy make_lsq_policy(lsq_options o = {}) {
     return [o](const group_view& g) -> group_choice {
@@ -211,6 +214,12 @@ inline group_policy make_lsq_policy(lsq_options o = {}) {
         const group_grid best = detail::lsq_choose(g.w, g.imp, g.n, g.mn, g.mx, opt, detail::lsq_kernels(g.kernels->id), err);
         return {best.scale_bits, best.zero};
     };
+}
+
+/// Selects the least-squares policy in `o` (policy = custom, custom = make_lsq_policy(l)).
+inline void use_least_squares(quant_options& o, const lsq_options& l = {}) {
+    o.policy = scale_policy::custom;
+    o.custom = make_lsq_policy(l);
 }
 
 /// Min/max grid of one group, the baseline the fit is never worse than: asymmetric
