@@ -176,7 +176,7 @@ public:
         if (file_) {
             file_->read_at(data_offset_ + t.offset, out, t.name);
         } else {
-            std::memcpy(out.data(), mem_.data() + data_offset_ + t.offset, out.size());
+            if (!out.empty()) std::memcpy(out.data(), mem_.data() + data_offset_ + t.offset, out.size());
         }
         return out;
     }
@@ -187,7 +187,7 @@ public:
             fail<unsupported_error>(path_, t.name, "cannot decode GGUF type " + std::string(type_name(t.type)));
         const auto raw = read_bytes(t);
         std::vector<std::uint16_t> aligned((raw.size() + 1) / 2);
-        std::memcpy(aligned.data(), raw.data(), raw.size());
+        if (!raw.empty()) std::memcpy(aligned.data(), raw.data(), raw.size());  // memcpy(nullptr, ..., 0) is UB
         std::vector<float> out(static_cast<std::size_t>(t.numel()));
         dequantize_rows(t.type, reinterpret_cast<const std::byte*>(aligned.data()), t.numel(), out.data());
         return out;
