@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "qforge/io/gguf/writer.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/io/safetensors/writer.hpp"
 
@@ -131,6 +132,67 @@ void index_seeds() {
     put("index", "weight_map_not_strings.json", R"({"metadata":{"total_size":1},"weight_map":{"a":1}})");
 }
 
+void gguf_seeds() {
+    namespace gg = qforge::gguf;
+    using gg::ggml_type;
+    const fs::path tmp = root / "tmp.gguf";
+    auto make = [&](const gg::kv_list& kvs, const std::vector<gg::tensor_decl>& tensors) {
+        {
+            gg::file_writer w(tmp.string(), kvs, tensors);
+            for (const auto& t : tensors) {
+                std::vector<std::byte> bytes(static_cast<std::size_t>(gg::tensor_nbytes(t)));
+                // Small values in every byte: valid-looking f16 scales, no NaN/inf patterns.
+                for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>((i * 7 + 3) & 0x3F);
+                w.write_tensor(bytes);
+            }
+            w.finish();
+        }
+        std::string b = slurp(tmp);
+        fs::remove(tmp);
+        return b;
+    };
+    gg::kv_list kvs = {
+        {"general.architecture", gg::value::str("llama")},
+        {"general.name", gg::value::str("fuzz")},
+        {"llama.block_count", gg::value::u32(1)},
+        {"llama.rope.freq_base", gg::value::f32(10000.0f)},
+        {"general.file_type", gg::value::u32(7)},
+        {"some.bool", gg::value::boolean(true)},
+        {"some.i64", gg::value::i64(-5)},
+        {"some.f64", gg::value::f64(0.5)},
+        {"tokenizer.ggml.tokens", gg::value::array(gg::value_type::string, {std::string("<s>"), std::string("a")})},
+        {"tokenizer.ggml.scores", gg::value::array(gg::value_type::f32, {0.0f, -1.0f})},
+        {"u8s", gg::value::array(gg::value_type::u8, {std::uint8_t{1}, std::uint8_t{2}})},
+    };
+    const std::vector<gg::tensor_decl> tensors = {
+        {"token_embd.weight", {32, 2}, ggml_type::q8_0},
+        {"blk.0.attn_q.weight", {32, 2}, ggml_type::q4_0},
+        {"blk.0.ffn_down.weight", {256, 1}, ggml_type::q4_k},
+        {"output_norm.weight", {3}, ggml_type::f32},
+        {"f16", {2, 1, 1, 2}, ggml_type::f16},
+        {"bf16", {2}, ggml_type::bf16},
+    };
+    const std::string good = make(kvs, tensors);
+    put("gguf", "mixed.gguf", good);
+    gg::kv_list aligned = kvs;
+    aligned.push_back({"general.alignment", gg::value::u32(64)});
+    put("gguf", "align64.gguf", make(aligned, {{"a", {32}, ggml_type::q5_0},
+                                               {"b", {256}, ggml_type::q6_k}}));
+    put("gguf", "no_tensors.gguf", make({{"general.architecture", gg::value::str("llama")}}, {}));
+    // Near-valid.
+    put("gguf", "truncated.gguf", good.substr(0, good.size() - 1));
+    put("gguf", "header_only.gguf", good.substr(0, 24));
+    std::string v1 = good;
+    v1[4] = 1;
+    put("gguf", "version1.gguf", v1);
+    std::string magic = good;
+    magic[0] = 'X';
+    put("gguf", "bad_magic.gguf", magic);
+    std::string many = good;
+    many[8] = '\x7f';  // n_tensors huge
+    put("gguf", "many_tensors.gguf", many);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,5 +204,6 @@ int main(int argc, char** argv) {
     safetensors_seeds();
     json_seeds();
     index_seeds();
+    gguf_seeds();
     return 0;
 }
