@@ -172,3 +172,39 @@ TEST_CASE("stray bits are found in padded and dense words") {
     CHECK(dense_has_stray_bits(dense.data(), 1, 3, 4));
     CHECK_FALSE(dense_has_stray_bits(dense.data(), 1, 8, 4));
 }
+
+TEST_CASE("tiled transposed packers equal the strided definition (GPTQ qweight, AWQ gather)") {
+    for (int bits : {2, 3, 4, 8}) {
+        for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 32}, {17, 96}, {33, 544}, {40, 288}}) {
+            CAPTURE(bits);
+            CAPTURE(rows);
+            CAPTURE(cols);
+            const auto codes = seeded(static_cast<std::size_t>(rows * cols), bits, static_cast<std::uint32_t>(rows + cols + bits));
+            const std::int64_t words = dense_words(cols, bits);
+            std::vector<std::uint32_t> want(static_cast<std::size_t>(words * rows)), got(want.size());
+            for (std::int64_t r = 0; r < rows; ++r) pack_dense(codes.data() + r * cols, 1, cols, bits, want.data() + r, rows);
+            pack_dense_transposed(codes.data(), rows, cols, bits, got.data());
+            CHECK(got == want);
+            std::vector<std::uint8_t> back(codes.size());
+            unpack_dense_transposed(got.data(), rows, cols, bits, back.data());
+            CHECK(back == codes);
+        }
+    }
+    // AWQ: source codes [N][K], output [K][N/8]; the SWAR gather against one nibble at a time.
+    for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{8, 8}, {24, 13}, {136, 70}, {64, 1}}) {
+        CAPTURE(n);
+        CAPTURE(k);
+        const auto codes = seeded(static_cast<std::size_t>(n * k), 4, static_cast<std::uint32_t>(n * k));
+        std::vector<std::uint32_t> want(static_cast<std::size_t>(k * n / 8), 0), got(want.size());
+        for (std::int64_t kk = 0; kk < k; ++kk)
+            for (std::int64_t c = 0; c < n / 8; ++c)
+                for (int i = 0; i < 8; ++i)
+                    want[static_cast<std::size_t>(kk * (n / 8) + c)] |=
+                        static_cast<std::uint32_t>(codes[static_cast<std::size_t>((8 * c + awq_order[i]) * k + kk)]) << (4 * i);
+        pack_awq4(codes.data(), 1, k, k, n, got.data());
+        CHECK(got == want);
+        std::vector<std::uint8_t> back(codes.size());
+        unpack_awq4(got.data(), k, n, back.data(), 1, k);
+        CHECK(back == codes);
+    }
+}

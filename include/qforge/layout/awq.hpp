@@ -61,18 +61,16 @@ public:
         const std::string p(prefix);
         const std::int64_t n = q.rows, k = q.cols, groups = q.groups();
         // qweight row k gathers column k of every code row: the source is read transposed.
-        std::vector<std::uint32_t> qweight(static_cast<std::size_t>(k * n / 8));
-        detail::pack_awq4(q.codes.data(), 1, k, k, n, qweight.data());
+        std::vector<owned_tensor> out;
+        out.push_back(detail::alloc_tensor(p + ".qweight", dtype::I32, {k, n / 8}));
+        detail::pack_awq4(q.codes.data(), 1, k, k, n, detail::words_of(out.back()));
         std::vector<std::uint8_t> zeros(q.zeros.begin(), q.zeros.end());  // [n][groups], 0..15
-        std::vector<std::uint32_t> qzeros(static_cast<std::size_t>(groups * n / 8));
-        detail::pack_awq4(zeros.data(), 1, groups, groups, n, qzeros.data());
+        out.push_back(detail::alloc_tensor(p + ".qzeros", dtype::I32, {groups, n / 8}));
+        detail::pack_awq4(zeros.data(), 1, groups, groups, n, detail::words_of(out.back()));
         std::vector<std::uint16_t> scales(static_cast<std::size_t>(groups * n));
         for (std::int64_t r = 0; r < n; ++r)
             for (std::int64_t g = 0; g < groups; ++g)
                 scales[static_cast<std::size_t>(g * n + r)] = q.scales[static_cast<std::size_t>(r * groups + g)];
-        std::vector<owned_tensor> out;
-        out.push_back(detail::make_tensor(p + ".qweight", dtype::I32, {k, n / 8}, qweight));
-        out.push_back(detail::make_tensor(p + ".qzeros", dtype::I32, {groups, n / 8}, qzeros));
         out.push_back(detail::make_tensor(p + ".scales", dtype::F16, {groups, n}, scales));
         return out;
     }

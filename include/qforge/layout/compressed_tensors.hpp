@@ -96,19 +96,17 @@ public:
         const std::string p(prefix);
         const std::int64_t n = q.rows, k = q.cols, groups = q.groups();
         const std::int64_t wk = words(k);
-        std::vector<std::uint32_t> packed(static_cast<std::size_t>(n * wk));
-        for (std::int64_t r = 0; r < n; ++r) pack_run(q.codes.data() + r * k, 1, k, packed.data() + r * wk, 1);
-
         std::vector<owned_tensor> out;
-        out.push_back(detail::make_tensor(p + ".weight_packed", dtype::I32, {n, wk}, packed));
+        out.push_back(detail::alloc_tensor(p + ".weight_packed", dtype::I32, {n, wk}));
+        std::uint32_t* packed = detail::words_of(out.back());
+        for (std::int64_t r = 0; r < n; ++r) pack_run(q.codes.data() + r * k, 1, k, packed + r * wk, 1);
         out.push_back(detail::make_tensor(p + ".weight_scale", q.scale_dtype, {n, groups}, q.scales));
         if (!q.symmetric) {
             // Column g of the zeros [n][groups] is one run along N, written down column g.
             std::vector<std::uint8_t> zeros(q.zeros.begin(), q.zeros.end());
-            std::vector<std::uint32_t> zp(static_cast<std::size_t>(words(n) * groups));
-            for (std::int64_t g = 0; g < groups; ++g)
-                pack_run(zeros.data() + g, groups, n, zp.data() + g, groups);
-            out.push_back(detail::make_tensor(p + ".weight_zero_point", dtype::I32, {words(n), groups}, zp));
+            out.push_back(detail::alloc_tensor(p + ".weight_zero_point", dtype::I32, {words(n), groups}));
+            std::uint32_t* zp = detail::words_of(out.back());
+            for (std::int64_t g = 0; g < groups; ++g) pack_run(zeros.data() + g, groups, n, zp + g, groups);
         }
         out.push_back(detail::make_tensor(p + ".weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{n, k}));
         return out;

@@ -91,19 +91,20 @@ public:
         const std::string p(prefix);
         const std::int64_t n = q.rows, k = q.cols, groups = q.groups();
 
+        std::vector<owned_tensor> out;
         // qweight[w][n]: row n of the codes is one dense stream along K, written down column n.
-        std::vector<std::uint32_t> qweight(static_cast<std::size_t>(k * Bits / 32 * n));
-        for (std::int64_t r = 0; r < n; ++r)
-            detail::pack_dense(q.codes.data() + r * k, 1, k, Bits, qweight.data() + r, n);
+        out.push_back(detail::alloc_tensor(p + ".qweight", dtype::I32, {k * Bits / 32, n}));
+        detail::pack_dense_transposed(q.codes.data(), n, k, Bits, detail::words_of(out.back()));
 
         // qzeros[g][c]: the stored zeros of group g along N.
         const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
         std::vector<std::uint8_t> stored(static_cast<std::size_t>(n));
-        std::vector<std::uint32_t> qzeros(static_cast<std::size_t>(groups * n * Bits / 32));
+        out.push_back(detail::alloc_tensor(p + ".qzeros", dtype::I32, {groups, n * Bits / 32}));
+        std::uint32_t* qzeros = detail::words_of(out.back());
         for (std::int64_t g = 0; g < groups; ++g) {
             for (std::int64_t r = 0; r < n; ++r)
                 stored[static_cast<std::size_t>(r)] = static_cast<std::uint8_t>(q.zero(r, g) - offset);
-            detail::pack_dense(stored.data(), 1, n, Bits, qzeros.data() + g * (n * Bits / 32), 1);
+            detail::pack_dense(stored.data(), 1, n, Bits, qzeros + g * (n * Bits / 32), 1);
         }
 
         // scales[g][n]: transpose of qforge's [n][g].
@@ -111,10 +112,6 @@ public:
         for (std::int64_t r = 0; r < n; ++r)
             for (std::int64_t g = 0; g < groups; ++g)
                 scales[static_cast<std::size_t>(g * n + r)] = q.scales[static_cast<std::size_t>(r * groups + g)];
-
-        std::vector<owned_tensor> out;
-        out.push_back(detail::make_tensor(p + ".qweight", dtype::I32, {k * Bits / 32, n}, qweight));
-        out.push_back(detail::make_tensor(p + ".qzeros", dtype::I32, {groups, n * Bits / 32}, qzeros));
         out.push_back(detail::make_tensor(p + ".scales", q.scale_dtype, {groups, n}, scales));
         out.push_back(detail::make_tensor(p + ".g_idx", dtype::I32, {k}, detail::full_g_idx(q)));
         return out;
@@ -152,8 +149,7 @@ public:
         q.scale_dtype = sc.type;
         q.codes.resize(static_cast<std::size_t>(n * k));
         const auto words = detail::copy_elements<std::uint32_t>(qw);
-        for (std::int64_t r = 0; r < n; ++r)
-            detail::unpack_dense(words.data() + r, n, k, Bits, q.codes.data() + r * k, 1);
+        detail::unpack_dense_transposed(words.data(), n, k, Bits, q.codes.data());
 
         const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
         const std::int32_t maxq = (1 << Bits) - 1;

@@ -112,9 +112,47 @@ owned_tensor make_tensor(std::string name, dtype type, shape_t shape, const std:
     return t;
 }
 
+/// An owned tensor of `shape` with zeroed bytes, for packers to fill in place.
+inline owned_tensor alloc_tensor(std::string name, dtype type, shape_t shape) {
+    const auto n = static_cast<std::size_t>(checked_numel(shape, {}, name));
+    owned_tensor t{std::move(name), type, std::move(shape), {}};
+    t.bytes.resize(n * dtype_size(type));
+    return t;
+}
+
+/// The words of an I32 tensor made by alloc_tensor (operator new aligns the storage for them).
+inline std::uint32_t* words_of(owned_tensor& t) noexcept {
+    return reinterpret_cast<std::uint32_t*>(t.bytes.data());
+}
+
+/// quantized_tensor::validate(), with the one pass over every code done as a max-reduction
+/// the compiler vectorizes; on any doubt the full validate() runs and words the refusal.
+inline void validate_fast(const quantized_tensor& q) {
+    const bool sizes_ok = q.bits >= 2 && q.bits <= 8 && q.rows > 0 && q.cols > 0 && q.group_size > 0 &&
+                          q.group_size <= q.cols && q.codes.size() == static_cast<std::size_t>(q.rows * q.cols);
+    std::uint8_t hi = 0;
+    if (sizes_ok)
+        for (std::uint8_t c : q.codes) hi = c > hi ? c : hi;
+    if (!sizes_ok || hi > (1 << q.bits) - 1) {
+        q.validate();  // throws, naming the element
+        fail<shape_error>({}, q.name, "inconsistent quantized tensor");
+    }
+    // validate() minus the code scan: everything left is O(rows * groups + cols).
+    auto bad = [&](const std::string& why) { fail<shape_error>({}, q.name, why); };
+    if (q.scale_dtype != dtype::F16 && q.scale_dtype != dtype::BF16) bad("scale dtype must be F16 or BF16");
+    const auto n_groups = static_cast<std::size_t>(q.rows * q.groups());
+    if (q.scales.size() != n_groups || q.zeros.size() != n_groups) bad("scales/zeros size mismatch");
+    if (!q.g_idx.empty() && q.g_idx.size() != static_cast<std::size_t>(q.cols)) bad("g_idx size mismatch");
+    const int maxq = (1 << q.bits) - 1;
+    for (std::size_t i = 0; i < q.zeros.size(); ++i)
+        if (q.zeros[i] < 0 || q.zeros[i] > maxq) bad("zero point out of range at group " + std::to_string(i));
+    for (std::int32_t g : q.g_idx)
+        if (g < 0 || g >= q.groups()) bad("g_idx entry out of range");
+}
+
 /// Shape checks every layout shares (the quantized_tensor itself must be consistent).
 inline void check_common(const quantized_tensor& q, std::string_view format) {
-    q.validate();
+    validate_fast(q);
     if (q.symmetric) {
         const std::int32_t mid = 1 << (q.bits - 1);
         for (std::size_t i = 0; i < q.zeros.size(); ++i)

@@ -14,7 +14,7 @@
 // Every kernel walks one run of `count` codes, reading with a source stride and writing with a
 // destination stride (in elements), so one function packs along K (stride 1, e.g. a row of
 // codes[N][K]) or along N (stride K) and writes row-major or transposed outputs. Kernels are
-// noexcept and never branch on bad input: callers validate ranges first; bits above b in a
+// noexcept (the transposed ones only allocate a small buffer) and never branch on bad input: callers validate ranges first; bits above b in a
 // code are masked off so an out-of-range code can never spill into a neighbour's field.
 // See formats.md 2.2 and 4.3.
 #pragma once
@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace qforge::detail {
 
@@ -107,6 +108,22 @@ inline void pack_dense(const std::uint8_t* src, std::ptrdiff_t src_stride, std::
     if (fill > 0) dst[w * dst_stride] = static_cast<std::uint32_t>(acc);
 }
 
+// swar_unpack4: one word -> eight codes in the bytes of the result (code j = byte j).
+inline std::uint64_t swar_unpack4(std::uint32_t w) noexcept {
+    std::uint64_t x = w;
+    x = (x | (x << 16)) & 0x0000FFFF0000FFFFULL;
+    x = (x | (x << 8)) & 0x00FF00FF00FF00FFULL;
+    return (x | (x << 4)) & 0x0F0F0F0F0F0F0F0FULL;
+}
+
+// swar_unpack2: sixteen bits -> eight 2-bit codes in bytes.
+inline std::uint64_t swar_unpack2(std::uint32_t h) noexcept {
+    std::uint64_t x = h & 0xFFFFU;
+    x = (x | (x << 24)) & 0x000000FF000000FFULL;
+    x = (x | (x << 12)) & 0x000F000F000F000FULL;
+    return (x | (x << 6)) & 0x0303030303030303ULL;
+}
+
 /// Reverse of pack_dense: reads dense_words(count, bits) words, writes `count` codes.
 inline void unpack_dense(const std::uint32_t* src, std::ptrdiff_t src_stride, std::int64_t count,
                          int bits, std::uint8_t* dst, std::ptrdiff_t dst_stride) noexcept {
@@ -114,7 +131,28 @@ inline void unpack_dense(const std::uint32_t* src, std::ptrdiff_t src_stride, st
     std::uint64_t acc = 0;
     int fill = 0;
     std::int64_t w = 0;
-    for (std::int64_t i = 0; i < count; ++i) {
+    std::int64_t i = 0;
+    if (dst_stride == 1) {  // word-at-a-time fast paths; the general loop finishes the tail
+        if (bits == 4) {
+            for (; i + 8 <= count; i += 8, ++w) {
+                const std::uint64_t x = swar_unpack4(src[w * src_stride]);
+                std::memcpy(dst + i, &x, sizeof x);
+            }
+        } else if (bits == 2) {
+            for (; i + 16 <= count; i += 16, ++w) {
+                const std::uint32_t word = src[w * src_stride];
+                const std::uint64_t lo = swar_unpack2(word), hi = swar_unpack2(word >> 16);
+                std::memcpy(dst + i, &lo, sizeof lo);
+                std::memcpy(dst + i + 8, &hi, sizeof hi);
+            }
+        } else if (bits == 8) {
+            for (; i + 4 <= count; i += 4, ++w) {
+                const std::uint32_t word = src[w * src_stride];
+                std::memcpy(dst + i, &word, sizeof word);
+            }
+        }
+    }
+    for (; i < count; ++i) {
         if (fill < bits) {
             acc |= static_cast<std::uint64_t>(src[w++ * src_stride]) << fill;
             fill += 32;
@@ -176,6 +214,50 @@ inline bool dense_has_stray_bits(const std::uint32_t* src, std::ptrdiff_t src_st
     return words > 0 && tail != 0 && (src[(words - 1) * src_stride] >> tail) != 0;
 }
 
+// Transposed packers (GPTQ qweight [W][N] from codes [N][K]). Rows are read whole and in
+// order, eight at a time (sequential reads keep the prefetchers streaming), their words go
+// to a small [W][8] buffer, and each output row gets 32 contiguous bytes per block. Writing
+// each word straight down its [W][N] column instead stores to addresses N*4 bytes apart and
+// ran 10x slower than a memcpy; gathering columns across many rows was slower still.
+inline constexpr std::int64_t tile_rows = 8;
+
+/// GPTQ qweight: codes [rows][cols] (row-major) -> words [dense_words(cols)][rows], each row a
+/// dense stream along cols written down its column. cols*bits must fill whole words.
+/// Allocates a dense_words(cols) x 8 word buffer (may throw std::bad_alloc).
+inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols,
+                                  int bits, std::uint32_t* dst) {
+    const std::int64_t words = dense_words(cols, bits);
+    std::vector<std::uint32_t> tmp(static_cast<std::size_t>(words * tile_rows));
+    for (std::int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
+        const std::int64_t nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
+        for (std::int64_t r = 0; r < nr; ++r)
+            pack_dense(codes + (r0 + r) * cols, 1, cols, bits, tmp.data() + r, tile_rows);
+        if (nr == tile_rows) {
+            for (std::int64_t w = 0; w < words; ++w)
+                std::memcpy(dst + w * rows + r0, tmp.data() + w * tile_rows, tile_rows * sizeof(std::uint32_t));
+        } else {
+            for (std::int64_t w = 0; w < words; ++w)
+                std::memcpy(dst + w * rows + r0, tmp.data() + w * tile_rows,
+                            static_cast<std::size_t>(nr) * sizeof(std::uint32_t));
+        }
+    }
+}
+
+/// Reverse of pack_dense_transposed: words [dense_words(cols)][rows] -> codes [rows][cols].
+inline void unpack_dense_transposed(const std::uint32_t* src, std::int64_t rows, std::int64_t cols,
+                                    int bits, std::uint8_t* codes) {
+    const std::int64_t words = dense_words(cols, bits);
+    std::vector<std::uint32_t> tmp(static_cast<std::size_t>(words * tile_rows));
+    for (std::int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
+        const std::int64_t nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
+        for (std::int64_t w = 0; w < words; ++w)
+            std::memcpy(tmp.data() + w * tile_rows, src + w * rows + r0,
+                        static_cast<std::size_t>(nr) * sizeof(std::uint32_t));
+        for (std::int64_t r = 0; r < nr; ++r)
+            unpack_dense(tmp.data() + r, tile_rows, cols, bits, codes + (r0 + r) * cols, 1);
+    }
+}
+
 // AWQ GEMM nibble order (AutoAWQ `awq/modules/linear/gemm.py` order_map, vLLM
 // `quant_utils.awq_pack`): nibble i of a word holds column 8c + awq_order[i].
 inline constexpr int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
@@ -193,12 +275,66 @@ inline std::uint32_t awq_word_from_bytes(std::uint64_t x) noexcept {
     return four(x) | (four(x >> 8) << 16);
 }
 
+// awq4_gather8: eight output words (rows r..r+7 of output column c) from eight source rows
+// of eight codes each. Nibble-merging the AWQ pairs (columns 0|2, 4|6, 1|3, 5|7) leaves four
+// u64 whose byte t is byte 0..3 of output word t; a 4x8 byte transpose (two swap stages)
+// lays out the words, written at o[t * ostride].
+inline void awq4_gather8(const std::uint8_t* p, std::ptrdiff_t stride, std::uint32_t* o,
+                         std::ptrdiff_t ostride) noexcept {
+    constexpr std::uint64_t lo = 0x0F0F0F0F0F0F0F0FULL;
+    std::uint64_t x[8];
+    for (int j = 0; j < 8; ++j) x[j] = load_u64(p + j * stride);
+    std::uint64_t a = (x[0] & lo) | ((x[2] & lo) << 4);
+    std::uint64_t b = (x[4] & lo) | ((x[6] & lo) << 4);
+    std::uint64_t c = (x[1] & lo) | ((x[3] & lo) << 4);
+    std::uint64_t d = (x[5] & lo) | ((x[7] & lo) << 4);
+    std::uint64_t t = ((a >> 8) ^ b) & 0x00FF00FF00FF00FFULL;
+    a ^= t << 8;  // a0 b0 a2 b2 a4 b4 a6 b6
+    b ^= t;       // a1 b1 a3 b3 a5 b5 a7 b7
+    t = ((c >> 8) ^ d) & 0x00FF00FF00FF00FFULL;
+    c ^= t << 8;
+    d ^= t;
+    t = ((a >> 16) ^ c) & 0x0000FFFF0000FFFFULL;
+    a ^= t << 16;  // words 0 and 4
+    c ^= t;        // words 2 and 6
+    t = ((b >> 16) ^ d) & 0x0000FFFF0000FFFFULL;
+    b ^= t << 16;  // words 1 and 5
+    d ^= t;        // words 3 and 7
+    o[0 * ostride] = static_cast<std::uint32_t>(a);
+    o[4 * ostride] = static_cast<std::uint32_t>(a >> 32);
+    o[1 * ostride] = static_cast<std::uint32_t>(b);
+    o[5 * ostride] = static_cast<std::uint32_t>(b >> 32);
+    o[2 * ostride] = static_cast<std::uint32_t>(c);
+    o[6 * ostride] = static_cast<std::uint32_t>(c >> 32);
+    o[3 * ostride] = static_cast<std::uint32_t>(d);
+    o[7 * ostride] = static_cast<std::uint32_t>(d >> 32);
+}
+
+// awq4_transposed: output [rows][cols/8] from a source whose output row r is source column r
+// (source [cols][rows] row-major). Eight output columns' worth of source rows are read in
+// order into a [rows][8] buffer, then flushed 32 bytes per output row (same reasoning as
+// pack_dense_transposed). rows % 8 == 0.
+inline void awq4_transposed(const std::uint8_t* src, std::int64_t rows, std::int64_t cols,
+                            std::uint32_t* dst) {
+    constexpr std::int64_t block = 8;
+    const std::int64_t words = cols / 8;
+    std::vector<std::uint32_t> tmp(static_cast<std::size_t>(rows * block));
+    for (std::int64_t c0 = 0; c0 < words; c0 += block) {
+        const std::int64_t nb = words - c0 < block ? words - c0 : block;
+        for (std::int64_t cb = 0; cb < nb; ++cb)
+            for (std::int64_t r = 0; r < rows; r += 8)
+                awq4_gather8(src + 8 * (c0 + cb) * rows + r, rows, tmp.data() + r * block + cb, block);
+        for (std::int64_t r = 0; r < rows; ++r)
+            std::memcpy(dst + r * words + c0, tmp.data() + r * block, static_cast<std::size_t>(nb) * sizeof(std::uint32_t));
+    }
+}
+
 /// Packs 4-bit codes [rows][cols] (row-major, cols % 8 == 0) along the columns in AWQ order:
 /// dst [rows][cols/8]. `src_col_stride` / `src_row_stride` let the caller pack a transposed
 /// source (AWQ packs along N while qforge holds codes [N][K]).
 inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride,
                       std::ptrdiff_t src_col_stride, std::int64_t rows, std::int64_t cols,
-                      std::uint32_t* dst) noexcept {
+                      std::uint32_t* dst) {
     const std::int64_t words = cols / 8;
     if (src_col_stride == 1) {
         for (std::int64_t r = 0; r < rows; ++r)
@@ -208,6 +344,14 @@ inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride,
     }
     // Transposed source: gather eight columns (rows of the source) at a time. The tile keeps
     // the eight source rows' cache lines hot across 64 consecutive output rows.
+    std::int64_t done = 0;
+    if (src_row_stride == 1 && src_col_stride == rows && rows % 8 == 0) {
+        awq4_transposed(src, rows, cols, dst);
+        done = rows;
+    }
+    src += done * src_row_stride;
+    dst += done * words;
+    rows -= done;
     constexpr std::int64_t tile = 64;
     for (std::int64_t r0 = 0; r0 < rows; r0 += tile) {
         const std::int64_t r1 = r0 + tile < rows ? r0 + tile : rows;
