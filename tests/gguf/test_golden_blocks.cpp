@@ -97,6 +97,10 @@ TEST_CASE("gguf golden: every block type matches llama.cpp's bytes and decode") 
                     break;
                 }
             CHECK_MESSAGE(first == -1, "first differing byte " << first);
+            // the scalar reference path too (the call above used the active SIMD path)
+            std::vector<std::uint32_t> scalar(storage.size());
+            quantize_rows(*type, x, c.nrow, c.n_per_row, im, reinterpret_cast<std::byte*>(scalar.data()), qforge::simd::scalar_tag{});
+            CHECK(std::memcmp(scalar.data(), storage.data(), static_cast<std::size_t>(c.nbytes)) == 0);
             if (!weighted) {
                 std::vector<std::uint32_t> ref(storage.size());
                 quantize_rows_ref(*type, x, c.nrow, c.n_per_row, reinterpret_cast<std::byte*>(ref.data()));

@@ -1,0 +1,81 @@
+// GGUF quantizers on one 4096 x 11008 Student-t(df 5, std 0.02) matrix (seeded), single
+// thread: each type's active SIMD path against the plain scalar port of ggml's reference
+// (quantize_row_<t>_ref, qforge's scalar_tag path, which the golden tests pin to llama.cpp's
+// bytes), measured in the same run, and checked byte-identical on the rows both quantized.
+// The SIMD path runs on the whole matrix; the scalar reference on the first `ref_rows` rows
+// (it is slow: ~10 M weights/s for Q4_K) -- rates are per weight.
+// Floors (issue 6): Q4_K and Q5_K >= 10x and >= 0.09 G weights/s; Q6_K >= 8x; Q4_0, Q8_0 >= 2x.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "qforge/layout/gguf/quantize.hpp"
+#include "tests/support/synthetic.hpp"
+
+namespace {
+
+using namespace qforge;
+using namespace qforge::gguf;
+using clock_type = std::chrono::steady_clock;
+
+constexpr std::int64_t rows = 4096, cols = 11008;  // 11008 = 43 * 256
+
+template <class Tag>
+double seconds_per_run(ggml_type t, const float* x, std::int64_t nrow, std::byte* out, Tag tag, int reps) {
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r) {
+        const auto t0 = clock_type::now();
+        quantize_rows(t, x, nrow, cols, nullptr, out, tag);
+        benchmark::DoNotOptimize(out);
+        benchmark::ClobberMemory();
+        best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
+    }
+    return best;
+}
+
+}  // namespace
+
+int main() {
+    std::printf("generating %lld x %lld Student-t(5) weights...\n", static_cast<long long>(rows), static_cast<long long>(cols));
+    const std::vector<float> x = testing::student_t_floats(static_cast<std::size_t>(rows * cols), 20261130, 5, 0.02);
+    const bool simd_ok = simd::avx2_tag::available();
+    std::printf("SIMD path: %s\n\n", simd_ok ? "avx2" : "none (scalar only)");
+    std::printf("%-6s %10s %14s %14s %8s %7s %s\n", "type", "ref_rows", "scalar Mw/s", "simd Mw/s", "ratio", "floor", "identical");
+    struct row {
+        ggml_type t;
+        std::int64_t ref_rows;
+        double floor;
+    };
+    bool all_ok = true;
+    for (const auto& [t, ref_rows, floor] :
+         {row{ggml_type::q4_k, 128, 10}, row{ggml_type::q5_k, 128, 10}, row{ggml_type::q6_k, 256, 8},
+          row{ggml_type::q4_0, 4096, 2}, row{ggml_type::q8_0, 4096, 2}, row{ggml_type::q2_k, 128, 0},
+          row{ggml_type::q3_k, 128, 0}, row{ggml_type::q4_1, 1024, 0}, row{ggml_type::q5_0, 1024, 0},
+          row{ggml_type::q5_1, 1024, 0}}) {
+        const auto full = static_cast<std::size_t>(quantized_size(t, rows, cols));
+        const auto part = static_cast<std::size_t>(quantized_size(t, ref_rows, cols));
+        std::vector<std::uint16_t> ref(part / 2 + 1), fast(full / 2 + 1);
+        auto* ref_out = reinterpret_cast<std::byte*>(ref.data());
+        auto* fast_out = reinterpret_cast<std::byte*>(fast.data());
+        const double s_ref = seconds_per_run(t, x.data(), ref_rows, ref_out, simd::scalar_tag{}, 2);
+        const double w_ref = static_cast<double>(ref_rows * cols) / s_ref;
+        double w_fast = w_ref;
+        bool same = true;
+        if (simd_ok) {
+            const double s_fast = seconds_per_run(t, x.data(), rows, fast_out, simd::avx2_tag{}, 2);
+            w_fast = static_cast<double>(rows * cols) / s_fast;
+            same = std::memcmp(ref_out, fast_out, part) == 0;
+        }
+        const double ratio = w_fast / w_ref;
+        const bool ok = same && (floor == 0 || !simd_ok || ratio >= floor);
+        all_ok &= ok;
+        std::printf("%-6s %10lld %14.1f %14.1f %7.1fx %6.0fx %s%s\n", std::string(type_name(t)).c_str(),
+                    static_cast<long long>(ref_rows), w_ref / 1e6, w_fast / 1e6, ratio, floor, same ? "yes" : "NO",
+                    ok ? "" : "  <-- below floor or differs");
+    }
+    return all_ok ? 0 : 1;
+}
