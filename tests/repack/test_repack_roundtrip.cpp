@@ -303,7 +303,7 @@ TEST_CASE("transpose_words: every shape class (tiles, 4x4 blocks and scalar edge
         CAPTURE(cols);
         std::vector<std::uint32_t> src(static_cast<std::size_t>(rows * cols)), dst(src.size(), 0xDEADBEEF);
         for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint32_t>(i * 2654435761u);
-        detail::transpose_words(src.data(), rows, cols, dst.data());
+        repack_detail::transpose_words(src.data(), rows, cols, dst.data());
         bool ok = true;
         for (std::int64_t r = 0; r < rows; ++r)
             for (std::int64_t c = 0; c < cols; ++c) ok = ok && dst[static_cast<std::size_t>(c * rows + r)] == src[static_cast<std::size_t>(r * cols + c)];

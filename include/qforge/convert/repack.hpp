@@ -123,7 +123,7 @@ inline std::vector<owned_tensor> repack_pack(const quantized_tensor& q, const st
 // ---------------------------------------------------------------------------------------------
 // Detecting the input's scheme from config.json `quantization_config` and its tensor names.
 
-namespace detail {
+namespace repack_detail {
 
 inline const json* find_any(const json& o, std::initializer_list<std::string_view> keys) {
     for (std::string_view k : keys)
@@ -163,24 +163,24 @@ inline bool ct_target_matches(const std::string& target, const std::string& modu
     return target.find("Linear") != std::string::npos;
 }
 
-}  // namespace detail
+}  // namespace repack_detail
 
 /// The input checkpoint's quantization, per module.
 struct repack_scheme {
     std::string quant_method;           ///< "gptq", "awq", "compressed-tensors", "" (fake-quant)
     std::vector<std::string> modules;   ///< quantized modules found among the tensors, sorted
     layer_scheme common;                ///< GPTQ / AWQ / fake-quant: one scheme for all
-    std::vector<detail::ct_group> ct_groups;
+    std::vector<repack_detail::ct_group> ct_groups;
     std::vector<std::string> ct_ignore;
 
     layer_scheme for_module(const std::string& module) const {
         if (ct_groups.empty()) return common;
         for (const std::string& ig : ct_ignore)
-            if (detail::ct_target_matches(ig, module) && ig.find("Linear") == std::string::npos)
+            if (repack_detail::ct_target_matches(ig, module) && ig.find("Linear") == std::string::npos)
                 fail<format_error>("config.json", module, "module has quantized tensors but is listed in `ignore`");
         for (const auto& g : ct_groups)
             for (const std::string& t : g.targets)
-                if (detail::ct_target_matches(t, module)) {
+                if (repack_detail::ct_target_matches(t, module)) {
                     layer_scheme s = common;
                     s.ct = g.args;
                     s.fake.bits = g.args.bits;
@@ -200,6 +200,7 @@ struct repack_scheme {
 inline repack_scheme detect_repack_scheme(const json& model_config, const std::vector<std::string>& tensor_names,
                                           int fake_bits = 0) {
     using namespace detail;
+    using namespace repack_detail;
     repack_scheme r;
     const json* qc = model_config.find("quantization_config");
     std::vector<std::string> sorted = tensor_names;

@@ -20,7 +20,7 @@ struct ct_weight_args {
     std::int64_t group_size = 128;  ///< <= 0 means strategy "channel" (one group per row)
 };
 
-namespace detail {
+namespace repack_detail {
 
 inline std::int64_t ct_groups(std::int64_t K, std::int64_t group_size) noexcept {
     return group_size > 0 ? (K + group_size - 1) / group_size : 1;
@@ -69,11 +69,12 @@ inline void ct_read_g_idx(quantized_tensor& q, const tensor_view* g_idx, const s
     if (identity) q.g_idx.clear();
 }
 
-}  // namespace detail
+}  // namespace repack_detail
 
 /// Reads `<prefix>.weight` (I8 [N, K]), `weight_scale`, `weight_zero_point`, `weight_g_idx`.
 inline quantized_tensor read_ct_naive(const repack_source& src, const std::string& prefix, const ct_weight_args& args) {
     using namespace detail;
+    using namespace repack_detail;
     const tensor_view& w = src.require(prefix + ".weight");
     if (args.bits < 2 || args.bits > 8) fail<unsupported_error>(src.file, w.name, "bits must be 2..8, got " + std::to_string(args.bits));
     require_dtype(w, dtype::I8, src.file);

@@ -25,13 +25,13 @@ struct fake_quant_options {
     bool signed_zero_point = false;
 };
 
-namespace detail {
+namespace repack_detail {
 inline std::string fmt_double(double v) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.9g", v);
     return buf;
 }
-}  // namespace detail
+}  // namespace repack_detail
 
 /// Recovers codes from `weight` [N, K] given `scale` and `zero_point` [N, G] (or [N] per
 /// channel). Throws unsupported_error for a non-integer zero point, an off-grid weight (naming
@@ -40,6 +40,7 @@ inline quantized_tensor read_fake_quant(const tensor_view& weight, const tensor_
                                         const tensor_view& zero_point, const fake_quant_options& opt,
                                         const std::string& file = {}) {
     using namespace detail;
+    using namespace repack_detail;
     const std::string& name = weight.name;
     if (opt.bits < 2 || opt.bits > 8) fail<unsupported_error>(file, name, "bits must be 2..8, got " + std::to_string(opt.bits));
     if (weight.type != dtype::F16 && weight.type != dtype::BF16 && weight.type != dtype::F32)

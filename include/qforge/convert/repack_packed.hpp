@@ -34,7 +34,7 @@ struct awq_args {
     std::int64_t group_size = 128;
 };
 
-namespace detail {
+namespace repack_detail {
 
 /// The I32 words of a packed tensor: read in place when the view is 4-byte aligned (a
 /// mapped safetensors file always is), copied out when it is not.
@@ -86,7 +86,7 @@ inline bool is_identity_g_idx(const std::vector<std::int32_t>& g, std::int64_t g
     return true;
 }
 
-}  // namespace detail
+}  // namespace repack_detail
 
 /// Reads `<prefix>.qweight`, `.qzeros`, `.scales`, `.g_idx` (optional). K comes from g_idx
 /// when present, else from qweight's rows. A v1 field of 2^b - 1 (zero 2^b, which is how
@@ -96,6 +96,7 @@ inline bool is_identity_g_idx(const std::vector<std::int32_t>& g, std::int64_t g
 inline quantized_tensor read_gptq(const repack_source& src, const std::string& prefix, const gptq_args& args,
                                   bool unpack_codes = true) {
     using namespace detail;
+    using namespace repack_detail;
     const std::string& file = src.file;
     const tensor_view& qw = src.require(prefix + ".qweight");
     check_bits(args.bits, file, qw.name, {2, 3, 4, 8}, "GPTQ");
@@ -170,6 +171,7 @@ inline quantized_tensor read_gptq(const repack_source& src, const std::string& p
 /// AWQ always stores real zeros, so the result is asymmetric.
 inline quantized_tensor read_awq(const repack_source& src, const std::string& prefix, const awq_args& args) {
     using namespace detail;
+    using namespace repack_detail;
     const std::string& file = src.file;
     const tensor_view& qw = src.require(prefix + ".qweight");
     check_bits(args.bits, file, qw.name, {4}, "AWQ GEMM");
@@ -214,6 +216,7 @@ inline quantized_tensor read_awq(const repack_source& src, const std::string& pr
 inline quantized_tensor read_ct_packed(const repack_source& src, const std::string& prefix, const ct_weight_args& args,
                                        ct_packing packing, bool unpack_codes = true) {
     using namespace detail;
+    using namespace repack_detail;
     const std::string& file = src.file;
     const tensor_view& wp = src.require(prefix + ".weight_packed");
     check_bits(args.bits, file, wp.name, {2, 3, 4, 5, 6, 7, 8}, "compressed-tensors pack-quantized");

@@ -41,7 +41,7 @@ inline dtype target_scale_dtype(const repack_target& t) noexcept {
     return dtype::F16;
 }
 
-namespace detail {
+namespace repack_detail {
 
 inline std::string where_group(const quantized_tensor& q, std::size_t i) {
     return q.name + " group " + std::to_string(static_cast<std::int64_t>(i) % q.groups()) + " (row " +
@@ -54,7 +54,7 @@ inline bool g_idx_is_contiguous(const quantized_tensor& q) noexcept {
     return true;
 }
 
-}  // namespace detail
+}  // namespace repack_detail
 
 /// Converts every scale pattern to `to` if each converts exactly (the decoded weights cannot
 /// change); otherwise returns the reason, naming the first scale that does not.
@@ -63,11 +63,11 @@ inline std::optional<std::string> convert_scales_exactly(quantized_tensor& q, dt
     if (to != dtype::F16 && to != dtype::BF16) return "scales can be written as F16 or BF16 only";
     std::vector<std::uint16_t> out(q.scales.size());
     for (std::size_t i = 0; i < q.scales.size(); ++i) {
-        const float v = detail::scale_value(q.scales[i], q.scale_dtype);
+        const float v = repack_detail::scale_value(q.scales[i], q.scale_dtype);
         const std::uint16_t p = to == dtype::BF16 ? float_to_bf16(v) : float_to_fp16(v);
-        const float back = detail::scale_value(p, to);
+        const float back = repack_detail::scale_value(p, to);
         if (!(back == v || (std::isnan(back) && std::isnan(v))))
-            return "scale " + detail::fmt_double(v) + " of " + detail::where_group(q, i) + " is not exactly representable in " +
+            return "scale " + repack_detail::fmt_double(v) + " of " + repack_detail::where_group(q, i) + " is not exactly representable in " +
                    std::string(dtype_name(to)) + " (the repack would change the weights)";
         out[i] = p;
     }
@@ -90,19 +90,19 @@ inline std::optional<std::string> repack_refusal(const quantized_tensor& q, cons
             if (t.format == output_format::gptq && !q.symmetric)
                 for (std::size_t i = 0; i < q.zeros.size(); ++i)
                     if (q.zeros[i] == 0)
-                        return "GPTQ v1 cannot store zero point 0 found in " + detail::where_group(q, i) +
+                        return "GPTQ v1 cannot store zero point 0 found in " + repack_detail::where_group(q, i) +
                                " (it stores zero - 1); use --format gptq-v2 or compressed-tensors";
             break;
         case output_format::awq:
             if (q.bits != 4) return "AWQ stores 4 bits only; " + q.name + " has " + b + "-bit codes";
-            if (!detail::g_idx_is_contiguous(q))
+            if (!repack_detail::g_idx_is_contiguous(q))
                 return "AWQ has no g_idx, but " + q.name + " is act-order (its g_idx is not k / " +
                        std::to_string(q.group_size) + "); use GPTQ or compressed-tensors, which keep it";
             break;
         case output_format::compressed_tensors:
             break;
     }
-    quant_scheme s;
+    quant_spec s;
     s.bits = q.bits;
     s.group_size = q.group_size;
     s.symmetric = q.symmetric;
@@ -115,7 +115,7 @@ inline std::optional<std::string> repack_refusal(const quantized_tensor& q, cons
 /// The tensor as the target will store it: scales in the target's dtype, an identity g_idx
 /// dropped. Throws unsupported_error with the reason when the target cannot hold it exactly.
 inline quantized_tensor repack_prepare(quantized_tensor q, const repack_target& t, const std::string& file = {}) {
-    if (!q.g_idx.empty() && detail::g_idx_is_contiguous(q)) q.g_idx.clear();
+    if (!q.g_idx.empty() && repack_detail::g_idx_is_contiguous(q)) q.g_idx.clear();
     if (auto why = convert_scales_exactly(q, target_scale_dtype(t)))
         fail<unsupported_error>(file, q.name, std::string(format_name(t.format)) + ": " + *why);
     if (auto why = repack_refusal(q, t)) fail<unsupported_error>(file, q.name, *why);

@@ -47,7 +47,7 @@ inline repack_source make_repack_source(const std::map<std::string, tensor_view>
     return src;
 }
 
-namespace detail {
+namespace repack_detail {
 
 template <class T>
 T load_le(const std::byte* p) noexcept {
@@ -142,5 +142,5 @@ inline float round_to_dtype(float v, dtype t) noexcept {
     }
 }
 
-}  // namespace detail
+}  // namespace repack_detail
 }  // namespace qforge

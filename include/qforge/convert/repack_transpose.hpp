@@ -26,7 +26,7 @@
 #include "qforge/layout/layout_traits.hpp"
 
 namespace qforge {
-namespace detail {
+namespace repack_detail {
 
 #if defined(__SSE2__)
 // 4 x 4 words through four registers: SSE2 is part of the x86-64 baseline, so this needs no
@@ -86,7 +86,7 @@ inline void reset_outputs(std::vector<owned_tensor>& out) {
     out.resize(1);
 }
 
-}  // namespace detail
+}  // namespace repack_detail
 
 /// The GPTQ <-> compressed-tensors repack done on words into `out` (whose first tensor's
 /// storage is reused); false when this pair (or shape) has no word-level path and the caller
@@ -94,6 +94,7 @@ inline void reset_outputs(std::vector<owned_tensor>& out) {
 inline bool repack_words(const repack_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
                          std::vector<owned_tensor>& out) {
     using namespace detail;
+    using namespace repack_detail;
     const bool to_ct = t.format == output_format::compressed_tensors;
     const bool to_gptq = t.format == output_format::gptq || t.format == output_format::gptq_v2;
     if (s.format == repack_source_format::gptq && to_ct) {

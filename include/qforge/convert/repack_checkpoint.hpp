@@ -1,0 +1,393 @@
+// Whole-checkpoint repack (`qforge-convert SRC DST --format X --repack`) and the comparison of
+// two quantized checkpoints (`qforge-inspect A --against B`).
+//
+//   qforge::repack_options o;
+//   o.format = qforge::output_format::compressed_tensors;
+//   qforge::repack_report r = qforge::repack_checkpoint("llama-gptq", "llama-ct", o);
+//
+// The input's format comes from config.json `quantization_config` (repack.hpp). Every module
+// is read and checked against the target first - a refusal leaves no output at all, not even
+// a temporary folder - then the output is written through io::atomic_output_dir: quantized
+// modules repacked (word-level where the layouts allow, else codes unpacked and packed), every
+// other tensor copied byte for byte, config.json given the target's quantization_config,
+// tokenizer files copied. With `requantize`, modules the target cannot hold exactly are
+// dequantized and quantized again and their SNR against the input's decoded weights reported.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "qforge/convert/format.hpp"
+#include "qforge/convert/repack.hpp"
+#include "qforge/convert/repack_rules.hpp"
+#include "qforge/convert/repack_transpose.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/io/atomic_dir.hpp"
+#include "qforge/io/checkpoint.hpp"
+#include "qforge/io/json.hpp"
+#include "qforge/io/safetensors/index.hpp"
+#include "qforge/io/safetensors/writer.hpp"
+#include "qforge/layout/awq.hpp"
+#include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/layout/compressed_tensors.hpp"
+#include "qforge/layout/gptq.hpp"
+#include "qforge/quant/dequantize.hpp"
+#include "qforge/quant/quantize.hpp"
+#include "qforge/quant/snr.hpp"
+
+namespace qforge {
+
+struct repack_options {
+    output_format format = output_format::compressed_tensors;
+    std::optional<dtype> scale_dtype;        ///< nullopt: the target's convention (repack_rules.hpp)
+    std::optional<dtype> model_dtype;        ///< nullopt: config.json torch_dtype, else the first float tensor
+    std::optional<ct_packing> packing;       ///< nullopt: the input's packing if compressed-tensors, else padded (0.12)
+    bool requantize = false;                 ///< dequantize + quantize what does not fit, reporting SNR
+    int fake_bits = 0;                       ///< bits of a fake-quantized input without quantization_config
+    bool overwrite = false;
+    std::uint64_t max_shard_bytes = safetensors::default_max_shard_bytes;
+    std::function<void(std::size_t i, std::size_t n, const std::string& module, const std::string& how)> progress;
+};
+
+/// What happened to one quantized module.
+struct repack_layer {
+    std::string module;
+    std::string how;  ///< "words" (transposed), "codes" (unpacked + packed), "requantized"
+    double snr_db = std::numeric_limits<double>::infinity();  ///< infinite: bit-exact
+    std::string reason;  ///< why it was requantized
+};
+
+struct repack_report {
+    std::string source_format;
+    std::string target_format;
+    std::vector<repack_layer> layers;
+    std::vector<std::string> copied_tensors;
+    std::vector<std::string> shards;
+    bool exact() const noexcept {
+        for (const auto& l : layers)
+            if (l.how == "requantized") return false;
+        return true;
+    }
+};
+
+namespace repack_detail {
+
+inline std::optional<dtype> dtype_from_torch_name(const json* v) {
+    if (!v || !v->is_string()) return std::nullopt;
+    const std::string& s = v->as_string();
+    if (s == "bfloat16" || s == "torch.bfloat16") return dtype::BF16;
+    if (s == "float16" || s == "half" || s == "torch.float16") return dtype::F16;
+    if (s == "float32" || s == "float" || s == "torch.float32") return dtype::F32;
+    return std::nullopt;
+}
+
+/// The tensors a module of `f` consists of (what the repack consumes; the rest is copied).
+inline std::vector<std::string> module_suffixes(repack_source_format f) {
+    switch (f) {
+        case repack_source_format::gptq: return {".qweight", ".qzeros", ".scales", ".g_idx"};
+        case repack_source_format::awq: return {".qweight", ".qzeros", ".scales"};
+        case repack_source_format::ct_packed:
+            return {".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx"};
+        case repack_source_format::ct_naive:
+        case repack_source_format::fake_quant: return {".weight", ".weight_scale", ".weight_zero_point", ".weight_g_idx"};
+    }
+    return {};
+}
+
+/// An open quantized checkpoint: shards, config, detected scheme, and a repack_source over it.
+struct open_checkpoint {
+    std::string folder;
+    safetensors::sharded_reader reader;
+    json config;
+    repack_scheme scheme;
+    std::shared_ptr<std::map<std::string, tensor_view>> cache = std::make_shared<std::map<std::string, tensor_view>>();
+
+    open_checkpoint(const std::string& dir, int fake_bits)
+        : folder(dir), reader(dir), config(io::read_config(dir)) {
+        std::vector<std::string> names = reader.tensor_names();
+        scheme = detect_repack_scheme(config, names, fake_bits);
+    }
+
+    repack_source source() const {
+        repack_source s;
+        s.file = folder;
+        auto c = cache;
+        const safetensors::sharded_reader* r = &reader;
+        s.find = [c, r](const std::string& name) -> const tensor_view* {
+            auto it = c->find(name);
+            if (it != c->end()) return &it->second;
+            if (!r->contains(name)) return nullptr;
+            return &c->emplace(name, r->view(name)).first->second;
+        };
+        return s;
+    }
+    void release(const std::string& module) {
+        for (const std::string& suffix : module_suffixes(scheme.for_module(module).format)) {
+            const std::string n = module + suffix;
+            cache->erase(n);
+            if (reader.contains(n)) reader.release(n);
+        }
+    }
+};
+
+inline quant_options requant_options(const quantized_tensor& q, const repack_target& t) {
+    quant_options o;
+    o.bits = q.bits;
+    if (t.format == output_format::awq) o.bits = 4;
+    if ((t.format == output_format::gptq || t.format == output_format::gptq_v2) && (o.bits == 5 || o.bits == 6 || o.bits == 7)) o.bits = 8;
+    o.group_size = q.group_size >= q.cols ? -1 : static_cast<int>(q.group_size);
+    if (o.group_size > 0 && (o.group_size & (o.group_size - 1)) != 0) o.group_size = 128;
+    if (o.group_size > q.cols) o.group_size = -1;
+    // GPTQ v1 cannot store a zero of 0, which minmax gives any group without negative
+    // weights: requantize symmetric there. AWQ stores zeros always: asymmetric.
+    o.symmetric = (q.symmetric || t.format == output_format::gptq) && t.format != output_format::awq;
+    o.policy = o.symmetric ? scale_policy::gptq_absmax : scale_policy::minmax;
+    o.scale_dtype = target_scale_dtype(t);
+    return o;
+}
+
+/// Dequantizes `q` and quantizes it again for `t`; the SNR is against q's decoded weights.
+inline quantized_tensor requantize_for(const quantized_tensor& q, const repack_target& t, double& snr) {
+    const std::vector<float> w = dequantize(q);
+    tensor_view v{q.name, dtype::F32, {q.rows, q.cols},
+                  std::span<const std::byte>(reinterpret_cast<const std::byte*>(w.data()), w.size() * sizeof(float))};
+    quantized_tensor r = quantize(v, requant_options(q, t));
+    r.name = q.name;
+    r = repack_prepare(std::move(r), t);
+    const std::vector<float> back = dequantize(r);
+    snr = snr_db(w, back);
+    return r;
+}
+
+/// One module into `out`. `info` receives the tensor without codes (for the config).
+inline std::string repack_one(const repack_source& src, const std::string& m, const layer_scheme& s, const repack_target& t,
+                              bool requantize, std::vector<owned_tensor>& out, quantized_tensor& info, repack_layer& layer) {
+    layer.module = m;
+    if (repack_words(src, m, s, t, out)) {
+        info = s.format == repack_source_format::gptq ? read_gptq(src, m, s.gptq, false) : read_ct_packed(src, m, s.ct, s.packing, false);
+        info = repack_prepare(std::move(info), t, src.file);
+        layer.how = "words";
+        return layer.how;
+    }
+    quantized_tensor q = read_quantized(src, m, s);
+    layer.how = "codes";
+    if (!requantize) {
+        q = repack_prepare(std::move(q), t, src.file);
+    } else {
+        try {
+            q = repack_prepare(quantized_tensor(q), t, src.file);  // q stays intact for a retry
+        } catch (const unsupported_error& e) {
+            layer.reason = e.reason();
+            q = requantize_for(q, t, layer.snr_db);
+            layer.how = "requantized";
+        }
+    }
+    out = repack_pack(q, m, t);
+    info = std::move(q);
+    info.codes.clear();
+    return layer.how;
+}
+
+/// The target's quantization_config for the repacked modules.
+inline json repack_quantization_config(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order,
+                                       json* gptq_side_file) {
+    const linear_entry* first = nullptr;
+    for (const auto& e : linears)
+        if (e.quantized) {
+            first = &e;
+            break;
+        }
+    if (!first) fail<unsupported_error>({}, {}, "no quantized module to repack");
+    switch (t.format) {
+        case output_format::gptq:
+        case output_format::gptq_v2: {
+            const gptq_options o{t.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2, target_scale_dtype(t), act_order};
+            return with_gptq_layout(first->bits, o, [&](const auto& layout) {
+                if (gptq_side_file) *gptq_side_file = layout.side_file(linears);
+                return layout.config(linears);
+            });
+        }
+        case output_format::awq:
+            return with_awq_layout(first->bits, [&](const auto& layout) { return layout.config(linears); });
+        case output_format::compressed_tensors: {
+            json c = ct_config(linears, ct_options{t.packing, target_scale_dtype(t)});
+            if (act_order)  // every module carries weight_g_idx (formats.md 4.1, actorder "group")
+                for (json_member& g : c.at("config_groups").as_object()) g.value.at("weights").set("actorder", "group");
+            return c;
+        }
+    }
+    return json();
+}
+
+}  // namespace repack_detail
+
+/// Repacks the quantized checkpoint folder `src_dir` into `dst_dir` (see the top of the file).
+inline repack_report repack_checkpoint(const std::string& src_dir, const std::string& dst_dir, const repack_options& opt) {
+    using namespace detail;
+    using namespace repack_detail;
+    if (io::path_exists(dst_dir) && !opt.overwrite)
+        fail<io_error>(dst_dir, {}, "destination exists (pass --overwrite to replace it)");
+    open_checkpoint in(src_dir, opt.fake_bits);
+    const repack_source src = in.source();
+
+    repack_target t;
+    t.format = opt.format;
+    t.scale_dtype = opt.scale_dtype;
+    if (opt.model_dtype) t.model_dtype = *opt.model_dtype;
+    else if (auto d = dtype_from_torch_name(find_any(in.config, {"torch_dtype", "dtype"}))) t.model_dtype = *d;
+    else
+        for (const std::string& n : in.reader.tensor_names())
+            if (const auto* info = in.reader.find(n); info && is_floating(info->type)) {
+                t.model_dtype = info->type;
+                break;
+            }
+    t.packing = opt.packing ? *opt.packing
+                            : (in.scheme.common.format == repack_source_format::ct_packed ? in.scheme.common.packing : ct_packing::padded_v0_12);
+
+    // Which input tensor belongs to which module.
+    std::map<std::string, std::string> owner;
+    std::map<std::string, layer_scheme> schemes;
+    for (const std::string& m : in.scheme.modules) {
+        schemes[m] = in.scheme.for_module(m);
+        for (const std::string& suffix : module_suffixes(schemes[m].format))
+            if (in.reader.contains(m + suffix)) owner[m + suffix] = m;
+    }
+
+    // Pass 1: every module read and checked, output specs collected; nothing is written.
+    repack_report report;
+    report.source_format = std::string(repack_source_format_name(in.scheme.common.format));
+    report.target_format = std::string(format_name(t.format));
+    std::map<std::string, std::vector<safetensors::tensor_spec>> module_specs;
+    std::vector<linear_entry> linears;
+    bool act_order = false;
+    std::vector<owned_tensor> out;
+    for (const std::string& m : in.scheme.modules) {
+        quantized_tensor info;
+        repack_layer layer;
+        repack_one(src, m, schemes[m], t, opt.requantize, out, info, layer);
+        auto& specs = module_specs[m];
+        for (const owned_tensor& o : out) specs.push_back({o.name, o.type, o.shape});
+        act_order = act_order || !info.g_idx.empty();
+        linears.push_back(linear_entry_of(info, m));
+        report.layers.push_back(std::move(layer));
+        in.release(m);
+    }
+    const bool ct_g_idx = act_order && t.format == output_format::compressed_tensors;
+    if (ct_g_idx)  // one actorder for the config group: identity g_idx where a module has none
+        for (const linear_entry& e : linears) {
+            auto& specs = module_specs[e.name];
+            bool has = false;
+            for (const auto& s : specs) has = has || s.name == e.name + ".weight_g_idx";
+            if (!has) specs.push_back({e.name + ".weight_g_idx", dtype::I32, {e.cols}});
+        }
+    for (const std::string& n : in.reader.tensor_names())
+        if (!owner.count(n) && n.ends_with(".weight") && n.rfind("lm_head", 0) == 0)
+            linears.push_back({module_prefix(n), false, 0, 0, true, 0, 0, {}});
+    json side;
+    const json qconfig = repack_quantization_config(t, linears, act_order, &side);
+
+    // Output tensors in the input's order, each module's outputs where its first tensor was.
+    std::vector<safetensors::tensor_spec> all;
+    std::vector<std::pair<bool, std::string>> order;  // (is module, name)
+    std::set<std::string> placed;
+    for (const std::string& n : in.reader.tensor_names()) {
+        auto it = owner.find(n);
+        if (it == owner.end()) {
+            const auto* info = in.reader.find(n);
+            all.push_back({n, info->type, info->shape});
+            order.emplace_back(false, n);
+        } else if (placed.insert(it->second).second) {
+            for (const auto& s : module_specs[it->second]) all.push_back(s);
+            order.emplace_back(true, it->second);
+        }
+    }
+
+    // Pass 2: write.
+    io::atomic_output_dir dir(dst_dir, opt.overwrite);
+    safetensors::sharded_writer writer(dir.path(), all, opt.max_shard_bytes);
+    std::size_t done = 0;
+    for (const auto& [is_module, name] : order) {
+        if (!is_module) {
+            writer.write(name, in.reader.view(name).bytes);
+            in.reader.release(name);
+            report.copied_tensors.push_back(name);
+            continue;
+        }
+        quantized_tensor info;
+        repack_layer layer;
+        const std::string how = repack_one(src, name, schemes[name], t, opt.requantize, out, info, layer);
+        for (const owned_tensor& o : out) writer.write(o.name, o.bytes);
+        if (ct_g_idx && info.g_idx.empty()) writer.write(name + ".weight_g_idx", make_tensor(name + ".weight_g_idx", dtype::I32, {info.cols}, full_g_idx(info)).bytes);
+        in.release(name);
+        if (opt.progress) opt.progress(++done, in.scheme.modules.size(), name, how);
+    }
+    writer.finish();
+    report.shards = writer.plan().file_names;
+
+    json cfg = in.config;
+    cfg.set("quantization_config", qconfig);
+    io::write_config(dir.path(), cfg);
+    if ((t.format == output_format::gptq || t.format == output_format::gptq_v2) && side.is_object())
+        io::write_json_file(dir.file("quantize_config.json"), side);
+    io::copy_side_files(src_dir, dir.path());
+    dir.commit();
+    return report;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// One module of two quantized checkpoints, decoded and compared.
+struct layer_comparison {
+    std::string module;
+    bool identical = false;          ///< every decoded weight has the same float bits
+    std::int64_t differing = 0;      ///< elements whose decoded value differs
+    double snr_db = std::numeric_limits<double>::infinity();  ///< B against A
+    std::string note;                ///< "missing in B", "shape differs", ...
+};
+
+/// Decodes every quantized module of `a_dir` and of `b_dir` (any supported formats) and
+/// compares them element by element, as a loader would decode them.
+inline std::vector<layer_comparison> compare_quantized_checkpoints(const std::string& a_dir, const std::string& b_dir, int fake_bits = 0) {
+    repack_detail::open_checkpoint a(a_dir, fake_bits), b(b_dir, fake_bits);
+    const repack_source sa = a.source(), sb = b.source();
+    const std::set<std::string> in_b(b.scheme.modules.begin(), b.scheme.modules.end());
+    std::vector<layer_comparison> out;
+    for (const std::string& m : a.scheme.modules) {
+        layer_comparison c;
+        c.module = m;
+        if (!in_b.count(m)) {
+            c.note = "missing in " + b_dir;
+            out.push_back(c);
+            continue;
+        }
+        const quantized_tensor qa = read_quantized(sa, m, a.scheme.for_module(m));
+        const quantized_tensor qb = read_quantized(sb, m, b.scheme.for_module(m));
+        a.release(m);
+        b.release(m);
+        if (qa.rows != qb.rows || qa.cols != qb.cols) {
+            c.note = "shape differs";
+            out.push_back(c);
+            continue;
+        }
+        const std::vector<float> da = dequantize(qa), db = dequantize(qb);
+        for (std::size_t i = 0; i < da.size(); ++i)
+            if (std::memcmp(&da[i], &db[i], sizeof(float)) != 0) ++c.differing;
+        c.identical = c.differing == 0;
+        if (!c.identical) c.snr_db = snr_db(da, db);
+        out.push_back(c);
+    }
+    for (const std::string& m : b.scheme.modules)
+        if (std::find(a.scheme.modules.begin(), a.scheme.modules.end(), m) == a.scheme.modules.end())
+            out.push_back({m, false, 0, std::numeric_limits<double>::infinity(), "missing in " + a_dir});
+    return out;
+}
+
+}  // namespace qforge
