@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "qforge/convert/repack_checkpoint.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/io/checkpoint.hpp"
 #include "qforge/io/file.hpp"
@@ -200,6 +201,18 @@ int main(int argc, char** argv) {
             const json report = io::read_json_file(path + "/quantization_report.json");
             for (const json& t : report.at("per_tensor").as_array())
                 reported[t.at("name").as_string()] = t.at("snr_db").as_double();
+        }
+        if (io::path_exists(against + "/config.json") && io::read_config(against).contains("quantization_config")) {
+            // Two quantized checkpoints (repack, issue 8): decode both, compare bit for bit.
+            int differ = 0;
+            for (const layer_comparison& c : compare_quantized_checkpoints(path, against)) {
+                if (!c.note.empty()) std::printf("  %-48s %s\n", c.module.c_str(), c.note.c_str());
+                else if (c.identical) std::printf("  %-48s bit-identical\n", c.module.c_str());
+                else std::printf("  %-48s %lld weights differ, SNR %.2f dB\n", c.module.c_str(), static_cast<long long>(c.differing), c.snr_db);
+                differ += !c.identical;
+            }
+            std::printf(differ ? "%d layer(s) differ\n" : "every layer is bit-identical\n", differ);
+            return differ ? 1 : 0;
         }
         safetensors::sharded_reader src(against);
         const std::string method = qc->at("quant_method").as_string();
