@@ -25,7 +25,7 @@ inline demo_options tiny_demo() {
 inline convert_options tiny_gptq() {
     convert_options o;
     o.format = output_format::gptq;
-    o.rules.default_scheme = quant_scheme{4, 64, true, scale_method::minmax, dtype::F16};
+    o.rules.default_scheme = quant_spec{4, 64, true, scale_method::minmax, dtype::F16};
     o.threads = 1;
     return o;
 }
