@@ -154,3 +154,14 @@ TEST_CASE("safetensors: every dtype writes and reads back (mmap view and pread c
         }
     }
 }
+
+TEST_CASE("safetensors::save writes in-memory tensors in one call") {
+    temp_dir dir;
+    owned_tensor a{"a", dtype::I32, {2}, std::vector<std::byte>(8, std::byte{3})};
+    owned_tensor b{"b", dtype::F64, {}, std::vector<std::byte>(8, std::byte{4})};
+    safetensors::save(dir / "s.safetensors", {a.view(), b.view()});
+    safetensors::reader r(dir / "s.safetensors");
+    CHECK(r.tensors()[0].name == "b");  // F64 sorts before I32
+    CHECK(r.read_tensor("a").bytes == a.bytes);
+    CHECK(r.read_tensor("b").bytes == b.bytes);
+}

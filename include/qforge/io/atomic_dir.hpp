@@ -84,8 +84,11 @@ public:
         if (base_ == "." || base_ == "..") fail<io_error>(destination_, {}, "destination must name a folder");
         if (!is_directory(parent_)) fail<io_error>(destination_, {}, "parent folder " + parent_ + " does not exist");
         check_destination();
-        temp_ = detail::fresh_sibling_name(parent_, base_, "qforge-tmp");
-        make_directory(temp_);
+        for (int attempt = 0;; ++attempt) {  // another process may take the same name first
+            temp_ = detail::fresh_sibling_name(parent_, base_, "qforge-tmp");
+            if (detail::sys_mkdir(temp_.c_str(), 0755) == 0) break;
+            if (errno != EEXIST || attempt == 8) fail_errno(temp_, "cannot create folder", errno);
+        }
     }
     atomic_output_dir(const atomic_output_dir&) = delete;
     atomic_output_dir& operator=(const atomic_output_dir&) = delete;

@@ -6,6 +6,7 @@
 //   out.write("w", bytes_of_w);       // any tensor order; each tensor's bytes in one call or
 //   out.write("w", more_bytes);       //   in consecutive parts, checked against dtype x shape
 //   out.finish();                     // every tensor complete? fsync, close
+//   safetensors::save(path, {view_a, view_b});   // small files in one call
 //
 // Because the header (and so every tensor's offset) is computed up front from the list of
 // (name, dtype, shape), the writer buffers nothing: each part goes straight to its place in
@@ -213,5 +214,16 @@ private:
     std::vector<std::uint64_t> written_;
     io::output_file out_;
 };
+
+/// Writes a whole file from in-memory tensors in one call (tests, small outputs).
+inline void save(const std::string& path, const std::vector<tensor_view>& tensors,
+                 const metadata_t& metadata = default_metadata(), writer_options options = {}) {
+    std::vector<tensor_spec> specs;
+    specs.reserve(tensors.size());
+    for (const tensor_view& t : tensors) specs.push_back({t.name, t.type, t.shape});
+    writer w(path, std::move(specs), metadata, options);
+    for (const tensor_view& t : tensors) w.write(t);
+    w.finish();
+}
 
 }  // namespace qforge::safetensors
