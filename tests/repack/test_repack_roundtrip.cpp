@@ -297,8 +297,9 @@ TEST_CASE("word-level path refuses what the general path refuses") {
 }
 
 TEST_CASE("transpose_words: every shape class (tiles, 4x4 blocks and scalar edges)") {
-    for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {3, 7}, {4, 4}, {5, 300}, {300, 5}, {17, 33}, {260, 18},
+    for (const auto& shape : {std::pair<std::int64_t, std::int64_t>{1, 1}, {3, 7}, {4, 4}, {5, 300}, {300, 5}, {17, 33}, {260, 18},
                               {18, 520}, {513, 9}, {12, 1030}}) {
+        const std::int64_t rows = shape.first, cols = shape.second;
         CAPTURE(rows);
         CAPTURE(cols);
         std::vector<std::uint32_t> src(static_cast<std::size_t>(rows * cols)), dst(src.size(), 0xDEADBEEF);
