@@ -175,7 +175,8 @@ TEST_CASE("stray bits are found in padded and dense words") {
 
 TEST_CASE("tiled transposed packers equal the strided definition (GPTQ qweight, AWQ gather)") {
     for (int bits : {2, 3, 4, 8}) {
-        for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 32}, {17, 96}, {33, 544}, {40, 288}}) {
+        for (const auto& dims : {std::pair<std::int64_t, std::int64_t>{1, 32}, {17, 96}, {33, 544}, {40, 288}}) {
+            const std::int64_t rows = dims.first, cols = dims.second;
             CAPTURE(bits);
             CAPTURE(rows);
             CAPTURE(cols);
@@ -191,7 +192,8 @@ TEST_CASE("tiled transposed packers equal the strided definition (GPTQ qweight, 
         }
     }
     // AWQ: source codes [N][K], output [K][N/8]; the SWAR gather against one nibble at a time.
-    for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{8, 8}, {24, 13}, {136, 70}, {64, 1}}) {
+    for (const auto& dims : {std::pair<std::int64_t, std::int64_t>{8, 8}, {24, 13}, {136, 70}, {64, 1}}) {
+        const std::int64_t n = dims.first, k = dims.second;
         CAPTURE(n);
         CAPTURE(k);
         const auto codes = seeded(static_cast<std::size_t>(n * k), 4, static_cast<std::uint32_t>(n * k));

@@ -86,6 +86,11 @@ TEST_CASE("GPTQ refusals name the tensor and the reason, and nothing is written"
     auto bad_sym = random_qt(4, 32, 64, 32, true, 6);
     bad_sym.zeros[5] = 7;
     refused<gptq_layout<4>, shape_error>(gptq_layout<4>(), bad_sym, "symmetric weight with zero point 7 at row 2, group 1");
+    auto act_order = random_qt(4, 32, 64, 32, true, 6);
+    act_order.g_idx.assign(64, 0);
+    act_order.g_idx[3] = 1;
+    refused(gptq_layout<4>(), act_order, "column 3 is in group 1 (act-order g_idx) but desc_act is off");
+    CHECK_NOTHROW(gptq_layout<4>({.desc_act = true}).check(act_order));
     auto bad_code = random_qt(4, 32, 64, 32, true, 6);
     bad_code.codes[10] = 16;
     refused<gptq_layout<4>, shape_error>(gptq_layout<4>(), bad_code, "code out of range at element 10");

@@ -75,6 +75,16 @@ public:
                                                     "-bit weight");
         detail::check_scale_dtype(q, opt_.scale_dtype, "GPTQ");
         check_shape(q.name, q.rows, q.cols, q.group_size);
+        // Without desc_act, GPTQ loaders (vLLM gptq_marlin: has_g_idx = desc_act) never read
+        // g_idx and decode column k with group k / g: an act-order g_idx would be ignored.
+        if (!opt_.desc_act)
+            for (std::int64_t k = 0; k < q.cols; ++k)
+                if (q.group_of(k) != k / q.group_size)
+                    fail<unsupported_error>({}, q.name,
+                                            "GPTQ: column " + std::to_string(k) + " is in group " +
+                                                std::to_string(q.group_of(k)) +
+                                                " (act-order g_idx) but desc_act is off, so loaders "
+                                                "would ignore g_idx; export with desc_act");
         if (opt_.format == gptq_format::v1)
             for (std::size_t i = 0; i < q.zeros.size(); ++i)
                 if (q.zeros[i] == 0)
