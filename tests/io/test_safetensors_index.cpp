@@ -99,6 +99,10 @@ TEST_CASE("sharded write -> read round trip, index consistent with the shards") 
         CHECK(std::memcmp(v.bytes.data(), want.data(), want.size()) == 0);
         CHECK(r.read_tensor(s.name).bytes == want);
     }
+    std::vector<std::byte> buf(256);
+    r.read_tensor_into("head", buf);
+    CHECK(buf == pattern(256, 4));
+    CHECK_NOTHROW(r.verify_unchanged());
     CHECK(r.shard_of("head")->path() == dir / "model-00002-of-00003.safetensors");
     CHECK_THROWS_AS(r.view("nope"), format_error);
 

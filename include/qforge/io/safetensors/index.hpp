@@ -8,6 +8,8 @@
 //   for (auto& s : out.plan().shards) ... out.write(name, bytes);
 //   out.finish();      // finishes every shard; writes model.safetensors.index.json if > 1 shard
 //
+// Without an index, a folder holding model.safetensors is read from that file alone (as
+// transformers does); otherwise every visible *.safetensors file is a shard.
 // Path safety: shard names read from index.json must be plain file names inside the folder
 // (io/safe_path.hpp: no absolute paths, "..", '/', NUL, over-long names, or symlinks resolving
 // outside unless folder_options::symlinks allows it). Every shard the index names must exist,
@@ -79,7 +81,14 @@ public:
 
     tensor_view view(std::string_view name) const { return holder(name).view(name); }
     owned_tensor read_tensor(std::string_view name) const { return holder(name).read_tensor(name); }
+    void read_tensor_into(std::string_view name, std::span<std::byte> out) const {
+        holder(name).read_tensor_into(name, out);
+    }
     void release(std::string_view name) const { holder(name).release(name); }
+    /// io_error if any shard changed size since it was validated.
+    void verify_unchanged() const {
+        for (const auto& r : shards_) r->verify_unchanged();
+    }
 
 private:
     const reader& holder(std::string_view name) const {
