@@ -97,7 +97,9 @@ run_result run_layout(const safetensors::reader& model, const L& layout, quant_o
         const safetensors::reader back(path.string());
         std::vector<tensor_view> views;
         for (const auto& t : back.tensors()) views.push_back(back.view(t.name));
-        for (const auto& [name, q] : kept) {
+        for (const auto& item : kept) {
+            const std::string& name = item.first;
+            const quantized_tensor& q = item.second;
             const quantized_tensor d = layout.unpack(views, name, {.group_size = read_group, .symmetric = opt.symmetric});
             std::int64_t diff = 0;
             for (std::int64_t n = 0; n < q.rows; ++n)
