@@ -22,12 +22,21 @@ namespace qforge::hostile {
 
 namespace fs = std::filesystem;
 
-/// A fresh folder under the system temp dir, removed (with everything in it) at scope exit.
+/// Where memory-backed scratch folders go: /dev/shm when it is a usable folder (fsync there
+/// costs nothing, so sweeps over hundreds of conversions stay fast), else the temp dir.
+inline fs::path memory_temp_dir() {
+    std::error_code ec;
+    if (fs::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0) return "/dev/shm";
+    return fs::temp_directory_path();
+}
+
+/// A fresh folder under the system temp dir (or memory_temp_dir()), removed (with everything
+/// in it) at scope exit.
 class scratch_dir {
 public:
-    explicit scratch_dir(std::string_view tag = "hostile") {
+    explicit scratch_dir(std::string_view tag = "hostile", bool in_memory = false) {
         static std::atomic<unsigned> counter{0};
-        path_ = fs::temp_directory_path() /
+        path_ = (in_memory ? memory_temp_dir() : fs::temp_directory_path()) /
                 ("qforge-" + std::string(tag) + "-" + std::to_string(::getpid()) + "-" +
                  std::to_string(counter++));
         fs::remove_all(path_);
