@@ -205,6 +205,13 @@ TEST_CASE("type choice: presets, overrides, fallbacks") {
     const std::vector<type_override> ov = {{"token_embd.weight", ggml_type::q8_0, false}, {R"(.*ffn_.*)", ggml_type::q5_k, true}};
     CHECK(choose_type(q4km, ov, "token_embd.weight", 2, 4096, -1, 32).chosen == ggml_type::q8_0);
     CHECK(choose_type(q4km, ov, "blk.6.ffn_down.weight", 2, 11008, 6, 32).chosen == ggml_type::q5_k);
+    const auto po = parse_override("re:blk\\.[0-9]+\\.ffn_down\\.weight=q6_k");
+    CHECK(po.is_regex);
+    CHECK(po.type == ggml_type::q6_k);
+    CHECK(choose_type(q4km, {po}, "blk.9.ffn_down.weight", 2, 11008, 9, 32).chosen == ggml_type::q6_k);
+    CHECK_FALSE(parse_override("output.weight=F16").is_regex);
+    CHECK_THROWS_AS(parse_override("output.weight"), unsupported_error);
+    CHECK_THROWS_AS(parse_override("output.weight=Q7_K"), unsupported_error);
     CHECK_FALSE(parse_file_type("Q9_K"));
     CHECK(parse_file_type("bf16")->base == ggml_type::bf16);
 }

@@ -61,6 +61,24 @@ struct type_override {
     bool is_regex = false;
 };
 
+/// Parses a command-line override: "NAME=TYPE" (exact GGUF tensor name) or "re:REGEX=TYPE"
+/// (the regex must match the whole name), TYPE a ggml type name such as Q6_K or F16.
+inline type_override parse_override(std::string_view spec) {
+    const auto eq = spec.rfind('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == spec.size())
+        fail<unsupported_error>("", "", "override '" + std::string(spec) + "' is not NAME=TYPE or re:REGEX=TYPE");
+    const auto type = type_from_name(spec.substr(eq + 1));
+    if (!type) fail<unsupported_error>("", "", "override '" + std::string(spec) + "': unknown GGUF type");
+    type_override o;
+    o.type = *type;
+    o.pattern = std::string(spec.substr(0, eq));
+    if (o.pattern.starts_with("re:")) {
+        o.is_regex = true;
+        o.pattern.erase(0, 3);
+    }
+    return o;
+}
+
 /// The decision for one tensor.
 struct type_decision {
     ggml_type requested = ggml_type::f32;
