@@ -265,7 +265,10 @@ private:
                                 " block size " + std::to_string(tr->block_elems));
             t.offset = c.pod<std::uint64_t>("tensor offset");
             const auto rows = ne0 == 0 ? 0 : numel / ne0;
-            const auto row = static_cast<std::uint64_t>(ne0 / tr->block_elems) * static_cast<std::uint64_t>(tr->block_bytes);
+            const auto blocks = static_cast<std::uint64_t>(ne0 / tr->block_elems);
+            if (blocks > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(tr->block_bytes))
+                bad(t.name, "tensor byte size overflows");  // e.g. 2^62 f32: 2^64 bytes would wrap to 0
+            const auto row = blocks * static_cast<std::uint64_t>(tr->block_bytes);
             if (rows != 0 && row > std::numeric_limits<std::uint64_t>::max() / 2 / static_cast<std::uint64_t>(rows))
                 bad(t.name, "tensor byte size overflows");
             t.nbytes = row * static_cast<std::uint64_t>(rows);
