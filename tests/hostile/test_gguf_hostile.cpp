@@ -90,6 +90,14 @@ TEST_CASE("gguf hostile: tensor tables with impossible sizes are refused") {
     refused<qforge::format_error>(one_tensor({4}, 0, 32), "expected 0");                // offset not the running sum
     refused<qforge::format_error>(one_tensor({std::int64_t{1} << 40}, 0, 0), "past the end");  // 4 TiB of f32
     refused<qforge::format_error>(one_tensor({4}, 0, 0, std::string(64, 'n')), "at most 63");
+    // Found by tests/fuzz/fuzz_gguf.cpp: ne[0] = 2^62 + 3 f32 elements is 2^64 + 12 bytes, which
+    // wrapped to 12; the 12 bytes present then passed and read_f32 tried to allocate 2^62 floats.
+    gguf_bytes wrap = one_tensor({(std::int64_t{1} << 62) + 3}, 0, 0);
+    wrap.b += std::string(32, '\0');
+    refused<qforge::format_error>(wrap, "overflows");
+    gguf_bytes wrap_f64 = one_tensor({(std::int64_t{1} << 61) + 1}, 28, 0);  // f64: 2^64 + 8 bytes
+    wrap_f64.b += std::string(32, '\0');
+    refused<qforge::format_error>(wrap_f64, "overflows");
 }
 
 TEST_CASE("gguf hostile: a zero-element tensor reads as zero bytes (no memcpy on a null pointer)") {
