@@ -56,7 +56,9 @@ TEST_CASE("group kernels: every ISA equals scalar bit for bit") {
         const auto& k = simd::kernels(i);
         for (std::size_t n : {1u, 7u, 8u, 15u, 16u, 17u, 31u, 33u, 64u, 127u, 129u, 1000u}) {
             CAPTURE(n);
-            for (float s : {0.0125f, 0.003f, 0.25f, 1e-6f}) {
+            // Scales are always stored F16/BF16 values (the kernels rely on <= 11 significant bits).
+            for (float s : {fp16_to_float(float_to_fp16(0.0125f)), fp16_to_float(float_to_fp16(0.003f)),
+                            bf16_to_float(float_to_bf16(0.0137f)), fp16_to_float(float_to_fp16(1e-6f))}) {
                 const auto w = nasty_values(n, s, n * 7 + 1);
                 const auto imp = testing::student_t_floats(n, n + 3);
                 std::vector<float> impabs(n);
@@ -88,11 +90,11 @@ TEST_CASE("group kernels: every ISA equals scalar bit for bit") {
 }
 
 TEST_CASE("encode is round_half_even of the IEEE quotient, ties included") {
-    // s = 0.1 (not a power of two): w = (k + 0.5) * s computed in float lands a hair above or
+    // s = fp16(0.1) (not a power of two): w = (k + 0.5) * s computed in float lands a hair above or
     // below the tie; the code must follow the float quotient w / s exactly.
     for (simd::isa i : {simd::isa::scalar}) {
         const auto& k = simd::kernels(i);
-        const float s = 0.1f;
+        const float s = fp16_to_float(float_to_fp16(0.1f));
         std::vector<float> w;
         for (int j = -9; j <= 9; ++j) w.push_back((static_cast<float>(j) + 0.5f) * s);
         std::vector<std::uint8_t> c(w.size());
@@ -107,7 +109,8 @@ TEST_CASE("encode is round_half_even of the IEEE quotient, ties included") {
         const auto& k = simd::kernels(i);
         const auto& ref = simd::kernels(simd::isa::scalar);
         // A million tie-prone quotients across scales.
-        for (float s : {0.1f, 0.0137f, 3.3e-3f}) {
+        for (float s : {fp16_to_float(float_to_fp16(0.1f)), bf16_to_float(float_to_bf16(0.0137f)),
+                        fp16_to_float(float_to_fp16(3.3e-3f))}) {
             std::vector<float> w;
             for (int j = -130; j <= 130; ++j)
                 for (int d = -3; d <= 3; ++d) {
@@ -119,6 +122,39 @@ TEST_CASE("encode is round_half_even of the IEEE quotient, ties included") {
             ref.encode(w.data(), w.size(), {s, 1.0f / s, 128.0f, 255.0f, 2.0f}, ca.data());
             k.encode(w.data(), w.size(), {s, 1.0f / s, 128.0f, 255.0f, 2.0f}, cb.data());
             CHECK(ca == cb);
+        }
+    }
+}
+
+TEST_CASE("encode equals clamp(nearbyint(w / s) + z) on tie-prone values, every ISA") {
+    testing::splitmix64 rng(77);
+    std::vector<float> w;
+    for (int rep = 0; rep < 300; ++rep) {
+        const bool bf = rep % 2;
+        const float raw = static_cast<float>(rng.uniform() * 0.05 + 1e-5);
+        const float s = bf ? bf16_to_float(float_to_bf16(raw)) : fp16_to_float(float_to_fp16(raw));
+        w.clear();
+        for (int j = -140; j <= 140; ++j) {
+            const float tie = (static_cast<float>(j) + 0.5f) * s;
+            w.push_back(tie);
+            w.push_back(std::nextafter(tie, 1.0f));
+            w.push_back(std::nextafter(tie, -1.0f));
+            w.push_back(static_cast<float>(j) * s);
+        }
+        for (float z : {0.0f, 8.0f, 128.0f}) {
+            const float maxq = z == 8.0f ? 15.0f : 255.0f;
+            for (simd::isa i : {simd::isa::scalar, simd::isa::avx2, simd::isa::avx512, simd::isa::neon}) {
+                if (!simd::available(i)) continue;
+                std::vector<std::uint8_t> c(w.size());
+                simd::kernels(i).encode(w.data(), w.size(), {s, 1.0f / s, z, maxq, 2.0f}, c.data());
+                int wrong = 0;
+                for (std::size_t j = 0; j < w.size(); ++j) {
+                    float q = std::nearbyint(w[j] / s) + z;
+                    q = q < 0 ? 0 : q > maxq ? maxq : q;
+                    wrong += static_cast<int>(c[j]) != static_cast<int>(q);
+                }
+                CHECK(wrong == 0);
+            }
         }
     }
 }

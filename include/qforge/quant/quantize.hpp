@@ -107,7 +107,10 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
     const std::int64_t gsize = S::columns_per_group(cols, o.group_size);
     const std::int64_t groups = q.groups();
     const std::size_t es = dtype_size(w.type);
-    std::vector<float> row(static_cast<std::size_t>(cols));
+    // Rows are converted a block of whole groups at a time (about 8 KB of floats), so the
+    // group passes read L1-resident data; a group wider than that is its own block.
+    const std::int64_t block = std::min(cols, gsize >= 2048 ? gsize : (2048 / gsize) * gsize);
+    std::vector<float> buf(static_cast<std::size_t>(block));
     group_view g;
     g.bits = S::bits;
     g.symmetric = S::is_symmetric;
@@ -115,33 +118,36 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
     g.tensor = &w.name;
     g.kernels = &k;
     for (std::int64_t r = row_lo; r < row_hi; ++r) {
-        const std::int64_t bad =
-            k.to_f32(w.bytes.data() + static_cast<std::size_t>(r * cols) * es, w.type, static_cast<std::size_t>(cols), row.data());
-        if (bad >= 0) {
-            first_bad = r * cols + bad;
-            return;
-        }
         g.row = r;
-        for (std::int64_t j = 0; j < groups; ++j) {
-            const std::int64_t c0 = j * gsize;
-            g.w = row.data() + c0;
-            g.imp = o.importance.empty() ? nullptr : o.importance.data() + c0;
-            g.n = static_cast<std::size_t>(std::min(gsize, cols - c0));
-            g.group = j;
-            k.min_max(g.w, g.n, &g.mn, &g.mx);
-            const group_choice c = o.policy == scale_policy::custom ? o.custom(g) : choose_group(o.policy, g, o.search);
-            if constexpr (S::is_symmetric) {
-                if (c.zero != S::pinned_zero)
-                    fail<unsupported_error>({}, w.name, "custom policy returned zero " + std::to_string(c.zero) +
-                                                            " for a symmetric scheme (must be " +
-                                                            std::to_string(S::pinned_zero) + ")");
+        for (std::int64_t b0 = 0; b0 < cols; b0 += block) {
+            const std::int64_t nb = std::min(block, cols - b0);
+            const std::int64_t bad = k.to_f32(w.bytes.data() + static_cast<std::size_t>(r * cols + b0) * es, w.type,
+                                              static_cast<std::size_t>(nb), buf.data());
+            if (bad >= 0) {
+                first_bad = r * cols + b0 + bad;
+                return;
             }
-            if (c.zero < 0 || c.zero > S::maxq)
-                fail<unsupported_error>({}, w.name, "zero point " + std::to_string(c.zero) + " out of range");
-            const auto gi = static_cast<std::size_t>(r * groups + j);
-            q.scales[gi] = c.scale;
-            q.zeros[gi] = c.zero;
-            k.encode(g.w, g.n, g.grid(c.scale, c.zero), q.codes.data() + r * cols + c0);
+            for (std::int64_t c0 = b0; c0 < b0 + nb; c0 += gsize) {
+                const std::int64_t j = c0 / gsize;
+                g.w = buf.data() + (c0 - b0);
+                g.imp = o.importance.empty() ? nullptr : o.importance.data() + c0;
+                g.n = static_cast<std::size_t>(std::min(gsize, cols - c0));
+                g.group = j;
+                k.min_max(g.w, g.n, &g.mn, &g.mx);
+                const group_choice c = o.policy == scale_policy::custom ? o.custom(g) : choose_group(o.policy, g, o.search);
+                if constexpr (S::is_symmetric) {
+                    if (c.zero != S::pinned_zero)
+                        fail<unsupported_error>({}, w.name, "custom policy returned zero " + std::to_string(c.zero) +
+                                                                " for a symmetric scheme (must be " +
+                                                                std::to_string(S::pinned_zero) + ")");
+                }
+                if (c.zero < 0 || c.zero > S::maxq)
+                    fail<unsupported_error>({}, w.name, "zero point " + std::to_string(c.zero) + " out of range");
+                const auto gi = static_cast<std::size_t>(r * groups + j);
+                q.scales[gi] = c.scale;
+                q.zeros[gi] = c.zero;
+                k.encode(g.w, g.n, g.grid(c.scale, c.zero), q.codes.data() + r * cols + c0);
+            }
         }
     }
 }

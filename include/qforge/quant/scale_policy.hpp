@@ -35,6 +35,7 @@
 // input column) every error term is multiplied by imp_k.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -160,11 +161,13 @@ struct group_view {
     /// Stored pattern of scale `s`, or an unsupported_error naming the tensor and group.
     std::uint16_t store(float s) const {
         const auto b = store_scale(s, scale_dtype);
-        if (!b)
-            fail<unsupported_error>({}, tensor ? *tensor : std::string{},
-                                    "scale " + std::to_string(s) + " of row " + std::to_string(row) + " group " +
-                                        std::to_string(group) + " overflows " + std::string(dtype_name(scale_dtype)));
+        if (!b) overflow(s);
         return *b;
+    }
+    [[noreturn, gnu::noinline, gnu::cold]] void overflow(float s) const {
+        fail<unsupported_error>({}, tensor ? *tensor : std::string{},
+                                "scale " + std::to_string(s) + " of row " + std::to_string(row) + " group " +
+                                    std::to_string(group) + " overflows " + std::string(dtype_name(scale_dtype)));
     }
     simd::grid_params grid(std::uint16_t scale_bits, std::int32_t zero, float norm = 2.0f) const noexcept {
         const float s = scale_value(scale_bits, scale_dtype);
@@ -195,32 +198,48 @@ struct search_params {
 namespace detail {
 
 inline float sym_amax(const group_view& g) noexcept {
-    const float amax = std::fmax(-g.mn, g.mx);
+    const float amax = -g.mn > g.mx ? -g.mn : g.mx;
     return amax > 0 ? amax : 1.0f;
 }
 
+/// Index of the lowest error, the earliest on ties (strict `<`).
+inline std::size_t first_lowest(const float* err, std::size_t count) noexcept {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < count; ++i)
+        if (err[i] < err[best]) best = i;
+    return best;
+}
+
 inline group_choice choose_mse(const group_view& g, const search_params& sp) {
-    const int steps = static_cast<int>(static_cast<double>(sp.max_shrink) * sp.grid);
+    const auto steps = static_cast<std::size_t>(static_cast<double>(sp.max_shrink) * sp.grid);
     const int maxq = g.maxq();
-    group_choice best{};
-    float best_err = 0;
-    bool have = false;
-    float lo = std::fmin(g.mn, 0.0f), hi = std::fmax(g.mx, 0.0f);
+    float lo = g.mn < 0 ? g.mn : 0.0f, hi = g.mx > 0 ? g.mx : 0.0f;
     if (lo == 0 && hi == 0) lo = -1, hi = 1;
     const float amax = sym_amax(g);
-    for (int i = 0; i < steps; ++i) {
-        const auto p = static_cast<float>(1.0 - static_cast<double>(i) / sp.grid);
-        group_choice c;
-        if (g.symmetric) {
-            c.scale = g.store(scale_formula::gptq(simd::detail::no_contract(p * amax), g.bits));
-            c.zero = 1 << (g.bits - 1);
-        } else {
-            const float l = simd::detail::no_contract(p * lo), h = simd::detail::no_contract(p * hi);
-            c.scale = g.store(scale_formula::minmax(l, h, g.bits));
-            c.zero = zero_from_min(l, scale_value(c.scale, g.scale_dtype), maxq);
+    constexpr std::size_t batch = 32;
+    group_choice cand[batch];
+    simd::grid_params grid[batch];
+    float err[batch];
+    group_choice best{};
+    float best_err = 0;
+    for (std::size_t i0 = 0; i0 < steps; i0 += batch) {
+        const std::size_t count = std::min(batch, steps - i0);
+        for (std::size_t j = 0; j < count; ++j) {
+            const auto p = static_cast<float>(1.0 - static_cast<double>(i0 + j) / sp.grid);
+            group_choice& c = cand[j];
+            if (g.symmetric) {
+                c.scale = g.store(scale_formula::gptq(simd::detail::no_contract(p * amax), g.bits));
+                c.zero = 1 << (g.bits - 1);
+            } else {
+                const float l = simd::detail::no_contract(p * lo), h = simd::detail::no_contract(p * hi);
+                c.scale = g.store(scale_formula::minmax(l, h, g.bits));
+                c.zero = zero_from_min(l, scale_value(c.scale, g.scale_dtype), maxq);
+            }
+            grid[j] = g.grid(c.scale, c.zero, sp.norm);
         }
-        const float err = g.error(c.scale, c.zero, sp.norm);
-        if (!have || err < best_err) best = c, best_err = err, have = true;
+        g.kernels->errors(g.w, g.imp, g.n, grid, count, err);
+        const std::size_t b = first_lowest(err, count);
+        if (i0 == 0 || err[b] < best_err) best = cand[b], best_err = err[b];
     }
     return best;
 }
@@ -237,17 +256,18 @@ inline group_choice choose_group(scale_policy policy, const group_view& g, const
             return {g.store(scale_formula::seed(detail::sym_amax(g), seed_fixed_factor, g.bits)), pinned};
         case scale_policy::seed_search: {
             const float amax = detail::sym_amax(g);
-            group_choice best{};
-            float best_err = 0;
+            std::uint16_t scales[seed_factors.size()];
+            simd::grid_params grid[seed_factors.size()];
+            float err[seed_factors.size()];
             for (std::size_t i = 0; i < seed_factors.size(); ++i) {
-                const std::uint16_t s = g.store(scale_formula::seed(amax, seed_factors[i], g.bits));
-                const float err = g.error(s, pinned);
-                if (i == 0 || err < best_err) best = {s, pinned}, best_err = err;
+                scales[i] = g.store(scale_formula::seed(amax, seed_factors[i], g.bits));
+                grid[i] = g.grid(scales[i], pinned);
             }
-            return best;
+            g.kernels->errors(g.w, g.imp, g.n, grid, seed_factors.size(), err);
+            return {scales[detail::first_lowest(err, seed_factors.size())], pinned};
         }
         case scale_policy::minmax: {
-            float lo = std::fmin(g.mn, 0.0f), hi = std::fmax(g.mx, 0.0f);
+            float lo = g.mn < 0 ? g.mn : 0.0f, hi = g.mx > 0 ? g.mx : 0.0f;
             if (lo == 0 && hi == 0) lo = -1, hi = 1;
             const std::uint16_t s = g.store(scale_formula::minmax(lo, hi, g.bits));
             return {s, zero_from_min(lo, scale_value(s, g.scale_dtype), g.maxq())};

@@ -19,7 +19,8 @@ namespace qforge::simd {
 
 /// The grid one candidate (or the final choice) of a group is evaluated on.
 struct grid_params {
-    float scale = 1;  ///< the scale as stored (already rounded to F16/BF16), > 0
+    float scale = 1;  ///< the scale as stored: an F16 or BF16 value > 0 (the kernels rely on its
+                      ///< <= 11 significant bits to test quotient ties exactly)
     float rinv = 1;   ///< 1.0f / scale, rounded once (the fast path's multiplier)
     float zero = 0;   ///< integer zero point in code space
     float maxq = 15;  ///< 2^bits - 1
@@ -45,6 +46,10 @@ struct group_kernels {
 
     /// codes[i] = clamp(round_half_even(w_i / scale) + zero, 0, maxq), as error() defines it.
     void (*encode)(const float* w, std::size_t n, const grid_params& p, std::uint8_t* codes) noexcept;
+
+    /// out[c] = error(w, imp, n, p[c]) for every candidate c < count, in one call.
+    void (*errors)(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
+                   float* out) noexcept;
 };
 
 }  // namespace qforge::simd

@@ -11,48 +11,61 @@
 //  * error sums use exactly 8 partial sums (element i -> partial i % 8) whatever the lane
 //    count, and padding lanes contribute +0.
 
-// k_code: clamp(round_half_even(x / s) + z, 0, maxq). The quotient is first taken as x * (1/s);
-// that differs from the IEEE quotient by under 2^-11 while |x/s| < 4096, so rounding can
-// differ only when the fractional part is within 2^-10 of one half: then (rarely) the whole
-// vector is redone with the true division. Quotients are clamped to +-4096 first, which no
-// code in 0..255 can tell apart from the unclamped value.
-QFORGE_KFN vf k_code(vf x, vf s, vf r, vf z, vf hi) noexcept {
-    const vf lim = vset(4096.0f), nlim = vset(-4096.0f);
-    vf t = vmin(vmax(vmul(x, r), nlim), lim);
+// k_round_quotient: round_half_even(fl(x / s)), the IEEE quotient rounded, computed without
+// a division in almost every lane. Quotients are clamped to +-512 first: no code in 0..255
+// can tell a larger one apart. t = x * (1/s) is within |t| 2^-22 of fl(x / s), so the fast
+// rounding can only be wrong where t lies within |t| 2^-20 of a half-integer h. There, a
+// true tie x == h * s (a product exact in float: h has <= 11 significant bits, s <= 11) is
+// resolved to even directly; anything else near a tie (rare) redoes the vector with the
+// true division.
+QFORGE_KFN vf k_round_quotient(vf x, vf s, vf r) noexcept {
+    const vf lim = vset(512.0f), nlim = vset(-512.0f);
+    const vf t = vmin(vmax(vmul(x, r), nlim), lim);
     vf rr = vround(t);
-    if (vany_gt(vabs(vsub(t, rr)), vset(0.4990234375f))) {
-        t = vmin(vmax(vdiv(x, s), nlim), lim);
-        rr = vround(t);
+    const vf d = vadd(vabs(vsub(t, rr)), vmul(vabs(t), vset(0x1p-20f)));
+    if (vany_gt(d, vset(0.5f))) {
+        const vf h = vadd(rr, vsel_ge(t, rr, vset(0.5f), vset(-0.5f)));
+        const vf miss = vabs(vsub(x, vmul(h, s)));  // exactly 0 on a true tie
+        const vf zero = vset(0.0f);
+        if (vany_gt(vsel_ge(zero, miss, zero, d), vset(0.5f))) return vround(vmin(vmax(vdiv(x, s), nlim), lim));
+        rr = vsel_ge(zero, miss, vround(h), rr);
     }
-    return vmin(vmax(vadd(rr, z), vset(0.0f)), hi);
+    return rr;
 }
 
-// k_pow_abs: |e|^p as 2^(p log2|e|), by fixed polynomials (relative error below 1e-6);
-// |e| < 2^-40 counts as 0. Exact to the bit across ISAs, not to the last bit of pow().
+// k_code: clamp(round_half_even(fl(x / s)) + z, 0, maxq).
+QFORGE_KFN vf k_code(vf x, vf s, vf r, vf z, vf hi) noexcept {
+    return vmin(vmax(vadd(k_round_quotient(x, s, r), z), vset(0.0f)), hi);
+}
+
+// k_pow_abs: |e|^p as 2^(p log2|e|), by fixed polynomials (least-squares fits on Chebyshev
+// nodes: log2(1+t) on [-0.25, 0.5) to 2.2e-6, 2^f on [-0.5, 0.5] to 8e-8 relative), no
+// division; |e| < 2^-40 counts as 0. Exact to the bit across ISAs, not to the last bit of pow().
 QFORGE_KFN vf k_pow_abs(vf e, vf p) noexcept {
     const vf x = vabs(e);
     const vf one = vset(1.0f);
-    const vf m = vmantissa(x);                    // [1, 2)
-    const vf t = vdiv(vsub(m, one), vadd(m, one));  // ln m = 2 atanh t, t in [0, 1/3)
-    const vf u = vmul(t, t);
-    vf s = vset(1.0f / 11.0f);
-    s = vadd(vmul(s, u), vset(1.0f / 9.0f));
-    s = vadd(vmul(s, u), vset(1.0f / 7.0f));
-    s = vadd(vmul(s, u), vset(1.0f / 5.0f));
-    s = vadd(vmul(s, u), vset(1.0f / 3.0f));
-    s = vadd(vmul(s, u), one);
-    const vf log2m = vmul(vmul(t, s), vset(2.8853900817779268f));  // 2 / ln 2
-    const vf y = vmin(vmax(vmul(vadd(vexponent(x), log2m), p), vset(-126.0f)), vset(127.0f));
+    vf m = vmantissa(x);  // [1, 2)
+    vf ex = vexponent(x);
+    const vf big = vsel_ge(m, vset(1.5f), one, vset(0.0f));  // m in [0.75, 1.5) after this
+    m = vsel_ge(m, vset(1.5f), vmul(m, vset(0.5f)), m);
+    ex = vadd(ex, big);
+    const vf t = vsub(m, one);
+    vf l = vset(-0.14115863058674366f);
+    l = vadd(vmul(l, t), vset(0.2909838493372046f));
+    l = vadd(vmul(l, t), vset(-0.3718790857330163f));
+    l = vadd(vmul(l, t), vset(0.4819118501255701f));
+    l = vadd(vmul(l, t), vset(-0.7210326554055629f));
+    l = vadd(vmul(l, t), vset(1.4426727976638458f));
+    l = vadd(vmul(l, t), vset(-1.4833508663331683e-06f));
+    const vf y = vmin(vmax(vmul(vadd(ex, l), p), vset(-126.0f)), vset(127.0f));
     const vf n = vround(y);
-    const vf g = vmul(vsub(y, n), vset(0.6931471805599453f));  // |g| <= ln2 / 2
-    vf q = vset(1.0f / 5040.0f);
-    q = vadd(vmul(q, g), vset(1.0f / 720.0f));
-    q = vadd(vmul(q, g), vset(1.0f / 120.0f));
-    q = vadd(vmul(q, g), vset(1.0f / 24.0f));
-    q = vadd(vmul(q, g), vset(1.0f / 6.0f));
-    q = vadd(vmul(q, g), vset(0.5f));
-    q = vadd(vmul(q, g), one);
-    q = vadd(vmul(q, g), one);
+    const vf f = vsub(y, n);  // [-0.5, 0.5]
+    vf q = vset(0.00134004321786214f);
+    q = vadd(vmul(q, f), vset(0.0096760370984104f));
+    q = vadd(vmul(q, f), vset(0.05550327214170959f));
+    q = vadd(vmul(q, f), vset(0.2402210735581668f));
+    q = vadd(vmul(q, f), vset(0.6931472067106389f));
+    q = vadd(vmul(q, f), vset(1.0000000754953529f));
     return vsel_ge(x, vset(0x1p-40f), vmul(q, vpow2i(n)), vset(0.0f));
 }
 
@@ -97,6 +110,11 @@ QFORGE_KFN float k_error(const float* w, const float* imp, std::size_t n, const 
     const bool sq = gp.norm == 2.0f;
     if (imp) return sq ? k_error_t<true, true>(w, imp, n, gp) : k_error_t<true, false>(w, imp, n, gp);
     return sq ? k_error_t<false, true>(w, imp, n, gp) : k_error_t<false, false>(w, imp, n, gp);
+}
+
+QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
+                         float* out) noexcept {
+    for (std::size_t c = 0; c < count; ++c) out[c] = k_error(w, imp, n, p[c]);
 }
 
 QFORGE_KFN void k_encode(const float* w, std::size_t n, const grid_params& gp, std::uint8_t* codes) noexcept {
@@ -172,6 +190,6 @@ QFORGE_KFN std::int64_t k_to_f32(const std::byte* src, dtype type, std::size_t n
 }
 
 inline const group_kernels& kernel_table() noexcept {
-    static constexpr group_kernels table{QFORGE_KERNEL_ISA, &k_to_f32, &k_min_max, &k_error, &k_encode};
+    static constexpr group_kernels table{QFORGE_KERNEL_ISA, &k_to_f32, &k_min_max, &k_error, &k_encode, &k_errors};
     return table;
 }

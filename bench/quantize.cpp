@@ -1,0 +1,168 @@
+// Quantizer throughput per SIMD tag on a 4096 x 11008 BF16 Student-t(df 5, std 0.02) matrix
+// (seeded), next to a memcpy of the same BF16 bytes measured in the same run.
+//
+// Counters: Gw_per_s = weights per second / 1e9; x_memcpy = this path's BF16 input bytes per
+// second over the memcpy's bytes per second (1.0 = as fast as copying the input).
+// Floors (single thread, issue 3): RTN symmetric 4-bit g64 quantize + GPTQ pack >= 1.5 G w/s,
+// seed 8-candidate search >= 0.3 G w/s, 100-step shrink search >= 0.04 G w/s, and two threads
+// >= 1.8x one thread on the search paths. Slow paths run on the first rows only (the rows
+// are i.i.d., so the rate is the same).
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "qforge/core/parallel.hpp"
+#include "qforge/layout/gptq.hpp"
+#include "qforge/quant/quantize.hpp"
+#include "qforge/simd/dispatch.hpp"
+#include "tests/support/synthetic.hpp"
+
+namespace {
+
+using namespace qforge;
+
+constexpr std::int64_t kRows = 4096, kCols = 11008;
+
+const std::vector<std::uint16_t>& matrix() {
+    static const std::vector<std::uint16_t> m = [] {
+        std::vector<std::uint16_t> out(static_cast<std::size_t>(kRows * kCols));
+        // 16 independently seeded slices, generated in parallel; fixed regardless of threads.
+        std::vector<std::thread> th;
+        const std::int64_t slice = kRows / 16 * kCols;
+        for (int s = 0; s < 16; ++s)
+            th.emplace_back([&out, s, slice] {
+                const auto f = testing::student_t_floats(static_cast<std::size_t>(slice), 0x5EED0000u + s, 5, 0.02);
+                for (std::size_t i = 0; i < f.size(); ++i) out[static_cast<std::size_t>(s * slice) + i] = float_to_bf16(f[i]);
+            });
+        for (auto& t : th) t.join();
+        return out;
+    }();
+    return m;
+}
+
+tensor_view view(std::int64_t rows) {
+    const auto& m = matrix();
+    return tensor_view{"bench.weight", dtype::BF16, {rows, kCols},
+                       std::span<const std::byte>(reinterpret_cast<const std::byte*>(m.data()),
+                                                  static_cast<std::size_t>(rows * kCols) * 2)};
+}
+
+double memcpy_bytes_per_s = 0;
+
+void report(benchmark::State& state, double seconds, std::int64_t weights) {
+    const double per_s = static_cast<double>(weights) * static_cast<double>(state.iterations()) / seconds;
+    state.counters["Gw_per_s"] = per_s / 1e9;
+    if (memcpy_bytes_per_s > 0) state.counters["x_memcpy"] = per_s * 2 / memcpy_bytes_per_s;
+}
+
+void bm_memcpy(benchmark::State& state) {
+    const auto& m = matrix();
+    std::vector<std::uint16_t> dst(m.size());
+    double total = 0;
+    for (auto _ : state) {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::memcpy(dst.data(), m.data(), m.size() * 2);
+        benchmark::DoNotOptimize(dst.data());
+        benchmark::ClobberMemory();
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        state.SetIterationTime(dt);
+        total += dt;
+    }
+    memcpy_bytes_per_s = static_cast<double>(m.size()) * 2 * static_cast<double>(state.iterations()) / total;
+    state.counters["GB_per_s"] = memcpy_bytes_per_s / 1e9;
+}
+
+enum class path { rtn_pack, rtn, seed_search, mse20, mse100 };
+
+template <class Tag>
+void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned threads) {
+    if (!Tag::available()) {
+        state.SkipWithError("ISA not available on this CPU");
+        return;
+    }
+    const tensor_view v = view(rows);
+    quant_options o;
+    o.bits = 4;
+    o.group_size = 64;
+    o.symmetric = true;
+    o.scale_dtype = dtype::F16;
+    o.isa = Tag::id;
+    switch (p) {
+        case path::rtn_pack:
+        case path::rtn: o.policy = scale_policy::gptq_absmax; break;
+        case path::seed_search: o.policy = scale_policy::seed_search; break;
+        case path::mse20: o.policy = scale_policy::mse; break;  // grid 100, max shrink 0.2, norm 2.4
+        case path::mse100:
+            o.policy = scale_policy::mse;
+            o.search = {2.4f, 100, 1.0f};  // 100 candidates
+            break;
+    }
+    thread_pool pool(threads);
+    const executor ex = threads > 1 ? pool.executor() : executor{};
+    const gptq_layout<4> layout;
+    double total = 0;
+    for (auto _ : state) {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto q = quantize(v, o, ex);
+        if (p == path::rtn_pack) {
+            auto packed = layout.pack(q, "bench");
+            benchmark::DoNotOptimize(packed.data());
+        }
+        benchmark::DoNotOptimize(q.codes.data());
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        state.SetIterationTime(dt);
+        total += dt;
+    }
+    report(state, total, rows * kCols);
+}
+
+template <class Tag>
+void register_tag() {
+    const std::string n(Tag::name());
+    benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_gptq_pack/" + n).c_str(), bm_quantize<Tag>, path::rtn_pack, kRows, 1u)
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+    benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize/" + n).c_str(), bm_quantize<Tag>, path::rtn, kRows, 1u)
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+    benchmark::RegisterBenchmark(("seed_search8/" + n).c_str(), bm_quantize<Tag>, path::seed_search, std::int64_t{1024}, 1u)
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+    benchmark::RegisterBenchmark(("mse_grid100_shrink0.2_norm2.4/" + n).c_str(), bm_quantize<Tag>, path::mse20,
+                                 std::int64_t{256}, 1u)
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+    benchmark::RegisterBenchmark(("mse_100steps_norm2.4/" + n).c_str(), bm_quantize<Tag>, path::mse100, std::int64_t{128}, 1u)
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+}
+
+template <class Tag>
+void register_threads() {
+    const std::string n(Tag::name());
+    benchmark::RegisterBenchmark(("seed_search8_2threads/" + n).c_str(), bm_quantize<Tag>, path::seed_search,
+                                 std::int64_t{1024}, 2u)
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+    benchmark::RegisterBenchmark(("mse_100steps_norm2.4_2threads/" + n).c_str(), bm_quantize<Tag>, path::mse100,
+                                 std::int64_t{128}, 2u)
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    (void)matrix();
+    benchmark::RegisterBenchmark("memcpy_bf16_baseline", bm_memcpy)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+    simd::all_tags::for_each([](auto tag) {
+        using T = decltype(tag);
+        if constexpr (T::compiled()) register_tag<T>();
+    });
+    simd::all_tags::for_each([](auto tag) {
+        using T = decltype(tag);
+        if constexpr (T::compiled()) register_threads<T>();
+    });
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
