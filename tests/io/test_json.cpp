@@ -159,6 +159,10 @@ TEST_CASE("json: builders and mutation keep positions") {
     arr.push_back(json::array({2, 3}));
     CHECK(arr.dump() == "[1,[2,3]]");
     CHECK(arr[1][0].as_int() == 2);
+    arr[0] = "first";  // literal 0 picks the array index, not a key
+    CHECK(arr.dump() == R"(["first",[2,3]])");
+    const json& carr = arr;
+    CHECK(carr[0].as_string() == "first");
     CHECK_THROWS_AS(arr.at(5), qforge::format_error);
     CHECK(json(std::uint64_t{7}).as_int() == 7);
     CHECK_THROWS_AS(json(UINT64_MAX), qforge::format_error);

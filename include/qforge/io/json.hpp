@@ -135,6 +135,8 @@ public:
 
     const json& at(std::size_t i) const;
     const json& operator[](std::size_t i) const { return at(i); }
+    json& at(std::size_t i) { return const_cast<json&>(std::as_const(*this).at(i)); }
+    json& operator[](std::size_t i) { return at(i); }
     json& push_back(json value);  // turns a null value into an array
     /// Elements of an array or members of an object; 0 for scalars.
     std::size_t size() const noexcept;
