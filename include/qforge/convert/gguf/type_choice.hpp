@@ -5,9 +5,9 @@
 // Mixes follow LC src/llama-quant.cpp llama_tensor_get_type for the tensors that rule changes
 // most (output.weight, attn_v, ffn_down, attn_output); its rarer rules (MoE, GQA-8 models,
 // IQ types, token_embd for Q2_K) are not modelled. Fallbacks follow the same file: a K-quant
-// whose ne[0] is not a multiple of 256 becomes a 32-block type (Q2_K/Q3_K -> Q4_0 (llama.cpp
-// uses IQ4_NL, which qforge does not write yet), Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), and a
-// 32-block type whose ne[0] is not a multiple of 32 becomes F16.
+// whose ne[0] is not a multiple of 256 becomes a 32-block type (Q2_K/Q3_K -> IQ4_NL,
+// Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), and a 32-block type whose ne[0] is not a multiple
+// of 32 becomes F16.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +43,7 @@ inline std::optional<file_type> parse_file_type(std::string_view s) {
         {"Q3_K_S", ggml_type::q3_k, 11}, {"Q3_K_M", ggml_type::q3_k, 12}, {"Q3_K_L", ggml_type::q3_k, 13},
         {"Q4_K_S", ggml_type::q4_k, 14}, {"Q4_K_M", ggml_type::q4_k, 15}, {"Q5_K_S", ggml_type::q5_k, 16},
         {"Q5_K_M", ggml_type::q5_k, 17}, {"Q6_K", ggml_type::q6_k, 18},
+        {"IQ4_NL", ggml_type::iq4_nl, 25},
         // plain K types: the base type everywhere (except the output rule), ftype of the _M mix
         {"Q3_K", ggml_type::q3_k, 12},  {"Q4_K", ggml_type::q4_k, 15},  {"Q5_K", ggml_type::q5_k, 17},
     };
@@ -131,7 +132,7 @@ inline ggml_type mix_type(const file_type& ft, std::string_view name, int layer,
 /// K-quant -> 32-block type -> F16 when ne[0] does not divide (llama-quant.cpp fallback).
 inline ggml_type fallback_for(ggml_type t) noexcept {
     switch (t) {
-        case ggml_type::q2_k: case ggml_type::q3_k: return ggml_type::q4_0;
+        case ggml_type::q2_k: case ggml_type::q3_k: return ggml_type::iq4_nl;
         case ggml_type::q4_k: return ggml_type::q5_0;
         case ggml_type::q5_k: return ggml_type::q5_1;
         case ggml_type::q6_k: return ggml_type::q8_0;

@@ -281,4 +281,110 @@ inline void dequantize(const block_q8_0* x, float* y, std::int64_t k) noexcept {
     }
 }
 
+// ---- IQ4_NL: 4-bit indices into a non-linear table (ggml quantize_row_iq4_nl_impl) ----------
+
+/// ggml `kvalues_iq4nl` (ggml-common.h; formats.md 5.2).
+inline constexpr std::int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                  1,    13,   25,  38,  53,  69,  89,  113};
+
+namespace detail {
+
+/// ggml `best_index_int8`: index of the table value nearest to x (ties to the upper one).
+inline int best_index_int8(const std::int8_t* val, float x) noexcept {
+    if (x <= val[0]) return 0;
+    if (x >= val[15]) return 15;
+    int ml = 0, mu = 15;
+    while (mu - ml > 1) {
+        const int mav = (ml + mu) / 2;
+        if (x < val[mav]) mu = mav;
+        else ml = mav;
+    }
+    return x - static_cast<float>(val[mu - 1]) < static_cast<float>(val[mu]) - x ? mu - 1 : mu;
+}
+
+/// One 32-element block, super_block_size = block_size = 32. ntry = 7 is what llama-quantize
+/// runs (quantize_iq4_nl); ntry = -1 is quantize_row_iq4_nl_ref, which leaves the codes of an
+/// all-zero block unwritten in ggml (uninitialised bytes; qforge writes the codes of index 0).
+inline void iq4_nl_block(const float* x, block_iq4_nl& y, const float* qw, int ntry) noexcept {
+    const std::int8_t* values = kvalues_iq4nl;
+    float sigma2 = 0;
+    for (int j = 0; j < 32; ++j) sigma2 += mul(x[j], x[j]);
+    sigma2 *= 2.f / 32;
+    float weight[32];
+    std::uint8_t L[32] = {};
+    y.d = float_to_fp16(0.f);
+    if (qw) {
+        for (int j = 0; j < 32; ++j) weight[j] = qw[j] * std::sqrt(sigma2 + mul(x[j], x[j]));
+    } else {
+        for (int j = 0; j < 32; ++j) weight[j] = x[j] * x[j];
+    }
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j) {
+        const float ax = std::fabs(x[j]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[j];
+        }
+    }
+    float scale = 0;
+    if (!(amax < group_max_eps)) {
+        const auto v0 = static_cast<float>(values[0]);
+        float d = ntry > 0 ? -max / v0 : max / v0;
+        float id = 1 / d;
+        float sumqx = 0, sumq2 = 0;
+        for (int j = 0; j < 32; ++j) {
+            const int l = best_index_int8(values, id * x[j]);
+            L[j] = static_cast<std::uint8_t>(l);
+            const auto q = static_cast<float>(values[l]);
+            sumqx += mul(weight[j] * q, x[j]);
+            sumq2 += mul(weight[j] * q, q);
+        }
+        d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+        float best = d * sumqx;
+        for (int itry = -ntry; itry <= ntry; ++itry) {
+            id = static_cast<float>(itry + values[0]) / max;
+            sumqx = sumq2 = 0;
+            for (int j = 0; j < 32; ++j) {
+                const int l = best_index_int8(values, id * x[j]);
+                const auto q = static_cast<float>(values[l]);
+                sumqx += mul(weight[j] * q, x[j]);
+                sumq2 += mul(weight[j] * q, q);
+            }
+            if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+                d = sumqx / sumq2;
+                best = d * sumqx;
+            }
+        }
+        scale = d;
+    }
+    y.d = float_to_fp16(scale);
+    if (ntry > 0) {
+        const float id = scale != 0 ? 1 / scale : 0;
+        for (int j = 0; j < 32; ++j) L[j] = static_cast<std::uint8_t>(best_index_int8(values, id * x[j]));
+    }
+    for (int j = 0; j < 16; ++j) y.qs[j] = static_cast<std::uint8_t>(L[j] | (L[j + 16] << 4));
+}
+
+}  // namespace detail
+
+/// quantize_row_iq4_nl_ref (ntry = -1).
+inline void quantize_ref(const float* x, block_iq4_nl* y, std::int64_t k) noexcept {
+    for (std::int64_t i = 0; i < k / 32; ++i) detail::iq4_nl_block(x + 32 * i, y[i], nullptr, -1);
+}
+
+/// quantize_iq4_nl (ntry = 7), with or without importance weights: what llama-quantize writes.
+inline void quantize_weighted_row(const float* x, block_iq4_nl* y, std::int64_t n_per_row, const float* qw) noexcept {
+    for (std::int64_t i = 0; i < n_per_row / 32; ++i) detail::iq4_nl_block(x + 32 * i, y[i], qw ? qw + 32 * i : nullptr, 7);
+}
+
+inline void dequantize(const block_iq4_nl* x, float* y, std::int64_t k) noexcept {
+    for (std::int64_t i = 0; i < k / 32; ++i, y += 32) {
+        const float d = fp16_to_float(x[i].d);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = d * static_cast<float>(kvalues_iq4nl[x[i].qs[j] & 0xF]);
+            y[j + 16] = d * static_cast<float>(kvalues_iq4nl[x[i].qs[j] >> 4]);
+        }
+    }
+}
+
 }  // namespace qforge::gguf

@@ -34,7 +34,7 @@ constexpr bool can_quantize(ggml_type t) noexcept {
         case ggml_type::f32: case ggml_type::f16: case ggml_type::bf16:
         case ggml_type::q4_0: case ggml_type::q4_1: case ggml_type::q5_0: case ggml_type::q5_1:
         case ggml_type::q8_0: case ggml_type::q2_k: case ggml_type::q3_k: case ggml_type::q4_k:
-        case ggml_type::q5_k: case ggml_type::q6_k:
+        case ggml_type::q5_k: case ggml_type::q6_k: case ggml_type::iq4_nl:
             return true;
         default:
             return false;
@@ -71,12 +71,14 @@ inline void quantize_ref_tag(const float* src, Block* y, std::int64_t k, Tag) {
 
 template <class Block, std::int64_t Elems, class Tag>
 inline void quantize_blocks(const float* src, std::byte* dst, std::int64_t nrow, std::int64_t n_per_row,
-                            const float* imatrix, Tag tag) {
+                            const float* imatrix, Tag tag, bool ref_only) {
     auto* y = reinterpret_cast<Block*>(dst);
     if constexpr (std::is_same_v<Block, block_q8_0>) {
         quantize_ref_tag(src, y, nrow * n_per_row, tag);  // quantize_q8_0 ignores the imatrix
     } else {
-        if (imatrix == nullptr) {
+        // quantize_iq4_nl searches (ntry 7) with or without an imatrix; only _ref does not
+        const bool weighted_path = imatrix != nullptr || (std::is_same_v<Block, block_iq4_nl> && !ref_only);
+        if (ref_only || !weighted_path) {
             quantize_ref_tag(src, y, nrow * n_per_row, tag);
             return;
         }
@@ -106,6 +108,7 @@ inline void with_block_type(ggml_type t, F&& f) {
         case ggml_type::q4_k: return f(block_tag<block_q4_k, 256>{});
         case ggml_type::q5_k: return f(block_tag<block_q5_k, 256>{});
         case ggml_type::q6_k: return f(block_tag<block_q6_k, 256>{});
+        case ggml_type::iq4_nl: return f(block_tag<block_iq4_nl, 32>{});
         default: fail<unsupported_error>("", "", "GGUF type " + std::string(type_name(t)) + " is not supported");
     }
 }
@@ -150,14 +153,15 @@ inline std::int64_t quantized_size(ggml_type t, std::int64_t nrow, std::int64_t 
 /// SIMD path (a simd::*_tag that must be available on this CPU).
 template <simd::simd_tag Tag>
 inline void quantize_rows(ggml_type t, const float* src, std::int64_t nrow, std::int64_t n_per_row,
-                          const float* imatrix, std::byte* dst, Tag isa_tag) {
+                          const float* imatrix, std::byte* dst, Tag isa_tag, bool ref_only = false) {
     detail::check_rows(t, nrow, n_per_row, dst);
     if (!Tag::available())
         fail<unsupported_error>("", "", "SIMD path " + std::string(Tag::name()) + " is not available on this CPU");
     if (detail::passthrough(t)) return detail::convert_out(t, src, dst, nrow * n_per_row);
     detail::with_block_type(t, [&](auto block) {
         using block_t = decltype(block);
-        detail::quantize_blocks<typename block_t::block, block_t::elems>(src, dst, nrow, n_per_row, imatrix, isa_tag);
+        detail::quantize_blocks<typename block_t::block, block_t::elems>(src, dst, nrow, n_per_row, imatrix, isa_tag,
+                                                                         ref_only);
     });
 }
 
@@ -167,10 +171,11 @@ inline void quantize_rows(ggml_type t, const float* src, std::int64_t nrow, std:
     simd::dispatch([&](auto tag) { quantize_rows(t, src, nrow, n_per_row, imatrix, dst, tag); });
 }
 
-/// ggml's quantize_row_<t>_ref over nrow*n_per_row elements.
+/// ggml's quantize_row_<t>_ref over nrow*n_per_row elements (differs from quantize_rows
+/// without an imatrix only for IQ4_NL, whose _ref skips the scale search).
 inline void quantize_rows_ref(ggml_type t, const float* src, std::int64_t nrow, std::int64_t n_per_row,
                               std::byte* dst) {
-    quantize_rows(t, src, nrow, n_per_row, nullptr, dst);
+    simd::dispatch([&](auto tag) { quantize_rows(t, src, nrow, n_per_row, nullptr, dst, tag, true); });
 }
 
 /// ggml's dequantize_row_<t> (bit-identical float32), n elements (a multiple of the block size).
