@@ -52,6 +52,7 @@ struct lsq_options {
     float window_lo = 0.84f;         ///< candidate scales span window_lo..window_hi x min/max scale
     float window_hi = 1.06f;
     int zero_neighbours = 1;         ///< asymmetric: also try the min/max zero +- this many
+    int zero_moves = 0;              ///< asymmetric: refits may also move a candidate's zero by +- this many
     int iterations = 1;              ///< alternating refit + reassign rounds at the end
 };
 
@@ -64,7 +65,7 @@ inline void lsq_check_options(const lsq_options& o) {
         fail<unsupported_error>({}, {}, "least-squares: scale dtype must be F16 or BF16");
     if (o.candidates < 1 || o.candidates > 1024 || !(o.window_lo > 0.0f) || !(o.window_hi >= o.window_lo) ||
         !(o.window_hi <= 16.0f) || o.iterations < 0 || o.iterations > 64 || o.zero_neighbours < 0 ||
-        o.zero_neighbours > 255)
+        o.zero_neighbours > 255 || o.zero_moves < 0 || o.zero_moves > 255)
         fail<shape_error>({}, {}, "least-squares: search window, candidates or iterations out of range");
 }
 
@@ -98,9 +99,21 @@ inline void lsq_score(const lsq_cand& c, const lsq_sums& base, std::int32_t zero
 /// scored with the kernels `k`. `exact_error(grid)` returns the weighted squared error of
 /// coding x on `grid` by the caller's definition (the SIMD kernels'); every grid returned is
 /// the best by that error among those it was asked about, and min/max is always one of them.
+/// 1 / f for the candidate scale factors f spread over the window (computed once per policy).
+inline std::vector<float> lsq_inverse_factors(const lsq_options& o) {
+    std::vector<float> inv(static_cast<std::size_t>(o.candidates));
+    for (std::size_t j = 0; j < inv.size(); ++j) {
+        const float f = inv.size() == 1 ? 1.0f
+                                        : o.window_lo + (o.window_hi - o.window_lo) * static_cast<float>(j) /
+                                                            static_cast<float>(inv.size() - 1);
+        inv[j] = 1.0f / f;
+    }
+    return inv;
+}
+
 template <class ExactError>
 inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, float mn, float mx, const lsq_options& o,
-                             const lsq_kernel_table& k, ExactError&& exact_error) {
+                             const float* inv_f, const lsq_kernel_table& k, ExactError&& exact_error) {
     const int maxq = (1 << o.bits) - 1;
     lsq_sums base;
     base.min = mn;
@@ -115,30 +128,37 @@ inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, floa
     base.w = bs[0];
     base.x = bs[1];
 
-    // Candidate scales, all scored by their refit; one kernel call per zero.
+    // Candidate scales, all scored by their refit; one kernel pass per candidate covers up to
+    // three consecutive zeros.
     float r[1024];
-    float sums[3 * 1024];
+    float sums[9 * 1024];
     const auto count = static_cast<std::size_t>(o.candidates);
-    lsq_refit_result top;
     const float inv_ref = 1.0f / mm.scale;
-    auto scan = [&](std::int32_t zero, bool negative, int shift) {
-        for (std::size_t j = 0; j < count; ++j) {
-            const float f = count == 1 ? 1.0f
-                                       : o.window_lo + (o.window_hi - o.window_lo) * static_cast<float>(j) /
-                                                           static_cast<float>(count - 1);
-            const float inv = inv_ref / f;
-            r[j] = negative ? -inv : inv;
-        }
-        k.cand(x, w, n, r, count, static_cast<float>(-zero), static_cast<float>(maxq - zero), sums);
+    auto fill = [&](bool negative) {
+        const float base_r = negative ? -inv_ref : inv_ref;
+        for (std::size_t j = 0; j < count; ++j) r[j] = base_r * inv_f[j];
+    };
+    lsq_refit_result top;
+    auto scan = [&](int z0, int nz, bool negative, int shift) {
+        k.cand(x, w, n, r, count, z0, nz, maxq, shift > 0, sums);
         for (std::size_t j = 0; j < count; ++j)
-            lsq_score({sums[3 * j], sums[3 * j + 1], sums[3 * j + 2]}, base, zero, shift, maxq, negative, top);
+            for (int zi = 0; zi < nz; ++zi) {
+                const float* s3 = sums + (j * static_cast<std::size_t>(nz) + static_cast<std::size_t>(zi)) * 3;
+                lsq_score({s3[0], s3[1], s3[2]}, base, z0 + zi, shift, maxq, negative, top);
+            }
     };
     if (o.symmetric) {
-        scan(mm.zero, false, 0);
-        if (o.signed_scale) scan(mm.zero, true, 0);
+        fill(false);
+        scan(mm.zero, 1, false, 0);
+        if (o.signed_scale) {
+            fill(true);
+            scan(mm.zero, 1, true, 0);
+        }
     } else {
-        for (int z = mm.zero - o.zero_neighbours; z <= mm.zero + o.zero_neighbours; ++z)
-            if (z >= 0 && z <= maxq) scan(z, false, 1);
+        fill(false);
+        const int lo = std::max(0, mm.zero - o.zero_neighbours);
+        const int hi = std::min(maxq, mm.zero + o.zero_neighbours);
+        for (int z0 = lo; z0 <= hi; z0 += 3) scan(z0, std::min(3, hi - z0 + 1), false, o.zero_moves);
     }
     if (!(top.gain() > 0.0)) return best;
 
@@ -151,7 +171,7 @@ inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, floa
         best_err = err;
         if (it >= o.iterations) break;
         const float inv = 1.0f / cur.scale;
-        k.cand(x, w, n, &inv, 1, static_cast<float>(-cur.zero), static_cast<float>(maxq - cur.zero), sums);
+        k.cand(x, w, n, &inv, 1, cur.zero, 1, maxq, !o.symmetric, sums);
         lsq_refit_result next;
         lsq_score({sums[0], sums[1], sums[2]}, base, cur.zero, o.symmetric ? 0 : 1, maxq, cur.scale < 0.0f, next);
         if (!(next.gain() > 0.0)) break;
@@ -190,7 +210,8 @@ inline group_fit lsq_fit_group(std::span<const float> x, std::span<const float> 
         return simd::grid_params{g.scale, 1.0f / g.scale, static_cast<float>(g.zero), static_cast<float>((1 << o.bits) - 1), 2.0f};
     };
     auto err = [&](const group_grid& g) { return static_cast<double>(gk.error(x.data(), wp, x.size(), grid(g))); };
-    const group_grid g = detail::lsq_choose(x.data(), wp, x.size(), mn, mx, o, detail::lsq_kernels(isa), err);
+    const std::vector<float> inv_f = detail::lsq_inverse_factors(o);
+    const group_grid g = detail::lsq_choose(x.data(), wp, x.size(), mn, mx, o, inv_f.data(), detail::lsq_kernels(isa), err);
     gk.encode(x.data(), x.size(), grid(g), codes.data());
     return {g, err(g)};
 }
@@ -204,14 +225,17 @@ inline group_fit lsq_fit_group(std::span<const float> x, std::span<const float> 
 ///   qforge::use_least_squares(opt);  // policy = custom, custom = make_lsq_policy()
 ///   auto q = qforge::quantize(view, opt, pool.executor());
 inline group_policy make_lsq_policy(lsq_options o = {}) {
-    return [o](const group_view& g) -> group_choice {
+    detail::lsq_check_options(o);  // the search settings; bits, symmetry and dtype come per group
+    return [o, inv_f = detail::lsq_inverse_factors(o)](const group_view& g) -> group_choice {
         lsq_options opt = o;
         opt.bits = g.bits;
         opt.symmetric = g.symmetric;
         opt.scale_dtype = g.scale_dtype;
-        detail::lsq_check_options(opt);
+        if (g.bits < 2 || g.bits > 8 || (g.scale_dtype != dtype::F16 && g.scale_dtype != dtype::BF16))
+            detail::lsq_check_options(opt);  // throws, naming the problem
         auto err = [&](const group_grid& gr) { return static_cast<double>(g.error(gr.scale_bits, gr.zero)); };
-        const group_grid best = detail::lsq_choose(g.w, g.imp, g.n, g.mn, g.mx, opt, detail::lsq_kernels(g.kernels->id), err);
+        const group_grid best =
+            detail::lsq_choose(g.w, g.imp, g.n, g.mn, g.mx, opt, inv_f.data(), detail::lsq_kernels(g.kernels->id), err);
         return {best.scale_bits, best.zero};
     };
 }

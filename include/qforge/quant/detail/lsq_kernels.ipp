@@ -39,47 +39,74 @@ QFORGE_KFN void lsq_k_base(const float* x, const float* imp, std::size_t n, floa
     out[1] = lsq_k_total(sx);
 }
 
-// One vector of lsq_k_cand_t (a helper, not a lambda: a lambda would not carry the target).
-template <bool Weighted>
-QFORGE_KFN void lsq_k_cand_step(vf xv, vf wv, vf vr, vf vlo, vf vhi, acc8& a, acc8& b, acc8& s) noexcept {
-    const vf k = vround(vmin(vmax(vmul(xv, vr), vlo), vhi));
-    const vf wk = Weighted ? vmul(wv, k) : k;
-    a = acc_add(a, vmul(wk, xv));
-    b = acc_add(b, vmul(wk, k));
-    s = acc_add(s, wk);
+// One vector of lsq_k_cand_t for Z zeros (a helper, not a lambda: a lambda would not carry the
+// ISA's target attribute). The codes are rounded once, then clamped per zero: rounding
+// commutes with clamping to integer bounds, so each zero's codes are exactly
+// clamp(round(x r), -z, maxq - z).
+template <bool Weighted, bool WithK, int Z>
+QFORGE_KFN void lsq_k_cand_step(vf xv, vf wv, vf vr, vf vlo, vf vhi, const vf* zlo, const vf* zhi, acc8* acc) noexcept {
+    const vf t = vround(vmin(vmax(vmul(xv, vr), vlo), vhi));
+    for (int z = 0; z < Z; ++z) {
+        const vf k = vmin(vmax(t, zlo[z]), zhi[z]);
+        const vf wk = Weighted ? vmul(wv, k) : k;
+        acc[3 * z] = acc_add(acc[3 * z], vmul(wk, xv));
+        acc[3 * z + 1] = acc_add(acc[3 * z + 1], vmul(wk, k));
+        if (WithK) acc[3 * z + 2] = acc_add(acc[3 * z + 2], wk);
+    }
 }
 
-// For each candidate c: k_i = clamp(round_half_even(x_i * r[c]), lo, hi) and
-// out[3c] = sum w k x, out[3c+1] = sum w k k, out[3c+2] = sum w k.
-template <bool Weighted>
+// For each candidate c and zero z = z0 + j (j < Z): k_i = clamp(round_half_even(x_i r[c]),
+// -z, maxq - z) and out[(c Z + j) 3 + 0/1/2] = sum w k x, sum w k k, sum w k (0 unless WithK).
+template <bool Weighted, bool WithK, int Z>
 QFORGE_KFN void lsq_k_cand_t(const float* x, const float* imp, std::size_t n, const float* r, std::size_t count,
-                             float lo, float hi, float* out) noexcept {
-    const vf vlo = vset(lo), vhi = vset(hi);
+                             int z0, int maxq, float* out) noexcept {
+    vf zlo[Z], zhi[Z];
+    for (int j = 0; j < Z; ++j) {
+        zlo[j] = vset(static_cast<float>(-(z0 + j)));
+        zhi[j] = vset(static_cast<float>(maxq - (z0 + j)));
+    }
+    const vf vlo = zlo[Z - 1], vhi = zhi[0];
     for (std::size_t c = 0; c < count; ++c) {
         const vf vr = vset(r[c]);
-        acc8 a = acc_zero(), b = acc_zero(), s = acc_zero();
+        acc8 acc[3 * Z];
+        for (auto& a : acc) a = acc_zero();
         std::size_t i = 0;
         for (; i + lanes <= n; i += lanes)
-            lsq_k_cand_step<Weighted>(vload(x + i), Weighted ? vload(imp + i) : vr, vr, vlo, vhi, a, b, s);
+            lsq_k_cand_step<Weighted, WithK, Z>(vload(x + i), Weighted ? vload(imp + i) : vr, vr, vlo, vhi, zlo, zhi, acc);
         if (i < n) {  // zero padding: x = 0 gives k = 0, so it adds +0 everywhere
             alignas(64) float xb[lanes] = {};
             alignas(64) float wb[lanes] = {};
             std::memcpy(xb, x + i, (n - i) * sizeof(float));
             if (Weighted) std::memcpy(wb, imp + i, (n - i) * sizeof(float));
-            lsq_k_cand_step<Weighted>(vload(xb), vload(wb), vr, vlo, vhi, a, b, s);
+            lsq_k_cand_step<Weighted, WithK, Z>(vload(xb), vload(wb), vr, vlo, vhi, zlo, zhi, acc);
         }
-        out[3 * c] = lsq_k_total(a);
-        out[3 * c + 1] = lsq_k_total(b);
-        out[3 * c + 2] = lsq_k_total(s);
+        for (int j = 0; j < Z; ++j) {
+            float* o = out + (c * Z + static_cast<std::size_t>(j)) * 3;
+            o[0] = lsq_k_total(acc[3 * j]);
+            o[1] = lsq_k_total(acc[3 * j + 1]);
+            o[2] = WithK ? lsq_k_total(acc[3 * j + 2]) : 0.0f;
+        }
     }
 }
 
-QFORGE_KFN void lsq_k_cand(const float* x, const float* imp, std::size_t n, const float* r, std::size_t count,
-                           float lo, float hi, float* out) noexcept {
+template <bool Weighted, bool WithK>
+QFORGE_KFN void lsq_k_cand_z(const float* x, const float* imp, std::size_t n, const float* r, std::size_t count, int z0,
+                             int nz, int maxq, float* out) noexcept {
+    if (nz == 3) lsq_k_cand_t<Weighted, WithK, 3>(x, imp, n, r, count, z0, maxq, out);
+    else if (nz == 2) lsq_k_cand_t<Weighted, WithK, 2>(x, imp, n, r, count, z0, maxq, out);
+    else lsq_k_cand_t<Weighted, WithK, 1>(x, imp, n, r, count, z0, maxq, out);
+}
+
+// nz consecutive zeros from z0 (1..3) for `count` candidate multipliers r; sum w k only when
+// with_k (the refits that move the zero need it).
+QFORGE_KFN void lsq_k_cand(const float* x, const float* imp, std::size_t n, const float* r, std::size_t count, int z0,
+                           int nz, int maxq, bool with_k, float* out) noexcept {
     if (imp) {
-        lsq_k_cand_t<true>(x, imp, n, r, count, lo, hi, out);
+        if (with_k) lsq_k_cand_z<true, true>(x, imp, n, r, count, z0, nz, maxq, out);
+        else lsq_k_cand_z<true, false>(x, imp, n, r, count, z0, nz, maxq, out);
     } else {
-        lsq_k_cand_t<false>(x, imp, n, r, count, lo, hi, out);
+        if (with_k) lsq_k_cand_z<false, true>(x, imp, n, r, count, z0, nz, maxq, out);
+        else lsq_k_cand_z<false, false>(x, imp, n, r, count, z0, nz, maxq, out);
     }
 }
 

@@ -17,9 +17,11 @@ namespace qforge::detail {
 struct lsq_kernel_table {
     /// out[0] = sum w, out[1] = sum w x.
     void (*base)(const float* x, const float* imp, std::size_t n, float* out) noexcept;
-    /// Per candidate multiplier r[c]: sums of k = clamp(round(x r[c]), lo, hi): w k x, w k k, w k.
-    void (*cand)(const float* x, const float* imp, std::size_t n, const float* r, std::size_t count, float lo, float hi,
-                 float* out) noexcept;
+    /// Per candidate multiplier r[c] and zero z = z0 .. z0+nz-1 (nz 1..3): sums of
+    /// k = clamp(round(x r[c]), -z, maxq - z): w k x, w k k, w k (0 unless with_k) at
+    /// out[(c nz + j) 3 + 0..2].
+    void (*cand)(const float* x, const float* imp, std::size_t n, const float* r, std::size_t count, int z0, int nz,
+                 int maxq, bool with_k, float* out) noexcept;
 };
 
 namespace lsq_scalar_isa {
