@@ -33,6 +33,8 @@ struct settings {
     unsigned threads = 0;
     std::uint64_t max_shard = 5'000'000'000;
     bool dry_run = false, overwrite = false, quiet = false;
+    std::string hessians;  // GPTQ calibration file (issue 9)
+    gptq_solver_options gptq{};
 };
 
 struct preset {
@@ -142,11 +144,23 @@ const std::vector<option>& options() {
          [](settings& s, const std::string& v) { s.scheme.group_size = parse_int(v, "group size"); }},
         {"--sym", "", "symmetric grid, zero pinned at 2^(bits-1) (default)", [](settings& s, const std::string&) { s.scheme.symmetric = true; }},
         {"--asym", "", "asymmetric grid with integer zero points", [](settings& s, const std::string&) { s.scheme.symmetric = false; }},
-        {"--scale", "M", "minmax | absmax | search | mse (default minmax)",
+        {"--scale", "M", "minmax | absmax | search | mse | lsq (default minmax; lsq = least-squares fit)",
          [](settings& s, const std::string& v) {
              const auto m = parse_scale_method(v);
              if (!m) usage_error("unknown scale rule '" + v + "'");
              s.scheme.scale = *m;
+         }},
+        {"--hessians", "FILE", "GPTQ: safetensors of <layer>.hessian [K,K]; layers without one use round-to-nearest",
+         [](settings& s, const std::string& v) { s.hessians = v; }},
+        {"--act-order", "", "GPTQ: columns by descending Hessian diagonal (desc_act, g_idx)",
+         [](settings& s, const std::string&) { s.gptq.act_order = true; }},
+        {"--static-groups", "", "GPTQ: group scales from the original weights (g_idx stays k/g)",
+         [](settings& s, const std::string&) { s.gptq.static_groups = true; }},
+        {"--damp", "F", "GPTQ: dampening, a fraction of mean diag(H) (default 0.01)",
+         [](settings& s, const std::string& v) {
+             char* end = nullptr;
+             s.gptq.damp_percent = std::strtod(v.c_str(), &end);
+             if (end == v.c_str() || *end != '\0' || !(s.gptq.damp_percent >= 0)) usage_error("bad --damp '" + v + "'");
          }},
         {"--scale-dtype", "T", "auto | bf16 | fp16 (auto: fp16 for GPTQ/AWQ, the model dtype for compressed-tensors)",
          [](settings& s, const std::string& v) {
@@ -252,6 +266,8 @@ convert_options to_options(const settings& s, const checkpoint_source& src) {
     o.threads = s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency());
     o.max_shard_bytes = s.max_shard;
     o.overwrite = s.overwrite;
+    o.hessians = s.hessians;
+    o.gptq = s.gptq;
     for (const auto& f : s.split_qkv) o.rules.split_qkv(f);
     for (const auto& f : s.split_gate_up) o.rules.split_gate_up(f);
     if (s.targets.empty()) o.rules.default_scheme = s.scheme;
@@ -303,6 +319,11 @@ int main(int argc, char** argv) {
         const conversion_result r = convert(s.src, s.dst, o);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::cout << r.report.summary().dump({.indent = 2}) << "\n";
+        if (!s.quiet && !s.hessians.empty()) {
+            std::fprintf(stderr, "GPTQ (--hessians): %zu layer(s) solved, %zu without a Hessian (round-to-nearest)%s\n",
+                         r.gptq_layers.size(), r.rtn_layers.size(), r.rtn_layers.empty() ? "" : ":");
+            for (const auto& l : r.rtn_layers) std::fprintf(stderr, "  round-to-nearest: %s\n", l.c_str());
+        }
         if (!s.quiet)
             std::fprintf(stderr, "wrote %s: %zu shard(s), %s of weights in %.2f s\n", s.dst.c_str(), r.shards.size(),
                          mib(r.the_plan.out_bytes()).c_str(), secs);

@@ -11,19 +11,31 @@
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/safetensors/reader.hpp"
+#include "qforge/layout/gptq.hpp"
+#include "qforge/quant/quantize.hpp"
 
 using namespace qforge;
 
 namespace {
 
+/// A scratch folder for this process, removed when the test program exits.
+struct scratch_root {
+    std::string path = "/tmp/qforge-test-convert-" + std::to_string(::getpid());
+    scratch_root() {
+        if (io::path_exists(path)) io::remove_tree(path);
+        io::make_directory(path);
+    }
+    ~scratch_root() {
+        try {
+            io::remove_tree(path);
+        } catch (...) {
+        }
+    }
+};
+
 std::string scratch(const std::string& name) {
-    static const std::string root = [] {
-        std::string r = "/tmp/qforge-test-convert-" + std::to_string(::getpid());
-        if (io::path_exists(r)) io::remove_tree(r);
-        io::make_directory(r);
-        return r;
-    }();
-    const std::string p = root + "/" + name;
+    static const scratch_root root;
+    const std::string p = root.path + "/" + name;
     if (io::path_exists(p)) io::remove_tree(p);
     return p;
 }
@@ -241,4 +253,17 @@ TEST_CASE("the seed model: fused q_k_v_proj split, out_proj kept by name, embedd
     CHECK(t.count(p + "q_k_v_proj.qweight") == 0);
     const json cfg = json::parse(io::read_file(out + "/config.json"));
     CHECK_FALSE(cfg.at("tie_word_embeddings").as_bool());
+
+    // k_proj holds exactly the fused tensor's rows [128, 192) (after q's 4 heads x 32), quantized and packed.
+    checkpoint_source in(src), written(out);
+    const tensor_view fused = in.view("model.layers.0.self_attn.q_k_v_proj.weight");
+    const std::size_t row = 128 * 2;
+    const tensor_view k_rows{"k", dtype::BF16, {64, 128}, fused.bytes.subspan(128 * row, 64 * row)};
+    const quantized_tensor q = quantize(k_rows, detail::options_for(w4a8(), output_format::gptq));
+    const auto packed = gptq_layout<4>({gptq_format::v1, dtype::BF16, false}).pack(q, p + "k_proj");
+    for (const owned_tensor& t : packed) {
+        CAPTURE(t.name);
+        const tensor_view v = written.view(t.name);
+        CHECK(std::equal(t.bytes.begin(), t.bytes.end(), v.bytes.begin(), v.bytes.end()));
+    }
 }

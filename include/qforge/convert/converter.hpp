@@ -44,6 +44,7 @@
 #include "qforge/io/file.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/io/safetensors/index.hpp"
+#include "qforge/quant/detail/gptq_hessians.hpp"
 
 namespace qforge {
 
@@ -70,6 +71,12 @@ struct convert_options {
     /// Called before each output weight with its 0-based index (a test hook: throw to simulate
     /// a failure midway).
     std::function<void(std::size_t)> before_tensor;
+    /// GPTQ calibration (quant/detail/gptq_hessians.hpp): a safetensors file of
+    /// <layer>.hessian [K, K]. Layers with one are solved by GPTQ (`gptq`: dampening,
+    /// act-order, static groups; its quant field is filled per layer from the scheme), the
+    /// others fall back to round-to-nearest with the same scale rule; conversion_result lists both.
+    std::string hessians;
+    gptq_solver_options gptq{};
 };
 
 struct conversion_result {
@@ -77,6 +84,8 @@ struct conversion_result {
     conversion_report report;
     std::vector<std::string> shards;
     std::vector<std::string> copied_files;
+    std::vector<std::string> gptq_layers;  ///< solved by GPTQ under their Hessian (--hessians)
+    std::vector<std::string> rtn_layers;   ///< with --hessians: quantized without one (round-to-nearest)
 };
 
 /// The plan for converting `src` with `opt` (no file is written). Does not throw for refusals:
@@ -142,6 +151,12 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     result.the_plan = plan_conversion(src, opt);
     const plan& p = result.the_plan;
     p.throw_if_refused();
+    std::optional<hessian_file> hessians;
+    if (!opt.hessians.empty()) hessians.emplace(opt.hessians);
+    const bool gptq_format = p.format == output_format::gptq || p.format == output_format::gptq_v2;
+    if (hessians && opt.gptq.act_order && !opt.gptq.static_groups && !gptq_format)
+        fail<unsupported_error>(opt.hessians, {}, "act-order regroups columns through g_idx, which only the GPTQ formats carry");
+    const bool act_order = hessians && gptq_format && opt.gptq.act_order && !opt.gptq.static_groups;
 
     io::atomic_output_dir out(dst_dir, opt.overwrite);
     std::vector<safetensors::tensor_spec> all;
@@ -175,10 +190,23 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             if (it.out_type == it.source_type) writer.write(it.name, slice);
             else writer.write(it.name, detail::cast_floats(slice, it.source_type, it.out_type));
         } else {
-            detail::quantize_result q = detail::quantize_rows(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name);
             const std::string module(module_of(it.name));
-            const auto tensors = with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.source_type,
-                                             [&](const auto& layout) { return layout.pack(q.q, module); });
+            std::optional<tensor_view> h;
+            if (hessians) {
+                h = hessians->find(module, it.shape[1]);
+                if (!h) h = hessians->find(module_of(it.source), it.shape[1]);  // a fused source's input
+                (h ? result.gptq_layers : result.rtn_layers).push_back(module);
+            }
+            detail::quantize_result q =
+                h ? detail::quantize_rows_gptq(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name, *h, opt.gptq)
+                  : detail::quantize_rows(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name);
+            auto pack = [&](const auto& layout) { return layout.pack(q.q, module); };
+            const auto tensors =
+                act_order ? with_gptq_layout(it.scheme.bits,
+                                             gptq_options{p.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
+                                                          *it.scheme.scale_dtype, true},
+                                             pack)
+                          : with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.source_type, pack);
             for (const owned_tensor& t : tensors) writer.write(t.name, t.bytes);
             report.tensors.push_back({module, it.shape, it.scheme, q.snr_db});
             ev.snr_db = q.snr_db;
@@ -192,13 +220,17 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     json cfg = src.config();
     if (!cfg.is_object()) cfg = json::object();
     if (p.untied) cfg.set("tie_word_embeddings", false);
-    cfg.set("quantization_config", p.quantization_config);
+    // GPTQ act-order leaves g_idx non-monotonic: loaders must be told (vLLM reads desc_act).
+    const bool desc_act = act_order && !result.gptq_layers.empty();
+    json qc = p.quantization_config;
+    if (desc_act && qc.is_object()) qc.set("desc_act", true);
+    cfg.set("quantization_config", qc);
     io::write_config(out.path(), cfg);
     if (p.format == output_format::gptq || p.format == output_format::gptq_v2) {
         const auto s = *p.main_scheme();
         const json side = with_gptq_layout(s.bits,
                                            gptq_options{p.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
-                                                        *s.scale_dtype, false},
+                                                        *s.scale_dtype, desc_act},
                                            [&](const auto& layout) { return layout.side_file(p.linears); });
         io::write_json_file(out.file("quantize_config.json"), side);
     }

@@ -32,8 +32,9 @@ namespace qforge {
 /// How a group's scale is chosen (the formulas live in the quantizer):
 /// minmax = amax/((2^b-1)/2) symmetric or (max-min)/(2^b-1) asymmetric (GPTQ, compressed-tensors);
 /// absmax = amax/(2^(b-1)-1), never clips; search = the seed exporter's 8 candidate factors;
-/// mse = llm-compressor-like shrink grid.
-enum class scale_method { minmax, absmax, search, mse };
+/// mse = llm-compressor-like shrink grid; lsq = least-squares fit (quant/least_squares.hpp);
+/// fixed = the seed exporter without search (amax * 0.875 / 2^(b-1)).
+enum class scale_method { minmax, absmax, search, mse, lsq, fixed };
 
 inline std::string_view scale_method_name(scale_method m) noexcept {
     switch (m) {
@@ -41,12 +42,15 @@ inline std::string_view scale_method_name(scale_method m) noexcept {
         case scale_method::absmax: return "absmax";
         case scale_method::search: return "search";
         case scale_method::mse: return "mse";
+        case scale_method::lsq: return "lsq";
+        case scale_method::fixed: return "fixed";
     }
     return "?";
 }
 
 inline std::optional<scale_method> parse_scale_method(std::string_view s) noexcept {
-    for (auto m : {scale_method::minmax, scale_method::absmax, scale_method::search, scale_method::mse})
+    for (auto m : {scale_method::minmax, scale_method::absmax, scale_method::search, scale_method::mse, scale_method::lsq,
+                   scale_method::fixed})
         if (scale_method_name(m) == s) return m;
     return std::nullopt;
 }

@@ -8,6 +8,9 @@
 //   absmax  sym: absmax (amax / (2^(b-1)-1), never clips)
 //   search  sym: seed_search (the seed exporter's 8 candidate factors)
 //   mse     either: mse (llm-compressor's shrink grid)
+//   fixed   sym: seed_fixed (the seed exporter's --no-search factor 0.875)
+//   lsq     either: custom = the least-squares fit (quant/least_squares.hpp)
+// quantize_rows_gptq runs the GPTQ solver (quant/gptq_solver.hpp) with the same policies.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,8 @@
 #include "qforge/convert/rule.hpp"
 #include "qforge/core/parallel.hpp"
 #include "qforge/core/tensor_view.hpp"
+#include "qforge/quant/gptq_solver.hpp"
+#include "qforge/quant/least_squares.hpp"
 #include "qforge/quant/quantize.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 #include "qforge/quant/snr.hpp"
@@ -33,6 +38,8 @@ inline std::optional<scale_policy> policy_for(const quant_spec& s, output_format
         case scale_method::absmax: return s.symmetric ? std::optional(scale_policy::absmax) : std::nullopt;
         case scale_method::search: return s.symmetric ? std::optional(scale_policy::seed_search) : std::nullopt;
         case scale_method::mse: return scale_policy::mse;
+        case scale_method::lsq: return scale_policy::custom;
+        case scale_method::fixed: return s.symmetric ? std::optional(scale_policy::seed_fixed) : std::nullopt;
     }
     return std::nullopt;
 }
@@ -44,6 +51,7 @@ inline quant_options options_for(const quant_spec& s, output_format f) {
     o.symmetric = s.symmetric;
     o.policy = policy_for(s, f).value_or(scale_policy::minmax);
     o.scale_dtype = s.scale_dtype.value_or(dtype::F16);
+    if (s.scale == scale_method::lsq) use_least_squares(o);
     return o;
 }
 
@@ -62,6 +70,21 @@ inline quantize_result quantize_rows(const tensor_view& v, std::int64_t row_begi
                      v.bytes.subspan(static_cast<std::size_t>(row_begin) * row_bytes,
                                      static_cast<std::size_t>(row_end - row_begin) * row_bytes)};
     quantize_result r{quantize(rows, options_for(scheme, f), run), 0};
+    r.snr_db = snr_db(rows, r.q);
+    return r;
+}
+
+/// quantize_rows with GPTQ under the layer's input Hessian `h` [K, K] (issue 9).
+inline quantize_result quantize_rows_gptq(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
+                                          const quant_spec& scheme, output_format f, const executor& run,
+                                          const std::string& name, const tensor_view& h, gptq_solver_options g) {
+    const std::int64_t cols = v.shape.at(1);
+    const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(v.type);
+    tensor_view rows{name, v.type, {row_end - row_begin, cols},
+                     v.bytes.subspan(static_cast<std::size_t>(row_begin) * row_bytes,
+                                     static_cast<std::size_t>(row_end - row_begin) * row_bytes)};
+    g.quant = options_for(scheme, f);
+    quantize_result r{gptq_quantize(rows, h, g, run), 0};
     r.snr_db = snr_db(rows, r.q);
     return r;
 }

@@ -1,0 +1,101 @@
+// stories260k (a real trained Llama in bf16, ../shared/fixtures) through every format.
+//
+// Its MLP is 172 wide, which is not a multiple of 8, 32, 64 or 128. What each format does:
+//  - GPTQ 4-bit: refused. qzeros pack N along int32 words (172 x 4 bits is not a multiple of
+//    32) and g64 does not divide K = 172 for down_proj; a GPTQ config cannot leave block linears
+//    dense either. GPTQ 8-bit per channel fits every shape (172 x 8 = 43 words) and converts.
+//  - AWQ: refused (AWQ packs N in words of 8; 172 is not a multiple of 8).
+//  - compressed-tensors: per channel converts everything; g64 is refused for down_proj
+//    (K = 172 is not whole groups) unless a rule keeps down_proj dense, which then appears in
+//    `ignore`.
+// Every refusal names the tensor and leaves no folder.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <unistd.h>
+
+#include "qforge/convert/converter.hpp"
+#include "qforge/io/file.hpp"
+
+using namespace qforge;
+
+namespace {
+
+const std::string stories = QFORGE_SOURCE_DIR "/../shared/fixtures/stories260k";
+
+/// An output path under /tmp, removed again when the test case ends.
+struct fresh {
+    std::string path;
+    explicit fresh(const std::string& name) : path("/tmp/qforge-test-stories-" + std::to_string(::getpid()) + "-" + name) {
+        if (io::path_exists(path)) io::remove_tree(path);
+    }
+    ~fresh() {
+        try {
+            if (io::path_exists(path)) io::remove_tree(path);
+        } catch (...) {
+        }
+    }
+    operator const std::string&() const { return path; }
+};
+
+convert_options with(output_format f, quant_spec s) {
+    convert_options o;
+    o.format = f;
+    o.rules.default_scheme = s;
+    o.threads = 2;
+    return o;
+}
+
+std::string refusal_of(const convert_options& o, const std::string& out) {
+    try {
+        convert(stories, out, o);
+    } catch (const unsupported_error& e) {
+        return e.what();
+    }
+    return {};
+}
+
+}  // namespace
+
+TEST_CASE("stories260k: GPTQ 4-bit and AWQ refuse the 172-wide MLP, naming it") {
+    const fresh out("refused");
+    const std::string gptq = refusal_of(with(output_format::gptq, {4, 64, true, scale_method::search, dtype::BF16}), out);
+    CHECK(gptq.find("mlp.") != std::string::npos);
+    CHECK(gptq.find("172") != std::string::npos);
+    const std::string awq = refusal_of(with(output_format::awq, {4, 64, false, scale_method::minmax, std::nullopt}), out);
+    CHECK(awq.find("N=172 is not a multiple of 8") != std::string::npos);
+    const std::string ct = refusal_of(with(output_format::compressed_tensors, {4, 64, true, scale_method::minmax, std::nullopt}), out);
+    CHECK(ct.find("mlp.down_proj") != std::string::npos);
+    CHECK(ct.find("K=172") != std::string::npos);
+    CHECK_FALSE(io::path_exists(out.path));
+}
+
+TEST_CASE("stories260k: GPTQ 8-bit per channel and compressed-tensors convert") {
+    SUBCASE("gptq 8-bit per channel") {
+        const fresh out("gptq8");
+        const auto r = convert(stories, out, with(output_format::gptq, {8, -1, true, scale_method::minmax, std::nullopt}));
+        CHECK(r.report.tensors.size() == 35);
+        CHECK(r.report.snr_min() > 30.0);
+        MESSAGE("stories260k gptq 8-bit per channel: SNR min " << r.report.snr_min() << " mean " << r.report.snr_mean() << " dB");
+    }
+    SUBCASE("compressed-tensors 4-bit per channel, asymmetric") {
+        const fresh out("ct4");
+        const auto r = convert(stories, out, with(output_format::compressed_tensors, {4, -1, false, scale_method::mse, std::nullopt}));
+        CHECK(r.report.tensors.size() == 35);
+        CHECK(r.report.snr_min() > 10.0);
+        MESSAGE("stories260k CT 4-bit per channel asym mse: SNR min " << r.report.snr_min() << " mean " << r.report.snr_mean()
+                                                                     << " dB");
+    }
+    SUBCASE("compressed-tensors g64 with down_proj kept dense by rule") {
+        const fresh out("ct64");
+        convert_options o = with(output_format::compressed_tensors, {4, 64, true, scale_method::search, std::nullopt});
+        o.rules.keep("mlp.down_proj");
+        const auto r = convert(stories, out, o);
+        CHECK(r.report.tensors.size() == 30);
+        const json qc = json::parse(io::read_file(out.path + "/config.json")).at("quantization_config");
+        const json& ignore = qc.at("ignore");
+        REQUIRE(ignore.size() == 6);  // five down_proj and the tied lm_head
+        CHECK(ignore.at(0).as_string() == "model.layers.0.mlp.down_proj");
+        CHECK(ignore.at(5).as_string() == "lm_head");
+    }
+}
