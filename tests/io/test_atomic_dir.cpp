@@ -10,8 +10,7 @@
 #include "qforge/io/atomic_dir.hpp"
 #include "qforge/io/checkpoint.hpp"
 #include "qforge/io/fault_injector.hpp"
-#include "qforge/io/safetensors/reader.hpp"
-#include "qforge/io/safetensors/writer.hpp"
+#include "qforge/io/safetensors/index.hpp"
 
 using namespace qforge;
 using qforge_test::get_file;
@@ -33,13 +32,18 @@ void convert_into(const std::string& src, const std::string& dst, bool overwrite
     cfg["quantization_config"] = json::object({{"bits", 4}});
     io::write_config(out.path(), cfg);
     io::copy_side_files(src, out.path());
-    safetensors::writer w(out.file("model.safetensors"),
-                          {{"a", dtype::F32, {4}}, {"b", dtype::BF16, {2, 2}}});
+    // Two shards (16-byte maximum) and an index: every kind of file a conversion writes.
+    safetensors::sharded_writer w(out.path(), {{"a", dtype::F32, {4}}, {"b", dtype::BF16, {2, 2}}}, 16);
     const std::vector<std::byte> a(16, std::byte{1}), b(8, std::byte{2});
     w.write("a", a);
     w.write("b", b);
     w.finish();
     out.commit();
+}
+
+std::vector<std::string> expected_output() {
+    return {"config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+            "model.safetensors.index.json", "tokenizer.json"};
 }
 
 void make_source(const std::string& src) {
@@ -55,10 +59,9 @@ TEST_CASE("atomic_output_dir: commit moves a complete folder into place, nothing
     make_source(root / "src");
     convert_into(root / "src", root / "out", false);
     CHECK(sorted_listing(root.path) == std::vector<std::string>{"out", "src"});
-    CHECK(sorted_listing(root / "out") ==
-          std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.json"});
+    CHECK(sorted_listing(root / "out") == expected_output());
     CHECK(get_file(root / "out/tokenizer.json") == "{\"tok\": 1}");
-    CHECK(safetensors::reader(root / "out/model.safetensors").tensors().size() == 2);
+    CHECK(safetensors::sharded_reader(root / "out").tensor_names().size() == 2);
     // Existing destination: refused without overwrite, nothing created.
     CHECK_THROWS_WITH_AS(convert_into(root / "src", root / "out", false),
                          doctest::Contains("already exists"), io_error);
@@ -102,7 +105,7 @@ TEST_CASE("fault injection at every output operation: destination absent or old 
     io::fault_injector::reset();
     convert_into(root / "src", root / "probe", false);
     const std::uint64_t ops = io::fault_injector::count();
-    CHECK(ops >= 15);  // create/write/fsync of 3 files, mkdir, fsyncs, rename...
+    CHECK(ops >= 25);  // create/write/fsync of 5 files, mkdir, fsyncs, rename...
     io::remove_tree(root / "probe");
 
     for (const bool overwrite : {false, true}) {
@@ -146,8 +149,7 @@ TEST_CASE("fault injection at every output operation: destination absent or old 
                 // Only a failure in removing the replaced folder may go unreported (it is retried).
                 CHECK(overwrite);
                 CHECK(sorted_listing(root.path) == std::vector<std::string>{"out", "src"});
-                CHECK(sorted_listing(root / "out") ==
-                      std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.json"});
+                CHECK(sorted_listing(root / "out") == expected_output());
                 io::remove_tree(root / "out");
                 io::make_directory(root / "out");
                 put_file(root / "out/old.txt", "precious");
