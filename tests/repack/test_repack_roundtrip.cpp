@@ -298,16 +298,23 @@ TEST_CASE("word-level path refuses what the general path refuses") {
 
 TEST_CASE("transpose_words: every shape class (tiles, 4x4 blocks and scalar edges)") {
     for (const auto& shape : {std::pair<std::int64_t, std::int64_t>{1, 1}, {3, 7}, {4, 4}, {5, 300}, {300, 5}, {17, 33}, {260, 18},
-                              {18, 520}, {513, 9}, {12, 1030}}) {
+                              {18, 520}, {513, 9}, {12, 1030}, {32, 4}, {64, 36}, {48, 1000}, {1024, 8}}) {
         const std::int64_t rows = shape.first, cols = shape.second;
         CAPTURE(rows);
         CAPTURE(cols);
-        std::vector<std::uint32_t> src(static_cast<std::size_t>(rows * cols)), dst(src.size(), 0xDEADBEEF);
+        std::vector<std::uint32_t> src(static_cast<std::size_t>(rows * cols)), buf(src.size() + 16);
         for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint32_t>(i * 2654435761u);
-        repack_detail::transpose_words(src.data(), rows, cols, dst.data());
-        bool ok = true;
-        for (std::int64_t r = 0; r < rows; ++r)
-            for (std::int64_t c = 0; c < cols; ++c) ok = ok && dst[static_cast<std::size_t>(c * rows + r)] == src[static_cast<std::size_t>(r * cols + c)];
-        CHECK(ok);
+        for (std::size_t shift = 0; shift < 16; ++shift) {  // every offset within a cache line
+            CAPTURE(shift);
+            std::fill(buf.begin(), buf.end(), 0xDEADBEEF);
+            std::uint32_t* dst = buf.data() + shift;
+            repack_detail::transpose_words(src.data(), rows, cols, dst);
+            bool ok = true;
+            for (std::int64_t r = 0; r < rows; ++r)
+                for (std::int64_t c = 0; c < cols; ++c) ok = ok && dst[c * rows + r] == src[static_cast<std::size_t>(r * cols + c)];
+            for (std::size_t i = 0; i < shift; ++i) ok = ok && buf[i] == 0xDEADBEEF;
+            for (std::size_t i = shift + src.size(); i < buf.size(); ++i) ok = ok && buf[i] == 0xDEADBEEF;
+            CHECK(ok);
+        }
     }
 }

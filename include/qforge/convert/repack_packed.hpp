@@ -80,6 +80,48 @@ inline std::vector<std::int32_t> read_g_idx_i32(const tensor_view& t, std::int64
     return g;
 }
 
+/// Words [W][G] packed along dim 0 (column g holds group g's N fields) -> out[n][g]. For
+/// 32 % b == 0 the words are walked row by row (cache friendly), else column by column.
+inline void unpack_down(const std::uint32_t* w, std::int64_t N, std::int64_t G, int b, bool dense, std::uint8_t* out) {
+    if (32 % b == 0) {
+        const int pf = 32 / b;
+        const std::uint32_t mask = (1u << b) - 1u;
+        for (std::int64_t r = 0; r * pf < N; ++r) {
+            const int fields = static_cast<int>(std::min<std::int64_t>(pf, N - r * pf));
+            for (std::int64_t g = 0; g < G; ++g) {
+                const std::uint32_t word = w[r * G + g];
+                for (int j = 0; j < fields; ++j) out[(r * pf + j) * G + g] = static_cast<std::uint8_t>((word >> (b * j)) & mask);
+            }
+        }
+        return;
+    }
+    for (std::int64_t g = 0; g < G; ++g) {
+        if (dense) detail::unpack_dense(w + g, G, N, b, out + g, G);
+        else detail::unpack_padded(w + g, G, N, b, out + g, G);
+    }
+}
+
+/// Reverse of unpack_down: z[n][g] -> words [W][G] packed along dim 0.
+inline void pack_down(const std::uint8_t* z, std::int64_t N, std::int64_t G, int b, bool dense, std::uint32_t* w) {
+    if (32 % b == 0) {
+        const int pf = 32 / b;
+        const std::uint32_t mask = (1u << b) - 1u;
+        for (std::int64_t r = 0; r * pf < N; ++r) {
+            const int fields = static_cast<int>(std::min<std::int64_t>(pf, N - r * pf));
+            for (std::int64_t g = 0; g < G; ++g) {
+                std::uint32_t word = 0;
+                for (int j = 0; j < fields; ++j) word |= (z[(r * pf + j) * G + g] & mask) << (b * j);
+                w[r * G + g] = word;
+            }
+        }
+        return;
+    }
+    for (std::int64_t g = 0; g < G; ++g) {
+        if (dense) detail::pack_dense(z + g, G, N, b, w + g, G);
+        else detail::pack_padded(z + g, G, N, b, w + g, G);
+    }
+}
+
 inline bool is_identity_g_idx(const std::vector<std::int32_t>& g, std::int64_t group_size) noexcept {
     for (std::size_t k = 0; k < g.size(); ++k)
         if (g[k] != static_cast<std::int64_t>(k) / group_size) return false;
@@ -142,8 +184,9 @@ inline quantized_tensor read_gptq(const repack_source& src, const std::string& p
     q.zeros.resize(static_cast<std::size_t>(N * G));
     q.scales.resize(static_cast<std::size_t>(N * G));
     q.scale_dtype = sc.type;
-    for (std::int64_t gg = 0; gg < G; ++gg)
-        for (std::int64_t n = 0; n < N; ++n) {
+    // Row by row: writes of [N][G] are sequential, the G rows read stay in L1.
+    for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t gg = 0; gg < G; ++gg) {
             const int field = zf[static_cast<std::size_t>(gg * N + n)];
             if (!args.v2 && field == maxq)
                 fail<unsupported_error>(file, prefix + ".qzeros",
@@ -266,12 +309,11 @@ inline quantized_tensor read_ct_packed(const repack_source& src, const std::stri
         const auto zw = words_of(src.require(prefix + ".weight_zero_point"), {zn, G}, file);
         zf.resize(static_cast<std::size_t>(N * G));
         // Packed along dim 0 (N): column g of the words is the stream of group g's zeros.
-        for (std::int64_t gg = 0; gg < G; ++gg) {
-            if (dense ? dense_has_stray_bits(zw.data() + gg, G, N, b) : padded_has_stray_bits(zw.data() + gg, G, N, b))
-                fail<format_error>(file, prefix + ".weight_zero_point", "group " + std::to_string(gg) + " has bits set outside its fields");
-            if (dense) unpack_dense(zw.data() + gg, G, N, b, zf.data() + gg, G);
-            else unpack_padded(zw.data() + gg, G, N, b, zf.data() + gg, G);
-        }
+        if (!(N * b % 32 == 0 && 32 % b == 0))
+            for (std::int64_t gg = 0; gg < G; ++gg)
+                if (dense ? dense_has_stray_bits(zw.data() + gg, G, N, b) : padded_has_stray_bits(zw.data() + gg, G, N, b))
+                    fail<format_error>(file, prefix + ".weight_zero_point", "group " + std::to_string(gg) + " has bits set outside its fields");
+        unpack_down(zw.data(), N, G, b, dense, zf.data());
     }
     const int half = 1 << (b - 1);
     ct_fill_scales_zeros(q, src.require(prefix + ".weight_scale"), args.symmetric,

@@ -50,22 +50,65 @@ inline void transpose4x4(const std::uint32_t* s, std::int64_t ss, std::uint32_t*
 }
 #endif
 
-/// dst[c][r] = src[r][c] for a rows x cols matrix of 32-bit words. Tiles are shaped so the
-/// lines a tile reads and writes stay in L1 even at the power-of-two strides these tensors
-/// have (GPTQ qweight [K*b/32, N] is short and wide, weight_packed [N, K*b/32] tall and narrow).
-inline void transpose_words(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) noexcept {
-    const std::int64_t tr = rows <= cols ? std::min<std::int64_t>(rows, 256) : 8;
-    const std::int64_t tc = rows <= cols ? 16 : std::min<std::int64_t>(cols, 512);
-    for (std::int64_t c0 = 0; c0 < cols; c0 += tc) {
-        const std::int64_t c1 = std::min(cols, c0 + tc), c4 = c0 + (c1 - c0) / 4 * 4;
-        for (std::int64_t r0 = 0; r0 < rows; r0 += tr) {
-            const std::int64_t r1 = std::min(rows, r0 + tr), r4 = r0 + (r1 - r0) / 4 * 4;
+/// The general tiled transpose (any shape, any alignment).
+inline void transpose_words_tiled(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) noexcept {
+    constexpr std::int64_t tile = 16;
+    for (std::int64_t c0 = 0; c0 < cols; c0 += tile) {
+        const std::int64_t c1 = std::min(cols, c0 + tile), c4 = c0 + (c1 - c0) / 4 * 4;
+        for (std::int64_t r0 = 0; r0 < rows; r0 += tile) {
+            const std::int64_t r1 = std::min(rows, r0 + tile), r4 = r0 + (r1 - r0) / 4 * 4;
             for (std::int64_t c = c0; c < c4; c += 4)
                 for (std::int64_t r = r0; r < r4; r += 4) transpose4x4(src + r * cols + c, cols, dst + c * rows + r, rows);
             for (std::int64_t c = c0; c < c1; ++c)
                 for (std::int64_t r = (c < c4 ? r4 : r0); r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
         }
     }
+}
+
+#if defined(__SSE2__)
+/// 16 source rows x 4 source columns -> 4 destination rows of 16 words, each one whole 64-byte
+/// line written with streaming stores: no read-for-ownership, no cache pollution, and the
+/// power-of-two-ish strides of these tensors stop mattering.
+inline void stream_block16x4(const std::uint32_t* s, std::int64_t ss, std::uint32_t* d, std::int64_t ds) noexcept {
+    __m128i o[4][4];
+    for (int q = 0; q < 4; ++q) {
+        const std::uint32_t* b = s + 4 * q * ss;
+        const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+        const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + ss));
+        const __m128i a2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * ss));
+        const __m128i a3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 3 * ss));
+        const __m128i lo01 = _mm_unpacklo_epi32(a0, a1), lo23 = _mm_unpacklo_epi32(a2, a3);
+        const __m128i hi01 = _mm_unpackhi_epi32(a0, a1), hi23 = _mm_unpackhi_epi32(a2, a3);
+        o[0][q] = _mm_unpacklo_epi64(lo01, lo23);
+        o[1][q] = _mm_unpackhi_epi64(lo01, lo23);
+        o[2][q] = _mm_unpacklo_epi64(hi01, hi23);
+        o[3][q] = _mm_unpackhi_epi64(hi01, hi23);
+    }
+    for (int r = 0; r < 4; ++r)
+        for (int q = 0; q < 4; ++q) _mm_stream_si128(reinterpret_cast<__m128i*>(d + r * ds + 4 * q), o[r][q]);
+}
+#endif
+
+/// dst[c][r] = src[r][c] for a rows x cols matrix of 32-bit words. When every destination row
+/// starts at the same offset within a cache line (rows % 16 == 0) the blocks are aligned to
+/// whole lines and streamed; otherwise a tiled transpose through the cache.
+inline void transpose_words(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) noexcept {
+#if defined(__SSE2__)
+    const auto addr = reinterpret_cast<std::uintptr_t>(dst);
+    if (rows % 16 == 0 && cols % 4 == 0 && addr % 16 == 0 && rows >= 32) {
+        const std::int64_t first = static_cast<std::int64_t>((64 - addr % 64) % 64 / 4);  // rows before a line starts
+        const std::int64_t last = first + (rows - first) / 16 * 16;
+        for (std::int64_t r = 0; r < first; ++r)
+            for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+        for (std::int64_t r = first; r < last; r += 16)
+            for (std::int64_t c = 0; c < cols; c += 4) stream_block16x4(src + r * cols + c, cols, dst + c * rows + r, rows);
+        for (std::int64_t r = last; r < rows; ++r)
+            for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+        _mm_sfence();  // streaming stores are weakly ordered: publish them before returning
+        return;
+    }
+#endif
+    transpose_words_tiled(src, rows, cols, dst);
 }
 
 /// Writes the transpose of `v` into `out`, reusing its storage (a converter repacking layer
@@ -112,10 +155,7 @@ inline bool repack_words(const repack_source& src, const std::string& prefix, co
             const std::int64_t nw = dense ? dense_words(N, b) : padded_words(N, b);
             const std::vector<std::uint8_t> z(q.zeros.begin(), q.zeros.end());
             std::vector<std::uint32_t> zw(static_cast<std::size_t>(nw * G));
-            for (std::int64_t g = 0; g < G; ++g) {
-                if (dense) pack_dense(z.data() + g, G, N, b, zw.data() + g, G);
-                else pack_padded(z.data() + g, G, N, b, zw.data() + g, G);
-            }
+            pack_down(z.data(), N, G, b, dense, zw.data());
             out.push_back(make_tensor(prefix + ".weight_zero_point", dtype::I32, {nw, G}, zw));
         }
         out.push_back(make_tensor(prefix + ".weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{N, K}));
@@ -133,12 +173,11 @@ inline bool repack_words(const repack_source& src, const std::string& prefix, co
         reset_outputs(out);
         transposed_words(src.require(prefix + ".weight_packed"), prefix + ".qweight", N, W, src.file, out[0]);
         const std::int32_t offset = t.format == output_format::gptq ? 1 : 0;  // v1 stores zero - 1
-        std::vector<std::uint8_t> stored(static_cast<std::size_t>(N));
+        std::vector<std::uint8_t> stored(static_cast<std::size_t>(G * N));  // [G][N], filled row by row of q
+        for (std::int64_t n = 0; n < N; ++n)
+            for (std::int64_t g = 0; g < G; ++g) stored[static_cast<std::size_t>(g * N + n)] = static_cast<std::uint8_t>(q.zero(n, g) - offset);
         std::vector<std::uint32_t> qzeros(static_cast<std::size_t>(G * NW));
-        for (std::int64_t g = 0; g < G; ++g) {
-            for (std::int64_t n = 0; n < N; ++n) stored[static_cast<std::size_t>(n)] = static_cast<std::uint8_t>(q.zero(n, g) - offset);
-            pack_dense(stored.data(), 1, N, b, qzeros.data() + g * NW, 1);
-        }
+        for (std::int64_t g = 0; g < G; ++g) pack_dense(stored.data() + g * N, 1, N, b, qzeros.data() + g * NW, 1);
         out.push_back(make_tensor(prefix + ".qzeros", dtype::I32, {G, NW}, qzeros));
         std::vector<std::uint16_t> scales(static_cast<std::size_t>(G * N));
         for (std::int64_t n = 0; n < N; ++n)
