@@ -248,3 +248,16 @@ TEST_CASE("the stories260k fixture reads, and rewrites to the canonical recipe w
     CHECK(copy.tensors().front().name == "model.embed_tokens.weight");
     CHECK(copy.tensors()[1].name == "model.layers.0.input_layernorm.weight");
 }
+
+TEST_CASE("transformers_can_load follows transformers' __metadata__ check") {
+    temp_dir dir;
+    auto with_meta = [&](const std::string& meta) {
+        qforge_test::put_file(dir / "m.safetensors", safetensors_bytes(meta.empty() ? "{}" : "{\"__metadata__\":" + meta + "}", ""));
+        return safetensors::reader(dir / "m.safetensors").transformers_can_load();
+    };
+    CHECK(with_meta(""));
+    CHECK(with_meta(R"({"format":"pt"})"));
+    CHECK(with_meta(R"({"format":"mlx","x":"y"})"));
+    CHECK_FALSE(with_meta(R"({"format":"np"})"));
+    CHECK_FALSE(with_meta(R"({"other":"pt"})"));
+}

@@ -88,6 +88,14 @@ public:
         return metadata_;
     }
     bool has_metadata() const noexcept { return has_metadata_; }
+    /// transformers refuses a file whose __metadata__ exists without "format" in
+    /// {pt, tf, flax, mlx} (TF modeling_utils.load_state_dict); no __metadata__ is fine.
+    bool transformers_can_load() const {
+        if (!has_metadata_) return true;
+        for (const auto& [k, v] : metadata_)
+            if (k == "format") return v == "pt" || v == "tf" || v == "flax" || v == "mlx";
+        return false;
+    }
 
     const tensor_info* find(std::string_view name) const {
         const auto it = by_name_.find(std::string(name));
