@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "qforge/convert/converter.hpp"
+#include "qforge/convert/repack_checkpoint.hpp"
 
 namespace {
 
@@ -35,6 +36,8 @@ struct settings {
     bool dry_run = false, overwrite = false, quiet = false;
     std::string hessians;  // GPTQ calibration file (issue 9)
     gptq_solver_options gptq{};
+    bool repack = false, requantize = false;  // --repack (issue 8)
+    int qat_bits = 0;
 };
 
 struct preset {
@@ -193,6 +196,12 @@ const std::vector<option>& options() {
         {"--overwrite", "", "replace an existing destination (only once the new one is complete)",
          [](settings& s, const std::string&) { s.overwrite = true; }},
         {"--quiet", "", "no progress lines", [](settings& s, const std::string&) { s.quiet = true; }},
+        {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT): move its codes into --format bit for bit, or refuse with the reason",
+         [](settings& s, const std::string&) { s.repack = true; }},
+        {"--requantize", "", "with --repack: dequantize and quantize again the layers --format cannot hold exactly (SNR reported)",
+         [](settings& s, const std::string&) { s.requantize = true; }},
+        {"--qat-bits", "N", "with --repack: bits of a fake-quantized checkpoint that has no quantization_config",
+         [](settings& s, const std::string& v) { s.qat_bits = parse_int(v, "bit width"); }},
     };
     return o;
 }
@@ -293,11 +302,33 @@ std::string mib(std::uint64_t b) {
     return buf;
 }
 
+// --repack (issue 8): an already-quantized SRC moved into --format without re-quantizing.
+int run_repack(const settings& s) {
+    repack_options o;
+    o.format = *s.format;
+    o.scale_dtype = s.scheme.scale_dtype;
+    o.requantize = s.requantize;
+    o.fake_bits = s.qat_bits;
+    o.overwrite = s.overwrite;
+    o.max_shard_bytes = s.max_shard;
+    if (!s.quiet)
+        o.progress = [](std::size_t i, std::size_t n, const std::string& m, const std::string& how) {
+            std::fprintf(stderr, "[%zu/%zu] %-48s %s\n", i, n, m.c_str(), how.c_str());
+        };
+    const repack_report r = repack_checkpoint(s.src, s.dst, o);
+    for (const repack_layer& l : r.layers)
+        if (l.how == "requantized") std::fprintf(stderr, "requantized %s (%s): SNR %.2f dB\n", l.module.c_str(), l.reason.c_str(), l.snr_db);
+    std::printf("repacked %zu layer(s) %s -> %s (%s), %zu tensor(s) copied, %zu shard(s)\n", r.layers.size(), r.source_format.c_str(),
+                r.target_format.c_str(), r.exact() ? "bit-exact" : "some layers requantized", r.copied_tensors.size(), r.shards.size());
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     const settings s = parse(argc, argv);
     try {
+        if (s.repack) return run_repack(s);
         const auto t0 = std::chrono::steady_clock::now();
         checkpoint_source src(s.src);
         convert_options o = to_options(s, src);

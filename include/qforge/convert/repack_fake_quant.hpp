@@ -100,7 +100,7 @@ inline quantized_tensor read_fake_quant(const tensor_view& weight, const tensor_
         for (std::int64_t k = 0; k < K; ++k) {
             const std::int64_t g = k / q.group_size;
             const auto gi = static_cast<std::size_t>(n * G + g);
-            const float s = scale_value(patterns[gi], scale.type);
+            const float s = scale_of_pattern(patterns[gi], scale.type);
             const std::int32_t z = q.zeros[gi];
             const auto wi = static_cast<std::size_t>(n * K + k);
             const double w = float_at(weight, wi);

@@ -63,9 +63,9 @@ inline std::optional<std::string> convert_scales_exactly(quantized_tensor& q, dt
     if (to != dtype::F16 && to != dtype::BF16) return "scales can be written as F16 or BF16 only";
     std::vector<std::uint16_t> out(q.scales.size());
     for (std::size_t i = 0; i < q.scales.size(); ++i) {
-        const float v = repack_detail::scale_value(q.scales[i], q.scale_dtype);
+        const float v = repack_detail::scale_of_pattern(q.scales[i], q.scale_dtype);
         const std::uint16_t p = to == dtype::BF16 ? float_to_bf16(v) : float_to_fp16(v);
-        const float back = repack_detail::scale_value(p, to);
+        const float back = repack_detail::scale_of_pattern(p, to);
         if (!(back == v || (std::isnan(back) && std::isnan(v))))
             return "scale " + repack_detail::fmt_double(v) + " of " + repack_detail::where_group(q, i) + " is not exactly representable in " +
                    std::string(dtype_name(to)) + " (the repack would change the weights)";

@@ -129,7 +129,7 @@ inline std::vector<std::uint16_t> scale_patterns(const tensor_view& t, const std
     return out;
 }
 
-inline float scale_value(std::uint16_t pattern, dtype t) noexcept {
+inline float scale_of_pattern(std::uint16_t pattern, dtype t) noexcept {
     return t == dtype::BF16 ? bf16_to_float(pattern) : fp16_to_float(pattern);
 }
 
