@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/convert/gguf/converter.hpp"
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/safetensors/reader.hpp"
@@ -256,4 +257,55 @@ TEST_CASE("HF -> GGUF: byte-level BPE tokenizer.json conversion") {
     CHECK_THROWS_AS(convert_hf_to_gguf(fixture, out_path("spm"), o), unsupported_error);
     io::write_file(path, R"({"model":{"type":"Unigram","vocab":[]}})");
     CHECK_THROWS_AS(convert_hf_to_gguf(fixture, out_path("uni"), o), unsupported_error);
+}
+
+TEST_CASE("HF -> GGUF: Q4_K_M on the two-shard demo checkpoint, read back and un-permuted") {
+    const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_demo_ckpt";
+    if (io::path_exists(dir)) io::remove_tree(dir);
+    demo_options d;
+    d.layers = 2;
+    d.vocab = 512;
+    write_demo_checkpoint(dir, d);
+    convert_options o;
+    o.type = *parse_file_type("Q4_K_M");
+    o.pre_tokenizer = "llama-bpe";
+    // the demo's tokenizer.json is BPE without byte-level pre-tokenization: refused, not guessed
+    CHECK_THROWS_AS(convert_hf_to_gguf(dir, out_path("demo"), o), unsupported_error);
+    o.pre_tokenizer.clear();
+    o.allow_no_vocab = true;
+    const auto rep = convert_hf_to_gguf(dir, out_path("demo"), o);
+    const reader r(out_path("demo"));
+    CHECK(r.tensors().size() == 2 + 2 * 9);
+    CHECK(r.find_tensor("blk.0.attn_q.weight")->type == ggml_type::q4_k);
+    CHECK(r.find_tensor("blk.0.attn_v.weight")->type == ggml_type::q4_k);
+    CHECK(r.find_tensor("blk.1.attn_v.weight")->type == ggml_type::q6_k);  // use_more_bits(1, 2)
+    CHECK(r.find_tensor("blk.0.ffn_gate.weight")->type == ggml_type::q4_k);
+    CHECK(r.find_tensor("blk.0.ffn_down.weight")->ne[0] == 1408);  // 1408 % 256 != 0
+    CHECK(r.find_tensor("blk.0.ffn_down.weight")->type == ggml_type::q5_0);  // Q4_K -> Q5_0
+    CHECK(r.find_tensor("blk.1.ffn_down.weight")->type == ggml_type::q8_0);  // Q6_K -> Q8_0
+    CHECK(rep.fallbacks().size() >= 1);
+    CHECK(rep.bits_per_weight() > 4.0);
+    CHECK(rep.bits_per_weight() < 6.5);
+    // attn_q decoded and un-permuted is close to the source (Q4_K on Student-t weights)
+    const checkpoint_source src(dir);
+    const auto v = src.view("model.layers.1.self_attn.q_proj.weight");
+    const auto* te = r.find_tensor("blk.1.attn_q.weight");
+    const auto got = r.read_f32(*te);
+    const std::int64_t rows = te->ne[1], cols = te->ne[0], heads = 8, hd = rows / heads;
+    double num = 0, den = 0, den_unpermuted = 0;
+    for (std::int64_t out_row = 0; out_row < rows; ++out_row) {
+        const std::int64_t h = out_row / hd, i = (out_row % hd) / 2, j = out_row % 2;
+        const std::int64_t in_row = h * hd + j * hd / 2 + i;
+        for (std::int64_t c = 0; c < cols; ++c) {
+            std::uint16_t b, b_same;
+            std::memcpy(&b, v.bytes.data() + 2 * (in_row * cols + c), 2);
+            std::memcpy(&b_same, v.bytes.data() + 2 * (out_row * cols + c), 2);
+            const double s = bf16_to_float(b), g = got[static_cast<std::size_t>(out_row * cols + c)];
+            num += s * s;
+            den += (s - g) * (s - g);
+            den_unpermuted += (bf16_to_float(b_same) - g) * (bf16_to_float(b_same) - g);
+        }
+    }
+    CHECK(10 * std::log10(num / den) > 18.0);
+    CHECK(10 * std::log10(num / den_unpermuted) < 3.0);  // without the permutation it would not match
 }
