@@ -130,3 +130,54 @@ TEST_CASE("compressed-tensors: a 3-bit word count that contradicts the config's 
     CHECK_NOTHROW((void)read_ct_packed(make_repack_source(st.views), "c", {3, true, -1}, ct_packing::padded_v0_12));
     CHECK_THROWS_AS((void)read_ct_packed(make_repack_source(st.views), "c", {3, true, -1}, ct_packing::dense_v0_18), format_error);
 }
+
+TEST_CASE("malformed packed layers are refused with a qforge error, never a crash") {
+    const std::int64_t N = 64, K = 128, G = 4;
+    auto base = [&] {
+        store st;
+        st.add(load<std::int32_t>("gptq/gptq_b4_sym_qweight.bin", "l.qweight", dtype::I32, {K / 8, N}));
+        st.add(load<std::int32_t>("gptq/gptq_b4_sym_qzeros.bin", "l.qzeros", dtype::I32, {G, N / 8}));
+        st.add(load<std::uint16_t>("gptq/gptq_b4_scales_out.bin", "l.scales", dtype::F16, {G, N}));
+        return st;
+    };
+    const gptq_args args{4, 32, true, false};
+    SUBCASE("qzeros of the wrong dtype") {
+        store st = base();
+        st.add(make("l.qzeros", dtype::F32, {G, N / 8}, std::vector<float>(static_cast<std::size_t>(G * N / 8))));
+        CHECK_THROWS_AS((void)read_gptq(make_repack_source(st.views), "l", args), format_error);
+    }
+    SUBCASE("scales of the wrong shape") {
+        store st = base();
+        st.add(make("l.scales", dtype::F16, {G + 1, N}, std::vector<std::uint16_t>(static_cast<std::size_t>((G + 1) * N))));
+        CHECK_THROWS_AS((void)read_gptq(make_repack_source(st.views), "l", args), shape_error);
+    }
+    SUBCASE("a view with fewer bytes than its shape claims") {
+        store st = base();
+        owned_tensor t = make("l.qweight", dtype::I32, {K / 8, N}, std::vector<std::int32_t>(10));
+        st.add(t);
+        CHECK_THROWS_AS((void)read_gptq(make_repack_source(st.views), "l", args), format_error);
+    }
+    SUBCASE("g_idx naming a group that does not exist") {
+        store st = base();
+        std::vector<std::int32_t> g(static_cast<std::size_t>(K), 0);
+        g[5] = 9;
+        st.add(make("l.g_idx", dtype::I32, {K}, g));
+        CHECK_THROWS_AS((void)read_gptq(make_repack_source(st.views), "l", args), format_error);
+    }
+    SUBCASE("missing tensor") {
+        store st = base();
+        st.owned.erase("l.scales");
+        st.refresh();
+        CHECK_THROWS_WITH_AS((void)read_gptq(make_repack_source(st.views, "ckpt"), "l", args), doctest::Contains("tensor 'l.scales': tensor is missing"),
+                             format_error);
+    }
+    SUBCASE("compressed-tensors weight_shape that does not match the words") {
+        store st;
+        st.add(make("c.weight_packed", dtype::I32, {4, 4}, std::vector<std::int32_t>(16)));
+        st.add(make("c.weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{1LL << 40, 32}));
+        st.add(make("c.weight_scale", dtype::BF16, {4, 1}, std::vector<std::uint16_t>(4)));
+        CHECK_THROWS_AS((void)read_ct_packed(make_repack_source(st.views), "c", {4, true, -1}, ct_packing::dense_v0_18), shape_error);
+        st.add(make("c.weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{-4, 32}));
+        CHECK_THROWS_AS((void)read_ct_packed(make_repack_source(st.views), "c", {4, true, -1}, ct_packing::dense_v0_18), shape_error);
+    }
+}

@@ -247,6 +247,12 @@ TEST_CASE("scheme detection from quantization_config") {
         CHECK(q.ct.group_size == -1);
         CHECK(q.format == repack_source_format::ct_packed);
     }
+    SUBCASE("a broken target regex is a format error, not a crash") {
+        const auto r = detect_repack_scheme(json::parse(R"({"quantization_config":{"quant_method":"compressed-tensors","format":"pack-quantized",
+            "config_groups":{"group_0":{"targets":["re:(unclosed"],"weights":{"num_bits":4,"symmetric":true,"group_size":32,"strategy":"group","type":"int"}}}}})"),
+                                            {"m.weight_packed", "m.weight_scale", "m.weight_shape"});
+        CHECK_THROWS_AS(r.for_module("m"), format_error);
+    }
     SUBCASE("unknown quant_method") {
         CHECK_THROWS_AS(detect_repack_scheme(json::parse(R"({"quantization_config":{"quant_method":"bitsandbytes"}})"), names), unsupported_error);
     }

@@ -158,7 +158,13 @@ struct ct_group {
 /// compressed-tensors / vLLM target match: a full name, `re:` regex (anchored both ends, as
 /// qforge's rules do), or a class name ("Linear" matches every quantized linear here).
 inline bool ct_target_matches(const std::string& target, const std::string& module) {
-    if (target.rfind("re:", 0) == 0) return std::regex_match(module, std::regex(target.substr(3)));
+    if (target.rfind("re:", 0) == 0) {
+        try {
+            return std::regex_match(module, std::regex(target.substr(3)));
+        } catch (const std::regex_error&) {  // a config's pattern is input: refuse it as such
+            fail<format_error>("config.json", module, "target \"" + target + "\" is not a valid regular expression");
+        }
+    }
     if (target == module) return true;
     return target.find("Linear") != std::string::npos;
 }
