@@ -36,9 +36,9 @@ const std::vector<std::uint16_t>& matrix() {
         std::vector<std::uint16_t> out(static_cast<std::size_t>(kRows * kCols));
         // 16 independently seeded slices, generated in parallel; fixed regardless of threads.
         std::vector<std::thread> th;
-        const std::int64_t slice = kRows / 16 * kCols;
         for (int s = 0; s < 16; ++s)
-            th.emplace_back([&out, s, slice] {
+            th.emplace_back([&out, s] {
+                constexpr std::int64_t slice = kRows / 16 * kCols;
                 const auto f = testing::student_t_floats(static_cast<std::size_t>(slice), 0x5EED0000u + s, 5, 0.02);
                 for (std::size_t i = 0; i < f.size(); ++i) out[static_cast<std::size_t>(s * slice) + i] = float_to_bf16(f[i]);
             });
