@@ -8,7 +8,8 @@
 //   * dampening: H += damp_percent * mean(diag H) * I; when a Cholesky step still fails the
 //     dampening is multiplied by 10 and retried, and after `damp_retries` failures the layer
 //     is refused with a format_error naming it;
-//   * U = the upper Cholesky factor of H^-1 (H^-1 = U^T U), in double, then used in float;
+//   * U = the upper Cholesky factor of H^-1 (H^-1 = U^T U), in double (detail/gptq_linalg.hpp),
+//     then used in float;
 //   * column i (in processing order): a group's grid is chosen by the scale policy when its
 //     first column is reached, from the group's current (already error-compensated) values
 //     (or up front from the original weights, `static_groups`); q = code of w_i on the grid,
@@ -164,7 +165,7 @@ inline quantized_tensor gptq_quantize(const tensor_view& weight, const tensor_vi
         std::vector<double> a = hp;
         for (std::size_t i = 0; i < kk; ++i) a[i * kk + i] += damp;
         rep.attempts = attempt + 1;
-        ok = detail::gptq_cholesky(a, kk) && detail::gptq_upper_inverse_factor(a, kk, u);
+        ok = detail::gptq_reverse_cholesky(a, kk, ex) && detail::gptq_upper_inverse(a, kk, u);
         if (!ok) damp = damp > 0.0 ? damp * 10.0 : 0.01 * mean_diag;
     }
     if (!ok)

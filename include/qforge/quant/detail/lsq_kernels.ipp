@@ -3,9 +3,10 @@
 // No include guard on purpose: quant/detail/lsq_simd.hpp includes this file once per ISA,
 // inside a namespace that sees that ISA's primitives, with QFORGE_KFN defined as the ISA's
 // target attribute + inline. The rules of simd/kernels/group_kernels.ipp hold here too:
-// products never fuse into adds (vmul launders them) and every sum has exactly 8 partials
-// (element i -> partial i % 8, padding contributes +0), added as ((0+1)+(2+3))+((4+5)+(6+7)),
-// so every ISA returns the same floats as the scalar instance.
+// products never fuse into adds (vmul launders them) and every sum has a fixed set of partial
+// sums (lsq_k_base: element i -> partial i % 8; the candidate kernel: i % 16, folded to 8;
+// padding contributes +0), finished as ((0+1)+(2+3))+((4+5)+(6+7)), so every ISA returns the
+// same floats as the scalar instance.
 
 QFORGE_KFN float lsq_k_total(acc8 a) noexcept {
     alignas(32) float p[8];
@@ -39,20 +40,40 @@ QFORGE_KFN void lsq_k_base(const float* x, const float* imp, std::size_t n, floa
     out[1] = lsq_k_total(sx);
 }
 
+// Sums of the candidate kernel use 16 partial sums (element i -> partial i % 16): one vadd per
+// vector on 16-lane ISAs, two alternating registers on 8-lane ones. lsq_k_fold then adds
+// partial j + 8 to partial j as (0 + p_j) + p_{j+8} on every ISA, and lsq_k_total finishes.
+inline constexpr std::size_t lsq_nacc = 16 / lanes;
+static_assert(lanes * lsq_nacc == 16, "lsq kernels need 8 or 16 float lanes");
+
+QFORGE_KFN acc8 lsq_k_fold(const vf* acc) noexcept {
+    acc8 f = acc_zero();
+    for (std::size_t j = 0; j < lsq_nacc; ++j) f = acc_add(f, acc[j]);
+    return f;
+}
+
 // One vector of lsq_k_cand_t for Z zeros (a helper, not a lambda: a lambda would not carry the
-// ISA's target attribute). The codes are rounded once, then clamped per zero: rounding
-// commutes with clamping to integer bounds, so each zero's codes are exactly
-// clamp(round(x r), -z, maxq - z).
-template <bool Weighted, bool WithK, int Z>
-QFORGE_KFN void lsq_k_cand_step(vf xv, vf wv, vf vr, vf vlo, vf vhi, const vf* zlo, const vf* zhi, acc8* acc) noexcept {
+// ISA's target attribute); Slot is the vector's index mod lsq_nacc, a constant so that the
+// accumulators stay in registers. The codes are rounded
+// once, then clamped per zero: rounding commutes with clamping to integer bounds, so each
+// zero's codes are exactly clamp(round(x r), -z, maxq - z).
+template <bool Weighted, bool WithK, int J, std::size_t Slot>
+QFORGE_KFN void lsq_k_cand_zone(vf t, vf xv, vf wv, const vf* zlo, const vf* zhi, vf (*acc)[lsq_nacc]) noexcept {
+    const vf k = vmin(vmax(t, zlo[J]), zhi[J]);
+    const vf wk = Weighted ? vmul(wv, k) : k;
+    acc[3 * J][Slot] = vadd(acc[3 * J][Slot], vmul(wk, xv));
+    acc[3 * J + 1][Slot] = vadd(acc[3 * J + 1][Slot], vmul(wk, k));
+    if constexpr (WithK) acc[3 * J + 2][Slot] = vadd(acc[3 * J + 2][Slot], wk);
+}
+
+// Zones are unrolled by hand (constant indices keep every accumulator in a register).
+template <bool Weighted, bool WithK, int Z, std::size_t Slot>
+QFORGE_KFN void lsq_k_cand_step(vf xv, vf wv, vf vr, vf vlo, vf vhi, const vf* zlo, const vf* zhi,
+                                vf (*acc)[lsq_nacc]) noexcept {
     const vf t = vround(vmin(vmax(vmul(xv, vr), vlo), vhi));
-    for (int z = 0; z < Z; ++z) {
-        const vf k = vmin(vmax(t, zlo[z]), zhi[z]);
-        const vf wk = Weighted ? vmul(wv, k) : k;
-        acc[3 * z] = acc_add(acc[3 * z], vmul(wk, xv));
-        acc[3 * z + 1] = acc_add(acc[3 * z + 1], vmul(wk, k));
-        if (WithK) acc[3 * z + 2] = acc_add(acc[3 * z + 2], wk);
-    }
+    lsq_k_cand_zone<Weighted, WithK, 0, Slot>(t, xv, wv, zlo, zhi, acc);
+    if constexpr (Z > 1) lsq_k_cand_zone<Weighted, WithK, 1, Slot>(t, xv, wv, zlo, zhi, acc);
+    if constexpr (Z > 2) lsq_k_cand_zone<Weighted, WithK, 2, Slot>(t, xv, wv, zlo, zhi, acc);
 }
 
 // For each candidate c and zero z = z0 + j (j < Z): k_i = clamp(round_half_even(x_i r[c]),
@@ -68,23 +89,39 @@ QFORGE_KFN void lsq_k_cand_t(const float* x, const float* imp, std::size_t n, co
     const vf vlo = zlo[Z - 1], vhi = zhi[0];
     for (std::size_t c = 0; c < count; ++c) {
         const vf vr = vset(r[c]);
-        acc8 acc[3 * Z];
-        for (auto& a : acc) a = acc_zero();
+        vf acc[3 * Z][lsq_nacc];
+        for (auto& a : acc)
+            for (auto& v : a) v = vset(0.0f);
         std::size_t i = 0;
-        for (; i + lanes <= n; i += lanes)
-            lsq_k_cand_step<Weighted, WithK, Z>(vload(x + i), Weighted ? vload(imp + i) : vr, vr, vlo, vhi, zlo, zhi, acc);
+        constexpr std::size_t second = lsq_nacc - 1;  // slot of a block's second vector (0 at 16 lanes)
+        for (; i + lanes * lsq_nacc <= n; i += lanes * lsq_nacc) {
+            lsq_k_cand_step<Weighted, WithK, Z, 0>(vload(x + i), Weighted ? vload(imp + i) : vr, vr, vlo, vhi, zlo, zhi, acc);
+            if constexpr (lsq_nacc == 2)
+                lsq_k_cand_step<Weighted, WithK, Z, second>(vload(x + i + lanes), Weighted ? vload(imp + i + lanes) : vr, vr,
+                                                            vlo, vhi, zlo, zhi, acc);
+        }
+        bool odd = false;  // one full vector left over (8 lanes only) took slot 0
+        if (lsq_nacc == 2 && i + lanes <= n) {
+            lsq_k_cand_step<Weighted, WithK, Z, 0>(vload(x + i), Weighted ? vload(imp + i) : vr, vr, vlo, vhi, zlo, zhi, acc);
+            i += lanes;
+            odd = true;
+        }
         if (i < n) {  // zero padding: x = 0 gives k = 0, so it adds +0 everywhere
             alignas(64) float xb[lanes] = {};
             alignas(64) float wb[lanes] = {};
             std::memcpy(xb, x + i, (n - i) * sizeof(float));
             if (Weighted) std::memcpy(wb, imp + i, (n - i) * sizeof(float));
-            lsq_k_cand_step<Weighted, WithK, Z>(vload(xb), vload(wb), vr, vlo, vhi, zlo, zhi, acc);
+            if (odd) {
+                lsq_k_cand_step<Weighted, WithK, Z, second>(vload(xb), vload(wb), vr, vlo, vhi, zlo, zhi, acc);
+            } else {
+                lsq_k_cand_step<Weighted, WithK, Z, 0>(vload(xb), vload(wb), vr, vlo, vhi, zlo, zhi, acc);
+            }
         }
         for (int j = 0; j < Z; ++j) {
             float* o = out + (c * Z + static_cast<std::size_t>(j)) * 3;
-            o[0] = lsq_k_total(acc[3 * j]);
-            o[1] = lsq_k_total(acc[3 * j + 1]);
-            o[2] = WithK ? lsq_k_total(acc[3 * j + 2]) : 0.0f;
+            o[0] = lsq_k_total(lsq_k_fold(acc[3 * j]));
+            o[1] = lsq_k_total(lsq_k_fold(acc[3 * j + 1]));
+            o[2] = WithK ? lsq_k_total(lsq_k_fold(acc[3 * j + 2])) : 0.0f;
         }
     }
 }
