@@ -19,7 +19,7 @@ namespace qforge::simd {
 
 /// The grid one candidate (or the final choice) of a group is evaluated on.
 struct grid_params {
-    float scale = 1;  ///< the scale as stored: an F16 or BF16 value > 0 (the kernels rely on its
+    float scale = 1;  ///< the scale as stored: a nonzero F16 or BF16 value (the kernels rely on its
                       ///< <= 11 significant bits to test quotient ties exactly)
     float rinv = 1;   ///< 1.0f / scale, rounded once (the fast path's multiplier)
     float zero = 0;   ///< integer zero point in code space
