@@ -3,7 +3,8 @@
 // (GPTQ v1, sym 4-bit g64, 8-candidate search, bf16 scales, lm_head untied and quantized).
 //
 // Reported, each from one run (the checkpoint is in the page cache for both):
-//   read_input   touching every input byte through the same mmap reader: the I/O floor;
+//   read_input   reading every cache line of the input through the same mmap reader: the I/O
+//                floor (the file is in the page cache after generation, as it is for convert);
 //   convert_w4a8 the whole conversion with 2 threads (QFORGE_BENCH_THREADS), in G weights/s,
 //                with peak resident memory (VmHWM, reset just before) against the largest tensor.
 // Floors (issue 5): >= 0.25 G weights/s end to end; VmHWM <= 3 x largest tensor + 128 MiB.
@@ -108,7 +109,8 @@ void read_input(benchmark::State& state) {
         std::uint64_t sum = 0;
         for (const std::string& n : r.tensor_names()) {
             const tensor_view v = r.view(n);
-            for (std::size_t i = 0; i < v.bytes.size(); i += 4096) sum += static_cast<std::uint64_t>(v.bytes[i]);
+            // One byte per 64-byte line: every line comes from memory (or the disk).
+            for (std::size_t i = 0; i < v.bytes.size(); i += 64) sum += static_cast<std::uint64_t>(v.bytes[i]);
             r.release(n);
         }
         benchmark::DoNotOptimize(sum);

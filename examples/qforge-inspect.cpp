@@ -200,7 +200,8 @@ int main(int argc, char** argv) {
         if (io::path_exists(path + "/quantization_report.json")) {
             const json report = io::read_json_file(path + "/quantization_report.json");
             for (const json& t : report.at("per_tensor").as_array())
-                reported[t.at("name").as_string()] = t.at("snr_db").as_double();
+                if (t.at("snr_db").is_number())  // null: exact (infinite SNR)
+                    reported[t.at("name").as_string()] = t.at("snr_db").as_double();
         }
         if (io::path_exists(against + "/config.json") && io::read_config(against).contains("quantization_config")) {
             // Two quantized checkpoints (repack, issue 8): decode both, compare bit for bit.

@@ -79,7 +79,9 @@ struct conversion_report {
     }
 
 private:
-    static double round2(double x) { return std::round(x * 100) / 100; }
+    /// Two decimals; an exact (infinite SNR) or all-zero tensor is written as null, since
+    /// JSON has no infinity.
+    static json round2(double x) { return std::isfinite(x) ? json(std::round(x * 100) / 100) : json(); }
 };
 
 }  // namespace qforge
