@@ -257,3 +257,18 @@ TEST_CASE("scheme detection from quantization_config") {
         CHECK_THROWS_AS(detect_repack_scheme(json::parse(R"({"quantization_config":{"quant_method":"bitsandbytes"}})"), names), unsupported_error);
     }
 }
+
+TEST_CASE("checkpoint: an inexact scale dtype change is refused before anything is written") {
+    scratch s("scaledtype");
+    make_model(s / "gptq", output_format::gptq, true, 50);
+    repack_options o;
+    o.format = output_format::compressed_tensors;
+    o.model_dtype = dtype::BF16;  // compressed-tensors keeps scales in the model dtype; these F16 scales are not all BF16
+    const auto before = std::distance(fs::directory_iterator(s.root), fs::directory_iterator());
+    CHECK_THROWS_WITH_AS(repack_checkpoint(s / "gptq", s / "ct", o), doctest::Contains("is not exactly representable in BF16"), unsupported_error);
+    CHECK_FALSE(fs::exists(s / "ct"));
+    CHECK(std::distance(fs::directory_iterator(s.root), fs::directory_iterator()) == before);
+    o.model_dtype = dtype::F16;
+    CHECK_NOTHROW(repack_checkpoint(s / "gptq", s / "ct", o));
+    CHECK_THROWS_WITH_AS(repack_checkpoint(s / "gptq", s / "ct", o), doctest::Contains("destination exists"), io_error);
+}
