@@ -118,12 +118,17 @@ TEST_CASE("gguf golden: every block type matches llama.cpp's bytes and decode") 
             if (ref_variant) quantize_rows_ref(*type, x, c.nrow, c.n_per_row, out);
             else quantize_rows(*type, x, c.nrow, c.n_per_row, im, out);
             std::int64_t first = -1;
-            for (std::int64_t i = 0; i < c.nbytes; ++i)
-                if (static_cast<char>(out[i]) != bin[static_cast<std::size_t>(c.byte_offset + i)] &&
-                    !(ref_variant && is_undefined(c.name, i))) {
+            for (std::int64_t i = 0; i < c.nbytes; ++i) {
+                const auto ours = static_cast<unsigned char>(out[i]);
+                const auto gold = static_cast<unsigned char>(bin[static_cast<std::size_t>(c.byte_offset + i)]);
+                // The 0/0 NaN scales of the tiny imatrix cases carry the CPU's default NaN sign:
+                // negative on x86 (golden 00 fe), positive on AArch64 (00 7e), as ggml itself would.
+                const bool nan_sign = gold == 0xFE && ours == 0x7E && i > 0 && out[i - 1] == std::byte{0};
+                if (ours != gold && !nan_sign && !(ref_variant && is_undefined(c.name, i))) {
                     first = i;
                     break;
                 }
+            }
             CHECK_MESSAGE(first == -1, "first differing byte " << first);
             // the scalar reference path too (the call above used the active SIMD path)
             std::vector<std::uint32_t> scalar(storage.size());

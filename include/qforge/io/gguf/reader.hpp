@@ -152,7 +152,7 @@ public:
         r.path_ = std::move(name);
         r.mem_ = bytes;
         r.parse(bytes.size(), [bytes](std::uint64_t off, std::span<std::byte> out) {
-            std::memcpy(out.data(), bytes.data() + off, out.size());
+            if (!out.empty()) std::memcpy(out.data(), bytes.data() + off, out.size());
         });
         return r;
     }
@@ -173,6 +173,7 @@ public:
     /// The raw bytes of one tensor.
     std::vector<std::byte> read_bytes(const tensor_entry& t) const {
         std::vector<std::byte> out(static_cast<std::size_t>(t.nbytes));
+        if (out.empty()) return out;
         if (file_) {
             file_->read_at(data_offset_ + t.offset, out, t.name);
         } else {
@@ -185,6 +186,7 @@ public:
     std::vector<float> read_f32(const tensor_entry& t) const {
         if (!can_quantize(t.type))
             fail<unsupported_error>(path_, t.name, "cannot decode GGUF type " + std::string(type_name(t.type)));
+        if (t.numel() == 0) return {};
         const auto raw = read_bytes(t);
         std::vector<std::uint16_t> aligned((raw.size() + 1) / 2);
         if (!raw.empty()) std::memcpy(aligned.data(), raw.data(), raw.size());  // memcpy(nullptr, ..., 0) is UB
