@@ -13,21 +13,22 @@
 
 // k_round_quotient: round_half_even(fl(x / s)), the IEEE quotient rounded, computed without
 // a division in almost every lane. Quotients are clamped to +-512 first: no code in 0..255
-// can tell a larger one apart. t = x * (1/s) is within |t| 2^-22 of fl(x / s), so the fast
-// rounding can only be wrong where t lies within |t| 2^-20 of a half-integer h. There, a
-// true tie x == h * s (a product exact in float: h has <= 11 significant bits, s <= 11) is
+// can tell a larger one apart. t = x * (1/s) is within |t| 2^-22 <= 2^-13 of fl(x / s), so
+// the fast rounding can only be wrong where t lies within 2^-11 of a half-integer h. There,
+// a true tie x == h * s (a product exact in float: h has <= 11 significant bits, s <= 11) is
 // resolved to even directly; anything else near a tie (rare) redoes the vector with the
 // true division.
 QFORGE_KFN vf k_round_quotient(vf x, vf s, vf r) noexcept {
     const vf lim = vset(512.0f), nlim = vset(-512.0f);
     const vf t = vmin(vmax(vmul(x, r), nlim), lim);
     vf rr = vround(t);
-    const vf d = vadd(vabs(vsub(t, rr)), vmul(vabs(t), vset(0x1p-20f)));
-    if (vany_gt(d, vset(0.5f))) {
+    const vf d = vabs(vsub(t, rr));
+    const vf near = vset(0.5f - 0x1p-11f);
+    if (vany_gt(d, near)) {
         const vf h = vadd(rr, vsel_ge(t, rr, vset(0.5f), vset(-0.5f)));
         const vf miss = vabs(vsub(x, vmul(h, s)));  // exactly 0 on a true tie
         const vf zero = vset(0.0f);
-        if (vany_gt(vsel_ge(zero, miss, zero, d), vset(0.5f))) return vround(vmin(vmax(vdiv(x, s), nlim), lim));
+        if (vany_gt(vsel_ge(zero, miss, zero, d), near)) return vround(vmin(vmax(vdiv(x, s), nlim), lim));
         rr = vsel_ge(zero, miss, vround(h), rr);
     }
     return rr;
@@ -69,10 +70,12 @@ QFORGE_KFN vf k_pow_abs(vf e, vf p) noexcept {
     return vsel_ge(x, vset(0x1p-40f), vmul(q, vpow2i(n)), vset(0.0f));
 }
 
+// k_elem_error: (code - z) * s - x with code - z = clamp(rq, -z, maxq - z), the same integer
+// as clamp(rq + z, 0, maxq) - z, without the two shifts.
 template <bool Squared>
-QFORGE_KFN vf k_elem_error(vf x, vf s, vf r, vf z, vf hi, vf p) noexcept {
-    const vf q = k_code(x, s, r, z, hi);
-    const vf e = vsub(vmul(vsub(q, z), s), x);  // (q - z) * s is exact in float
+QFORGE_KFN vf k_elem_error(vf x, vf s, vf r, vf qlo, vf qhi, vf p) noexcept {
+    const vf q = vmin(vmax(k_round_quotient(x, s, r), qlo), qhi);
+    const vf e = vsub(vmul(q, s), x);  // q * s is exact in float
     if constexpr (Squared) {
         return vmul(e, e);
     } else {
@@ -82,7 +85,8 @@ QFORGE_KFN vf k_elem_error(vf x, vf s, vf r, vf z, vf hi, vf p) noexcept {
 
 template <bool Weighted, bool Squared>
 QFORGE_KFN float k_error_t(const float* w, const float* imp, std::size_t n, const grid_params& gp) noexcept {
-    const vf s = vset(gp.scale), r = vset(gp.rinv), z = vset(gp.zero), hi = vset(gp.maxq), p = vset(gp.norm);
+    const vf s = vset(gp.scale), r = vset(gp.rinv), p = vset(gp.norm);
+    const vf z = vset(-gp.zero), hi = vset(gp.maxq - gp.zero);
     acc8 acc = acc_zero();
     std::size_t i = 0;
     for (; i + lanes <= n; i += lanes) {
