@@ -175,7 +175,7 @@ TEST_CASE("stray bits are found in padded and dense words") {
 
 TEST_CASE("tiled transposed packers equal the strided definition (GPTQ qweight, AWQ gather)") {
     for (int bits : {2, 3, 4, 8}) {
-        for (const auto& dims : {std::pair<std::int64_t, std::int64_t>{1, 32}, {17, 96}, {33, 544}, {40, 288}}) {
+        for (const auto& dims : {std::pair<std::int64_t, std::int64_t>{1, 32}, {17, 96}, {33, 544}, {40, 288}, {13, 40}, {9, 8}, {12, 72}}) {
             const std::int64_t rows = dims.first, cols = dims.second;
             CAPTURE(bits);
             CAPTURE(rows);
@@ -208,5 +208,31 @@ TEST_CASE("tiled transposed packers equal the strided definition (GPTQ qweight, 
         std::vector<std::uint8_t> back(codes.size());
         unpack_awq4(got.data(), k, n, back.data(), 1, k);
         CHECK(back == codes);
+    }
+}
+
+TEST_CASE("AWQ SSE2 gather is byte-identical to the scalar path") {
+    for (const auto& dims : {std::pair<std::int64_t, std::int64_t>{64, 64}, {72, 40}, {136, 24}, {8, 8}, {200, 48}}) {
+        const std::int64_t n = dims.first, k = dims.second;  // codes [n][k]; output [k][n/8]
+        CAPTURE(n);
+        CAPTURE(k);
+        const auto codes = seeded(static_cast<std::size_t>(n * k), 4, static_cast<std::uint32_t>(3 * n + k));
+        std::vector<std::uint32_t> fast(static_cast<std::size_t>(k * n / 8)), scalar(fast.size());
+        pack_awq4(codes.data(), 1, k, k, n, fast.data(), true);
+        pack_awq4(codes.data(), 1, k, k, n, scalar.data(), false);
+        CHECK(fast == scalar);
+    }
+}
+
+TEST_CASE("GPTQ 4-bit SSE2 row packer is byte-identical to the scalar path") {
+    for (const auto& dims : {std::pair<std::int64_t, std::int64_t>{64, 64}, {13, 40}, {4, 32}, {37, 136}, {8, 8}}) {
+        const std::int64_t rows = dims.first, cols = dims.second;
+        CAPTURE(rows);
+        CAPTURE(cols);
+        const auto codes = seeded(static_cast<std::size_t>(rows * cols), 4, static_cast<std::uint32_t>(rows * 7 + cols));
+        std::vector<std::uint32_t> fast(static_cast<std::size_t>(dense_words(cols, 4) * rows)), scalar(fast.size());
+        pack_dense_transposed(codes.data(), rows, cols, 4, fast.data(), true);
+        pack_dense_transposed(codes.data(), rows, cols, 4, scalar.data(), false);
+        CHECK(fast == scalar);
     }
 }

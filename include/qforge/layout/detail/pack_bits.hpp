@@ -25,6 +25,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace qforge::detail {
 
 static_assert(std::endian::native == std::endian::little,
@@ -215,22 +219,65 @@ inline bool dense_has_stray_bits(const std::uint32_t* src, std::ptrdiff_t src_st
 }
 
 // Transposed packers (GPTQ qweight [W][N] from codes [N][K]). Rows are read whole and in
-// order, eight at a time (sequential reads keep the prefetchers streaming), their words go
-// to a small [W][8] buffer, and each output row gets 32 contiguous bytes per block. Writing
+// order, sixteen at a time (sequential reads keep the prefetchers streaming), their words go
+// to a small [W][16] buffer, and each output row gets a whole 64-byte line per block. Writing
 // each word straight down its [W][N] column instead stores to addresses N*4 bytes apart and
 // ran 10x slower than a memcpy; gathering columns across many rows was slower still.
-inline constexpr std::int64_t tile_rows = 8;
+inline constexpr std::int64_t tile_rows = 16;
+
+#if defined(__SSE2__)
+// pack4_rows4_sse2: four rows of 4-bit codes, 32 codes each step -> four words per row, 4x4
+// transposed so each 16-byte store holds one word index of the four rows (tmp[w][tile_rows] layout).
+// Returns the codes done (a multiple of 32); the scalar loop finishes the rest.
+inline std::int64_t pack4_rows4_sse2(const std::uint8_t* p, std::int64_t cols, std::uint32_t* tmp) noexcept {
+    const __m128i lo = _mm_set1_epi8(0x0F), low_bytes = _mm_set1_epi16(0x00FF);
+    auto row_words = [&](const std::uint8_t* q) {  // 32 codes -> 4 words (8 codes per word)
+        const __m128i x0 = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), lo);
+        const __m128i x1 = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)), lo);
+        const __m128i y0 = _mm_and_si128(_mm_or_si128(x0, _mm_srli_epi16(x0, 4)), low_bytes);
+        const __m128i y1 = _mm_and_si128(_mm_or_si128(x1, _mm_srli_epi16(x1, 4)), low_bytes);
+        return _mm_packus_epi16(y0, y1);
+    };
+    std::int64_t k = 0;
+    for (; k + 32 <= cols; k += 32) {
+        const __m128i m0 = row_words(p + k), m1 = row_words(p + cols + k);
+        const __m128i m2 = row_words(p + 2 * cols + k), m3 = row_words(p + 3 * cols + k);
+        const __m128i t0 = _mm_unpacklo_epi32(m0, m1), t1 = _mm_unpacklo_epi32(m2, m3);
+        const __m128i t2 = _mm_unpackhi_epi32(m0, m1), t3 = _mm_unpackhi_epi32(m2, m3);
+        std::uint32_t* o = tmp + (k / 8) * tile_rows;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi64(t0, t1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + tile_rows), _mm_unpackhi_epi64(t0, t1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * tile_rows), _mm_unpacklo_epi64(t2, t3));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * tile_rows), _mm_unpackhi_epi64(t2, t3));
+    }
+    return k;
+}
+#endif
 
 /// GPTQ qweight: codes [rows][cols] (row-major) -> words [dense_words(cols)][rows], each row a
 /// dense stream along cols written down its column. cols*bits must fill whole words.
-/// Allocates a dense_words(cols) x 8 word buffer (may throw std::bad_alloc).
+/// Allocates a dense_words(cols) x tile_rows word buffer (may throw std::bad_alloc). `simd_ok = false`
+/// forces the portable scalar path (the tests compare both).
 inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols,
-                                  int bits, std::uint32_t* dst) {
+                                  int bits, std::uint32_t* dst, bool simd_ok = true) {
     const std::int64_t words = dense_words(cols, bits);
     std::vector<std::uint32_t> tmp(static_cast<std::size_t>(words * tile_rows));
     for (std::int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
         const std::int64_t nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
-        for (std::int64_t r = 0; r < nr; ++r)
+        std::int64_t r = 0;
+#if defined(__SSE2__)
+        if (simd_ok && bits == 4)
+            for (; r + 4 <= nr; r += 4) {
+                const std::uint8_t* p = codes + (r0 + r) * cols;
+                const std::int64_t done = pack4_rows4_sse2(p, cols, tmp.data() + r);
+                for (std::int64_t j = 0; j < 4; ++j)
+                    pack_dense(p + j * cols + done, 1, cols - done, bits, tmp.data() + (done / 8) * tile_rows + r + j,
+                               tile_rows);
+            }
+#else
+        (void)simd_ok;
+#endif
+        for (; r < nr; ++r)
             pack_dense(codes + (r0 + r) * cols, 1, cols, bits, tmp.data() + r, tile_rows);
         if (nr == tile_rows) {
             for (std::int64_t w = 0; w < words; ++w)
@@ -329,12 +376,73 @@ inline void awq4_transposed(const std::uint8_t* src, std::int64_t rows, std::int
     }
 }
 
+#if defined(__SSE2__)
+// awq4_transposed_sse2: the same words as awq4_transposed with SSE2 (baseline on x86-64, so
+// no dispatch is needed). Sixteen codes of each of eight source rows per step: nibble-merge
+// the AWQ pairs, interleave bytes then 16-bit lanes, and four stores hold sixteen words of
+// one output column in a [8][rows] buffer; 4x4 word transposes then write each output row
+// 32 contiguous bytes. Tested byte-identical to the scalar path (test_pack_bits.cpp).
+inline void awq4_transposed_sse2(const std::uint8_t* src, std::int64_t rows, std::int64_t cols,
+                                 std::uint32_t* dst) {
+    constexpr std::int64_t block = 8;
+    const std::int64_t words = cols / 8;
+    std::vector<std::uint32_t> tmp(static_cast<std::size_t>(block * rows));  // [cb][row]
+    const __m128i lo = _mm_set1_epi8(0x0F);
+    auto load = [&](const std::uint8_t* p) {
+        return _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), lo);
+    };
+    for (std::int64_t c0 = 0; c0 < words; c0 += block) {
+        const std::int64_t nb = words - c0 < block ? words - c0 : block;
+        for (std::int64_t cb = 0; cb < nb; ++cb) {
+            const std::uint8_t* base = src + 8 * (c0 + cb) * rows;
+            std::uint32_t* t = tmp.data() + cb * rows;
+            std::int64_t r = 0;
+            for (; r + 16 <= rows; r += 16) {
+                const __m128i a = _mm_or_si128(load(base + r), _mm_slli_epi16(load(base + 2 * rows + r), 4));
+                const __m128i b = _mm_or_si128(load(base + 4 * rows + r), _mm_slli_epi16(load(base + 6 * rows + r), 4));
+                const __m128i c = _mm_or_si128(load(base + 1 * rows + r), _mm_slli_epi16(load(base + 3 * rows + r), 4));
+                const __m128i d = _mm_or_si128(load(base + 5 * rows + r), _mm_slli_epi16(load(base + 7 * rows + r), 4));
+                const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+                const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(t + r), _mm_unpacklo_epi16(ab0, cd0));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(t + r + 4), _mm_unpackhi_epi16(ab0, cd0));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(t + r + 8), _mm_unpacklo_epi16(ab1, cd1));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(t + r + 12), _mm_unpackhi_epi16(ab1, cd1));
+            }
+            for (; r < rows; r += 8) awq4_gather8(base + r, rows, t + r, 1);
+        }
+        if (nb == block) {
+            for (std::int64_t r = 0; r < rows; r += 4)
+                for (std::int64_t half = 0; half < block; half += 4) {
+                    const std::uint32_t* t = tmp.data() + half * rows + r;
+                    const __m128i m0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
+                    const __m128i m1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + rows));
+                    const __m128i m2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 2 * rows));
+                    const __m128i m3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 3 * rows));
+                    const __m128i t0 = _mm_unpacklo_epi32(m0, m1), t1 = _mm_unpacklo_epi32(m2, m3);
+                    const __m128i t2 = _mm_unpackhi_epi32(m0, m1), t3 = _mm_unpackhi_epi32(m2, m3);
+                    std::uint32_t* o = dst + r * words + c0 + half;
+                    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi64(t0, t1));
+                    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + words), _mm_unpackhi_epi64(t0, t1));
+                    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * words), _mm_unpacklo_epi64(t2, t3));
+                    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * words), _mm_unpackhi_epi64(t2, t3));
+                }
+        } else {
+            for (std::int64_t r = 0; r < rows; ++r)
+                for (std::int64_t cb = 0; cb < nb; ++cb)
+                    dst[r * words + c0 + cb] = tmp[static_cast<std::size_t>(cb * rows + r)];
+        }
+    }
+}
+#endif
+
 /// Packs 4-bit codes [rows][cols] (row-major, cols % 8 == 0) along the columns in AWQ order:
 /// dst [rows][cols/8]. `src_col_stride` / `src_row_stride` let the caller pack a transposed
 /// source (AWQ packs along N while qforge holds codes [N][K]).
+/// `simd_ok = false` forces the portable scalar path (the tests compare both).
 inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride,
                       std::ptrdiff_t src_col_stride, std::int64_t rows, std::int64_t cols,
-                      std::uint32_t* dst) {
+                      std::uint32_t* dst, bool simd_ok = true) {
     const std::int64_t words = cols / 8;
     if (src_col_stride == 1) {
         for (std::int64_t r = 0; r < rows; ++r)
@@ -346,7 +454,12 @@ inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride,
     // the eight source rows' cache lines hot across 64 consecutive output rows.
     std::int64_t done = 0;
     if (src_row_stride == 1 && src_col_stride == rows && rows % 8 == 0) {
+#if defined(__SSE2__)
+        if (simd_ok) awq4_transposed_sse2(src, rows, cols, dst);
+        else awq4_transposed(src, rows, cols, dst);
+#else
         awq4_transposed(src, rows, cols, dst);
+#endif
         done = rows;
     }
     src += done * src_row_stride;
