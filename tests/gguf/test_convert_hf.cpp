@@ -308,4 +308,13 @@ TEST_CASE("HF -> GGUF: Q4_K_M on the two-shard demo checkpoint, read back and un
     }
     CHECK(10 * std::log10(num / den) > 18.0);
     CHECK(10 * std::log10(num / den_unpermuted) < 3.0);  // without the permutation it would not match
+
+    // threads change nothing: same bytes, same report
+    thread_pool pool(3);
+    o.exec = pool.executor();
+    o.chunk_rows = 100;  // chunks that do not divide the row counts
+    const auto rep3 = convert_hf_to_gguf(dir, out_path("demo_mt"), o);
+    CHECK(io::read_file(out_path("demo_mt")) == io::read_file(out_path("demo")));
+    REQUIRE(rep3.tensors.size() == rep.tensors.size());
+    for (std::size_t i = 0; i < rep.tensors.size(); ++i) CHECK(rep3.tensors[i].snr_db == rep.tensors[i].snr_db);
 }

@@ -27,6 +27,7 @@
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
+#include "qforge/core/parallel.hpp"
 #include "qforge/io/gguf/writer.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
@@ -44,6 +45,9 @@ struct convert_options {
     /// Importance vector (ne[0] floats) for a GGUF tensor name, or null (llama.cpp imatrix).
     std::function<const std::vector<float>*(const std::string&)> imatrix;
     std::int64_t chunk_rows = 256;
+    /// Runs the rows of a chunk in parallel (e.g. thread_pool::executor()); null: this thread.
+    /// The output bytes never depend on it (rows are independent).
+    executor exec;
 };
 
 struct tensor_report {
@@ -249,7 +253,8 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     convert_report report;
     report.arch = arch_name;
     std::vector<float> rows, back;
-    std::vector<std::uint16_t> out;  // 2-byte aligned block storage
+    std::vector<double> row_x2, row_e2;
+    std::vector<std::uint16_t> out;  // 2-byte aligned block storage (every row size is even)
     for (std::size_t ti = 0; ti < plan.size(); ++ti) {
         const auto& p = plan[ti];
         const tensor_view v = src.view(p.hf);
@@ -260,27 +265,42 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
         if (im && static_cast<std::int64_t>(im->size()) != cols)
             fail<shape_error>("", p.decl.name, "imatrix has " + std::to_string(im->size()) + " entries, rows have " + std::to_string(cols));
         double sx2 = 0, se2 = 0;
+        const auto row_size = static_cast<std::size_t>(quantized_size(t, 1, cols));
         for (std::int64_t r0 = 0; r0 < nrows; r0 += opt.chunk_rows) {
             const std::int64_t n = std::min(opt.chunk_rows, nrows - r0);
             rows.resize(static_cast<std::size_t>(n * cols));
-            for (std::int64_t r = 0; r < n; ++r) {
-                const std::int64_t srow = p.map.permute_heads > 0 ? permuted_source_row(r0 + r, nrows, p.map.permute_heads) : r0 + r;
-                detail::load_row(v, srow, cols, rows.data() + r * cols);
-            }
-            for (float x : rows)
-                if (!std::isfinite(x)) fail<format_error>(src_dir, p.hf, "tensor holds NaN or infinity");
-            const auto nbytes = static_cast<std::size_t>(quantized_size(t, n, cols));
-            out.resize(nbytes / 2 + 1);
-            auto* dst = reinterpret_cast<std::byte*>(out.data());
-            quantize_rows(t, rows.data(), n, cols, im ? im->data() : nullptr, dst);
-            w.write_part(std::span<const std::byte>(dst, nbytes));
             back.resize(rows.size());
-            dequantize_rows(t, dst, n * cols, back.data());
-            for (std::size_t i = 0; i < rows.size(); ++i) {
-                const double x = rows[i], e = x - static_cast<double>(back[i]);
-                sx2 += x * x;
-                se2 += e * e;
+            out.resize(row_size * static_cast<std::size_t>(n) / 2 + 1);
+            auto* dst = reinterpret_cast<std::byte*>(out.data());
+            row_x2.assign(static_cast<std::size_t>(n), 0.0);
+            row_e2.assign(static_cast<std::size_t>(n), 0.0);
+            parallel_for(opt.exec, 0, static_cast<std::size_t>(n), 8, [&](std::size_t lo, std::size_t hi) {
+                for (std::size_t r = lo; r < hi; ++r) {
+                    const auto ri = static_cast<std::int64_t>(r);
+                    const std::int64_t srow = p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, nrows, p.map.permute_heads) : r0 + ri;
+                    float* xr = rows.data() + ri * cols;
+                    detail::load_row(v, srow, cols, xr);
+                    for (std::int64_t c = 0; c < cols; ++c)
+                        if (!std::isfinite(xr[c])) fail<format_error>(src_dir, p.hf, "tensor holds NaN or infinity");
+                    std::byte* qr = dst + r * row_size;
+                    quantize_rows(t, xr, 1, cols, im ? im->data() : nullptr, qr);
+                    float* yr = back.data() + ri * cols;
+                    dequantize_rows(t, qr, cols, yr);
+                    double x2 = 0, e2 = 0;
+                    for (std::int64_t c = 0; c < cols; ++c) {
+                        const double x = xr[c], e = x - static_cast<double>(yr[c]);
+                        x2 += x * x;
+                        e2 += e * e;
+                    }
+                    row_x2[r] = x2;
+                    row_e2[r] = e2;
+                }
+            });
+            for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {  // in row order: deterministic
+                sx2 += row_x2[r];
+                se2 += row_e2[r];
             }
+            w.write_part(std::span<const std::byte>(dst, row_size * static_cast<std::size_t>(n)));
         }
         w.end_tensor();
         src.release(p.hf);
