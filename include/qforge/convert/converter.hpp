@@ -176,6 +176,7 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     for (std::size_t i = 0; i < p.items.size(); ++i) {
         const plan_item& it = p.items[i];
         if (opt.before_tensor) opt.before_tensor(i);
+        src.verify_unchanged();  // a shard truncated underneath us: an io_error, not a SIGBUS
         const tensor_view v = src.view(it.source);
         progress_event ev{i + 1, p.items.size(), &it, std::string(dtype_name(it.source_type)),
                           detail::out_type_text(p, it), it.in_bytes(), it.out_bytes(), std::nullopt};

@@ -42,6 +42,9 @@ public:
     tensor_view view(std::string_view name) const { return shards_.view(name); }
     /// Drops the mapped pages of a tensor we are done with, so resident memory stays flat.
     void release(std::string_view name) const { shards_.release(name); }
+    /// io_error if a shard changed size since it was opened: a view into a file that shrank
+    /// would SIGBUS when touched, so the converter checks before taking each view.
+    void verify_unchanged() const { shards_.verify_unchanged(); }
 
 private:
     static std::string check_dir(std::string d) {
