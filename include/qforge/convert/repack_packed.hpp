@@ -184,8 +184,18 @@ inline quantized_tensor read_gptq(const repack_source& src, const std::string& p
     q.zeros.resize(static_cast<std::size_t>(N * G));
     q.scales.resize(static_cast<std::size_t>(N * G));
     q.scale_dtype = sc.type;
-    // Row by row: writes of [N][G] are sequential, the G rows read stay in L1.
+    // Row by row: writes of [N][G] are sequential, the G rows read stay in L1. The loop only
+    // flags a bad zero; the rescan below names the first one (kept out of the hot loop).
+    const int add = args.v2 ? 0 : 1, mid = 1 << (b - 1);
+    bool bad = false;
     for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t gg = 0; gg < G; ++gg) {
+            const int field = zf[static_cast<std::size_t>(gg * N + n)];
+            bad |= (add == 1 && field == maxq) || (args.sym && field + add != mid);
+            q.zeros[static_cast<std::size_t>(n * G + gg)] = field + add;
+            q.scales[static_cast<std::size_t>(n * G + gg)] = spat[static_cast<std::size_t>(gg * N + n)];
+        }
+    for (std::int64_t n = 0; bad && n < N; ++n)
         for (std::int64_t gg = 0; gg < G; ++gg) {
             const int field = zf[static_cast<std::size_t>(gg * N + n)];
             if (!args.v2 && field == maxq)
@@ -199,8 +209,6 @@ inline quantized_tensor read_gptq(const repack_source& src, const std::string& p
                                    "config says sym but group " + std::to_string(gg) + " column " + std::to_string(n) + " has zero " +
                                        std::to_string(zero) + " (expected " + std::to_string(1 << (b - 1)) +
                                        "; is checkpoint_format " + (args.v2 ? "gptq_v2" : "gptq (v1)") + " right?)");
-            q.zeros[static_cast<std::size_t>(n * G + gg)] = zero;
-            q.scales[static_cast<std::size_t>(n * G + gg)] = spat[static_cast<std::size_t>(gg * N + n)];
         }
     if (gi) {
         q.g_idx = read_g_idx_i32(*gi, K, G, file);
