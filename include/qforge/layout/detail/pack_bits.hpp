@@ -458,6 +458,7 @@ inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride,
         if (simd_ok) awq4_transposed_sse2(src, rows, cols, dst);
         else awq4_transposed(src, rows, cols, dst);
 #else
+        (void)simd_ok;
         awq4_transposed(src, rows, cols, dst);
 #endif
         done = rows;
