@@ -154,12 +154,22 @@ TEST_CASE("static groups keep g_idx = k / g under act-order") {
     CHECK(output_error(l.w, q, l.h) < 0.7 * rtn);
 }
 
-TEST_CASE("GPTQ is deterministic across thread counts and block sizes that split groups") {
+TEST_CASE("GPTQ is deterministic across thread counts, SIMD paths and block sizes that split groups") {
     const layer& l = fixture();
     const gptq_solver_options o = opts(false, scale_policy::minmax, true);
     const quantized_tensor a = gptq_quantize(l.view(), l.h, o);
     thread_pool pool(3);
     CHECK(same_bytes(a, gptq_quantize(l.view(), l.h, o, pool.executor())));
+    for (simd::isa isa : {simd::isa::scalar, simd::isa::avx2, simd::isa::avx512, simd::isa::neon}) {
+        if (!simd::available(isa)) continue;
+        gptq_solver_options on = o;
+        on.quant.isa = isa;
+        on.quant.policy = scale_policy::custom;
+        on.quant.custom = make_lsq_policy();
+        gptq_solver_options ref = on;
+        ref.quant.isa = simd::isa::scalar;
+        CHECK(same_bytes(gptq_quantize(l.view(), l.h, on), gptq_quantize(l.view(), l.h, ref)));
+    }
     gptq_solver_options odd = o;
     odd.block_size = 48;  // blocks end early so no group straddles a block end
     odd.quant.group_size = 64;
