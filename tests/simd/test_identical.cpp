@@ -54,7 +54,7 @@ TEST_CASE("group kernels: every ISA equals scalar bit for bit") {
     for (simd::isa i : other_isas()) {
         CAPTURE(simd::isa_name(i));
         const auto& k = simd::kernels(i);
-        for (std::size_t n : {1u, 7u, 8u, 15u, 16u, 17u, 31u, 33u, 64u, 127u, 129u, 1000u}) {
+        for (std::size_t n : {1u, 7u, 8u, 15u, 16u, 17u, 31u, 33u, 64u, 127u, 129u, 300u}) {
             CAPTURE(n);
             // Scales are always stored F16/BF16 values (the kernels rely on <= 11 significant bits).
             for (float s : {fp16_to_float(float_to_fp16(0.0125f)), fp16_to_float(float_to_fp16(0.003f)),
@@ -190,7 +190,7 @@ TEST_CASE("whole tensors: every bits x group x symmetry x policy x width equals 
     const auto others = other_isas();
     if (others.empty()) return;
     int compared = 0;
-    const std::int64_t rows = 3;
+    const std::int64_t rows = 2;
     for (std::int64_t cols : {1, 7, 31, 33, 127, 129}) {
         const auto w = testing::to_bf16(testing::student_t_floats(static_cast<std::size_t>(rows * cols), cols));
         const auto v = testing::view_of(w, rows, cols, dtype::BF16);
