@@ -173,11 +173,11 @@ public:
     /// The raw bytes of one tensor.
     std::vector<std::byte> read_bytes(const tensor_entry& t) const {
         std::vector<std::byte> out(static_cast<std::size_t>(t.nbytes));
-        if (out.empty()) return out;
+        if (out.empty()) return out;  // no memcpy through an empty vector's null data()
         if (file_) {
             file_->read_at(data_offset_ + t.offset, out, t.name);
         } else {
-            if (!out.empty()) std::memcpy(out.data(), mem_.data() + data_offset_ + t.offset, out.size());
+            std::memcpy(out.data(), mem_.data() + data_offset_ + t.offset, out.size());
         }
         return out;
     }
