@@ -401,7 +401,7 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
     for (const auto& it : p.items) {
         if (it.shape.size() != 2 || !it.name.ends_with(".weight") || !is_floating(it.source_type)) continue;
         const bool linear = it.action == plan_action::quantize ||
-                            default_action(it.name, it.source_type, it.shape, 0) == default_decision::quantize ||
+                            default_action(it.name, it.source_type, it.shape, cfg.num_experts) == default_decision::quantize ||
                             module_of(it.name).ends_with("lm_head");
         if (!linear) continue;
         linear_entry e{std::string(module_of(it.name)), it.action == plan_action::quantize, it.scheme.bits,
