@@ -53,12 +53,14 @@ TEST_CASE("path safety: the converter's checkpoint source refuses hostile shard 
     const std::string good = read_bytes(model / "model.safetensors.index.json");
     json index = json::parse(good);
     const std::string first_shard = index.at("weight_map").at("model.norm.weight").as_string();
-    for (const auto& [name, needle] : bad_names(root / "outside.safetensors")) {
+    for (const bad_name& hostile : bad_names(root / "outside.safetensors")) {
+        const std::string name = hostile.name;
         CAPTURE(name);
         json bad = index;
         bad["weight_map"].set("model.norm.weight", name);
         write_bytes(model / "model.safetensors.index.json", bad.dump({.indent = 2}));
-        CHECK_THROWS_AS(qforge::checkpoint_source{model.string()}, qforge::error);
+        CHECK_THROWS_WITH_AS(qforge::checkpoint_source{model.string()}, doctest::Contains(hostile.needle),
+                             qforge::format_error);
     }
     // NUL: "<real shard>\0<junk>" must not open the real shard through C-string truncation.
     json nul = index;

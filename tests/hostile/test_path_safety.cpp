@@ -60,7 +60,9 @@ std::vector<bad_name> bad_names(const fs::path& outside_file) {
 }  // namespace
 
 TEST_CASE("path safety: check_plain_file_name refuses every non-plain name, naming the source file") {
-    for (const auto& [name, needle] : bad_names("/etc/passwd")) {
+    for (const bad_name& bad : bad_names("/etc/passwd")) {
+        const std::string name = bad.name;
+        const char* const needle = bad.needle;
         CAPTURE(name);
         CHECK_THROWS_WITH_AS(io::check_plain_file_name(name, "idx.json"), doctest::Contains(needle),
                              qforge::format_error);
@@ -78,7 +80,9 @@ TEST_CASE("path safety: index.json shard names that leave the folder are refused
     fs::create_directories(model);
     write_shard(root / "outside.safetensors", "w");  // a valid file the attacker wants read
     write_shard(model / "model.safetensors", "w");
-    for (const auto& [name, needle] : bad_names(root / "outside.safetensors")) {
+    for (const bad_name& bad : bad_names(root / "outside.safetensors")) {
+        const std::string name = bad.name;
+        const char* const needle = bad.needle;
         CAPTURE(name);
         write_index(model, name);
         CHECK_THROWS_WITH_AS(st::sharded_reader{model.string()}, doctest::Contains(needle), qforge::format_error);
@@ -138,7 +142,9 @@ TEST_CASE("path safety: side files that are symlinks out of the source are not c
 TEST_CASE("path safety: an atomic output folder only hands out plain names inside it") {
     scratch_dir root;
     io::atomic_output_dir out((root / "out").string());
-    for (const auto& [name, needle] : bad_names(root / "x")) {
+    for (const bad_name& bad : bad_names(root / "x")) {
+        const std::string name = bad.name;
+        const char* const needle = bad.needle;
         CAPTURE(name);
         CHECK_THROWS_WITH_AS((void)out.file(name), doctest::Contains(needle), qforge::format_error);
     }
