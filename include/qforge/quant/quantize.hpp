@@ -43,6 +43,10 @@
 #include "qforge/quant/scheme.hpp"
 #include "qforge/simd/dispatch.hpp"
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace qforge {
 
 struct quant_options {
@@ -58,6 +62,24 @@ struct quant_options {
 };
 
 namespace detail {
+
+/// v = n zeros. A buffer of many megabytes is first offered to the kernel for transparent huge
+/// pages (Linux, THP in "madvise" mode): its first touch then costs one fault per 2 MB instead
+/// of one per 4 KB, which on a 45 MB code array was a third of the quantizer's time. Only
+/// where pages come from changes, never their contents.
+template <class T>
+void assign_zeros(std::vector<T>& v, std::size_t n) {
+    v.clear();
+    v.reserve(n);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    constexpr std::uintptr_t huge = std::uintptr_t{1} << 21;
+    const auto lo = reinterpret_cast<std::uintptr_t>(v.data());
+    const std::uintptr_t hi = lo + n * sizeof(T);
+    const std::uintptr_t a = (lo + huge - 1) & ~(huge - 1), b = hi & ~(huge - 1);
+    if (b > a) (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+    v.assign(n, T{});
+}
 
 inline void check_options(const tensor_view& w, const quant_options& o) {
     auto bad_shape = [&](const std::string& why) { fail<shape_error>({}, w.name, why); };
@@ -166,9 +188,9 @@ inline quantized_tensor quantize(const tensor_view& weight, const quant_options&
     q.group_size = opt.group_size == per_channel ? q.cols : opt.group_size;
     q.symmetric = opt.symmetric;
     q.scale_dtype = opt.scale_dtype;
-    q.codes.assign(static_cast<std::size_t>(q.rows * q.cols), 0);
-    q.scales.assign(static_cast<std::size_t>(q.rows * q.groups()), 0);
-    q.zeros.assign(q.scales.size(), 0);
+    detail::assign_zeros(q.codes, static_cast<std::size_t>(q.rows * q.cols));
+    detail::assign_zeros(q.scales, static_cast<std::size_t>(q.rows * q.groups()));
+    detail::assign_zeros(q.zeros, q.scales.size());
 
     // Chunks of rows sized from the shape alone, so the work split never depends on threads.
     const auto grain = static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / q.cols));
