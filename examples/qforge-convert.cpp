@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "qforge/convert/converter.hpp"
+#include "qforge/convert/gguf/converter.hpp"
 #include "qforge/convert/repack_checkpoint.hpp"
 
 namespace {
@@ -38,6 +39,10 @@ struct settings {
     gptq_solver_options gptq{};
     bool repack = false, requantize = false;  // --repack (issue 8)
     int qat_bits = 0;
+    bool gguf = false;  // --format gguf (issue 6): one streaming pass HF -> GGUF
+    std::string gguf_type = "Q4_K_M", tokenizer_from, pre_tokenizer;
+    std::vector<std::string> gguf_overrides;
+    bool no_vocab = false;
 };
 
 struct preset {
@@ -137,8 +142,10 @@ struct option {
 
 const std::vector<option>& options() {
     static const std::vector<option> o{
-        {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors",
+        {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors | gguf",
          [](settings& s, const std::string& v) {
+             s.gguf = v == "gguf";
+             if (s.gguf) return;
              s.format = parse_format(v);
              if (!s.format) usage_error("unknown format '" + v + "'");
          }},
@@ -196,6 +203,16 @@ const std::vector<option>& options() {
         {"--overwrite", "", "replace an existing destination (only once the new one is complete)",
          [](settings& s, const std::string&) { s.overwrite = true; }},
         {"--quiet", "", "no progress lines", [](settings& s, const std::string&) { s.quiet = true; }},
+        {"--type", "T", "with --format gguf: Q4_K_M (default), Q8_0, Q4_0, Q6_K, ... (llama-quantize names)",
+         [](settings& s, const std::string& v) { s.gguf_type = v; }},
+        {"--type-override", "NAME=T", "with --format gguf: a GGUF tensor name or re:regex given its own type (repeatable)",
+         [](settings& s, const std::string& v) { s.gguf_overrides.push_back(v); }},
+        {"--tokenizer-from", "FILE", "with --format gguf: copy every tokenizer.* key from this GGUF",
+         [](settings& s, const std::string& v) { s.tokenizer_from = v; }},
+        {"--pre-tokenizer", "NAME", "with --format gguf: convert SRC/tokenizer.json (byte-level BPE) with this llama.cpp pre-tokenizer",
+         [](settings& s, const std::string& v) { s.pre_tokenizer = v; }},
+        {"--no-vocab", "", "with --format gguf: write no tokenizer (tokenizer.ggml.model = no_vocab)",
+         [](settings& s, const std::string&) { s.no_vocab = true; }},
         {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT): move its codes into --format bit for bit, or refuse with the reason",
          [](settings& s, const std::string&) { s.repack = true; }},
         {"--requantize", "", "with --repack: dequantize and quantize again the layers --format cannot hold exactly (SNR reported)",
@@ -265,7 +282,7 @@ settings parse(int argc, char** argv) {
     if (positional.size() != 2) usage_error("expected SRC and DST");
     s.src = positional[0];
     s.dst = positional[1];
-    if (!s.format) usage_error("give --format or --preset");
+    if (!s.format && !s.gguf) usage_error("give --format or --preset");
     return s;
 }
 
@@ -323,12 +340,46 @@ int run_repack(const settings& s) {
     return 0;
 }
 
+// --format gguf (issue 6): Hugging Face -> GGUF in one streaming pass, llama.cpp's bytes.
+int run_gguf(const settings& s) {
+    if (io::path_exists(s.dst) && !s.overwrite)
+        throw unsupported_error(s.dst, {}, "destination exists (pass --overwrite to replace it)");
+    gguf::convert_options o;
+    const auto type = gguf::parse_file_type(s.gguf_type);
+    if (!type) usage_error("unknown GGUF type '" + s.gguf_type + "'");
+    o.type = *type;
+    for (const auto& spec : s.gguf_overrides) o.overrides.push_back(gguf::parse_override(spec));
+    o.tokenizer_from = s.tokenizer_from;
+    o.pre_tokenizer = s.pre_tokenizer;
+    o.allow_no_vocab = s.no_vocab;
+    thread_pool pool(s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency()));
+    o.exec = pool.executor();
+    gguf::progress_fn progress;
+    if (!s.quiet)
+        progress = [](std::size_t i, std::size_t n, const std::string& name) { std::fprintf(stderr, "[%zu/%zu] %s\n", i, n, name.c_str()); };
+    const gguf::convert_report r = gguf::convert_hf_to_gguf(s.src, s.dst, o, progress);
+    double snr_min = 1e300, snr_sum = 0;
+    std::size_t quantized = 0;
+    for (const auto& t : r.tensors)
+        if (t.snr_db < 1e300) {
+            snr_min = std::min(snr_min, t.snr_db);
+            snr_sum += t.snr_db;
+            ++quantized;
+        }
+    std::printf("wrote %s: %zu tensors (%s), %.3f bits per weight", s.dst.c_str(), r.tensors.size(), r.arch.c_str(), r.bits_per_weight());
+    if (quantized) std::printf(", SNR min %.2f dB, mean %.2f dB", snr_min, snr_sum / static_cast<double>(quantized));
+    std::printf("\n");
+    for (const auto& f : r.fallbacks()) std::printf("fallback: %s\n", f.c_str());
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     const settings s = parse(argc, argv);
     try {
         if (s.repack) return run_repack(s);
+        if (s.gguf) return run_gguf(s);
         const auto t0 = std::chrono::steady_clock::now();
         checkpoint_source src(s.src);
         convert_options o = to_options(s, src);
