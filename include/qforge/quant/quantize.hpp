@@ -132,7 +132,13 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
     // Rows are converted a block of whole groups at a time (about 8 KB of floats), so the
     // group passes read L1-resident data; a group wider than that is its own block.
     const std::int64_t block = std::min(cols, gsize >= 2048 ? gsize : (2048 / gsize) * gsize);
+    const auto block_groups = static_cast<std::size_t>((block + gsize - 1) / gsize);
     std::vector<float> buf(static_cast<std::size_t>(block));
+    // Per block: every group's min/max in one kernel call, then the (scalar) scale choices,
+    // then every group's codes in one call; each group's result is what the single-group
+    // kernels give.
+    std::vector<float> mn(block_groups), mx(block_groups);
+    std::vector<simd::grid_params> grids(block_groups);
     group_view g;
     g.bits = S::bits;
     g.symmetric = S::is_symmetric;
@@ -149,13 +155,17 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
                 first_bad = r * cols + b0 + bad;
                 return;
             }
-            for (std::int64_t c0 = b0; c0 < b0 + nb; c0 += gsize) {
+            k.min_max_groups(buf.data(), static_cast<std::size_t>(nb), static_cast<std::size_t>(gsize), mn.data(),
+                             mx.data());
+            std::size_t jj = 0;
+            for (std::int64_t c0 = b0; c0 < b0 + nb; c0 += gsize, ++jj) {
                 const std::int64_t j = c0 / gsize;
                 g.w = buf.data() + (c0 - b0);
                 g.imp = o.importance.empty() ? nullptr : o.importance.data() + c0;
                 g.n = static_cast<std::size_t>(std::min(gsize, cols - c0));
                 g.group = j;
-                k.min_max(g.w, g.n, &g.mn, &g.mx);
+                g.mn = mn[jj];
+                g.mx = mx[jj];
                 const group_choice c = o.policy == scale_policy::custom ? o.custom(g) : choose_group(o.policy, g, o.search);
                 if constexpr (S::is_symmetric) {
                     if (c.zero != S::pinned_zero)
@@ -168,8 +178,10 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
                 const auto gi = static_cast<std::size_t>(r * groups + j);
                 q.scales[gi] = c.scale;
                 q.zeros[gi] = c.zero;
-                k.encode(g.w, g.n, g.grid(c.scale, c.zero), q.codes.data() + r * cols + c0);
+                grids[jj] = g.grid(c.scale, c.zero);
             }
+            k.encode_groups(buf.data(), static_cast<std::size_t>(nb), static_cast<std::size_t>(gsize), grids.data(),
+                            q.codes.data() + r * cols + b0);
         }
     }
 }

@@ -50,6 +50,14 @@ struct group_kernels {
     /// out[c] = error(w, imp, n, p[c]) for every candidate c < count, in one call.
     void (*errors)(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
                    float* out) noexcept;
+
+    /// min_max of each group of w[0..n): groups of gsize values (the last one shorter when gsize
+    /// does not divide n) -> mn[j], mx[j].
+    void (*min_max_groups)(const float* w, std::size_t n, std::size_t gsize, float* mn, float* mx) noexcept;
+
+    /// encode of each group of w[0..n) on its own grid p[j] (groups as in min_max_groups).
+    void (*encode_groups)(const float* w, std::size_t n, std::size_t gsize, const grid_params* p,
+                          std::uint8_t* codes) noexcept;
 };
 
 }  // namespace qforge::simd

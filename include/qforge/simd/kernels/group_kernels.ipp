@@ -154,6 +154,19 @@ QFORGE_KFN void k_min_max(const float* w, std::size_t n, float* mn, float* mx) n
     *mx = vhmax(hi);
 }
 
+// Many groups per call: groups of gsize consecutive values, the last one shorter when n is
+// not a multiple. Each group is exactly the single-group kernel's work (same results), but
+// the loop over groups runs inside one target function, with the kernels inlined, instead of
+// one indirect call per group.
+QFORGE_KFN void k_min_max_groups(const float* w, std::size_t n, std::size_t gsize, float* mn, float* mx) noexcept {
+    for (std::size_t c = 0, j = 0; c < n; c += gsize, ++j) k_min_max(w + c, n - c < gsize ? n - c : gsize, mn + j, mx + j);
+}
+
+QFORGE_KFN void k_encode_groups(const float* w, std::size_t n, std::size_t gsize, const grid_params* p,
+                                std::uint8_t* codes) noexcept {
+    for (std::size_t c = 0, j = 0; c < n; c += gsize, ++j) k_encode(w + c, n - c < gsize ? n - c : gsize, p[j], codes + c);
+}
+
 template <int Kind>  // 0: F32, 1: F16, 2: BF16
 QFORGE_KFN bool k_convert_t(const std::byte* src, std::size_t n, float* dst) noexcept {
     constexpr std::size_t es = Kind == 0 ? 4 : 2;
@@ -194,6 +207,7 @@ QFORGE_KFN std::int64_t k_to_f32(const std::byte* src, dtype type, std::size_t n
 }
 
 inline const group_kernels& kernel_table() noexcept {
-    static constexpr group_kernels table{QFORGE_KERNEL_ISA, &k_to_f32, &k_min_max, &k_error, &k_encode, &k_errors};
+    static constexpr group_kernels table{QFORGE_KERNEL_ISA, &k_to_f32, &k_min_max, &k_error, &k_encode, &k_errors,
+                                             &k_min_max_groups, &k_encode_groups};
     return table;
 }
