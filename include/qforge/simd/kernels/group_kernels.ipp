@@ -12,15 +12,18 @@
 //    count, and padding lanes contribute +0.
 
 // k_round_quotient: round_half_even(fl(x / s)), the IEEE quotient rounded, computed without
-// a division in almost every lane. Quotients are clamped to +-512 first: no code in 0..255
-// can tell a larger one apart. t = x * (1/s) is within |t| 2^-22 <= 2^-13 of fl(x / s), so
+// a division in almost every lane. Only |quotient| <= 512 matters: every caller clamps the
+// result into -255..255, so a larger (even infinite) t gives the same clamped value whatever
+// it rounds to, and the fast path does not clamp t itself (two operations per vector less;
+// the fallback division still clamps, its result is equally clamped away). For |t| <= 512,
+// t = x * (1/s) is within |t| 2^-22 <= 2^-13 of fl(x / s), so
 // the fast rounding can only be wrong where t lies within 2^-11 of a half-integer h. There,
 // a true tie x == h * s (a product exact in float: h has <= 11 significant bits, s <= 11) is
 // resolved to even directly; anything else near a tie (rare) redoes the vector with the
 // true division.
 QFORGE_KFN vf k_round_quotient(vf x, vf s, vf r) noexcept {
     const vf lim = vset(512.0f), nlim = vset(-512.0f);
-    const vf t = vmin(vmax(vmul(x, r), nlim), lim);
+    const vf t = vmul(x, r);  // x, r finite: t is a number or +-infinity, never NaN
     vf rr = vround(t);
     const vf d = vabs(vsub(t, rr));
     const vf near = vset(0.5f - 0x1p-11f);
