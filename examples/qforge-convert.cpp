@@ -43,6 +43,7 @@ struct settings {
     std::string gguf_type = "Q4_K_M", tokenizer_from, pre_tokenizer;
     std::vector<std::string> gguf_overrides;
     bool no_vocab = false;
+    bool read_copy = false;
 };
 
 struct preset {
@@ -213,6 +214,8 @@ const std::vector<option>& options() {
          [](settings& s, const std::string& v) { s.pre_tokenizer = v; }},
         {"--no-vocab", "", "with --format gguf: write no tokenizer (tokenizer.ggml.model = no_vocab)",
          [](settings& s, const std::string&) { s.no_vocab = true; }},
+        {"--read-copy", "", "read each source tensor with pread instead of quantizing from the mapping: a file truncated underneath is an error, never a SIGBUS",
+         [](settings& s, const std::string&) { s.read_copy = true; }},
         {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT): move its codes into --format bit for bit, or refuse with the reason",
          [](settings& s, const std::string&) { s.repack = true; }},
         {"--requantize", "", "with --repack: dequantize and quantize again the layers --format cannot hold exactly (SNR reported)",
@@ -292,6 +295,7 @@ convert_options to_options(const settings& s, const checkpoint_source& src) {
     o.threads = s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency());
     o.max_shard_bytes = s.max_shard;
     o.overwrite = s.overwrite;
+    o.read = s.read_copy ? source_read::copied : source_read::mapped;
     o.hessians = s.hessians;
     o.gptq = s.gptq;
     for (const auto& f : s.split_qkv) o.rules.split_qkv(f);

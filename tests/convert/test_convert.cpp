@@ -182,6 +182,20 @@ TEST_CASE("output bytes do not depend on the thread count") {
     }
 }
 
+TEST_CASE("reading sources through pread copies gives the same bytes as the mapping") {
+    convert_options o = w4a8_cpu();
+    const std::string a = scratch("mapped"), b = scratch("copied");
+    convert(demo_dir(), a, o);
+    o.read = source_read::copied;
+    convert(demo_dir(), b, o);
+    const auto files = io::list_directory(a);
+    CHECK(files.size() >= 6);
+    for (const auto& f : files) {
+        CAPTURE(f);
+        CHECK(io::read_file(a + "/" + f) == io::read_file(b + "/" + f));
+    }
+}
+
 TEST_CASE("refusals, an existing destination and a failure midway leave nothing behind") {
     SUBCASE("a refused plan writes nothing") {
         convert_options o = w4a8_cpu();

@@ -60,8 +60,17 @@ struct progress_event {
     std::optional<double> snr_db;  ///< quantized tensors only
 };
 
+/// How source tensors are read. `mapped` (the default) quantizes straight from the memory
+/// mapping, with every shard's size re-checked before each tensor; a file truncated *while* a
+/// tensor is being read can still raise SIGBUS. `copied` reads each source tensor with pread
+/// into one buffer first: truncation at any moment becomes an io_error naming the file and
+/// tensor, at the cost of one memcpy-speed copy of the tensor (peak memory still follows the
+/// largest tensor, not the model).
+enum class source_read { mapped, copied };
+
 struct convert_options {
     output_format format = output_format::gptq;
+    source_read read = source_read::mapped;
     rule_set rules;
     unsigned threads = std::max(1u, std::thread::hardware_concurrency());
     std::uint64_t max_shard_bytes = 5'000'000'000;  ///< huggingface_hub's default
@@ -173,11 +182,16 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     report.format = p.format;
     report.bits_per_weight = p.bits_per_weight();
 
+    owned_tensor copied;  // source_read::copied: the current source tensor (split parts share it)
     for (std::size_t i = 0; i < p.items.size(); ++i) {
         const plan_item& it = p.items[i];
         if (opt.before_tensor) opt.before_tensor(i);
         src.verify_unchanged();  // a shard truncated underneath us: an io_error, not a SIGBUS
-        const tensor_view v = src.view(it.source);
+        if (opt.read == source_read::copied && copied.name != it.source) {
+            copied = owned_tensor{};  // the previous source's buffer goes before the next is read
+            copied = src.read_tensor(it.source);
+        }
+        const tensor_view v = opt.read == source_read::copied ? copied.view() : src.view(it.source);
         progress_event ev{i + 1, p.items.size(), &it, std::string(dtype_name(it.source_type)),
                           detail::out_type_text(p, it), it.in_bytes(), it.out_bytes(), std::nullopt};
         if (it.action == plan_action::keep) {

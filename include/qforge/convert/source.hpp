@@ -40,6 +40,9 @@ public:
     std::uint64_t total_bytes() const noexcept { return shards_.total_size(); }
 
     tensor_view view(std::string_view name) const { return shards_.view(name); }
+    /// A copy of the tensor read with pread: a file truncated underneath gives an io_error
+    /// naming file and tensor instead of a SIGBUS (the cost is one copy of the tensor).
+    owned_tensor read_tensor(std::string_view name) const { return shards_.read_tensor(name); }
     /// Drops the mapped pages of a tensor we are done with, so resident memory stays flat.
     void release(std::string_view name) const { shards_.release(name); }
     /// io_error if a shard changed size since it was opened: a view into a file that shrank
