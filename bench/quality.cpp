@@ -130,7 +130,7 @@ struct measured {
 
 int main(int argc, char** argv) {
     std::int64_t rows = 4096;
-    std::string stories = "../shared/fixtures/stories260k";
+    std::string stories = QFORGE_SOURCE_DIR "/tests/golden/fixtures/stories260k";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i];
         if (a == "--rows") rows = std::atoll(argv[i + 1]);

@@ -21,7 +21,7 @@ using namespace qforge;
 
 namespace {
 
-const std::string stories = QFORGE_SOURCE_DIR "/../shared/fixtures/stories260k";
+const std::string stories = QFORGE_SOURCE_DIR "/tests/golden/fixtures/stories260k";
 
 /// An output path under /tmp, removed again when the test case ends.
 struct fresh {

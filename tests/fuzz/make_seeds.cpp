@@ -94,7 +94,7 @@ void safetensors_seeds() {
 }
 
 void json_seeds() {
-    qforge::json cfg = qforge::json::parse(slurp(fs::path(QFORGE_SOURCE_DIR) / "../shared/fixtures/stories260k/config.json"));
+    qforge::json cfg = qforge::json::parse(slurp(fs::path(QFORGE_SOURCE_DIR) / "tests/golden/fixtures/stories260k/config.json"));
     cfg.set("quantization_config", qforge::json::object({{"bits", 4}, {"group_size", 128}, {"desc_act", false},
                                                          {"sym", true}, {"quant_method", "gptq"},
                                                          {"damp_percent", 0.01}}));

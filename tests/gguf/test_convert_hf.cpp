@@ -19,7 +19,7 @@ using namespace qforge::gguf;
 
 namespace {
 
-const std::string fixture = QFORGE_SOURCE_DIR "/../shared/fixtures/stories260k";
+const std::string fixture = QFORGE_SOURCE_DIR "/tests/golden/fixtures/stories260k";
 std::string out_path(const char* n) { return std::string(QFORGE_BINARY_DIR) + "/gguf_conv_" + n + ".gguf"; }
 
 /// A template GGUF holding only a 512-token llama (SPM-style) vocabulary.

@@ -14,10 +14,10 @@ using qforge_test::put_file;
 using qforge_test::temp_dir;
 
 TEST_CASE("config.json: the stories260k config round-trips byte for byte, keys in order") {
-    const std::string path = QFORGE_SOURCE_DIR "/../shared/fixtures/stories260k/config.json";
+    const std::string path = QFORGE_SOURCE_DIR "/tests/golden/fixtures/stories260k/config.json";
     const std::string original = get_file(path);
     REQUIRE_FALSE(original.empty());
-    json cfg = io::read_config(QFORGE_SOURCE_DIR "/../shared/fixtures/stories260k");
+    json cfg = io::read_config(QFORGE_SOURCE_DIR "/tests/golden/fixtures/stories260k");
     CHECK(cfg.as_object().front().key == "architectures");
     CHECK(cfg.at("rms_norm_eps").as_double() == 1e-05);
     CHECK(cfg.at("rope_theta").is_double());

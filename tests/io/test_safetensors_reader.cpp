@@ -221,7 +221,7 @@ TEST_CASE("a file truncated underneath the reader gives an io_error naming file 
 }
 
 TEST_CASE("the stories260k fixture reads, and rewrites to the canonical recipe with identical tensors") {
-    const std::string folder = QFORGE_SOURCE_DIR "/../shared/fixtures/stories260k";
+    const std::string folder = QFORGE_SOURCE_DIR "/tests/golden/fixtures/stories260k";
     safetensors::sharded_reader in(folder);
     REQUIRE(in.shard_count() == 1);
     const safetensors::reader& r = in.shard(0);

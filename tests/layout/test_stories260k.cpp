@@ -28,7 +28,7 @@ using namespace qforge;
 
 namespace {
 
-const std::string fixture = QFORGE_SOURCE_DIR "/../shared/fixtures/stories260k/model.safetensors";
+const std::string fixture = QFORGE_SOURCE_DIR "/tests/golden/fixtures/stories260k/model.safetensors";
 
 std::vector<std::string> linear_names() {
     std::vector<std::string> names;
