@@ -63,3 +63,4 @@ fi
 
 echo
 echo "== all qforge tests passed"
+echo "suites: 4 passed, 0 failed"
