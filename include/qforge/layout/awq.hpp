@@ -67,10 +67,7 @@ public:
         std::vector<std::uint8_t> zeros(q.zeros.begin(), q.zeros.end());  // [n][groups], 0..15
         out.push_back(detail::alloc_tensor(p + ".qzeros", dtype::I32, {groups, n / 8}));
         detail::pack_awq4(zeros.data(), 1, groups, groups, n, detail::words_of(out.back()));
-        std::vector<std::uint16_t> scales(static_cast<std::size_t>(groups * n));
-        for (std::int64_t r = 0; r < n; ++r)
-            for (std::int64_t g = 0; g < groups; ++g)
-                scales[static_cast<std::size_t>(g * n + r)] = q.scales[static_cast<std::size_t>(r * groups + g)];
+        const auto scales = detail::transpose_scales(q.scales, n, groups);
         out.push_back(detail::make_tensor(p + ".scales", dtype::F16, {groups, n}, scales));
         return out;
     }
@@ -90,26 +87,14 @@ public:
         detail::expect_view(qz, dtype::I32, {groups, n / 8});
         detail::expect_view(sc, dtype::F16, {groups, n});
 
-        quantized_tensor q;
-        q.name = p;
-        q.bits = Bits;
-        q.rows = n;
-        q.cols = k;
-        q.group_size = group;
-        q.symmetric = params.symmetric;
-        q.scale_dtype = dtype::F16;
-        q.codes.resize(static_cast<std::size_t>(n * k));
+        quantized_tensor q = detail::unpacked_header(p, Bits, n, k, group, params.symmetric, dtype::F16);
         const auto words = detail::copy_elements<std::uint32_t>(qw);
         detail::unpack_awq4(words.data(), k, n, q.codes.data(), 1, k);
         std::vector<std::uint8_t> zeros(static_cast<std::size_t>(n * groups));
         const auto zwords = detail::copy_elements<std::uint32_t>(qz);
         detail::unpack_awq4(zwords.data(), groups, n, zeros.data(), 1, groups);
         q.zeros.assign(zeros.begin(), zeros.end());
-        const auto scales = detail::copy_elements<std::uint16_t>(sc);
-        q.scales.resize(static_cast<std::size_t>(n * groups));
-        for (std::int64_t r = 0; r < n; ++r)
-            for (std::int64_t g = 0; g < groups; ++g)
-                q.scales[static_cast<std::size_t>(r * groups + g)] = scales[static_cast<std::size_t>(g * n + r)];
+        q.scales = detail::transpose_scales(detail::copy_elements<std::uint16_t>(sc), groups, n);
         q.validate();
         return q;
     }

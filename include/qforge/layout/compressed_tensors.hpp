@@ -135,17 +135,9 @@ public:
                                                      std::string(dtype_name(sc.type)));
         detail::expect_view(sc, sc.type, {n, groups});
 
-        quantized_tensor q;
-        q.name = p;
-        q.bits = Bits;
-        q.rows = n;
-        q.cols = k;
-        q.group_size = group;
-        q.symmetric = params.symmetric;
-        q.scale_dtype = sc.type;
+        quantized_tensor q = detail::unpacked_header(p, Bits, n, k, group, params.symmetric, sc.type);
         const std::int64_t wk = words(k);
         const auto packed = detail::copy_elements<std::uint32_t>(wp);
-        q.codes.resize(static_cast<std::size_t>(n * k));
         for (std::int64_t r = 0; r < n; ++r) {
             if (has_stray_bits(packed.data() + r * wk, 1, k))
                 fail<format_error>({}, wp.name, "row " + std::to_string(r) +

@@ -117,11 +117,7 @@ public:
             detail::pack_dense(stored.data(), 1, n, Bits, qzeros + g * (n * Bits / 32), 1);
         }
 
-        // scales[g][n]: transpose of qforge's [n][g].
-        std::vector<std::uint16_t> scales(static_cast<std::size_t>(groups * n));
-        for (std::int64_t r = 0; r < n; ++r)
-            for (std::int64_t g = 0; g < groups; ++g)
-                scales[static_cast<std::size_t>(g * n + r)] = q.scales[static_cast<std::size_t>(r * groups + g)];
+        const auto scales = detail::transpose_scales(q.scales, n, groups);  // [g][n]
         out.push_back(detail::make_tensor(p + ".scales", q.scale_dtype, {groups, n}, scales));
         out.push_back(detail::make_tensor(p + ".g_idx", dtype::I32, {k}, detail::full_g_idx(q)));
         return out;
@@ -149,15 +145,7 @@ public:
             fail<format_error>({}, sc.name, "GPTQ scales must be F16 or BF16");
         detail::expect_view(sc, sc.type, {groups, n});
 
-        quantized_tensor q;
-        q.name = p;
-        q.bits = Bits;
-        q.rows = n;
-        q.cols = k;
-        q.group_size = group;
-        q.symmetric = params.symmetric;
-        q.scale_dtype = sc.type;
-        q.codes.resize(static_cast<std::size_t>(n * k));
+        quantized_tensor q = detail::unpacked_header(p, Bits, n, k, group, params.symmetric, sc.type);
         const auto words = detail::copy_elements<std::uint32_t>(qw);
         detail::unpack_dense_transposed(words.data(), n, k, Bits, q.codes.data());
 
@@ -179,11 +167,7 @@ public:
                 q.zeros[static_cast<std::size_t>(r * groups + g)] = z;
             }
         }
-        const auto scales = detail::copy_elements<std::uint16_t>(sc);
-        q.scales.resize(static_cast<std::size_t>(n * groups));
-        for (std::int64_t r = 0; r < n; ++r)
-            for (std::int64_t g = 0; g < groups; ++g)
-                q.scales[static_cast<std::size_t>(r * groups + g)] = scales[static_cast<std::size_t>(g * n + r)];
+        q.scales = detail::transpose_scales(detail::copy_elements<std::uint16_t>(sc), groups, n);
         q.g_idx = detail::canonical_g_idx(detail::copy_elements<std::int32_t>(gi), group, gi.name, groups);
         q.validate();
         return q;

@@ -210,5 +210,31 @@ inline std::vector<std::int32_t> canonical_g_idx(std::vector<std::int32_t> g, st
     return g;
 }
 
+/// A matrix of 16-bit scale patterns transposed: qforge keeps scales [n][groups], GPTQ and
+/// AWQ store them [groups][n]; pack and unpack both go through here.
+inline std::vector<std::uint16_t> transpose_scales(std::span<const std::uint16_t> src, std::int64_t rows,
+                                                   std::int64_t cols) {
+    std::vector<std::uint16_t> out(static_cast<std::size_t>(rows * cols));
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c)
+            out[static_cast<std::size_t>(c * rows + r)] = src[static_cast<std::size_t>(r * cols + c)];
+    return out;
+}
+
+/// The quantized_tensor an unpacker fills: shape, grid and scale dtype set, codes sized.
+inline quantized_tensor unpacked_header(const std::string& name, int bits, std::int64_t rows, std::int64_t cols,
+                                        std::int64_t group_size, bool symmetric, dtype scale_dtype) {
+    quantized_tensor q;
+    q.name = name;
+    q.bits = bits;
+    q.rows = rows;
+    q.cols = cols;
+    q.group_size = group_size;
+    q.symmetric = symmetric;
+    q.scale_dtype = scale_dtype;
+    q.codes.resize(static_cast<std::size_t>(rows * cols));
+    return q;
+}
+
 }  // namespace detail
 }  // namespace qforge
