@@ -108,14 +108,14 @@ public:
 
         // qzeros[g][c]: the stored zeros of group g along N.
         const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
-        std::vector<std::uint8_t> stored(static_cast<std::size_t>(n));
+        std::vector<std::uint8_t> stored(q.zeros.size());
+        for (std::size_t i = 0; i < stored.size(); ++i) stored[i] = static_cast<std::uint8_t>(q.zeros[i] - offset);
+        std::vector<std::uint8_t> by_group(stored.size());  // [g][n]
+        detail::transpose_into(stored.data(), n, groups, by_group.data());
         out.push_back(detail::alloc_tensor(p + ".qzeros", dtype::I32, {groups, n * Bits / 32}));
         std::uint32_t* qzeros = detail::words_of(out.back());
-        for (std::int64_t g = 0; g < groups; ++g) {
-            for (std::int64_t r = 0; r < n; ++r)
-                stored[static_cast<std::size_t>(r)] = static_cast<std::uint8_t>(q.zero(r, g) - offset);
-            detail::pack_dense(stored.data(), 1, n, Bits, qzeros + g * (n * Bits / 32), 1);
-        }
+        for (std::int64_t g = 0; g < groups; ++g)
+            detail::pack_dense(by_group.data() + g * n, 1, n, Bits, qzeros + g * (n * Bits / 32), 1);
 
         const auto scales = detail::transpose_scales(q.scales, n, groups);  // [g][n]
         out.push_back(detail::make_tensor(p + ".scales", q.scale_dtype, {groups, n}, scales));

@@ -41,6 +41,7 @@
 #include "qforge/quant/quantized_tensor.hpp"
 #include "qforge/quant/scale_policy.hpp"
 #include "qforge/quant/scheme.hpp"
+#include "qforge/quant/snr.hpp"
 #include "qforge/simd/dispatch.hpp"
 
 #if defined(__linux__)
@@ -122,9 +123,19 @@ inline void check_options(const tensor_view& w, const quant_options& o) {
     }
 }
 
+/// Where quantize_rows writes: rows [row_lo, row_hi) of the weight go to rows
+/// [row_lo - first_row, ...) of `q` (the whole tensor, or a tile of it); `snr`, when set, gets
+/// each row's SNR sums at [r - first_row].
+struct row_target {
+    quantized_tensor* q = nullptr;
+    std::int64_t first_row = 0;
+    snr_sums* snr = nullptr;
+};
+
 template <scheme_like S>
-void quantize_rows(const tensor_view& w, const quant_options& o, const simd::group_kernels& k, quantized_tensor& q,
+void quantize_rows(const tensor_view& w, const quant_options& o, const simd::group_kernels& k, row_target out,
                    std::int64_t row_lo, std::int64_t row_hi, std::int64_t& first_bad) {
+    quantized_tensor& q = *out.q;
     const std::int64_t cols = q.cols;
     const std::int64_t gsize = S::columns_per_group(cols, o.group_size);
     const std::int64_t groups = q.groups();
@@ -135,10 +146,11 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
     const auto block_groups = static_cast<std::size_t>((block + gsize - 1) / gsize);
     std::vector<float> buf(static_cast<std::size_t>(block));
     // Per block: every group's min/max in one kernel call, then the (scalar) scale choices,
-    // then every group's codes in one call; each group's result is what the single-group
-    // kernels give.
+    // then every group's codes (and SNR terms) in one call; each group's result is what the
+    // single-group kernels give.
     std::vector<float> mn(block_groups), mx(block_groups);
     std::vector<simd::grid_params> grids(block_groups);
+    const bool snr_in_kernel = gsize % 4 == 0;
     group_view g;
     g.bits = S::bits;
     g.symmetric = S::is_symmetric;
@@ -147,6 +159,9 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
     g.kernels = &k;
     for (std::int64_t r = row_lo; r < row_hi; ++r) {
         g.row = r;
+        const std::int64_t qr = r - out.first_row;
+        double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        detail::snr_partials slow;
         for (std::int64_t b0 = 0; b0 < cols; b0 += block) {
             const std::int64_t nb = std::min(block, cols - b0);
             const std::int64_t bad = k.to_f32(w.bytes.data() + static_cast<std::size_t>(r * cols + b0) * es, w.type,
@@ -175,54 +190,85 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
                 }
                 if (c.zero < 0 || c.zero > S::maxq)
                     fail<unsupported_error>({}, w.name, "zero point " + std::to_string(c.zero) + " out of range");
-                const auto gi = static_cast<std::size_t>(r * groups + j);
+                const auto gi = static_cast<std::size_t>(qr * groups + j);
                 q.scales[gi] = c.scale;
                 q.zeros[gi] = c.zero;
                 grids[jj] = g.grid(c.scale, c.zero);
             }
+            std::uint8_t* codes = q.codes.data() + qr * cols + b0;
             k.encode_groups(buf.data(), static_cast<std::size_t>(nb), static_cast<std::size_t>(gsize), grids.data(),
-                            q.codes.data() + r * cols + b0);
+                            codes, out.snr && snr_in_kernel ? part : nullptr);
+            if (out.snr && !snr_in_kernel)  // groups of 1 or 2: the scalar stream order
+                for (std::int64_t c = 0; c < nb; ++c) {
+                    const simd::grid_params& gp = grids[static_cast<std::size_t>(c / gsize)];
+                    slow.add(static_cast<std::size_t>(b0 + c), buf[static_cast<std::size_t>(c)],
+                             simd::detail::no_contract((static_cast<float>(codes[c]) - gp.zero) * gp.scale));
+                }
+        }
+        if (out.snr) {
+            if (snr_in_kernel)
+                for (int i = 0; i < 4; ++i) slow.sig[i] = part[i], slow.err[i] = part[4 + i];
+            out.snr[qr] = slow.total();
         }
     }
 }
 
-}  // namespace detail
-
-/// Quantizes a 2-D [N out, K in] F32/F16/BF16 weight (see the top of this header).
-inline quantized_tensor quantize(const tensor_view& weight, const quant_options& opt, const executor& ex = {}) {
-    detail::check_options(weight, opt);
-    const simd::group_kernels& k = simd::kernels(opt.isa ? *opt.isa : simd::active_isa());
+/// The empty quantized_tensor of `rows` x w's columns that quantize_rows fills.
+inline quantized_tensor quantized_header(const tensor_view& w, const quant_options& opt, std::int64_t rows) {
     quantized_tensor q;
-    q.name = weight.name;
+    q.name = w.name;
     q.bits = opt.bits;
-    q.rows = weight.shape[0];
-    q.cols = weight.shape[1];
+    q.rows = rows;
+    q.cols = w.shape[1];
     q.group_size = opt.group_size == per_channel ? q.cols : opt.group_size;
     q.symmetric = opt.symmetric;
     q.scale_dtype = opt.scale_dtype;
+    return q;
+}
+
+/// The refusal for a non-finite weight at flat index `bad`.
+[[noreturn]] inline void refuse_non_finite(const tensor_view& w, const simd::group_kernels& k, std::int64_t bad) {
+    float v = 0;
+    const std::int64_t cols = w.shape[1];
+    k.to_f32(w.bytes.data() + static_cast<std::size_t>(bad) * dtype_size(w.type), w.type, 1, &v);
+    fail<unsupported_error>({}, w.name,
+                            std::string(v != v ? "NaN" : "infinity") + " at element " + std::to_string(bad) +
+                                " (row " + std::to_string(bad / cols) + ", column " + std::to_string(bad % cols) +
+                                "); refusing to quantize non-finite weights");
+}
+
+}  // namespace detail
+
+/// Quantizes a 2-D [N out, K in] F32/F16/BF16 weight (see the top of this header). With `snr`,
+/// also measures the result's SNR against the weight while encoding: the same sums as
+/// snr_accumulate(weight, result), at a fraction of its cost.
+inline quantized_tensor quantize(const tensor_view& weight, const quant_options& opt, const executor& ex = {},
+                                 snr_sums* snr = nullptr) {
+    detail::check_options(weight, opt);
+    const simd::group_kernels& k = simd::kernels(opt.isa ? *opt.isa : simd::active_isa());
+    quantized_tensor q = detail::quantized_header(weight, opt, weight.shape[0]);
     detail::assign_zeros(q.codes, static_cast<std::size_t>(q.rows * q.cols));
     detail::assign_zeros(q.scales, static_cast<std::size_t>(q.rows * q.groups()));
     detail::assign_zeros(q.zeros, q.scales.size());
+    std::vector<snr_sums> rows_snr(snr ? static_cast<std::size_t>(q.rows) : 0);
 
     // Chunks of rows sized from the shape alone, so the work split never depends on threads.
     const auto grain = static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / q.cols));
     const std::size_t chunks = (static_cast<std::size_t>(q.rows) + grain - 1) / grain;
     std::vector<std::int64_t> first_bad(chunks, -1);
+    const detail::row_target out{&q, 0, snr ? rows_snr.data() : nullptr};
     with_scheme(opt.bits, opt.group_size, opt.symmetric, [&](auto s) {
         using S = decltype(s);
         parallel_for(ex, 0, static_cast<std::size_t>(q.rows), grain, [&](std::size_t lo, std::size_t hi) {
-            detail::quantize_rows<S>(weight, opt, k, q, static_cast<std::int64_t>(lo), static_cast<std::int64_t>(hi),
+            detail::quantize_rows<S>(weight, opt, k, out, static_cast<std::int64_t>(lo), static_cast<std::int64_t>(hi),
                                      first_bad[lo / grain]);
         });
     });
-    for (std::int64_t bad : first_bad) {
-        if (bad < 0) continue;
-        float v = 0;
-        k.to_f32(weight.bytes.data() + static_cast<std::size_t>(bad) * dtype_size(weight.type), weight.type, 1, &v);
-        fail<unsupported_error>({}, weight.name,
-                                std::string(v != v ? "NaN" : "infinity") + " at element " + std::to_string(bad) +
-                                    " (row " + std::to_string(bad / q.cols) + ", column " +
-                                    std::to_string(bad % q.cols) + "); refusing to quantize non-finite weights");
+    for (std::int64_t bad : first_bad)
+        if (bad >= 0) detail::refuse_non_finite(weight, k, bad);
+    if (snr) {
+        *snr = {};
+        for (const snr_sums& r : rows_snr) snr->add_row(r);
     }
     return q;
 }

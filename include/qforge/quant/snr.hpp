@@ -1,9 +1,12 @@
 // Signal-to-noise ratio of a quantized tensor against the weight it came from:
 // SNR dB = 10 log10(sum w^2 / sum (w - dq)^2), dq the stored decoded value (code - zero) *
-// scale. Both sums are accumulated in double: w^2 is exact in double and (w - dq)^2 is
-// rounded once (never fused into the add). Element i of the row-major order goes to partial
-// sum i % 4, partials in increasing i, combined as (p0 + p1) + (p2 + p3): the figure is the
-// same on every machine and ISA. An exact reconstruction gives +infinity.
+// scale (exact in float). Both sums are accumulated in double: w^2 is exact in double and
+// (w - dq)^2 is rounded once (never fused into the add). The order is fixed, so the figure is
+// the same on every machine, ISA and thread count: within each row, column c goes to partial
+// sum c % 4, partials in increasing c, the row's sums are (p0 + p1) + (p2 + p3); the rows' sums
+// are then added in row order. Rows being independent lets the quantizer measure the SNR
+// while it encodes (quantize(..., &sums)), in parallel, with the same result as
+// snr_accumulate(). An exact reconstruction gives +infinity.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +31,12 @@ namespace qforge {
 struct snr_sums {
     double signal = 0;  ///< sum w^2
     double error = 0;   ///< sum (w - dq)^2
+
+    /// Adds one row's sums (rows are added in row order).
+    void add_row(const snr_sums& r) noexcept {
+        signal += r.signal;
+        error += r.error;
+    }
 
     /// 10 log10(signal / error); +inf when error is 0, -inf when only the signal is 0.
     double db() const noexcept {
@@ -71,11 +80,11 @@ inline snr_sums snr_accumulate(const tensor_view& original, const quantized_tens
     const auto cols = static_cast<std::size_t>(q.cols);
     const std::size_t es = dtype_size(original.type);
     std::vector<float> row(cols);
-    detail::snr_partials p;
+    snr_sums total;
     for (std::int64_t n = 0; n < q.rows; ++n) {
         (void)k.to_f32(original.bytes.data() + static_cast<std::size_t>(n) * cols * es, original.type, cols, row.data());
-        const std::size_t base = static_cast<std::size_t>(n) * cols;
-        const std::uint8_t* codes = q.codes.data() + base;
+        const std::uint8_t* codes = q.codes.data() + static_cast<std::size_t>(n) * cols;
+        detail::snr_partials p;
         if (q.g_idx.empty()) {
             for (std::int64_t g = 0; g < q.groups(); ++g) {
                 const float s = q.scale(n, g);
@@ -83,13 +92,14 @@ inline snr_sums snr_accumulate(const tensor_view& original, const quantized_tens
                 const auto lo = static_cast<std::size_t>(g * q.group_size);
                 const std::size_t hi = std::min(cols, lo + static_cast<std::size_t>(q.group_size));
                 for (std::size_t c = lo; c < hi; ++c)
-                    p.add(base + c, row[c], static_cast<float>(static_cast<std::int32_t>(codes[c]) - z) * s);
+                    p.add(c, row[c], simd::detail::no_contract(static_cast<float>(static_cast<std::int32_t>(codes[c]) - z) * s));
             }
         } else {
-            for (std::size_t c = 0; c < cols; ++c) p.add(base + c, row[c], q.dequantized(n, static_cast<std::int64_t>(c)));
+            for (std::size_t c = 0; c < cols; ++c) p.add(c, row[c], q.dequantized(n, static_cast<std::int64_t>(c)));
         }
+        total.add_row(p.total());
     }
-    return p.total();
+    return total;
 }
 
 /// SNR in dB of `q` against `original`.

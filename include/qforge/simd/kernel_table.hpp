@@ -56,8 +56,12 @@ struct group_kernels {
     void (*min_max_groups)(const float* w, std::size_t n, std::size_t gsize, float* mn, float* mx) noexcept;
 
     /// encode of each group of w[0..n) on its own grid p[j] (groups as in min_max_groups).
+    /// With `snr` (8 doubles: signal partials 0-3, error partials 0-3; requires gsize % 4 == 0
+    /// and w[0] at a stream position that is a multiple of 4) it also adds each element's w^2
+    /// and (w - dq)^2, dq = (code - zero) * scale, in double, element i to partial i % 4, in
+    /// increasing i, products never fused: the order quant/snr.hpp defines.
     void (*encode_groups)(const float* w, std::size_t n, std::size_t gsize, const grid_params* p,
-                          std::uint8_t* codes) noexcept;
+                          std::uint8_t* codes, double* snr) noexcept;
 };
 
 }  // namespace qforge::simd

@@ -89,6 +89,32 @@ QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept {
 }
 QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, acc); }
 
+// SNR partial sums in double, lane j = partial j (see quant/snr.hpp): the four quarters of a
+// step in order, which is the scalar order.
+struct snr_acc {
+    __m256d sig, err;
+};
+QFORGE_P snr_acc snr_load(const double* p) noexcept { return {_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4)}; }
+QFORGE_P void snr_store(double* p, const snr_acc& a) noexcept {
+    _mm256_storeu_pd(p, a.sig);
+    _mm256_storeu_pd(p + 4, a.err);
+}
+QFORGE_P __m256d dmul(__m256d a, __m256d b) noexcept {
+    __m256d r = _mm256_mul_pd(a, b);
+    __asm__("" : "+x"(r));
+    return r;
+}
+QFORGE_P snr_acc snr_add4(snr_acc a, __m128 w, __m128 dq) noexcept {
+    const __m256d x = _mm256_cvtps_pd(w), e = _mm256_sub_pd(x, _mm256_cvtps_pd(dq));
+    return {_mm256_add_pd(a.sig, dmul(x, x)), _mm256_add_pd(a.err, dmul(e, e))};
+}
+QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
+    a = snr_add4(a, _mm512_extractf32x4_ps(w, 0), _mm512_extractf32x4_ps(dq, 0));
+    a = snr_add4(a, _mm512_extractf32x4_ps(w, 1), _mm512_extractf32x4_ps(dq, 1));
+    a = snr_add4(a, _mm512_extractf32x4_ps(w, 2), _mm512_extractf32x4_ps(dq, 2));
+    return snr_add4(a, _mm512_extractf32x4_ps(w, 3), _mm512_extractf32x4_ps(dq, 3));
+}
+
 #undef QFORGE_P
 
 #define QFORGE_KFN QFORGE_TARGET_AVX512 inline

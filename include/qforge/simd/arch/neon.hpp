@@ -108,6 +108,32 @@ inline acc8 acc_zero() noexcept { return vset(0.0f); }
 inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
 inline void acc_store(float* out, acc8 acc) noexcept { vstore(out, acc); }
 
+// SNR partial sums in double (see quant/snr.hpp): each float32x4 of a step feeds partials
+// 0,1 (low half) and 2,3 (high half), in the scalar order.
+struct snr_acc {
+    float64x2_t s01, s23, e01, e23;
+};
+inline snr_acc snr_load(const double* p) noexcept {
+    return {vld1q_f64(p), vld1q_f64(p + 2), vld1q_f64(p + 4), vld1q_f64(p + 6)};
+}
+inline void snr_store(double* p, const snr_acc& a) noexcept {
+    vst1q_f64(p, a.s01);
+    vst1q_f64(p + 2, a.s23);
+    vst1q_f64(p + 4, a.e01);
+    vst1q_f64(p + 6, a.e23);
+}
+inline float64x2_t dsq(float64x2_t a) noexcept {
+    float64x2_t r = vmulq_f64(a, a);
+    __asm__("" : "+w"(r));  // never fused into the add
+    return r;
+}
+inline snr_acc snr_add4(snr_acc a, float32x4_t w, float32x4_t dq) noexcept {
+    const float64x2_t xl = vcvt_f64_f32(vget_low_f32(w)), xh = vcvt_high_f64_f32(w);
+    const float64x2_t el = vsubq_f64(xl, vcvt_f64_f32(vget_low_f32(dq))), eh = vsubq_f64(xh, vcvt_high_f64_f32(dq));
+    return {vaddq_f64(a.s01, dsq(xl)), vaddq_f64(a.s23, dsq(xh)), vaddq_f64(a.e01, dsq(el)), vaddq_f64(a.e23, dsq(eh))};
+}
+inline snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept { return snr_add4(snr_add4(a, w.a, dq.a), w.b, dq.b); }
+
 #define QFORGE_KFN inline
 #define QFORGE_KERNEL_ISA ::qforge::simd::isa::neon
 #include "qforge/simd/kernels/group_kernels.ipp"

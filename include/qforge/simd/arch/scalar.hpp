@@ -110,6 +110,29 @@ inline acc8 acc_zero() noexcept { return vset(0.0f); }
 inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
 inline void acc_store(float* out, acc8 acc) noexcept { vstore(out, acc); }
 
+// SNR partial sums in double: element j of a step goes to partial j % 4 (see quant/snr.hpp).
+struct snr_acc {
+    double sig[4], err[4];
+};
+inline snr_acc snr_load(const double* p) noexcept {
+    snr_acc a;
+    std::memcpy(a.sig, p, sizeof a.sig);
+    std::memcpy(a.err, p + 4, sizeof a.err);
+    return a;
+}
+inline void snr_store(double* p, const snr_acc& a) noexcept {
+    std::memcpy(p, a.sig, sizeof a.sig);
+    std::memcpy(p + 4, a.err, sizeof a.err);
+}
+inline snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
+    for (std::size_t j = 0; j < 8; ++j) {
+        const double x = w.v[j], e = x - static_cast<double>(dq.v[j]);
+        a.sig[j & 3] += no_contract(x * x);
+        a.err[j & 3] += no_contract(e * e);
+    }
+    return a;
+}
+
 #define QFORGE_KFN inline
 #define QFORGE_KERNEL_ISA ::qforge::simd::isa::scalar
 #include "qforge/simd/kernels/group_kernels.ipp"

@@ -124,17 +124,33 @@ QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const 
     for (std::size_t c = 0; c < count; ++c) out[c] = k_error(w, imp, n, p[c]);
 }
 
-QFORGE_KFN void k_encode(const float* w, std::size_t n, const grid_params& gp, std::uint8_t* codes) noexcept {
+// k_encode_t: the codes of one group; with Snr, also the group's SNR terms (the input and
+// its decoded value (code - z) * s, exact in float) added to `acc` in stream order. A tail's
+// padding lanes hold 0, which code z decodes to exactly, so they add +0.
+template <bool Snr>
+QFORGE_KFN void k_encode_t(const float* w, std::size_t n, const grid_params& gp, std::uint8_t* codes,
+                           snr_acc& acc) noexcept {
     const vf s = vset(gp.scale), r = vset(gp.rinv), z = vset(gp.zero), hi = vset(gp.maxq);
     std::size_t i = 0;
-    for (; i + lanes <= n; i += lanes) vstore_codes(codes + i, k_code(vload(w + i), s, r, z, hi));
+    for (; i + lanes <= n; i += lanes) {
+        const vf x = vload(w + i), q = k_code(x, s, r, z, hi);
+        vstore_codes(codes + i, q);
+        if constexpr (Snr) acc = snr_add(acc, x, vmul(vsub(q, z), s));
+    }
     if (i < n) {
         alignas(64) float wb[lanes] = {};
         std::uint8_t cb[lanes];
         std::memcpy(wb, w + i, (n - i) * sizeof(float));
-        vstore_codes(cb, k_code(vload(wb), s, r, z, hi));
+        const vf x = vload(wb), q = k_code(x, s, r, z, hi);
+        vstore_codes(cb, q);
         std::memcpy(codes + i, cb, n - i);
+        if constexpr (Snr) acc = snr_add(acc, x, vmul(vsub(q, z), s));
     }
+}
+
+QFORGE_KFN void k_encode(const float* w, std::size_t n, const grid_params& gp, std::uint8_t* codes) noexcept {
+    snr_acc unused{};
+    k_encode_t<false>(w, n, gp, codes, unused);
 }
 
 QFORGE_KFN void k_min_max(const float* w, std::size_t n, float* mn, float* mx) noexcept {
@@ -166,8 +182,19 @@ QFORGE_KFN void k_min_max_groups(const float* w, std::size_t n, std::size_t gsiz
 }
 
 QFORGE_KFN void k_encode_groups(const float* w, std::size_t n, std::size_t gsize, const grid_params* p,
-                                std::uint8_t* codes) noexcept {
-    for (std::size_t c = 0, j = 0; c < n; c += gsize, ++j) k_encode(w + c, n - c < gsize ? n - c : gsize, p[j], codes + c);
+                                std::uint8_t* codes, double* snr) noexcept {
+    if (!snr) {
+        snr_acc unused{};
+        for (std::size_t c = 0, j = 0; c < n; c += gsize, ++j)
+            k_encode_t<false>(w + c, n - c < gsize ? n - c : gsize, p[j], codes + c, unused);
+        return;
+    }
+    // Each group restarts the 8-element steps at its first value, so with gsize % 4 == 0 (the
+    // callers' promise when snr is given) every step starts on partial 0, the stream order.
+    snr_acc acc = snr_load(snr);
+    for (std::size_t c = 0, j = 0; c < n; c += gsize, ++j)
+        k_encode_t<true>(w + c, n - c < gsize ? n - c : gsize, p[j], codes + c, acc);
+    snr_store(snr, acc);
 }
 
 template <int Kind>  // 0: F32, 1: F16, 2: BF16
