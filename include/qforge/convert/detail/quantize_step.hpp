@@ -10,21 +10,16 @@
 //   mse     either: mse (llm-compressor's shrink grid)
 //   fixed   sym: seed_fixed (the seed exporter's --no-search factor 0.875)
 //   lsq     either: custom = the least-squares fit (quant/least_squares.hpp)
+// The SNR is measured by the quantizer while it encodes (quant/snr.hpp defines the order).
 // quantize_rows_gptq runs the GPTQ solver (quant/gptq_solver.hpp) with the same policies.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <limits>
-#include <vector>
 #include <optional>
 #include <string>
 
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/rule.hpp"
-#include "qforge/core/half.hpp"
 #include "qforge/core/parallel.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/quant/gptq_solver.hpp"
@@ -61,69 +56,6 @@ inline quant_options options_for(const quant_spec& s, output_format f) {
     return o;
 }
 
-/// SNR in dB of what a loader decodes from `q` against `w` (10 log10 of signal over error
-/// energy, in double), computed in fixed chunks of rows on the executor and summed in row
-/// order, so it is the same for every thread count. Same definition as quant/snr.hpp's
-/// snr_db, which walks the tensor on one thread.
-inline double parallel_snr_db(const tensor_view& w, const quantized_tensor& q, const executor& run) {
-    const std::int64_t rows = q.rows, cols = q.cols, groups = q.groups();
-    const std::size_t esize = dtype_size(w.type);
-    std::vector<double> sig(static_cast<std::size_t>(rows)), err(static_cast<std::size_t>(rows));
-    constexpr std::int64_t chunk = 16;
-    const auto tasks = static_cast<std::size_t>((rows + chunk - 1) / chunk);
-    const auto body = [&](std::size_t t) {
-        std::vector<float> x(static_cast<std::size_t>(cols));
-        const std::int64_t r0 = static_cast<std::int64_t>(t) * chunk, r1 = std::min(rows, r0 + chunk);
-        for (std::int64_t n = r0; n < r1; ++n) {
-            const std::byte* src = w.bytes.data() + static_cast<std::size_t>(n * cols) * esize;
-            for (std::int64_t k = 0; k < cols; ++k) {
-                std::uint16_t h;
-                float f;
-                const std::byte* p = src + static_cast<std::size_t>(k) * esize;
-                if (w.type == dtype::F32) std::memcpy(&f, p, 4);
-                else {
-                    std::memcpy(&h, p, 2);
-                    f = w.type == dtype::BF16 ? bf16_to_float(h) : fp16_to_float(h);
-                }
-                x[static_cast<std::size_t>(k)] = f;
-            }
-            double s = 0, e = 0;
-            if (q.g_idx.empty()) {
-                for (std::int64_t g = 0; g < groups; ++g) {
-                    const float scale = q.scale(n, g);
-                    const std::int32_t zero = q.zero(n, g);
-                    const std::int64_t k1 = std::min(cols, (g + 1) * q.group_size);
-                    for (std::int64_t k = g * q.group_size; k < k1; ++k) {
-                        const double v = x[static_cast<std::size_t>(k)];
-                        const double d = v - static_cast<float>(static_cast<std::int32_t>(q.code(n, k)) - zero) * scale;
-                        s += v * v;
-                        e += d * d;
-                    }
-                }
-            } else {
-                for (std::int64_t k = 0; k < cols; ++k) {
-                    const double v = x[static_cast<std::size_t>(k)], d = v - q.dequantized(n, k);
-                    s += v * v;
-                    e += d * d;
-                }
-            }
-            sig[static_cast<std::size_t>(n)] = s;
-            err[static_cast<std::size_t>(n)] = e;
-        }
-    };
-    if (run) run(tasks, body);
-    else
-        for (std::size_t t = 0; t < tasks; ++t) body(t);
-    double s = 0, e = 0;
-    for (std::int64_t n = 0; n < rows; ++n) {
-        s += sig[static_cast<std::size_t>(n)];
-        e += err[static_cast<std::size_t>(n)];
-    }
-    if (e == 0) return std::numeric_limits<double>::infinity();  // as snr_sums::db()
-    if (s == 0) return -std::numeric_limits<double>::infinity();
-    return 10.0 * std::log10(s / e);
-}
-
 struct quantize_result {
     quantized_tensor q;
     double snr_db = 0;
@@ -138,8 +70,11 @@ inline quantize_result quantize_rows(const tensor_view& v, std::int64_t row_begi
     tensor_view rows{name, v.type, {row_end - row_begin, cols},
                      v.bytes.subspan(static_cast<std::size_t>(row_begin) * row_bytes,
                                      static_cast<std::size_t>(row_end - row_begin) * row_bytes)};
-    quantize_result r{quantize(rows, options_for(scheme, f), run), 0};
-    r.snr_db = parallel_snr_db(rows, r.q, run);
+    // The quantizer measures the SNR while it encodes, from values already in registers: a
+    // second pass over the tensor cost more than the scale search itself.
+    snr_sums sums;
+    quantize_result r{quantize(rows, options_for(scheme, f), run, &sums), 0};
+    r.snr_db = sums.db();
     return r;
 }
 
