@@ -10,106 +10,22 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "qforge/convert/repack.hpp"
 #include "qforge/convert/repack_packed.hpp"
 #include "qforge/convert/repack_rules.hpp"
+#include "qforge/convert/repack_transpose_kernels.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/layout_traits.hpp"
 
 namespace qforge {
 namespace repack_detail {
-
-#if defined(__SSE2__)
-// 4 x 4 words through four registers: SSE2 is part of the x86-64 baseline, so this needs no
-// target attribute or dispatch. (A candidate for simd/ if another layer needs a transpose.)
-inline void transpose4x4(const std::uint32_t* s, std::int64_t ss, std::uint32_t* d, std::int64_t ds) noexcept {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + ss));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * ss));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 3 * ss));
-    const __m128i ab_lo = _mm_unpacklo_epi32(a, b), ce_lo = _mm_unpacklo_epi32(c, e);
-    const __m128i ab_hi = _mm_unpackhi_epi32(a, b), ce_hi = _mm_unpackhi_epi32(c, e);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_unpacklo_epi64(ab_lo, ce_lo));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + ds), _mm_unpackhi_epi64(ab_lo, ce_lo));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * ds), _mm_unpacklo_epi64(ab_hi, ce_hi));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * ds), _mm_unpackhi_epi64(ab_hi, ce_hi));
-}
-#else
-inline void transpose4x4(const std::uint32_t* s, std::int64_t ss, std::uint32_t* d, std::int64_t ds) noexcept {
-    for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) d[j * ds + i] = s[i * ss + j];
-}
-#endif
-
-/// The general tiled transpose (any shape, any alignment).
-inline void transpose_words_tiled(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) noexcept {
-    constexpr std::int64_t tile = 16;
-    for (std::int64_t c0 = 0; c0 < cols; c0 += tile) {
-        const std::int64_t c1 = std::min(cols, c0 + tile), c4 = c0 + (c1 - c0) / 4 * 4;
-        for (std::int64_t r0 = 0; r0 < rows; r0 += tile) {
-            const std::int64_t r1 = std::min(rows, r0 + tile), r4 = r0 + (r1 - r0) / 4 * 4;
-            for (std::int64_t c = c0; c < c4; c += 4)
-                for (std::int64_t r = r0; r < r4; r += 4) transpose4x4(src + r * cols + c, cols, dst + c * rows + r, rows);
-            for (std::int64_t c = c0; c < c1; ++c)
-                for (std::int64_t r = (c < c4 ? r4 : r0); r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
-        }
-    }
-}
-
-#if defined(__SSE2__)
-/// 16 source rows x 4 source columns -> 4 destination rows of 16 words, each one whole 64-byte
-/// line written with streaming stores: no read-for-ownership, no cache pollution, and the
-/// power-of-two-ish strides of these tensors stop mattering.
-inline void stream_block16x4(const std::uint32_t* s, std::int64_t ss, std::uint32_t* d, std::int64_t ds) noexcept {
-    __m128i o[4][4];
-    for (int q = 0; q < 4; ++q) {
-        const std::uint32_t* b = s + 4 * q * ss;
-        const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
-        const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + ss));
-        const __m128i a2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * ss));
-        const __m128i a3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 3 * ss));
-        const __m128i lo01 = _mm_unpacklo_epi32(a0, a1), lo23 = _mm_unpacklo_epi32(a2, a3);
-        const __m128i hi01 = _mm_unpackhi_epi32(a0, a1), hi23 = _mm_unpackhi_epi32(a2, a3);
-        o[0][q] = _mm_unpacklo_epi64(lo01, lo23);
-        o[1][q] = _mm_unpackhi_epi64(lo01, lo23);
-        o[2][q] = _mm_unpacklo_epi64(hi01, hi23);
-        o[3][q] = _mm_unpackhi_epi64(hi01, hi23);
-    }
-    for (int r = 0; r < 4; ++r)
-        for (int q = 0; q < 4; ++q) _mm_stream_si128(reinterpret_cast<__m128i*>(d + r * ds + 4 * q), o[r][q]);
-}
-#endif
-
-/// dst[c][r] = src[r][c] for a rows x cols matrix of 32-bit words. When every destination row
-/// starts at the same offset within a cache line (rows % 16 == 0) the blocks are aligned to
-/// whole lines and streamed; otherwise a tiled transpose through the cache.
-inline void transpose_words(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) noexcept {
-#if defined(__SSE2__)
-    const auto addr = reinterpret_cast<std::uintptr_t>(dst);
-    if (rows % 16 == 0 && cols % 4 == 0 && addr % 16 == 0 && rows >= 32) {
-        const std::int64_t first = static_cast<std::int64_t>((64 - addr % 64) % 64 / 4);  // rows before a line starts
-        const std::int64_t last = first + (rows - first) / 16 * 16;
-        for (std::int64_t r = 0; r < first; ++r)
-            for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
-        for (std::int64_t r = first; r < last; r += 16)
-            for (std::int64_t c = 0; c < cols; c += 4) stream_block16x4(src + r * cols + c, cols, dst + c * rows + r, rows);
-        for (std::int64_t r = last; r < rows; ++r)
-            for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
-        _mm_sfence();  // streaming stores are weakly ordered: publish them before returning
-        return;
-    }
-#endif
-    transpose_words_tiled(src, rows, cols, dst);
-}
 
 /// Writes the transpose of `v` into `out`, reusing its storage (a converter repacking layer
 /// after layer of one shape allocates the big buffer once).
@@ -129,6 +45,228 @@ inline void reset_outputs(std::vector<owned_tensor>& out) {
     out.resize(1);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The fast path: 2, 4 and 8 bits with whole words along N and K, the common case. It reads the
+// small tensors as words too (zero points are transposed and shifted field-wise, scales are
+// transposed as 16-bit patterns) and writes every output into `out`'s existing storage. It
+// only ever answers "not this case" (false): anything unusual (a malformed tensor, a zero
+// point or scale the rules refuse, an unaligned view) is left to the path below, which reads
+// through the general reader and throws the general path's error, word for word.
+
+/// Dimensions a fast path accepts before multiplying them (a hostile header may say 2^62).
+inline constexpr std::int64_t fast_dim_limit = std::int64_t{1} << 40;
+
+/// The element count of `shape`, or -1 when a dimension is negative or the count would pass
+/// 2^62 (no overflow on hostile shapes).
+inline std::int64_t safe_numel(const shape_t& shape) noexcept {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) {
+        if (d < 0 || (d > 0 && n > (std::int64_t{1} << 62) / d)) return -1;
+        n *= d;
+    }
+    return n;
+}
+
+/// `out[i]` as a tensor of `type` and `shape`, its storage kept (no allocation, and no zero
+/// fill when the size is unchanged: every byte is written by the caller).
+inline std::byte* reuse_slot(std::vector<owned_tensor>& out, std::size_t i, std::string name, dtype type, shape_t shape) {
+    if (out.size() <= i) out.resize(i + 1);
+    owned_tensor& o = out[i];
+    const std::int64_t n = safe_numel(shape);  // the callers' shapes are bounded by their inputs'
+    o.name = std::move(name);
+    o.type = type;
+    o.shape = std::move(shape);
+    o.bytes.resize(static_cast<std::size_t>(n) * dtype_size(type));
+    return o.bytes.data();
+}
+
+inline std::uint32_t* word_ptr(std::byte* p) noexcept { return reinterpret_cast<std::uint32_t*>(p); }
+
+/// An I32 tensor of exactly `shape` whose bytes can be read in place as words, else nullptr.
+inline const std::uint32_t* aligned_words(const tensor_view* t, const shape_t& shape) noexcept {
+    if (!t || t->type != dtype::I32 || t->shape != shape) return nullptr;
+    const std::int64_t n = safe_numel(shape);
+    if (n < 0 || t->bytes.size() != static_cast<std::size_t>(n) * 4 || reinterpret_cast<std::uintptr_t>(t->bytes.data()) % 4 != 0)
+        return nullptr;
+    return reinterpret_cast<const std::uint32_t*>(t->bytes.data());
+}
+
+inline bool is_scale_tensor(const tensor_view* t, const shape_t& shape) noexcept {
+    const std::int64_t n = safe_numel(shape);
+    return t && (t->type == dtype::F16 || t->type == dtype::BF16) && t->shape == shape && n >= 0 &&
+           t->bytes.size() == static_cast<std::size_t>(n) * 2;
+}
+
+/// The b-bit fields of a word (b divides 32): a 1 in each field, and each field's top bit.
+struct word_fields {
+    std::uint32_t ones = 0, highs = 0;
+    explicit word_fields(int b) noexcept {
+        for (int s = 0; s < 32; s += b) ones |= 1u << s;
+        highs = ones << (b - 1);
+    }
+    std::uint32_t every(std::uint32_t value) const noexcept { return ones * value; }
+    /// Whether some field of w equals the field value repeated in `value_everywhere`. The SWAR
+    /// zero-field test on w ^ value_everywhere is exact: subtracting 1 from every field borrows
+    /// into a field's top bit only at a zero field.
+    bool any_field_is(std::uint32_t w, std::uint32_t value_everywhere) const noexcept {
+        const std::uint32_t x = w ^ value_everywhere;
+        return ((x - ones) & ~x & highs) != 0;
+    }
+};
+
+/// An optional g_idx tensor as read_g_idx_i32 / ct_read_g_idx read it (an identity map
+/// dropped); false where they would throw.
+inline bool quiet_g_idx(const tensor_view* t, std::int64_t K, std::int64_t group_size, std::int64_t G, std::vector<std::int32_t>& g) {
+    g.clear();
+    if (!t) return true;
+    if (t->shape != shape_t{K} || !is_integer_dtype(t->type) || t->bytes.size() != static_cast<std::size_t>(K) * dtype_size(t->type))
+        return false;
+    g.resize(static_cast<std::size_t>(K));
+    bool identity = true;
+    for (std::int64_t k = 0; k < K; ++k) {
+        const std::int64_t v = int_at(*t, static_cast<std::size_t>(k));
+        if (v < 0 || v >= G) return false;
+        g[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(v);
+        identity = identity && v == k / group_size;
+    }
+    if (identity) g.clear();
+    return true;
+}
+
+/// Converts n 16-bit scale patterns in place from `from` to `to` as convert_scales_exactly
+/// does; false (some scale does not convert exactly) leaves the refusal to the general path.
+inline bool convert_patterns_exactly(std::uint16_t* p, std::size_t n, dtype from, dtype to) noexcept {
+    if (from == to) return true;
+    for (std::size_t i = 0; i < n; ++i) {
+        const float v = scale_of_pattern(p[i], from);
+        const std::uint16_t c = to == dtype::BF16 ? float_to_bf16(v) : float_to_fp16(v);
+        const float back = scale_of_pattern(c, to);
+        if (!(back == v || (std::isnan(back) && std::isnan(v)))) return false;
+        p[i] = c;
+    }
+    return true;
+}
+
+/// The shape of the layer as the rules see it (no codes, scales or zeros: the value checks
+/// the rules make on those are made on the words by the callers).
+inline quantized_tensor layer_shape(const std::string& prefix, int b, std::int64_t N, std::int64_t K, std::int64_t group_size, bool sym,
+                                    dtype scale_dtype, std::vector<std::int32_t> g_idx) {
+    quantized_tensor q;
+    q.name = prefix;
+    q.bits = b;
+    q.rows = N;
+    q.cols = K;
+    q.group_size = group_size;
+    q.symmetric = sym;
+    q.scale_dtype = scale_dtype;
+    q.g_idx = std::move(g_idx);
+    return q;
+}
+
+/// GPTQ qweight/qzeros/scales/g_idx -> compressed-tensors, on words. See read_gptq for what
+/// each check mirrors.
+inline bool fast_gptq_to_ct(const repack_source& src, const std::string& prefix, const gptq_args& a, const repack_target& t,
+                            std::vector<owned_tensor>& out) {
+    const int b = a.bits;
+    if (b != 2 && b != 4 && b != 8) return false;
+    const tensor_view* qw = src.optional(prefix + ".qweight");
+    const tensor_view* gi = src.optional(prefix + ".g_idx");
+    if (!qw || qw->rank() != 2 || qw->shape[0] > fast_dim_limit) return false;
+    const std::int64_t N = qw->shape[1];
+    const std::int64_t K = gi && gi->rank() == 1 ? gi->shape[0] : qw->shape[0] * 32 / b;
+    if (N <= 0 || K <= 0 || N > fast_dim_limit || K > fast_dim_limit || K * b % 32 != 0 || N * b % 32 != 0) return false;
+    const std::int64_t gs = std::min(a.group_size > 0 ? a.group_size : K, K), G = (K + gs - 1) / gs;
+    const std::int64_t W = K * b / 32, NW = N * b / 32;
+    const std::uint32_t* words = aligned_words(qw, {W, N});
+    const std::uint32_t* zwords = aligned_words(src.optional(prefix + ".qzeros"), {G, NW});
+    const tensor_view* sc = src.optional(prefix + ".scales");
+    if (!words || !zwords || !is_scale_tensor(sc, {G, N})) return false;
+    std::vector<std::int32_t> g_idx;
+    if (!quiet_g_idx(gi, K, gs, G, g_idx)) return false;
+    const dtype sdt = target_scale_dtype(t);
+    if (repack_refusal(layer_shape(prefix, b, N, K, gs, a.sym, sdt, g_idx), t)) return false;
+
+    // qzeros fields hold zero - 1 (v1) or zero (v2); compressed-tensors stores zero itself
+    // (signed zero + 2^(b-1)). A v1 field of 2^b - 1 and, when sym, any zero but 2^(b-1) are
+    // refused by the reader.
+    const word_fields f(b);
+    const std::uint32_t add = a.v2 ? 0u : 1u, maxq = (1u << b) - 1u, mid = 1u << (b - 1);
+    const std::size_t nz = static_cast<std::size_t>(G * NW);
+    if (a.sym) {
+        for (std::size_t i = 0; i < nz; ++i)
+            if (zwords[i] != f.every(mid - add)) return false;
+    } else if (!a.v2) {
+        for (std::size_t i = 0; i < nz; ++i)
+            if (f.any_field_is(zwords[i], f.every(maxq))) return false;
+    }
+
+    std::size_t slot = 1;
+    auto* scales = reinterpret_cast<std::uint16_t*>(reuse_slot(out, slot++, prefix + ".weight_scale", sdt, {N, G}));
+    transpose_u16(sc->bytes.data(), G, N, scales);
+    if (!convert_patterns_exactly(scales, static_cast<std::size_t>(N * G), sc->type, sdt)) return false;
+    transpose_words(words, W, N, word_ptr(reuse_slot(out, 0, prefix + ".weight_packed", dtype::I32, {N, W})));
+    if (!a.sym) {
+        std::uint32_t* z = word_ptr(reuse_slot(out, slot++, prefix + ".weight_zero_point", dtype::I32, {NW, G}));
+        transpose_words(zwords, G, NW, z);
+        for (std::size_t i = 0; i < nz; ++i) z[i] += f.every(add);  // no carry: no field is 2^b - 1
+    }
+    const std::int64_t shape[2] = {N, K};
+    std::memcpy(reuse_slot(out, slot++, prefix + ".weight_shape", dtype::I64, {2}), shape, sizeof shape);
+    if (!g_idx.empty())
+        std::memcpy(reuse_slot(out, slot++, prefix + ".weight_g_idx", dtype::I32, {K}), g_idx.data(), g_idx.size() * 4);
+    out.resize(slot);
+    return true;
+}
+
+/// compressed-tensors weight_packed/weight_shape/weight_scale/weight_zero_point/weight_g_idx
+/// -> GPTQ, on words. See read_ct_packed for what each check mirrors.
+inline bool fast_ct_to_gptq(const repack_source& src, const std::string& prefix, const ct_weight_args& a, const repack_target& t,
+                            std::vector<owned_tensor>& out) {
+    const int b = a.bits;
+    if (b != 2 && b != 4 && b != 8) return false;
+    const tensor_view* ws = src.optional(prefix + ".weight_shape");
+    if (!ws || !is_integer_dtype(ws->type) || ws->shape != shape_t{2} || ws->bytes.size() != 2 * dtype_size(ws->type)) return false;
+    const std::int64_t N = int_at(*ws, 0), K = int_at(*ws, 1);
+    if (N <= 0 || K <= 0 || N > fast_dim_limit || K > fast_dim_limit || K * b % 32 != 0 || N * b % 32 != 0) return false;
+    const std::int64_t gs = a.group_size > 0 ? std::min(a.group_size, K) : K, G = (K + gs - 1) / gs;
+    const std::int64_t W = K * b / 32, NW = N * b / 32;
+    const std::uint32_t* words = aligned_words(src.optional(prefix + ".weight_packed"), {N, W});
+    const tensor_view* sc = src.optional(prefix + ".weight_scale");
+    if (!words || !is_scale_tensor(sc, {N, G})) return false;
+    const std::uint32_t* zwords = nullptr;
+    if (!a.symmetric && !(zwords = aligned_words(src.optional(prefix + ".weight_zero_point"), {NW, G}))) return false;
+    std::vector<std::int32_t> g_idx;
+    if (!quiet_g_idx(src.optional(prefix + ".weight_g_idx"), K, gs, G, g_idx)) return false;
+    const dtype sdt = target_scale_dtype(t);
+    if (repack_refusal(layer_shape(prefix, b, N, K, gs, a.symmetric, sdt, g_idx), t)) return false;
+
+    // The zero point fields hold zero (signed zero + 2^(b-1)); GPTQ v1 stores zero - 1, so a
+    // zero of 0 is refused there (repack_refusal names it).
+    const word_fields f(b);
+    const bool v1 = t.format == output_format::gptq;
+    const std::uint32_t offset = v1 ? 1u : 0u, mid = 1u << (b - 1);
+    const std::size_t nz = static_cast<std::size_t>(G * NW);
+    if (!a.symmetric && v1)
+        for (std::size_t i = 0; i < nz; ++i)
+            if (f.any_field_is(zwords[i], 0)) return false;
+
+    auto* scales = reinterpret_cast<std::uint16_t*>(reuse_slot(out, 2, prefix + ".scales", sdt, {G, N}));
+    transpose_u16(sc->bytes.data(), N, G, scales);
+    if (!convert_patterns_exactly(scales, static_cast<std::size_t>(N * G), sc->type, sdt)) return false;
+    transpose_words(words, N, W, word_ptr(reuse_slot(out, 0, prefix + ".qweight", dtype::I32, {W, N})));
+    std::uint32_t* z = word_ptr(reuse_slot(out, 1, prefix + ".qzeros", dtype::I32, {G, NW}));
+    if (a.symmetric) {
+        std::fill(z, z + nz, f.every(mid - offset));
+    } else {
+        transpose_words(zwords, NW, G, z);
+        for (std::size_t i = 0; i < nz; ++i) z[i] -= f.every(offset);  // no borrow: no field is 0 for v1
+    }
+    auto* g = reinterpret_cast<std::int32_t*>(reuse_slot(out, 3, prefix + ".g_idx", dtype::I32, {K}));
+    for (std::int64_t k = 0; k < K; ++k) g[k] = g_idx.empty() ? static_cast<std::int32_t>(k / gs) : g_idx[static_cast<std::size_t>(k)];
+    out.resize(4);
+    return true;
+}
+
 }  // namespace repack_detail
 
 /// The GPTQ <-> compressed-tensors repack done on words into `out` (whose first tensor's
@@ -141,6 +279,7 @@ inline bool repack_words(const repack_source& src, const std::string& prefix, co
     const bool to_ct = t.format == output_format::compressed_tensors;
     const bool to_gptq = t.format == output_format::gptq || t.format == output_format::gptq_v2;
     if (s.format == repack_source_format::gptq && to_ct) {
+        if (fast_gptq_to_ct(src, prefix, s.gptq, t, out)) return true;
         const int b = s.gptq.bits;
         if (32 % b != 0 && t.packing != ct_packing::dense_v0_18) return false;
         quantized_tensor q = read_gptq(src, prefix, s.gptq, /*unpack_codes=*/false);
@@ -163,6 +302,7 @@ inline bool repack_words(const repack_source& src, const std::string& prefix, co
         return true;
     }
     if (s.format == repack_source_format::ct_packed && to_gptq) {
+        if (fast_ct_to_gptq(src, prefix, s.ct, t, out)) return true;
         const int b = s.ct.bits;
         if (b != 2 && b != 3 && b != 4 && b != 8) return false;  // the rules refuse it
         if (32 % b != 0 && s.packing != ct_packing::dense_v0_18) return false;
