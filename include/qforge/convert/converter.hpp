@@ -15,6 +15,9 @@
 //  - input is memory-mapped and each source tensor's pages are released after its last use;
 //    a tensor is quantized in row chunks, so peak memory follows the largest tensor, not the
 //    model; outputs are written with pwrite at offsets fixed by the plan;
+//  - with more than one thread, a quantized tensor is packed and written on a helper thread
+//    while the pool quantizes the next one (at most one tensor behind, so memory still
+//    follows the largest tensor); its progress event comes once its bytes are written;
 //  - the bytes written do not depend on `threads`;
 //  - the library prints nothing: progress goes to the callback.
 #pragma once
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "qforge/convert/detail/quantize_step.hpp"
+#include "qforge/convert/detail/write_behind.hpp"
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
@@ -182,6 +186,20 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     report.format = p.format;
     report.bits_per_weight = p.bits_per_weight();
 
+    // Pack + write of a quantized tensor runs behind the quantization of the next one (with
+    // more than one thread): the pool's cores do not wait on the serial pack and pwrite. Its
+    // progress event is sent once its bytes are written. Declared after `writer`, so an
+    // exception waits for the job before the writer and the output folder are removed.
+    detail::write_behind behind(opt.threads > 1);
+    std::optional<progress_event> behind_event;
+    const auto emit = [&](const progress_event& e) {
+        if (opt.progress && !opt.progress(e)) fail<error>(dst_dir, e.item->name, "conversion cancelled");
+    };
+    const auto settle = [&] {
+        behind.wait();
+        if (behind_event) emit(*std::exchange(behind_event, std::nullopt));
+    };
+
     owned_tensor copied;  // source_read::copied: the current source tensor (split parts share it)
     for (std::size_t i = 0; i < p.items.size(); ++i) {
         const plan_item& it = p.items[i];
@@ -195,6 +213,9 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         progress_event ev{i + 1, p.items.size(), &it, std::string(dtype_name(it.source_type)),
                           detail::out_type_text(p, it), it.in_bytes(), it.out_bytes(), std::nullopt};
         if (it.action == plan_action::keep) {
+            // Written here, from the source itself: a job behind must never read the mapping
+            // after the caller's next before_tensor (a test hook may truncate the shards there).
+            settle();
             const std::size_t row_bytes =
                 it.source_shape.empty() ? v.bytes.size()
                                         : v.bytes.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, it.source_shape[0]));
@@ -204,31 +225,38 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
                                                      static_cast<std::size_t>(it.row_end - it.row_begin) * row_bytes);
             if (it.out_type == it.source_type) writer.write(it.name, slice);
             else writer.write(it.name, detail::cast_floats(slice, it.source_type, it.out_type));
-        } else {
-            const std::string module(module_of(it.name));
-            std::optional<tensor_view> h;
-            if (hessians) {
-                h = hessians->find(module, it.shape[1]);
-                if (!h) h = hessians->find(module_of(it.source), it.shape[1]);  // a fused source's input
-                (h ? result.gptq_layers : result.rtn_layers).push_back(module);
-            }
-            detail::quantize_result q =
-                h ? detail::quantize_rows_gptq(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name, *h, opt.gptq)
-                  : detail::quantize_rows(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name);
-            auto pack = [&](const auto& layout) { return layout.pack(q.q, module); };
+            if (last_use[it.source] == i) src.release(it.source);
+            emit(ev);
+            continue;
+        }
+        const std::string module(module_of(it.name));
+        std::optional<tensor_view> h;
+        if (hessians) {
+            h = hessians->find(module, it.shape[1]);
+            if (!h) h = hessians->find(module_of(it.source), it.shape[1]);  // a fused source's input
+            (h ? result.gptq_layers : result.rtn_layers).push_back(module);
+        }
+        detail::quantize_result q =
+            h ? detail::quantize_rows_gptq(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name, *h, opt.gptq)
+              : detail::quantize_rows(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name);
+        report.tensors.push_back({module, it.shape, it.scheme, q.snr_db});
+        ev.snr_db = q.snr_db;
+        if (last_use[it.source] == i) src.release(it.source);
+        settle();
+        behind_event = std::move(ev);
+        behind.submit([&writer, &p, &it, module, act_order, qt = std::move(q.q)]() mutable {
+            auto pack = [&](const auto& layout) { return layout.pack(qt, module); };
             const auto tensors =
                 act_order ? with_gptq_layout(it.scheme.bits,
                                              gptq_options{p.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
                                                           *it.scheme.scale_dtype, true},
                                              pack)
                           : with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.source_type, pack);
+            qt = quantized_tensor{};  // the codes go before the writes: less held behind
             for (const owned_tensor& t : tensors) writer.write(t.name, t.bytes);
-            report.tensors.push_back({module, it.shape, it.scheme, q.snr_db});
-            ev.snr_db = q.snr_db;
-        }
-        if (last_use[it.source] == i) src.release(it.source);
-        if (opt.progress && !opt.progress(ev)) fail<error>(dst_dir, it.name, "conversion cancelled");
+        });
     }
+    settle();
     writer.finish();
     result.shards = writer.plan().file_names;
 

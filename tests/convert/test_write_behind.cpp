@@ -1,0 +1,190 @@
+// The converter's write-behind: packing and writing tensor i on a helper thread while tensor
+// i + 1 is quantized. Failures there must surface as the same errors and leave nothing
+// behind; progress events keep their order and arrive once the bytes are written.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "qforge/convert/converter.hpp"
+#include "qforge/convert/demo_checkpoint.hpp"
+#include "qforge/convert/detail/write_behind.hpp"
+#include "qforge/io/fault_injector.hpp"
+#include "qforge/io/file.hpp"
+
+using namespace qforge;
+
+namespace {
+
+struct scratch_root {
+    std::string path = "/tmp/qforge-test-write-behind-" + std::to_string(::getpid());
+    scratch_root() {
+        if (io::path_exists(path)) io::remove_tree(path);
+        io::make_directory(path);
+    }
+    ~scratch_root() {
+        try {
+            io::remove_tree(path);
+        } catch (...) {
+        }
+    }
+};
+
+const scratch_root& root() {
+    static const scratch_root r;
+    return r;
+}
+
+const std::string& demo() {
+    static const std::string d = [] {
+        demo_options o;
+        o.hidden = 128;
+        o.intermediate = 256;
+        o.layers = 2;
+        o.heads = 4;
+        o.kv_heads = 2;
+        o.vocab = 512;
+        const std::string p = root().path + "/demo";
+        write_demo_checkpoint(p, o);
+        return p;
+    }();
+    return d;
+}
+
+convert_options two_threads() {
+    const quant_spec w4{4, 64, true, scale_method::search, dtype::BF16};
+    convert_options o;
+    o.format = output_format::gptq;
+    o.rules.default_scheme = w4;
+    o.rules.untie("model.embed_tokens.weight").quantize("lm_head", w4);
+    o.threads = 2;
+    o.overwrite = true;
+    return o;
+}
+
+/// Entries of the scratch root other than the source checkpoint.
+std::vector<std::string> others() {
+    std::vector<std::string> out;
+    for (const auto& f : io::list_directory(root().path))
+        if (f != "demo") out.push_back(f);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("write_behind: jobs run in order, one at a time; an error comes back at the next wait") {
+    for (bool async : {false, true}) {
+        CAPTURE(async);
+        std::vector<int> order;
+        std::atomic<int> running{0};
+        bool overlapped = false;
+        {
+            detail::write_behind wb(async);
+            for (int i = 0; i < 20; ++i)
+                wb.submit([&, i] {
+                    overlapped |= running.fetch_add(1) != 0;
+                    std::this_thread::sleep_for(std::chrono::microseconds(200));
+                    order.push_back(i);
+                    running.fetch_sub(1);
+                });
+            wb.wait();
+        }
+        CHECK_FALSE(overlapped);
+        REQUIRE(order.size() == 20);
+        for (int i = 0; i < 20; ++i) CHECK(order[static_cast<std::size_t>(i)] == i);
+
+        detail::write_behind wb(async);
+        if (async) {
+            wb.submit([] { throw std::runtime_error("behind"); });
+            CHECK_THROWS_WITH(wb.submit([] {}), "behind");  // the next submit reports it
+            wb.wait();
+        } else {
+            CHECK_THROWS_WITH(wb.submit([] { throw std::runtime_error("behind"); }), "behind");
+        }
+        CHECK_NOTHROW(wb.wait());  // reported once
+    }
+}
+
+TEST_CASE("write_behind: the destructor waits for the pending job") {
+    std::atomic<bool> done{false};
+    {
+        detail::write_behind wb(true);
+        wb.submit([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            done = true;
+        });
+    }
+    CHECK(done);
+}
+
+TEST_CASE("2 threads: progress events in order, one per output weight, the same SNRs as 1 thread") {
+    std::vector<std::size_t> seen;
+    std::vector<double> snr2;
+    convert_options o = two_threads();
+    o.progress = [&](const progress_event& e) {
+        seen.push_back(e.index);
+        if (e.snr_db) snr2.push_back(*e.snr_db);
+        return true;
+    };
+    const conversion_result r2 = convert(demo(), root().path + "/p2", o);
+    REQUIRE(seen.size() == r2.the_plan.items.size());
+    for (std::size_t i = 0; i < seen.size(); ++i) CHECK(seen[i] == i + 1);
+    REQUIRE(snr2.size() == r2.report.tensors.size());
+    o.threads = 1;
+    std::vector<double> snr1;
+    o.progress = [&](const progress_event& e) {
+        if (e.snr_db) snr1.push_back(*e.snr_db);
+        return true;
+    };
+    convert(demo(), root().path + "/p1", o);
+    CHECK(snr1 == snr2);
+    io::remove_tree(root().path + "/p1");
+    io::remove_tree(root().path + "/p2");
+}
+
+TEST_CASE("2 threads: a failed write on the helper thread is the conversion's io_error and leaves nothing") {
+    const std::string dst = root().path + "/faults";
+    io::fault_injector::reset(static_cast<unsigned>(io::file_op::write));
+    convert(demo(), dst, two_threads());
+    const std::uint64_t writes = io::fault_injector::count();
+    io::fault_injector::reset();
+    io::remove_tree(dst);
+    REQUIRE(writes > 20);
+    int failed = 0;
+    for (std::uint64_t k = 1; k <= writes; ++k) {
+        CAPTURE(k);
+        io::fault_injector::arm(k, EIO, static_cast<unsigned>(io::file_op::write));
+        bool threw = false;
+        try {
+            convert(demo(), dst, two_threads());
+        } catch (const io_error& e) {
+            threw = true;
+            CHECK(std::string(e.what()).find("Input/output error") != std::string::npos);
+        }
+        CHECK(io::fault_injector::fired());
+        io::fault_injector::reset();
+        CHECK(threw);
+        failed += threw;
+        if (threw) CHECK(others().empty());
+        else if (io::path_exists(dst)) io::remove_tree(dst);
+    }
+    CHECK(failed == static_cast<int>(writes));
+}
+
+TEST_CASE("2 threads: an exception from the progress callback while a job is behind leaves nothing") {
+    for (std::size_t at : {1u, 2u, 5u, 9u}) {
+        CAPTURE(at);
+        convert_options o = two_threads();
+        o.progress = [at](const progress_event& e) {
+            if (e.index == at) throw std::runtime_error("callback");
+            return true;
+        };
+        CHECK_THROWS_WITH(convert(demo(), root().path + "/cb", o), "callback");
+        CHECK(others().empty());
+    }
+}
