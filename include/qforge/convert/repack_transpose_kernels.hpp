@@ -132,10 +132,8 @@ inline void transpose_words_stream_sse2(const std::uint32_t* src, std::int64_t r
 #endif
 
 #if QFORGE_REPACK_AVX2
-/// 8 x 8 words: rows s, s + ss, ... -> o[j] = column j.
-QFORGE_REPACK_TARGET_AVX2 inline void transpose8x8_avx2(const std::uint32_t* s, std::int64_t ss, __m256i o[8]) noexcept {
-    __m256i a[8];
-    for (int i = 0; i < 8; ++i) a[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i * ss));
+/// 8 x 8 words: a[i] = row i -> o[j] = column j.
+QFORGE_REPACK_TARGET_AVX2 inline void transpose8x8_avx2(const __m256i a[8], __m256i o[8]) noexcept {
     const __m256i b0 = _mm256_unpacklo_epi32(a[0], a[1]), b1 = _mm256_unpackhi_epi32(a[0], a[1]);
     const __m256i b2 = _mm256_unpacklo_epi32(a[2], a[3]), b3 = _mm256_unpackhi_epi32(a[2], a[3]);
     const __m256i b4 = _mm256_unpacklo_epi32(a[4], a[5]), b5 = _mm256_unpackhi_epi32(a[4], a[5]);
@@ -154,35 +152,83 @@ QFORGE_REPACK_TARGET_AVX2 inline void transpose8x8_avx2(const std::uint32_t* s, 
     o[7] = _mm256_permute2x128_si256(c3, c7, 0x31);
 }
 
-/// 16 source rows x 8 source columns -> 8 destination lines, each streamed by two adjacent
-/// stores so its write-combining buffer fills at once.
-QFORGE_REPACK_TARGET_AVX2 inline void stream_block16x8_avx2(const std::uint32_t* s, std::int64_t ss, std::uint32_t* d,
-                                                            std::int64_t ds) noexcept {
+/// Streams 8 destination lines d + j * ds (16 words each, 64-byte aligned) from 16 source rows
+/// of 8 words; each line by two adjacent stores, so its write-combining buffer fills at once.
+QFORGE_REPACK_TARGET_AVX2 inline void stream_lines16x8_avx2(const __m256i rows[16], std::uint32_t* d, std::int64_t ds) noexcept {
     __m256i lo[8], hi[8];
-    transpose8x8_avx2(s, ss, lo);
-    transpose8x8_avx2(s + 8 * ss, ss, hi);
+    transpose8x8_avx2(rows, lo);
+    transpose8x8_avx2(rows + 8, hi);
     for (int j = 0; j < 8; ++j) {
         _mm256_stream_si256(reinterpret_cast<__m256i*>(d + j * ds), lo[j]);
         _mm256_stream_si256(reinterpret_cast<__m256i*>(d + j * ds + 8), hi[j]);
     }
 }
 
-/// The AVX2 streaming transpose. Passes of 64 source rows: each destination row then gets
-/// 256 contiguous bytes per pass, which the memory controller writes more cheaply than
-/// scattered single lines.
+/// 16 source rows x 8 source columns (rows ss words apart) -> 8 destination lines.
+QFORGE_REPACK_TARGET_AVX2 inline void stream_block16x8_avx2(const std::uint32_t* s, std::int64_t ss, std::uint32_t* d,
+                                                            std::int64_t ds) noexcept {
+    __m256i a[16];
+    for (int i = 0; i < 16; ++i) a[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i * ss));
+    stream_lines16x8_avx2(a, d, ds);
+}
+
+/// When the destination does not start on a line, the line that starts at destination row c's
+/// element `last` holds the end of row c (source rows [last, rows) of column c) and the start
+/// of row c + 1 (source rows [0, first) of column c + 1). Built from those 16 source rows, it
+/// is streamed like any other; only the first partial line, the last one and the seams past
+/// the last whole 8-column block go through the cache.
+QFORGE_REPACK_TARGET_AVX2 inline void stream_seams_avx2(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst,
+                                                        stream_span sp) noexcept {
+    const std::int64_t tail = rows - sp.last;  // 16 - first
+    std::int64_t c = 0;
+    for (; c + 8 < cols; c += 8) {
+        __m256i a[16];
+        for (std::int64_t i = 0; i < 16; ++i) {
+            const std::uint32_t* p = i < tail ? src + (sp.last + i) * cols + c : src + (i - tail) * cols + c + 1;
+            a[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        }
+        stream_lines16x8_avx2(a, dst + c * rows + sp.last, rows);
+    }
+    for (; c + 1 < cols; ++c) {
+        for (std::int64_t r = sp.last; r < rows; ++r) dst[c * rows + r] = src[r * cols + c];
+        for (std::int64_t r = 0; r < sp.first; ++r) dst[(c + 1) * rows + r] = src[r * cols + c + 1];
+    }
+    for (std::int64_t r = 0; r < sp.first; ++r) dst[r] = src[r * cols];
+    for (std::int64_t r = sp.last; r < rows; ++r) dst[(cols - 1) * rows + r] = src[r * cols + cols - 1];
+}
+
+/// Source rows per pass of the AVX2 transpose: a pass reads its rows a line at a time, and
+/// its rows give each destination row one contiguous run (pass x 4 bytes). Longer runs write
+/// more cheaply, but the pass's rows must stay cached between the two 8-column steps that
+/// share a line: up to 64 rows while they fit in 128 KB, else 16 (measured on Zen 4: GPTQ ->
+/// compressed-tensors of 4096 x 11008 prefers 16 rows of 44 KB, the reverse 64 rows of 2 KB).
+inline std::int64_t stream_pass_rows(std::int64_t cols) noexcept {
+    constexpr std::int64_t budget = 128 * 1024;
+    std::int64_t pass = 16;
+    while (pass < 64 && 2 * pass * cols * 4 <= budget) pass *= 2;
+    return pass;
+}
+
+/// The AVX2 streaming transpose: 16 x 8 blocks in passes of stream_pass_rows rows, the next
+/// line of every source row prefetched a few lines ahead, the seams between destination rows
+/// streamed too.
 QFORGE_REPACK_TARGET_AVX2 inline void transpose_words_stream_avx2(const std::uint32_t* src, std::int64_t rows, std::int64_t cols,
                                                                   std::uint32_t* dst) noexcept {
     const stream_span sp = stream_rows(dst, rows, cols, 8);
     if (sp.first == sp.last) return transpose_words_tiled(src, rows, cols, dst);
-    const std::int64_t col_end = cols / 8 * 8;
-    constexpr std::int64_t pass = 64;
+    const std::int64_t col_end = cols / 8 * 8, pass = stream_pass_rows(cols);
+    constexpr std::int64_t ahead = 64;  // words: four lines ahead of the loads
     for (std::int64_t r0 = sp.first; r0 < sp.last; r0 += pass) {
         const std::int64_t r1 = std::min(sp.last, r0 + pass);
-        for (std::int64_t c = 0; c < col_end; c += 8)
+        for (std::int64_t c = 0; c < col_end; c += 8) {
+            if (c % 16 == 0 && c + ahead < cols)
+                for (std::int64_t r = r0; r < r1; ++r) _mm_prefetch(reinterpret_cast<const char*>(src + r * cols + c + ahead), _MM_HINT_T0);
             for (std::int64_t r = r0; r < r1; r += 16) stream_block16x8_avx2(src + r * cols + c, cols, dst + c * rows + r, rows);
+        }
     }
-    _mm_sfence();
-    transpose_stream_edges(src, rows, cols, dst, sp, col_end);
+    if (sp.first > 0) stream_seams_avx2(src, rows, cols, dst, sp);
+    _mm_sfence();  // streaming stores are weakly ordered: publish them before the return
+    transpose_words_strided(src + sp.first * cols + col_end, cols, sp.last - sp.first, cols - col_end, dst + col_end * rows + sp.first, rows);
 }
 #endif
 
