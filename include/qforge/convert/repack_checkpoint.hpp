@@ -171,9 +171,7 @@ inline quantized_tensor requantize_for(const quantized_tensor& q, const repack_t
 inline std::string repack_one(const repack_source& src, const std::string& m, const layer_scheme& s, const repack_target& t,
                               bool requantize, std::vector<owned_tensor>& out, quantized_tensor& info, repack_layer& layer) {
     layer.module = m;
-    if (repack_words(src, m, s, t, out)) {
-        info = s.format == repack_source_format::gptq ? read_gptq(src, m, s.gptq, false) : read_ct_packed(src, m, s.ct, s.packing, false);
-        info = repack_prepare(std::move(info), t, src.file);
+    if (repack_words(src, m, s, t, out, &info)) {  // info comes back prepared: no second read of the small tensors
         layer.how = "words";
         return layer.how;
     }

@@ -166,7 +166,7 @@ inline quantized_tensor layer_shape(const std::string& prefix, int b, std::int64
 /// GPTQ qweight/qzeros/scales/g_idx -> compressed-tensors, on words. See read_gptq for what
 /// each check mirrors.
 inline bool fast_gptq_to_ct(const repack_source& src, const std::string& prefix, const gptq_args& a, const repack_target& t,
-                            std::vector<owned_tensor>& out) {
+                            std::vector<owned_tensor>& out, quantized_tensor* info = nullptr) {
     const int b = a.bits;
     if (b != 2 && b != 4 && b != 8) return false;
     const tensor_view* qw = src.optional(prefix + ".qweight");
@@ -215,13 +215,14 @@ inline bool fast_gptq_to_ct(const repack_source& src, const std::string& prefix,
     if (!g_idx.empty())
         std::memcpy(reuse_slot(out, slot++, prefix + ".weight_g_idx", dtype::I32, {K}), g_idx.data(), g_idx.size() * 4);
     out.resize(slot);
+    if (info) *info = layer_shape(prefix, b, N, K, gs, a.sym, sdt, std::move(g_idx));
     return true;
 }
 
 /// compressed-tensors weight_packed/weight_shape/weight_scale/weight_zero_point/weight_g_idx
 /// -> GPTQ, on words. See read_ct_packed for what each check mirrors.
 inline bool fast_ct_to_gptq(const repack_source& src, const std::string& prefix, const ct_weight_args& a, const repack_target& t,
-                            std::vector<owned_tensor>& out) {
+                            std::vector<owned_tensor>& out, quantized_tensor* info = nullptr) {
     const int b = a.bits;
     if (b != 2 && b != 4 && b != 8) return false;
     const tensor_view* ws = src.optional(prefix + ".weight_shape");
@@ -264,22 +265,24 @@ inline bool fast_ct_to_gptq(const repack_source& src, const std::string& prefix,
     auto* g = reinterpret_cast<std::int32_t*>(reuse_slot(out, 3, prefix + ".g_idx", dtype::I32, {K}));
     for (std::int64_t k = 0; k < K; ++k) g[k] = g_idx.empty() ? static_cast<std::int32_t>(k / gs) : g_idx[static_cast<std::size_t>(k)];
     out.resize(4);
+    if (info) *info = layer_shape(prefix, b, N, K, gs, a.symmetric, sdt, std::move(g_idx));
     return true;
 }
 
 }  // namespace repack_detail
 
-/// The GPTQ <-> compressed-tensors repack done on words into `out` (whose first tensor's
-/// storage is reused); false when this pair (or shape) has no word-level path and the caller
-/// should use read_quantized + repack_pack.
+/// The GPTQ <-> compressed-tensors repack done on words into `out` (whose tensors' storage is
+/// reused); false when this pair (or shape) has no word-level path and the caller should use
+/// read_quantized + repack_pack. `info`, when given, receives the prepared tensor without its
+/// codes (bits, shape, group, symmetry, scale dtype, g_idx; scales and zeros may be empty).
 inline bool repack_words(const repack_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
-                         std::vector<owned_tensor>& out) {
+                         std::vector<owned_tensor>& out, quantized_tensor* info = nullptr) {
     using namespace detail;
     using namespace repack_detail;
     const bool to_ct = t.format == output_format::compressed_tensors;
     const bool to_gptq = t.format == output_format::gptq || t.format == output_format::gptq_v2;
     if (s.format == repack_source_format::gptq && to_ct) {
-        if (fast_gptq_to_ct(src, prefix, s.gptq, t, out)) return true;
+        if (fast_gptq_to_ct(src, prefix, s.gptq, t, out, info)) return true;
         const int b = s.gptq.bits;
         if (32 % b != 0 && t.packing != ct_packing::dense_v0_18) return false;
         quantized_tensor q = read_gptq(src, prefix, s.gptq, /*unpack_codes=*/false);
@@ -299,10 +302,11 @@ inline bool repack_words(const repack_source& src, const std::string& prefix, co
         }
         out.push_back(make_tensor(prefix + ".weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{N, K}));
         if (!q.g_idx.empty()) out.push_back(make_tensor(prefix + ".weight_g_idx", dtype::I32, {K}, q.g_idx));
+        if (info) *info = std::move(q);
         return true;
     }
     if (s.format == repack_source_format::ct_packed && to_gptq) {
-        if (fast_ct_to_gptq(src, prefix, s.ct, t, out)) return true;
+        if (fast_ct_to_gptq(src, prefix, s.ct, t, out, info)) return true;
         const int b = s.ct.bits;
         if (b != 2 && b != 3 && b != 4 && b != 8) return false;  // the rules refuse it
         if (32 % b != 0 && s.packing != ct_packing::dense_v0_18) return false;
@@ -325,6 +329,7 @@ inline bool repack_words(const repack_source& src, const std::string& prefix, co
                 scales[static_cast<std::size_t>(g * N + n)] = q.scales[static_cast<std::size_t>(n * G + g)];
         out.push_back(make_tensor(prefix + ".scales", q.scale_dtype, {G, N}, scales));
         out.push_back(make_tensor(prefix + ".g_idx", dtype::I32, {K}, full_g_idx(q)));
+        if (info) *info = std::move(q);
         return true;
     }
     return false;
