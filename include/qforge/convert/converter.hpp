@@ -17,7 +17,8 @@
 //    model; outputs are written with pwrite at offsets fixed by the plan;
 //  - with more than one thread, a quantized tensor is packed and written on a helper thread
 //    while the pool quantizes the next one (at most one tensor behind, so memory still
-//    follows the largest tensor); its progress event comes once its bytes are written;
+//    follows the largest tensor); its progress event comes once its bytes are written; the
+//    disk write-out of each tensor is started right after it (the final fsync waits less);
 //  - the bytes written do not depend on `threads`;
 //  - the library prints nothing: progress goes to the callback.
 #pragma once
@@ -33,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "qforge/convert/detail/early_writeback.hpp"
 #include "qforge/convert/detail/quantize_step.hpp"
 #include "qforge/convert/detail/write_behind.hpp"
 #include "qforge/convert/format.hpp"
@@ -190,6 +192,10 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     // more than one thread): the pool's cores do not wait on the serial pack and pwrite. Its
     // progress event is sent once its bytes are written. Declared after `writer`, so an
     // exception waits for the job before the writer and the output folder are removed.
+    std::map<std::string, std::string, std::less<>> shard_path;  // output tensor -> its shard file
+    for (std::size_t k = 0; k < writer.plan().shards.size(); ++k)
+        for (const auto& t : writer.plan().shards[k]) shard_path[t.name] = out.path() + "/" + writer.plan().file_names[k];
+    detail::early_writeback writeback;  // used by the jobs behind only
     detail::write_behind behind(opt.threads > 1);
     std::optional<progress_event> behind_event;
     const auto emit = [&](const progress_event& e) {
@@ -241,10 +247,12 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
               : detail::quantize_rows(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name);
         report.tensors.push_back({module, it.shape, it.scheme, q.snr_db});
         ev.snr_db = q.snr_db;
-        if (last_use[it.source] == i) src.release(it.source);
         settle();
         behind_event = std::move(ev);
-        behind.submit([&writer, &p, &it, module, act_order, qt = std::move(q.q)]() mutable {
+        // Captures only what outlives the loop body (the plan item lives in the plan).
+        behind.submit([&src, &writer, &writeback, &shard_path, &p, &it, act_order, module, qt = std::move(q.q),
+                       release = last_use[it.source] == i]() mutable {
+            if (release) src.release(it.source);  // madvise of a whole tensor: not on the pool's time
             auto pack = [&](const auto& layout) { return layout.pack(qt, module); };
             const auto tensors =
                 act_order ? with_gptq_layout(it.scheme.bits,
@@ -253,7 +261,10 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
                                              pack)
                           : with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.source_type, pack);
             qt = quantized_tensor{};  // the codes go before the writes: less held behind
-            for (const owned_tensor& t : tensors) writer.write(t.name, t.bytes);
+            for (const owned_tensor& t : tensors) {
+                writer.write(t.name, t.bytes);
+                writeback.start(shard_path.find(t.name)->second);
+            }
         });
     }
     settle();
