@@ -21,6 +21,7 @@
 
 #include "qforge/core/parallel.hpp"
 #include "qforge/layout/gptq.hpp"
+#include "qforge/layout/quantize_packed.hpp"
 #include "qforge/quant/quantize.hpp"
 #include "qforge/simd/dispatch.hpp"
 #include "tests/support/synthetic.hpp"
@@ -92,7 +93,7 @@ void bm_memcpy(benchmark::State& state) {
     state.counters["GB_per_cpu_s"] = memcpy_bytes_per_cpu_s / 1e9;
 }
 
-enum class path { rtn_pack, rtn, seed_search, mse20, mse100 };
+enum class path { rtn_packed, rtn_pack, rtn, seed_search, mse20, mse100 };
 
 template <class Tag>
 void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned threads) {
@@ -108,6 +109,7 @@ void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned th
     o.scale_dtype = dtype::F16;
     o.isa = Tag::id;
     switch (p) {
+        case path::rtn_packed:
         case path::rtn_pack:
         case path::rtn: o.policy = scale_policy::gptq_absmax; break;
         case path::seed_search: o.policy = scale_policy::seed_search; break;
@@ -124,6 +126,14 @@ void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned th
     const double cpu0 = cpu_seconds();
     for (auto _ : state) {
         const auto t0 = std::chrono::steady_clock::now();
+        if (p == path::rtn_packed) {
+            auto packed = quantize_packed(v, o, layout, "bench", ex);
+            benchmark::DoNotOptimize(packed.data());
+            const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            state.SetIterationTime(dt);
+            total += dt;
+            continue;
+        }
         auto q = quantize(v, o, ex);
         if (p == path::rtn_pack) {
             auto packed = layout.pack(q, "bench");
@@ -140,7 +150,9 @@ void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned th
 template <class Tag>
 void register_tag() {
     const std::string n(Tag::name());
-    benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_gptq_pack/" + n).c_str(), bm_quantize<Tag>, path::rtn_pack, kRows, 1u)
+    benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_packed_gptq/" + n).c_str(), bm_quantize<Tag>, path::rtn_packed, kRows, 1u)
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+    benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_then_gptq_pack/" + n).c_str(), bm_quantize<Tag>, path::rtn_pack, kRows, 1u)
         ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
     benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize/" + n).c_str(), bm_quantize<Tag>, path::rtn, kRows, 1u)
         ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);

@@ -38,6 +38,7 @@
 #include "qforge/layout/gguf/quantize.hpp"
 #include "qforge/layout/gptq.hpp"
 #include "qforge/layout/layout_traits.hpp"
+#include "qforge/layout/quantize_packed.hpp"
 
 #include "qforge/io/atomic_dir.hpp"
 #include "qforge/io/checkpoint.hpp"

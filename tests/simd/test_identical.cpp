@@ -3,9 +3,11 @@
 // group x symmetry x policy combination and odd widths.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -232,4 +234,107 @@ TEST_CASE("whole tensors: every bits x group x symmetry x policy x width equals 
     }
     MESSAGE("tensors compared: " << compared);
     CHECK(compared > 0);
+}
+
+TEST_CASE("make_grids: every ISA equals the scalar store_scale rules, edges included") {
+    const auto others = other_isas();
+    // Raw inputs around every edge: zero and subnormal scales (raised to the smallest
+    // pattern), rounding ties of F16 and BF16, values near each dtype's overflow, AWQ's 1e-5.
+    std::vector<float> a, b;
+    testing::splitmix64 rng(2024);
+    for (int i = 0; i < 4000; ++i) {
+        const int kind = static_cast<int>(rng.next() % 6);
+        float x = std::ldexp(static_cast<float>(rng.next() % 100000) / 100000.0f + 0.5f, static_cast<int>(rng.next() % 60) - 40);
+        if (kind == 1) x = std::ldexp(1.0f + 0x1p-11f, -static_cast<int>(rng.next() % 30));  // F16 tie
+        if (kind == 2) x = std::ldexp(1.0f + 0x1p-8f, static_cast<int>(rng.next() % 60) - 30);  // BF16 tie
+        if (kind == 3) x = (rng.next() % 2 ? 65519.0f : 65520.0f) * 7.5f;
+        if (kind == 4) x = std::ldexp(1.0f, -140 + static_cast<int>(rng.next() % 20));  // tiny
+        a.push_back(-x * static_cast<float>(rng.next() % 3) / 2.0f);
+        b.push_back(kind == 5 ? a.back() + 1e-6f : x);
+    }
+    int compared = 0;
+    for (simd::grid_rule rule : {simd::grid_rule::symmetric, simd::grid_rule::range, simd::grid_rule::awq_range})
+        for (bool bf16 : {false, true})
+            for (int bits : {2, 4, 8}) {
+                simd::grid_recipe r;
+                r.rule = rule;
+                r.bits = bits;
+                r.div = 7.5f;
+                r.bf16 = bf16;
+                r.norm = 2.4f;
+                std::vector<float> sym(a.size());
+                for (std::size_t i = 0; i < a.size(); ++i) sym[i] = std::fabs(b[i]);  // symmetric: a = amax >= 0
+                const float* in_a = rule == simd::grid_rule::symmetric ? sym.data() : a.data();
+                for (std::size_t count : {a.size(), std::size_t{1}, std::size_t{13}}) {
+                    std::vector<std::uint16_t> ref_bits(count);
+                    std::vector<simd::grid_params> ref(count);
+                    const auto ref_over = simd::kernels(simd::isa::scalar).make_grids(in_a, b.data(), count, r, ref_bits.data(), ref.data());
+                    // The scalar kernel is the formula: check a few lanes against store_scale directly.
+                    for (std::size_t i = 0; i < count; i += 97) {
+                        const auto stored = store_scale(rule == simd::grid_rule::symmetric ? in_a[i] / 7.5f
+                                                        : rule == simd::grid_rule::range
+                                                            ? (b[i] - a[i]) / static_cast<float>((1 << bits) - 1)
+                                                            : std::max(b[i] - a[i], 1e-5f) / static_cast<float>((1 << bits) - 1),
+                                                        bf16 ? dtype::BF16 : dtype::F16);
+                        if (stored) CHECK(ref_bits[i] == *stored);
+                    }
+                    for (simd::isa i : others) {
+                        std::vector<std::uint16_t> got_bits(count);
+                        std::vector<simd::grid_params> got(count);
+                        const auto over = simd::kernels(i).make_grids(in_a, b.data(), count, r, got_bits.data(), got.data());
+                        CHECK(over == ref_over);
+                        CHECK(got_bits == ref_bits);
+                        for (std::size_t j = 0; j < count; ++j) {
+                            if ((ref_bits[j] & 0x7FFF) >= (bf16 ? 0x7F80 : 0x7C00)) continue;  // overflowed: no grid
+                            const bool same = bits_of(got[j].scale) == bits_of(ref[j].scale) &&
+                                              bits_of(got[j].rinv) == bits_of(ref[j].rinv) && got[j].zero == ref[j].zero &&
+                                              got[j].maxq == ref[j].maxq && got[j].norm == ref[j].norm;
+                            if (!same) FAIL_CHECK(simd::isa_name(i) << " grid " << j << " differs");
+                        }
+                        ++compared;
+                    }
+                }
+            }
+    MESSAGE("make_grids runs compared: " << compared);
+}
+
+TEST_CASE("to_f32_min_max_groups equals to_f32 then min_max_groups, non-finite values included, every ISA") {
+    const std::size_t n = 301;  // several groups of each size plus a short last one
+    const auto f = testing::student_t_floats(n, 11);
+    const auto b = testing::to_bf16(f);
+    const auto h = testing::to_fp16(f);
+    for (simd::isa i : {simd::isa::scalar, simd::isa::avx2, simd::isa::avx512, simd::isa::neon}) {
+        if (!simd::available(i)) continue;
+        CAPTURE(simd::isa_name(i));
+        const auto& k = simd::kernels(i);
+        for (std::size_t gsize : {1u, 2u, 8u, 64u, 128u, 512u}) {
+            CAPTURE(gsize);
+            const std::size_t groups = (n + gsize - 1) / gsize;
+            auto run = [&](const void* src, dtype t) {
+                std::vector<float> d1(n), d2(n), mn1(groups), mx1(groups), mn2(groups), mx2(groups);
+                const auto* p = static_cast<const std::byte*>(src);
+                const std::int64_t r1 = k.to_f32(p, t, n, d1.data());
+                const std::int64_t r2 = k.to_f32_min_max_groups(p, t, n, gsize, d2.data(), mn2.data(), mx2.data());
+                CHECK(r1 == r2);
+                if (r1 >= 0) return;
+                CHECK(std::memcmp(d1.data(), d2.data(), n * sizeof(float)) == 0);
+                k.min_max_groups(d1.data(), n, gsize, mn1.data(), mx1.data());
+                for (std::size_t g = 0; g < groups; ++g) {
+                    CHECK(bits_of(mn1[g]) == bits_of(mn2[g]));
+                    CHECK(bits_of(mx1[g]) == bits_of(mx2[g]));
+                }
+            };
+            run(b.data(), dtype::BF16);
+            run(h.data(), dtype::F16);
+            run(f.data(), dtype::F32);
+            for (std::size_t bad : {0u, 7u, 64u, 300u}) {
+                auto fb = f;
+                fb[bad] = bad % 2 ? -std::numeric_limits<float>::infinity() : std::nanf("");
+                run(fb.data(), dtype::F32);
+                auto bb = b;
+                bb[bad] = 0x7F80;
+                run(bb.data(), dtype::BF16);
+            }
+        }
+    }
 }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,9 +67,10 @@ public:
                 {".g_idx", dtype::I32, {k}}};
     }
 
-    /// Every refusal, before anything is packed.
-    void check(const quantized_tensor& q) const {
-        detail::check_common(q, "GPTQ");
+    /// Every refusal, before anything is packed. `first_row` is the weight row of q's row 0
+    /// when q is a band of a larger weight (messages name the weight's rows).
+    void check(const quantized_tensor& q, std::int64_t first_row = 0) const {
+        detail::check_common(q, "GPTQ", first_row);
         if (q.bits != Bits)
             fail<unsupported_error>({}, q.name, "GPTQ layout for " + std::to_string(Bits) +
                                                     " bits given a " + std::to_string(q.bits) +
@@ -77,7 +79,7 @@ public:
         check_shape(q.name, q.rows, q.cols, q.group_size);
         // Without desc_act, GPTQ loaders (vLLM gptq_marlin: has_g_idx = desc_act) never read
         // g_idx and decode column k with group k / g: an act-order g_idx would be ignored.
-        if (!opt_.desc_act)
+        if (!opt_.desc_act && !q.g_idx.empty())  // an empty g_idx is k / group_size by definition
             for (std::int64_t k = 0; k < q.cols; ++k)
                 if (q.group_of(k) != k / q.group_size)
                     fail<unsupported_error>({}, q.name,
@@ -91,7 +93,7 @@ public:
                     fail<unsupported_error>(
                         {}, q.name,
                         "GPTQ v1 (checkpoint_format \"gptq\") stores zero-1 and cannot hold the "
-                        "zero point 0 at row " + std::to_string(static_cast<std::int64_t>(i) / q.groups()) +
+                        "zero point 0 at row " + std::to_string(first_row + static_cast<std::int64_t>(i) / q.groups()) +
                             ", group " + std::to_string(static_cast<std::int64_t>(i) % q.groups()) +
                             "; write gptq_v2 or quantize without a zero of 0");
     }
@@ -121,6 +123,31 @@ public:
         out.push_back(detail::make_tensor(p + ".scales", q.scale_dtype, {groups, n}, scales));
         out.push_back(detail::make_tensor(p + ".g_idx", dtype::I32, {k}, detail::full_g_idx(q)));
         return out;
+    }
+
+    /// Band packing (see layout/quantize_packed.hpp): `out` holds the tensors of specs() for the
+    /// whole weight [n, k], allocated once; `band` is rows [first_row, first_row + band.rows) of
+    /// it, quantized. Bands start on a multiple of 32 rows, so their qzeros fill whole words,
+    /// and may be packed in any order or at once on different threads (they share no word).
+    void pack_band(const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
+                   std::span<owned_tensor> out) const {
+        check_shape(band.name, n, band.cols, band.group_size);
+        check(band, first_row);
+        const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows;
+        detail::pack_dense_transposed(band.codes.data(), rows, k, Bits, detail::words_of(out[0]) + first_row, true, n);
+        const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
+        std::vector<std::uint8_t> stored(band.zeros.size()), by_group(band.zeros.size());
+        for (std::size_t i = 0; i < stored.size(); ++i) stored[i] = static_cast<std::uint8_t>(band.zeros[i] - offset);
+        detail::transpose_into(stored.data(), rows, groups, by_group.data());
+        std::uint32_t* qzeros = detail::words_of(out[1]);
+        for (std::int64_t g = 0; g < groups; ++g)
+            detail::pack_dense(by_group.data() + g * rows, 1, rows, Bits, qzeros + g * (n * Bits / 32) + first_row * Bits / 32, 1);
+        detail::transpose_into(band.scales.data(), rows, groups,
+                               reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n);
+        if (first_row == 0) {
+            const auto g_idx = detail::full_g_idx(band);
+            std::memcpy(out[3].bytes.data(), g_idx.data(), g_idx.size() * sizeof(std::int32_t));
+        }
     }
 
     /// Reads one linear back. N comes from qweight, K from g_idx, the group size and

@@ -161,7 +161,7 @@ inline void validate_fast(const quantized_tensor& q) {
 }
 
 /// Shape checks every layout shares (the quantized_tensor itself must be consistent).
-inline void check_common(const quantized_tensor& q, std::string_view format) {
+inline void check_common(const quantized_tensor& q, std::string_view format, std::int64_t first_row = 0) {
     validate_fast(q);
     if (q.symmetric) {
         const std::int32_t mid = 1 << (q.bits - 1);
@@ -170,7 +170,7 @@ inline void check_common(const quantized_tensor& q, std::string_view format) {
                 fail<shape_error>({}, q.name,
                                   std::string(format) + ": symmetric weight with zero point " +
                                       std::to_string(q.zeros[i]) + " at row " +
-                                      std::to_string(static_cast<std::int64_t>(i) / q.groups()) +
+                                      std::to_string(first_row + static_cast<std::int64_t>(i) / q.groups()) +
                                       ", group " +
                                       std::to_string(static_cast<std::int64_t>(i) % q.groups()) +
                                       " (symmetric means every zero is " + std::to_string(mid) + ")");
@@ -210,18 +210,19 @@ inline std::vector<std::int32_t> canonical_g_idx(std::vector<std::int32_t> g, st
     return g;
 }
 
-/// dst[c * rows + r] = src[r * cols + c]. Done in 32 x 32 tiles: a plain double loop writes
-/// each element `rows` apart, one cache line per element, and on [4096 x 172] scales that
-/// cost as much as packing all the codes.
+/// dst[c * dst_stride + r] = src[r * cols + c] (dst_stride defaults to rows). Done in 32 x 32
+/// tiles: a plain double loop writes each element `rows` apart, one cache line per element,
+/// and on [4096 x 172] scales that cost as much as packing all the codes.
 template <class T>
-void transpose_into(const T* src, std::int64_t rows, std::int64_t cols, T* dst) noexcept {
+void transpose_into(const T* src, std::int64_t rows, std::int64_t cols, T* dst, std::int64_t dst_stride = -1) noexcept {
+    if (dst_stride < 0) dst_stride = rows;
     constexpr std::int64_t tile = 32;
     for (std::int64_t r0 = 0; r0 < rows; r0 += tile) {
         const std::int64_t r1 = r0 + tile < rows ? r0 + tile : rows;
         for (std::int64_t c0 = 0; c0 < cols; c0 += tile) {
             const std::int64_t c1 = c0 + tile < cols ? c0 + tile : cols;
             for (std::int64_t c = c0; c < c1; ++c)
-                for (std::int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+                for (std::int64_t r = r0; r < r1; ++r) dst[c * dst_stride + r] = src[r * cols + c];
         }
     }
 }

@@ -150,6 +150,11 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
     // single-group kernels give.
     std::vector<float> mn(block_groups), mx(block_groups);
     std::vector<simd::grid_params> grids(block_groups);
+    // Fixed-rule policies: every group's scale of a block in one make_grids call.
+    const bool fixed = is_fixed_rule(o.policy);
+    const simd::grid_recipe recipe = fixed ? fixed_recipe(o.policy, S::bits, o.scale_dtype) : simd::grid_recipe{};
+    std::vector<float> ga(fixed ? block_groups : 0), gb(fixed ? block_groups : 0);
+    std::vector<std::uint16_t> gs(fixed ? block_groups : 0);
     const bool snr_in_kernel = gsize % 4 == 0;
     group_view g;
     g.bits = S::bits;
@@ -164,16 +169,33 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
         detail::snr_partials slow;
         for (std::int64_t b0 = 0; b0 < cols; b0 += block) {
             const std::int64_t nb = std::min(block, cols - b0);
-            const std::int64_t bad = k.to_f32(w.bytes.data() + static_cast<std::size_t>(r * cols + b0) * es, w.type,
-                                              static_cast<std::size_t>(nb), buf.data());
+            const std::int64_t bad =
+                k.to_f32_min_max_groups(w.bytes.data() + static_cast<std::size_t>(r * cols + b0) * es, w.type,
+                                        static_cast<std::size_t>(nb), static_cast<std::size_t>(gsize), buf.data(),
+                                        mn.data(), mx.data());
             if (bad >= 0) {
                 first_bad = r * cols + b0 + bad;
                 return;
             }
-            k.min_max_groups(buf.data(), static_cast<std::size_t>(nb), static_cast<std::size_t>(gsize), mn.data(),
-                             mx.data());
+            if (fixed) {
+                const auto ng = static_cast<std::size_t>((nb + gsize - 1) / gsize);
+                for (std::size_t jj = 0; jj < ng; ++jj) fixed_inputs(o.policy, mn[jj], mx[jj], ga[jj], gb[jj]);
+                const std::int64_t over = k.make_grids(ga.data(), gb.data(), ng, recipe, gs.data(), grids.data());
+                if (over >= 0) {  // the scalar rule words the refusal
+                    const auto jj = static_cast<std::size_t>(over);
+                    g.group = b0 / gsize + over;
+                    g.mn = mn[jj];
+                    g.mx = mx[jj];
+                    (void)choose_group(o.policy, g, o.search);
+                }
+                const auto gi = static_cast<std::size_t>(qr * groups + b0 / gsize);
+                for (std::size_t jj = 0; jj < ng; ++jj) {
+                    q.scales[gi + jj] = gs[jj];
+                    q.zeros[gi + jj] = static_cast<std::int32_t>(grids[jj].zero);
+                }
+            }
             std::size_t jj = 0;
-            for (std::int64_t c0 = b0; c0 < b0 + nb; c0 += gsize, ++jj) {
+            for (std::int64_t c0 = b0; c0 < b0 + nb && !fixed; c0 += gsize, ++jj) {
                 const std::int64_t j = c0 / gsize;
                 g.w = buf.data() + (c0 - b0);
                 g.imp = o.importance.empty() ? nullptr : o.importance.data() + c0;
@@ -235,6 +257,30 @@ inline quantized_tensor quantized_header(const tensor_view& w, const quant_optio
                             std::string(v != v ? "NaN" : "infinity") + " at element " + std::to_string(bad) +
                                 " (row " + std::to_string(bad / cols) + ", column " + std::to_string(bad % cols) +
                                 "); refusing to quantize non-finite weights");
+}
+
+/// Quantizes rows [row_lo, row_hi) of `weight` into `band` (resized, reusing its storage) on
+/// the calling thread, with each row's SNR sums in rows_snr[r - row_lo] when given. The
+/// options must have passed check_options(weight, opt).
+inline void quantize_band(const tensor_view& weight, const quant_options& opt, const simd::group_kernels& k,
+                          std::int64_t row_lo, std::int64_t row_hi, quantized_tensor& band, snr_sums* rows_snr) {
+    quantized_tensor h = quantized_header(weight, opt, row_hi - row_lo);
+    band.name = weight.name;
+    band.bits = h.bits;
+    band.rows = h.rows;
+    band.cols = h.cols;
+    band.group_size = h.group_size;
+    band.symmetric = h.symmetric;
+    band.scale_dtype = h.scale_dtype;
+    band.g_idx.clear();
+    band.codes.resize(static_cast<std::size_t>(band.rows * band.cols));  // every element is overwritten
+    band.scales.resize(static_cast<std::size_t>(band.rows * band.groups()));
+    band.zeros.resize(band.scales.size());
+    std::int64_t first_bad = -1;
+    with_scheme(opt.bits, opt.group_size, opt.symmetric, [&](auto s) {
+        quantize_rows<decltype(s)>(weight, opt, k, row_target{&band, row_lo, rows_snr}, row_lo, row_hi, first_bad);
+    });
+    if (first_bad >= 0) refuse_non_finite(weight, k, first_bad);
 }
 
 }  // namespace detail

@@ -210,36 +210,90 @@ inline std::size_t first_lowest(const float* err, std::size_t count) noexcept {
     return best;
 }
 
+/// Policies whose scale is one formula of the group's min/max (no search): quantize() computes
+/// a whole block of their groups with one make_grids call.
+constexpr bool is_fixed_rule(scale_policy p) noexcept {
+    return p == scale_policy::absmax || p == scale_policy::gptq_absmax || p == scale_policy::seed_fixed ||
+           p == scale_policy::minmax || p == scale_policy::awq_minmax;
+}
+
+/// The make_grids recipe of a fixed-rule policy (the formulas at the top of this header).
+inline simd::grid_recipe fixed_recipe(scale_policy p, int bits, dtype scale_dtype) noexcept {
+    simd::grid_recipe r;
+    r.bits = bits;
+    r.bf16 = scale_dtype == dtype::BF16;
+    switch (p) {
+        case scale_policy::absmax: r.div = static_cast<float>((1 << (bits - 1)) - 1); break;
+        case scale_policy::gptq_absmax: r.div = static_cast<float>((1 << bits) - 1) / 2.0f; break;
+        case scale_policy::seed_fixed: r.div = static_cast<float>(1 << (bits - 1)); break;
+        case scale_policy::minmax: r.rule = simd::grid_rule::range; break;
+        default: r.rule = simd::grid_rule::awq_range; break;
+    }
+    return r;
+}
+
+/// make_grids inputs (a, b) of a fixed-rule policy for a group with min mn and max mx.
+inline void fixed_inputs(scale_policy p, float mn, float mx, float& a, float& b) noexcept {
+    b = 0;
+    switch (p) {
+        case scale_policy::absmax:
+        case scale_policy::gptq_absmax: {
+            const float amax = -mn > mx ? -mn : mx;
+            a = amax > 0 ? amax : 1.0f;
+            return;
+        }
+        case scale_policy::seed_fixed: {
+            const float amax = -mn > mx ? -mn : mx;
+            a = simd::detail::no_contract((amax > 0 ? amax : 1.0f) * seed_fixed_factor);
+            return;
+        }
+        case scale_policy::minmax: {
+            a = mn < 0 ? mn : 0.0f;
+            b = mx > 0 ? mx : 0.0f;
+            if (a == 0 && b == 0) a = -1, b = 1;
+            return;
+        }
+        default: a = mn, b = mx; return;
+    }
+}
+
 inline group_choice choose_mse(const group_view& g, const search_params& sp) {
     const auto steps = static_cast<std::size_t>(static_cast<double>(sp.max_shrink) * sp.grid);
-    const int maxq = g.maxq();
     float lo = g.mn < 0 ? g.mn : 0.0f, hi = g.mx > 0 ? g.mx : 0.0f;
     if (lo == 0 && hi == 0) lo = -1, hi = 1;
     const float amax = sym_amax(g);
     constexpr std::size_t batch = 32;
-    group_choice cand[batch];
+    std::uint16_t scales[batch];
     simd::grid_params grid[batch];
-    float err[batch];
+    float a[batch], b[batch], err[batch];
+    simd::grid_recipe recipe;
+    recipe.rule = g.symmetric ? simd::grid_rule::symmetric : simd::grid_rule::range;
+    recipe.bits = g.bits;
+    recipe.div = static_cast<float>((1 << g.bits) - 1) / 2.0f;  // scale_formula::gptq
+    recipe.bf16 = g.scale_dtype == dtype::BF16;
+    recipe.norm = sp.norm;
     group_choice best{};
     float best_err = 0;
     for (std::size_t i0 = 0; i0 < steps; i0 += batch) {
         const std::size_t count = std::min(batch, steps - i0);
         for (std::size_t j = 0; j < count; ++j) {
             const auto p = static_cast<float>(1.0 - static_cast<double>(i0 + j) / sp.grid);
-            group_choice& c = cand[j];
             if (g.symmetric) {
-                c.scale = g.store(scale_formula::gptq(simd::detail::no_contract(p * amax), g.bits));
-                c.zero = 1 << (g.bits - 1);
+                a[j] = simd::detail::no_contract(p * amax);
             } else {
-                const float l = simd::detail::no_contract(p * lo), h = simd::detail::no_contract(p * hi);
-                c.scale = g.store(scale_formula::minmax(l, h, g.bits));
-                c.zero = zero_from_min(l, scale_value(c.scale, g.scale_dtype), maxq);
+                a[j] = simd::detail::no_contract(p * lo);
+                b[j] = simd::detail::no_contract(p * hi);
             }
-            grid[j] = g.grid(c.scale, c.zero, sp.norm);
+        }
+        const std::int64_t bad = g.kernels->make_grids(a, b, count, recipe, scales, grid);
+        if (bad >= 0) {
+            const auto j = static_cast<std::size_t>(bad);
+            g.overflow(g.symmetric ? scale_formula::gptq(a[j], g.bits) : scale_formula::minmax(a[j], b[j], g.bits));
         }
         g.kernels->errors(g.w, g.imp, g.n, grid, count, err);
-        const std::size_t b = first_lowest(err, count);
-        if (i0 == 0 || err[b] < best_err) best = cand[b], best_err = err[b];
+        const std::size_t w = first_lowest(err, count);
+        if (i0 == 0 || err[w] < best_err)
+            best = {scales[w], static_cast<std::int32_t>(grid[w].zero)}, best_err = err[w];
     }
     return best;
 }
@@ -256,13 +310,17 @@ inline group_choice choose_group(scale_policy policy, const group_view& g, const
             return {g.store(scale_formula::seed(detail::sym_amax(g), seed_fixed_factor, g.bits)), pinned};
         case scale_policy::seed_search: {
             const float amax = detail::sym_amax(g);
-            std::uint16_t scales[seed_factors.size()];
-            simd::grid_params grid[seed_factors.size()];
-            float err[seed_factors.size()];
-            for (std::size_t i = 0; i < seed_factors.size(); ++i) {
-                scales[i] = g.store(scale_formula::seed(amax, seed_factors[i], g.bits));
-                grid[i] = g.grid(scales[i], pinned);
-            }
+            constexpr std::size_t count = seed_factors.size();
+            std::uint16_t scales[count];
+            simd::grid_params grid[count];
+            float a[count], err[count];
+            for (std::size_t i = 0; i < count; ++i) a[i] = simd::detail::no_contract(amax * seed_factors[i]);
+            simd::grid_recipe recipe;
+            recipe.bits = g.bits;
+            recipe.div = static_cast<float>(1 << (g.bits - 1));  // scale_formula::seed
+            recipe.bf16 = g.scale_dtype == dtype::BF16;
+            const std::int64_t bad = g.kernels->make_grids(a, nullptr, count, recipe, scales, grid);
+            if (bad >= 0) g.overflow(scale_formula::seed(amax, seed_factors[static_cast<std::size_t>(bad)], g.bits));
             g.kernels->errors(g.w, g.imp, g.n, grid, seed_factors.size(), err);
             return {scales[detail::first_lowest(err, seed_factors.size())], pinned};
         }

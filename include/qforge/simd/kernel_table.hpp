@@ -27,6 +27,22 @@ struct grid_params {
     float norm = 2;   ///< error exponent p of sum |e|^p; exactly 2 selects the plain square
 };
 
+/// How make_grids turns a group's inputs (a, b) into its stored scale and zero; the formulas
+/// of quant/scale_policy.hpp, where the policies compute a and b.
+enum class grid_rule : std::uint8_t {
+    symmetric,  ///< raw = a / div, zero pinned at 2^(bits-1)
+    range,      ///< raw = (b - a) / maxq, zero = clamp(round_half_even(-a / s), 0, maxq)
+    awq_range,  ///< raw = max(b - a, 1e-5f) / maxq, zero as for range
+};
+
+struct grid_recipe {
+    grid_rule rule = grid_rule::symmetric;
+    int bits = 4;
+    float div = 1;       ///< symmetric: the divisor
+    bool bf16 = false;   ///< scales stored as BF16 (else F16)
+    float norm = 2;      ///< copied into every grid
+};
+
 struct group_kernels {
     isa id = isa::scalar;
 
@@ -55,6 +71,14 @@ struct group_kernels {
     /// does not divide n) -> mn[j], mx[j].
     void (*min_max_groups)(const float* w, std::size_t n, std::size_t gsize, float* mn, float* mx) noexcept;
 
+    /// For j < count: the raw scale of `recipe` from (a[j], b[j]) in float, stored as F16/BF16
+    /// (round half to even; a pattern below the smallest positive one, F16 0x0001, BF16 0x0080,
+    /// is raised to it), its pattern in scale_bits[j] and grids[j] = {s, 1.0f / s, zero, maxq,
+    /// norm} with s the stored value. Returns the first j whose scale overflows the dtype
+    /// (its grid is then meaningless), or -1. b may be null for the symmetric rule.
+    std::int64_t (*make_grids)(const float* a, const float* b, std::size_t count, const grid_recipe& recipe,
+                               std::uint16_t* scale_bits, grid_params* grids) noexcept;
+
     /// encode of each group of w[0..n) on its own grid p[j] (groups as in min_max_groups).
     /// With `snr` (8 doubles: signal partials 0-3, error partials 0-3; requires gsize % 4 == 0
     /// and w[0] at a stream position that is a multiple of 4) it also adds each element's w^2
@@ -62,6 +86,12 @@ struct group_kernels {
     /// increasing i, products never fused: the order quant/snr.hpp defines.
     void (*encode_groups)(const float* w, std::size_t n, std::size_t gsize, const grid_params* p,
                           std::uint8_t* codes, double* snr) noexcept;
+
+    /// to_f32 and min_max_groups in one pass over src: dst as to_f32 writes it, mn/mx as
+    /// min_max_groups computes them from dst. Returns to_f32's result (mn/mx are unspecified
+    /// when it is not -1).
+    std::int64_t (*to_f32_min_max_groups)(const std::byte* src, dtype type, std::size_t n, std::size_t gsize,
+                                          float* dst, float* mn, float* mx) noexcept;
 };
 
 }  // namespace qforge::simd

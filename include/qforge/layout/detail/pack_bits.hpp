@@ -257,9 +257,11 @@ inline std::int64_t pack4_rows4_sse2(const std::uint8_t* p, std::int64_t cols, s
 /// GPTQ qweight: codes [rows][cols] (row-major) -> words [dense_words(cols)][rows], each row a
 /// dense stream along cols written down its column. cols*bits must fill whole words.
 /// Allocates a dense_words(cols) x tile_rows word buffer (may throw std::bad_alloc). `simd_ok = false`
-/// forces the portable scalar path (the tests compare both).
+/// forces the portable scalar path (the tests compare both). `dst_stride` (default `rows`) is
+/// the distance between word rows of dst, so a band of rows can go into a wider matrix.
 inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols,
-                                  int bits, std::uint32_t* dst, bool simd_ok = true) {
+                                  int bits, std::uint32_t* dst, bool simd_ok = true, std::int64_t dst_stride = -1) {
+    if (dst_stride < 0) dst_stride = rows;
     const std::int64_t words = dense_words(cols, bits);
     std::vector<std::uint32_t> tmp(static_cast<std::size_t>(words * tile_rows));
     for (std::int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
@@ -281,10 +283,10 @@ inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, 
             pack_dense(codes + (r0 + r) * cols, 1, cols, bits, tmp.data() + r, tile_rows);
         if (nr == tile_rows) {
             for (std::int64_t w = 0; w < words; ++w)
-                std::memcpy(dst + w * rows + r0, tmp.data() + w * tile_rows, tile_rows * sizeof(std::uint32_t));
+                std::memcpy(dst + w * dst_stride + r0, tmp.data() + w * tile_rows, tile_rows * sizeof(std::uint32_t));
         } else {
             for (std::int64_t w = 0; w < words; ++w)
-                std::memcpy(dst + w * rows + r0, tmp.data() + w * tile_rows,
+                std::memcpy(dst + w * dst_stride + r0, tmp.data() + w * tile_rows,
                             static_cast<std::size_t>(nr) * sizeof(std::uint32_t));
         }
     }

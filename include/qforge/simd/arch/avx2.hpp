@@ -73,6 +73,14 @@ QFORGE_P void vstore_codes(std::uint8_t* out, vf q) noexcept {
     const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
 }
+// Four steps' codes (0..255) as 32 consecutive bytes: the two saturating packs interleave the
+// 128-bit halves, one dword permute puts them back in order.
+QFORGE_P void vstore_codes4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    const __m256i ab = _mm256_packus_epi32(_mm256_cvttps_epi32(a), _mm256_cvttps_epi32(b));
+    const __m256i cd = _mm256_packus_epi32(_mm256_cvttps_epi32(c), _mm256_cvttps_epi32(d));
+    const __m256i x = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), x);
+}
 QFORGE_P vf vload_f32_bytes(const std::byte* p) noexcept { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
 QFORGE_P vf vload_f16_bytes(const std::byte* p) noexcept {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -84,6 +92,25 @@ QFORGE_P vf vload_bf16_bytes(const std::byte* p) noexcept {
 QFORGE_P acc8 acc_zero() noexcept { return _mm256_setzero_ps(); }
 QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept { return _mm256_add_ps(acc, e); }
 QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, acc); }
+
+// vround_scale: see scalar.hpp. F16 through F16C (IEEE round to nearest even, subnormals
+// kept), BF16 by the integer rounding of core/half.hpp.
+QFORGE_P vf vround_scale(vf x, bool bf16, std::uint16_t* bits) noexcept {
+    __m128i h;
+    if (bf16) {
+        const __m256i u = _mm256_castps_si256(x);
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+        h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        h = _mm_max_epu16(h, _mm_set1_epi16(0x0080));
+    } else {
+        h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        h = _mm_max_epu16(h, _mm_set1_epi16(0x0001));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(bits), h);
+    if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
 
 // SNR partial sums in double, lane j = partial j (see quant/snr.hpp): the low then the high
 // four floats of a step, which is the scalar order.

@@ -74,6 +74,12 @@ QFORGE_P float vhmax(vf a) noexcept { return _mm512_reduce_max_ps(a); }
 QFORGE_P void vstore_codes(std::uint8_t* out, vf q) noexcept {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q)));
 }
+QFORGE_P void vstore_codes4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    vstore_codes(out, a);
+    vstore_codes(out + lanes, b);
+    vstore_codes(out + 2 * lanes, c);
+    vstore_codes(out + 3 * lanes, d);
+}
 QFORGE_P vf vload_f32_bytes(const std::byte* p) noexcept { return _mm512_loadu_ps(reinterpret_cast<const float*>(p)); }
 QFORGE_P vf vload_f16_bytes(const std::byte* p) noexcept {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -88,6 +94,24 @@ QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept {
     return _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
 }
 QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, acc); }
+
+// vround_scale: see scalar.hpp (F16 through the hardware conversion, BF16 by integer RNE).
+QFORGE_P vf vround_scale(vf x, bool bf16, std::uint16_t* bits) noexcept {
+    __m256i h;
+    if (bf16) {
+        const __m512i u = _mm512_castps_si512(x);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+        h = _mm512_cvtepi32_epi16(r);
+        h = _mm256_max_epu16(h, _mm256_set1_epi16(0x0080));
+    } else {
+        h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        h = _mm256_max_epu16(h, _mm256_set1_epi16(0x0001));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits), h);
+    if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
 
 // SNR partial sums in double, lane j = partial j (see quant/snr.hpp): the four quarters of a
 // step in order, which is the scalar order.

@@ -91,6 +91,12 @@ inline void vstore_codes(std::uint8_t* out, vf q) noexcept {
     const uint16x8_t w = vcombine_u16(vmovn_u32(vcvtq_u32_f32(q.a)), vmovn_u32(vcvtq_u32_f32(q.b)));
     vst1_u8(out, vmovn_u16(w));
 }
+inline void vstore_codes4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    vstore_codes(out, a);
+    vstore_codes(out + lanes, b);
+    vstore_codes(out + 2 * lanes, c);
+    vstore_codes(out + 3 * lanes, d);
+}
 inline vf vload_f32_bytes(const std::byte* p) noexcept {
     const auto* u = reinterpret_cast<const std::uint8_t*>(p);
     return {vreinterpretq_f32_u8(vld1q_u8(u)), vreinterpretq_f32_u8(vld1q_u8(u + 16))};
@@ -107,6 +113,26 @@ inline vf vload_bf16_bytes(const std::byte* p) noexcept {
 inline acc8 acc_zero() noexcept { return vset(0.0f); }
 inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
 inline void acc_store(float* out, acc8 acc) noexcept { vstore(out, acc); }
+
+// vround_scale: see scalar.hpp (F16 by the FPCR's round to nearest even, BF16 by integer RNE).
+inline uint16x4_t round_scale4(float32x4_t x, bool bf16) noexcept {
+    if (bf16) {
+        const uint32x4_t u = vreinterpretq_u32_f32(x);
+        const uint32x4_t odd = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+        return vmax_u16(vshrn_n_u32(vaddq_u32(u, vaddq_u32(odd, vdupq_n_u32(0x7FFF))), 16), vdup_n_u16(0x0080));
+    }
+    return vmax_u16(vreinterpret_u16_f16(vcvt_f16_f32(x)), vdup_n_u16(0x0001));
+}
+inline float32x4_t scale_value4(uint16x4_t h, bool bf16) noexcept {
+    if (bf16) return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+    return vcvt_f32_f16(vreinterpret_f16_u16(h));
+}
+inline vf vround_scale(vf x, bool bf16, std::uint16_t* bits) noexcept {
+    const uint16x4_t lo = round_scale4(x.a, bf16), hi = round_scale4(x.b, bf16);
+    vst1_u16(bits, lo);
+    vst1_u16(bits + 4, hi);
+    return {scale_value4(lo, bf16), scale_value4(hi, bf16)};
+}
 
 // SNR partial sums in double (see quant/snr.hpp): each float32x4 of a step feeds partials
 // 0,1 (low half) and 2,3 (high half), in the scalar order.

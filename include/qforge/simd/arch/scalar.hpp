@@ -87,6 +87,12 @@ inline float vhmax(vf a) noexcept {
 inline void vstore_codes(std::uint8_t* out, vf q) noexcept {
     for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(static_cast<std::int32_t>(q.v[j]));
 }
+inline void vstore_codes4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    vstore_codes(out, a);
+    vstore_codes(out + lanes, b);
+    vstore_codes(out + 2 * lanes, c);
+    vstore_codes(out + 3 * lanes, d);
+}
 inline vf vload_f32_bytes(const std::byte* p) noexcept {
     vf r;
     std::memcpy(r.v, p, sizeof r.v);
@@ -109,6 +115,21 @@ inline vf vload_bf16_bytes(const std::byte* p) noexcept {
 inline acc8 acc_zero() noexcept { return vset(0.0f); }
 inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
 inline void acc_store(float* out, acc8 acc) noexcept { vstore(out, acc); }
+
+// vround_scale: each lane rounded to its F16/BF16 storage pattern (RNE; patterns below the
+// smallest positive one raised to it: quant/scale_policy.hpp's store_scale), the patterns
+// written to `bits`, the stored values returned. Lanes are positive and finite.
+inline vf vround_scale(vf x, bool bf16, std::uint16_t* bits) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) {
+        std::uint16_t b = bf16 ? float_to_bf16(x.v[j]) : float_to_fp16(x.v[j]);
+        const std::uint16_t smallest = bf16 ? 0x0080 : 0x0001;
+        if ((b & 0x7FFFu) < smallest) b = smallest;
+        bits[j] = b;
+        r.v[j] = bf16 ? bf16_to_float(b) : fp16_to_float(b);
+    }
+    return r;
+}
 
 // SNR partial sums in double: element j of a step goes to partial j % 4 (see quant/snr.hpp).
 struct snr_acc {

@@ -124,6 +124,23 @@ QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const 
     for (std::size_t c = 0; c < count; ++c) out[c] = k_error(w, imp, n, p[c]);
 }
 
+template <bool Snr>
+QFORGE_KFN void k_encode_t(const float* w, std::size_t n, const grid_params& gp, std::uint8_t* codes,
+                           snr_acc& acc) noexcept;
+
+// k_encode_steps: the one-step-at-a-time loop of k_encode_t for a stretch of whole steps, out of
+// line so that the unrolled loop that falls back to it keeps its constants in registers.
+template <bool Snr>
+[[gnu::noinline]] QFORGE_KFN void k_encode_steps(const float* w, std::size_t n, const grid_params& gp,
+                                                 std::uint8_t* codes, snr_acc& acc) noexcept {
+    const vf s = vset(gp.scale), r = vset(gp.rinv), z = vset(gp.zero), hi = vset(gp.maxq);
+    for (std::size_t i = 0; i + lanes <= n; i += lanes) {
+        const vf x = vload(w + i), q = k_code(x, s, r, z, hi);
+        vstore_codes(codes + i, q);
+        if constexpr (Snr) acc = snr_add(acc, x, vmul(vsub(q, z), s));
+    }
+}
+
 // k_encode_t: the codes of one group; with Snr, also the group's SNR terms (the input and
 // its decoded value (code - z) * s, exact in float) added to `acc` in stream order. A tail's
 // padding lanes hold 0, which code z decodes to exactly, so they add +0.
@@ -132,6 +149,29 @@ QFORGE_KFN void k_encode_t(const float* w, std::size_t n, const grid_params& gp,
                            snr_acc& acc) noexcept {
     const vf s = vset(gp.scale), r = vset(gp.rinv), z = vset(gp.zero), hi = vset(gp.maxq);
     std::size_t i = 0;
+    // Four steps at a time with one near-tie branch for all four; when it fires, each step
+    // takes k_round_quotient's exact path, so the codes are those of the loop below.
+    const vf near = vset(0.5f - 0x1p-11f), lo = vset(0.0f);
+    for (; i + 4 * lanes <= n; i += 4 * lanes) {
+        const vf x0 = vload(w + i), x1 = vload(w + i + lanes), x2 = vload(w + i + 2 * lanes),
+                 x3 = vload(w + i + 3 * lanes);
+        const vf t0 = vmul(x0, r), t1 = vmul(x1, r), t2 = vmul(x2, r), t3 = vmul(x3, r);
+        const vf r0 = vround(t0), r1 = vround(t1), r2 = vround(t2), r3 = vround(t3);
+        if (vany_gt(vabs(vsub(t0, r0)), near) | vany_gt(vabs(vsub(t1, r1)), near) |
+            vany_gt(vabs(vsub(t2, r2)), near) | vany_gt(vabs(vsub(t3, r3)), near)) {
+            k_encode_steps<Snr>(w + i, 4 * lanes, gp, codes + i, acc);
+            continue;
+        }
+        const vf q0 = vmin(vmax(vadd(r0, z), lo), hi), q1 = vmin(vmax(vadd(r1, z), lo), hi);
+        const vf q2 = vmin(vmax(vadd(r2, z), lo), hi), q3 = vmin(vmax(vadd(r3, z), lo), hi);
+        vstore_codes4(codes + i, q0, q1, q2, q3);
+        if constexpr (Snr) {
+            acc = snr_add(acc, x0, vmul(vsub(q0, z), s));
+            acc = snr_add(acc, x1, vmul(vsub(q1, z), s));
+            acc = snr_add(acc, x2, vmul(vsub(q2, z), s));
+            acc = snr_add(acc, x3, vmul(vsub(q3, z), s));
+        }
+    }
     for (; i + lanes <= n; i += lanes) {
         const vf x = vload(w + i), q = k_code(x, s, r, z, hi);
         vstore_codes(codes + i, q);
@@ -197,6 +237,42 @@ QFORGE_KFN void k_encode_groups(const float* w, std::size_t n, std::size_t gsize
     snr_store(snr, acc);
 }
 
+QFORGE_KFN std::int64_t k_make_grids(const float* a, const float* b, std::size_t count, const grid_recipe& rc,
+                                     std::uint16_t* scale_bits, grid_params* grids) noexcept {
+    const float maxq = static_cast<float>((1 << rc.bits) - 1);
+    const float pinned = static_cast<float>(1 << (rc.bits - 1));
+    const std::uint16_t limit = rc.bf16 ? 0x7F80 : 0x7C00;
+    const vf vmaxq = vset(maxq), zero = vset(0.0f), one = vset(1.0f), tiny = vset(1e-5f);
+    std::int64_t overflow = -1;
+    for (std::size_t j0 = 0; j0 < count; j0 += lanes) {
+        const std::size_t m = count - j0 < lanes ? count - j0 : lanes;
+        alignas(64) float ab[lanes] = {}, bb[lanes] = {}, sv[lanes], rv[lanes], zv[lanes];
+        std::uint16_t hb[lanes];
+        std::memcpy(ab, a + j0, m * sizeof(float));
+        if (b) std::memcpy(bb, b + j0, m * sizeof(float));
+        const vf va = vload(ab), vb = vload(bb);
+        vf raw;
+        if (rc.rule == grid_rule::symmetric) {
+            raw = vdiv(va, vset(rc.div));
+        } else {
+            vf range = vsub(vb, va);
+            if (rc.rule == grid_rule::awq_range) range = vsel_ge(tiny, range, tiny, range);
+            raw = vdiv(range, vmaxq);
+        }
+        const vf s = vround_scale(raw, rc.bf16, hb);
+        vstore(sv, s);
+        vstore(rv, vdiv(one, s));
+        if (rc.rule == grid_rule::symmetric) vstore(zv, vset(pinned));
+        else vstore(zv, vmin(vmax(vround(vdiv(vsub(zero, va), s)), zero), vmaxq));
+        for (std::size_t j = 0; j < m; ++j) {
+            scale_bits[j0 + j] = hb[j];
+            grids[j0 + j] = {sv[j], rv[j], zv[j], maxq, rc.norm};
+            if (overflow < 0 && (hb[j] & 0x7FFFu) >= limit) overflow = static_cast<std::int64_t>(j0 + j);
+        }
+    }
+    return overflow;
+}
+
 template <int Kind>  // 0: F32, 1: F16, 2: BF16
 QFORGE_KFN bool k_convert_t(const std::byte* src, std::size_t n, float* dst) noexcept {
     constexpr std::size_t es = Kind == 0 ? 4 : 2;
@@ -236,8 +312,74 @@ QFORGE_KFN std::int64_t k_to_f32(const std::byte* src, dtype type, std::size_t n
     return -1;
 }
 
+template <int Kind>
+QFORGE_KFN float k_convert_one(const std::byte* p) noexcept {
+    if constexpr (Kind == 0) {
+        float v;
+        std::memcpy(&v, p, 4);
+        return v;
+    } else {
+        std::uint16_t h;
+        std::memcpy(&h, p, 2);
+        return Kind == 1 ? fp16_to_float(h) : bf16_to_float(h);
+    }
+}
+
+// k_convert_min_max_t: k_convert_t and k_min_max_groups in one pass, each group's extremes
+// taken over the same steps and padding as k_min_max. Non-finite values are caught by
+// summing x - x (0 for finite x, NaN for NaN and infinities) instead of a branch per step.
+// Returns true when a non-finite value was seen.
+template <int Kind>
+QFORGE_KFN bool k_convert_min_max_t(const std::byte* src, std::size_t n, std::size_t gsize, float* dst, float* mn,
+                                    float* mx) noexcept {
+    constexpr std::size_t es = Kind == 0 ? 4 : 2;
+    vf check = vset(0.0f);
+    for (std::size_t c = 0, j = 0; c < n; c += gsize, ++j) {
+        const std::size_t m = n - c < gsize ? n - c : gsize;
+        const float first = k_convert_one<Kind>(src + c * es);
+        vf lo = vset(first), hi = lo;
+        std::size_t i = 0;
+        for (; i + lanes <= m; i += lanes) {
+            vf x;
+            if constexpr (Kind == 0) x = vload_f32_bytes(src + (c + i) * es);
+            else if constexpr (Kind == 1) x = vload_f16_bytes(src + (c + i) * es);
+            else x = vload_bf16_bytes(src + (c + i) * es);
+            check = vadd(check, vsub(x, x));
+            vstore(dst + c + i, x);
+            lo = vmin(lo, x);
+            hi = vmax(hi, x);
+        }
+        if (i < m) {
+            alignas(64) float wb[lanes];
+            for (float& v : wb) v = first;  // padding that cannot move the extremes
+            for (std::size_t t = i; t < m; ++t) wb[t - i] = dst[c + t] = k_convert_one<Kind>(src + (c + t) * es);
+            const vf x = vload(wb);
+            check = vadd(check, vsub(x, x));
+            lo = vmin(lo, x);
+            hi = vmax(hi, x);
+        }
+        mn[j] = vhmin(lo);
+        mx[j] = vhmax(hi);
+    }
+    alignas(64) float t[lanes];
+    vstore(t, check);
+    bool bad = false;
+    for (float v : t) bad = bad || v != v;
+    return bad;
+}
+
+QFORGE_KFN std::int64_t k_to_f32_min_max_groups(const std::byte* src, dtype type, std::size_t n, std::size_t gsize,
+                                                float* dst, float* mn, float* mx) noexcept {
+    bool bad = false;
+    if (type == dtype::F32) bad = k_convert_min_max_t<0>(src, n, gsize, dst, mn, mx);
+    else if (type == dtype::F16) bad = k_convert_min_max_t<1>(src, n, gsize, dst, mn, mx);
+    else bad = k_convert_min_max_t<2>(src, n, gsize, dst, mn, mx);
+    return bad ? k_to_f32(src, type, n, dst) : -1;
+}
+
 inline const group_kernels& kernel_table() noexcept {
     static constexpr group_kernels table{QFORGE_KERNEL_ISA, &k_to_f32, &k_min_max, &k_error, &k_encode, &k_errors,
-                                             &k_min_max_groups, &k_encode_groups};
+                                             &k_min_max_groups, &k_make_grids, &k_encode_groups,
+                                             &k_to_f32_min_max_groups};
     return table;
 }

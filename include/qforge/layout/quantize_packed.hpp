@@ -1,0 +1,109 @@
+// quantize_packed(): quantize a weight straight into a layout's tensors, one band of rows at
+// a time, instead of quantize() then pack().
+//
+// quantize() materialises every code of the weight (one byte per weight: 45 MB for a
+// 4096 x 11008 layer), which then has to be zero-filled, written, read back and packed. Here
+// each task quantizes a band of rows into a buffer that stays in cache and packs it at once
+// into the output tensors, allocated once at their final size. The bytes are those of
+// layout.pack(quantize(w, opt)), for every executor (tested); the SNR, when asked for, is
+// the one quantize(..., &snr) measures.
+//
+//   qforge::gptq_layout<4> gptq;
+//   qforge::snr_sums snr;
+//   auto tensors = qforge::quantize_packed(view, opt, gptq, "model.layers.0.mlp.up_proj",
+//                                          pool.executor(), &snr);
+//
+// Layouts opt in with pack_band() (band_packing_layout); any other layout_policy goes
+// through quantize() + pack() with the same result.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qforge/core/parallel.hpp"
+#include "qforge/core/tensor_view.hpp"
+#include "qforge/layout/layout_traits.hpp"
+#include "qforge/quant/quantize.hpp"
+#include "qforge/quant/snr.hpp"
+#include "qforge/simd/dispatch.hpp"
+
+namespace qforge {
+
+/// A layout that can pack a band of rows into tensors allocated for the whole weight.
+template <class L>
+concept band_packing_layout = layout_policy<L> && requires(const L& l, const quantized_tensor& band,
+                                                            std::int64_t n, std::span<owned_tensor> out) {
+    l.pack_band(band, n, n, out);
+};
+
+namespace detail {
+
+/// Rows per band: a multiple of 32 (so every layout's words along N close inside a band) and
+/// about 256 K weights, so a band's codes stay in L2. A function of the shape only.
+inline std::int64_t band_rows(std::int64_t cols) noexcept {
+    const std::int64_t units = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / (32 * std::max<std::int64_t>(1, cols)));
+    return 32 * units;
+}
+
+/// Band buffers handed from task to task, so each thread reuses one instead of allocating.
+class band_buffers {
+public:
+    std::unique_ptr<quantized_tensor> take() {
+        std::lock_guard<std::mutex> lock(m_);
+        if (free_.empty()) return std::make_unique<quantized_tensor>();
+        auto b = std::move(free_.back());
+        free_.pop_back();
+        return b;
+    }
+    void give(std::unique_ptr<quantized_tensor> b) {
+        std::lock_guard<std::mutex> lock(m_);
+        free_.push_back(std::move(b));
+    }
+
+private:
+    std::mutex m_;
+    std::vector<std::unique_ptr<quantized_tensor>> free_;
+};
+
+}  // namespace detail
+
+/// The tensors of `layout.pack(quantize(weight, opt, ex), prefix)`, made band by band (see the
+/// top of this header). With `snr`, the SNR sums of what a loader decodes against `weight`.
+template <layout_policy L>
+std::vector<owned_tensor> quantize_packed(const tensor_view& weight, const quant_options& opt, const L& layout,
+                                          std::string_view prefix, const executor& ex = {}, snr_sums* snr = nullptr) {
+    if constexpr (!band_packing_layout<L>) {
+        return layout.pack(quantize(weight, opt, ex, snr), prefix);
+    } else {
+        detail::check_options(weight, opt);
+        const simd::group_kernels& k = simd::kernels(opt.isa ? *opt.isa : simd::active_isa());
+        const std::int64_t n = weight.shape[0], cols = weight.shape[1];
+        const std::string p(prefix);
+        std::vector<owned_tensor> out;
+        for (const tensor_spec& t : layout.specs(n, cols, opt.group_size, opt.symmetric))
+            out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape));
+        const std::int64_t band = detail::band_rows(cols);
+        std::vector<snr_sums> rows_snr(snr ? static_cast<std::size_t>(n) : 0);
+        detail::band_buffers buffers;
+        parallel_for(ex, 0, static_cast<std::size_t>(n), static_cast<std::size_t>(band), [&](std::size_t lo, std::size_t hi) {
+            auto b = buffers.take();
+            const auto r0 = static_cast<std::int64_t>(lo), r1 = static_cast<std::int64_t>(hi);
+            detail::quantize_band(weight, opt, k, r0, r1, *b, snr ? rows_snr.data() + r0 : nullptr);
+            layout.pack_band(*b, r0, n, out);
+            buffers.give(std::move(b));
+        });
+        if (snr) {
+            *snr = {};
+            for (const snr_sums& r : rows_snr) snr->add_row(r);
+        }
+        return out;
+    }
+}
+
+}  // namespace qforge
