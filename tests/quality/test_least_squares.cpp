@@ -156,7 +156,7 @@ TEST_CASE("bad input is refused") {
     const std::vector<float> short_w = {1.0f};
     CHECK_THROWS_AS(lsq_fit_group(ok, short_w, lsq_options{}, codes), shape_error);
     lsq_options bad;
-    bad.candidates = 0;
+    bad.seeds.clear();
     CHECK_THROWS_AS(lsq_fit_group(ok, {}, bad, codes), shape_error);
     bad = {};
     bad.bits = 9;

@@ -3,25 +3,31 @@
 //
 // Min/max spends grid steps on a group's one or two extreme values; a shrink search fixes
 // that by trying many scales and keeping the one with the lowest error. The fit here tries
-// few scales but gets far more out of each: for the codes a candidate scale assigns, the
-// best scale is closed form (A = sum w k x, B = sum w k^2 over the codes k relative to the
-// zero give s = A/B and error sum w x^2 - A^2/B), and so is the effect of moving the integer
-// zero by one (the codes stay, k shifts by one; the weighted regression of llama.cpp's
-// make_qkx2_quants, GG src/ggml-quants.c, with the zero rounded to an integer). So each pass
-// over the group scores the refitted grid, not the candidate:
-//   1. the min/max grid (so the result is never worse than min/max);
-//   2. `candidates` scales spread over [window_lo, window_hi] x the min/max scale, for the
-//      min/max zero and (asymmetric) the zeros next to it; each refitted as above, the
-//      integer zero moved by -1/0/+1, the best refit kept;
-//   3. the winner rounded to the storage dtype, its codes reassigned, and `iterations` more
-//      rounds of refit + reassign (alternating refinement); the best grid seen wins.
+// few scales but gets far more out of each: for the codes k (relative to the zero) that a
+// seed grid assigns, the best scale is closed form (A = sum w k x, B = sum w k^2 give s = A/B
+// and error sum w x^2 - A^2/B; the weighted regression of llama.cpp's make_qkx2_quants,
+// GG src/ggml-quants.c, with the zero kept an integer). So each seed is scored by its refitted
+// grid, not by itself:
+//   1. the seeds, each a scale factor x the min/max scale (before it is stored) and a zero
+//      shift from the zero that scale gives (asymmetric), are scored in one pass over the
+//      group per 8 seeds, one seed per SIMD lane (detail::lsq_kernel_table::lanes); the
+//      largest A^2/B wins, the first on ties;
+//   2. its scale A/B is rounded to the storage dtype, then `iterations` rounds of reassign
+//      + refit (alternating refinement; none by default: a round costs about as much as
+//      four seeds and bought less at the default seeds);
+//   3. the fit is kept only where its exact error (the SIMD kernels' error()) is below the
+//      min/max grid's, so it is never worse than min/max.
+// The defaults (8 seeds, 0 rounds) were chosen for speed: the fit runs at more than 10x the
+// speed of the 100-step shrink search (scale_policy::mse with search_params{2, 100, 1}) and
+// beats its quality at groups of 32 and 64 (bench/quality.cpp prints both). More seeds or
+// rounds buy a little more quality: lsq_options.
 // The symmetric counterpart pins the zero at 2^(bits-1) and, by default, also tries the
 // mirrored grid (a negative scale), which puts the group's largest-magnitude value on the
 // long side of the grid (-2^(bits-1) steps), as llama.cpp's q4_0 does with d = max / -8.
 //
 // Errors are weighted by an optional per-element importance (e.g. diag(H) of the columns).
-// Every sum has a fixed order (see detail::lsq_cand_sums), so the result is a pure function
-// of the group's values: identical for every SIMD tag and every thread count.
+// Every sum has a fixed order (quant/detail/lsq_kernels.ipp), so the result is a pure
+// function of the group's values: identical for every SIMD tag and every thread count.
 #pragma once
 
 #include <algorithm>
@@ -42,144 +48,153 @@
 
 namespace qforge {
 
+/// One seed of the asymmetric scan: the scale `factor` x the min/max scale, with the zero point
+/// `zero_shift` away from the min/max zero.
+struct lsq_seed {
+    float factor = 1.0f;
+    int zero_shift = 0;
+};
+
+/// The default asymmetric seeds: picked greedily, one at a time, as the seed that raised the
+/// SNR of groups of 32 and 64 (weighted 1:2) the most, from scale factors 0.70..1.20 (step
+/// 0.01) x zero shifts -2..2, on 256 rows of the seeded Student-t(df 5) matrix of
+/// bench/quality.cpp, each seed scored by its refit as the fit does; checked on other seeds.
+inline std::vector<lsq_seed> lsq_default_seeds() {
+    return {{0.95f, 0}, {1.05f, 0}, {0.98f, 0}, {0.92f, 0}, {1.13f, 0}, {0.93f, 1}, {0.93f, -1}, {1.02f, 0}};
+}
+
+/// The default symmetric scale factors, each tried with the positive and (signed_scale) the
+/// mirrored scale: one pass of 8 seeds.
+inline std::vector<float> lsq_default_sym_factors() { return {0.84f, 0.90f, 0.96f, 1.02f}; }
+
 /// How the least-squares policy searches. The defaults meet the issue-9 quality floors.
 struct lsq_options {
     int bits = 4;                    ///< 2..8
     bool symmetric = false;          ///< pin the zero at 2^(bits-1)
     dtype scale_dtype = dtype::F16;  ///< F16 or BF16: scales are fitted as stored
     bool signed_scale = true;        ///< symmetric only: also try the mirrored (negative) scale
-    int candidates = 8;              ///< scales tried per zero (>= 1)
-    float window_lo = 0.84f;         ///< candidate scales span window_lo..window_hi x min/max scale
-    float window_hi = 1.06f;
-    int zero_neighbours = 1;         ///< asymmetric: also try the min/max zero +- this many
-    int zero_moves = 0;              ///< asymmetric: refits may also move a candidate's zero by +- this many
-    int iterations = 1;              ///< alternating refit + reassign rounds at the end
+    std::vector<lsq_seed> seeds = lsq_default_seeds();            ///< asymmetric scan (1..1024)
+    std::vector<float> sym_factors = lsq_default_sym_factors();  ///< symmetric scan (1..1024)
+    int iterations = 0;  ///< reassign + refit rounds after the scan (0..8)
 };
 
 namespace detail {
+
+inline constexpr int lsq_max_iterations = 8;
 
 inline void lsq_check_options(const lsq_options& o) {
     if (o.bits < 2 || o.bits > 8)
         fail<shape_error>({}, {}, "least-squares: bits must be 2..8, got " + std::to_string(o.bits));
     if (o.scale_dtype != dtype::F16 && o.scale_dtype != dtype::BF16)
         fail<unsupported_error>({}, {}, "least-squares: scale dtype must be F16 or BF16");
-    if (o.candidates < 1 || o.candidates > 1024 || !(o.window_lo > 0.0f) || !(o.window_hi >= o.window_lo) ||
-        !(o.window_hi <= 16.0f) || o.iterations < 0 || o.iterations > 64 || o.zero_neighbours < 0 ||
-        o.zero_neighbours > 255 || o.zero_moves < 0 || o.zero_moves > 255)
-        fail<shape_error>({}, {}, "least-squares: search window, candidates or iterations out of range");
+    auto factor_ok = [](float f) { return f > 0.0f && f <= 16.0f; };
+    bool ok = !o.seeds.empty() && o.seeds.size() <= 1024 && !o.sym_factors.empty() && o.sym_factors.size() <= 1024 &&
+              o.iterations >= 0 && o.iterations <= lsq_max_iterations;
+    for (const lsq_seed& sd : o.seeds) ok = ok && factor_ok(sd.factor) && sd.zero_shift >= -255 && sd.zero_shift <= 255;
+    for (float f : o.sym_factors) ok = ok && factor_ok(f);
+    if (!ok) fail<shape_error>({}, {}, "least-squares: seeds, scale factors or iterations out of range");
 }
 
-/// A refitted grid: with codes k relative to `zero`, A = sum w k x and B = sum w k^2, the
-/// best scale is A/B and the error drops by A^2/B.
-struct lsq_refit_result {
-    double a = 0.0;
-    double b = 0.0;  ///< 0: nothing fitted yet
-    std::int32_t zero = 0;
-    bool better_than(double a2, double b2) const noexcept { return b == 0.0 || a2 * b > a * a * b2; }
-    double gain() const noexcept { return b > 0.0 ? a * a / b : -1.0; }
-    double scale() const noexcept { return a / b; }
+/// The scan of one policy, laid out as lanes of the kernel's passes (computed once per
+/// policy): per lane the multiplier 1/factor relative to the min/max scale's (negative for a
+/// mirrored symmetric lane; 0 pads a pass) and the zero shift.
+struct lsq_plan {
+    std::vector<float> inv_f;
+    std::vector<float> shift;
+    int iterations = 1;
 };
 
-/// Best refit of the codes summarised by c (relative to `zero`), allowing the integer zero
-/// to move by up to `shift` (codes unchanged: k becomes k + d for zero - d). Compared
-/// without dividing: A1^2 / B1 > A0^2 / B0.
-inline void lsq_score(const lsq_cand& c, const lsq_sums& base, std::int32_t zero, int shift, int maxq, bool negative,
-                      lsq_refit_result& best) {
-    for (int d = -shift; d <= shift; ++d) {
-        const std::int32_t z = zero - d;
-        if (z < 0 || z > maxq) continue;
-        const double a = c.a + d * base.x;
-        const double b = c.b + 2.0 * d * c.k + static_cast<double>(d) * d * base.w;
-        if (!(b > 0.0) || (negative ? !(a < 0.0) : !(a > 0.0))) continue;
-        if (best.better_than(a * a, b)) best = {a, b, z};
+inline lsq_plan lsq_make_plan(const lsq_options& o, bool symmetric) {
+    lsq_plan p;
+    p.iterations = o.iterations;
+    if (symmetric) {
+        for (int sign : {1, -1}) {
+            if (sign < 0 && !o.signed_scale) break;
+            for (float f : o.sym_factors) {
+                p.inv_f.push_back(static_cast<float>(sign) / f);
+                p.shift.push_back(0.0f);
+            }
+        }
+    } else {
+        for (const lsq_seed& sd : o.seeds) {
+            p.inv_f.push_back(1.0f / sd.factor);
+            p.shift.push_back(static_cast<float>(sd.zero_shift));
+        }
     }
+    while (p.inv_f.size() % lsq_pass_lanes != 0) {
+        p.inv_f.push_back(0.0f);
+        p.shift.push_back(0.0f);
+    }
+    return p;
+}
+
+/// The min/max grid and the fit as the kernels take them.
+inline simd::grid_params lsq_params(const group_grid& g, float rinv, int maxq) noexcept {
+    return {g.scale, rinv, static_cast<float>(g.zero), static_cast<float>(maxq), 2.0f};
 }
 
 /// The least-squares grid of one group of n values x (importance w or null, min mn, max mx),
-/// scored with the kernels `k`. `exact_error(grid)` returns the weighted squared error of
-/// coding x on `grid` by the caller's definition (the SIMD kernels'); every grid returned is
-/// the best by that error among those it was asked about, and min/max is always one of them.
-/// 1 / f for the candidate scale factors f spread over the window (computed once per policy).
-inline std::vector<float> lsq_inverse_factors(const lsq_options& o) {
-    std::vector<float> inv(static_cast<std::size_t>(o.candidates));
-    for (std::size_t j = 0; j < inv.size(); ++j) {
-        const float f = inv.size() == 1 ? 1.0f
-                                        : o.window_lo + (o.window_hi - o.window_lo) * static_cast<float>(j) /
-                                                            static_cast<float>(inv.size() - 1);
-        inv[j] = 1.0f / f;
-    }
-    return inv;
-}
-
-template <class ExactError>
-inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, float mn, float mx, const lsq_options& o,
-                             const float* inv_f, const lsq_kernel_table& k, ExactError&& exact_error) {
-    const int maxq = (1 << o.bits) - 1;
-    lsq_sums base;
-    base.min = mn;
-    base.max = mx;
-    const group_grid mm =
-        o.symmetric ? sym_minmax_grid(base, o.bits, o.scale_dtype) : asym_minmax_grid(base, o.bits, o.scale_dtype);
-    group_grid best = mm;
-    double best_err = exact_error(mm);
-    if (!(best_err > 0.0) || n == 0) return best;
-    float bs[2];
-    k.base(x, w, n, bs);
-    base.w = bs[0];
-    base.x = bs[1];
-
-    // Candidate scales, all scored by their refit; one kernel pass per candidate covers up to
-    // three consecutive zeros.
-    float r[1024];
-    float sums[9 * 1024];
-    const auto count = static_cast<std::size_t>(o.candidates);
-    const float inv_ref = 1.0f / mm.scale;
-    auto fill = [&](bool negative) {
-        const float base_r = negative ? -inv_ref : inv_ref;
-        for (std::size_t j = 0; j < count; ++j) r[j] = base_r * inv_f[j];
-    };
-    lsq_refit_result top;
-    auto scan = [&](int z0, int nz, bool negative, int shift) {
-        k.cand(x, w, n, r, count, z0, nz, maxq, shift > 0, sums);
-        for (std::size_t j = 0; j < count; ++j)
-            for (int zi = 0; zi < nz; ++zi) {
-                const float* s3 = sums + (j * static_cast<std::size_t>(nz) + static_cast<std::size_t>(zi)) * 3;
-                lsq_score({s3[0], s3[1], s3[2]}, base, z0 + zi, shift, maxq, negative, top);
-            }
-    };
-    if (o.symmetric) {
-        fill(false);
-        scan(mm.zero, 1, false, 0);
-        if (o.signed_scale) {
-            fill(true);
-            scan(mm.zero, 1, true, 0);
-        }
+/// scored with the kernels `k`; `gk` decides by exact error (its definition) between the fit
+/// and min/max, so the result is never worse than min/max.
+inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, float mn, float mx, int bits, bool symmetric,
+                             dtype sd, const lsq_plan& plan, const lsq_kernel_table& k, const simd::group_kernels& gk) {
+    const int maxq = (1 << bits) - 1;
+    if (n == 0) return symmetric ? sym_minmax_grid(mn, mx, bits, sd) : asym_minmax_grid(mn, mx, bits, sd);
+    // The seeds are relative to the min/max scale before it is stored, and their zeros to the
+    // zero that scale gives: one division ahead of the scan instead of three and a rounding.
+    // (The stored min/max grid, needed only at the end, is computed off that path.)
+    float ref_rinv, ref_zero;
+    if (symmetric) {
+        const float amax = std::fmax(-mn, mx);
+        ref_rinv = (static_cast<float>(maxq) / 2.0f) / (amax > 0.0f ? amax : 1.0f);
+        ref_zero = static_cast<float>(1 << (bits - 1));
     } else {
-        fill(false);
-        const int lo = std::max(0, mm.zero - o.zero_neighbours);
-        const int hi = std::min(maxq, mm.zero + o.zero_neighbours);
-        for (int z0 = lo; z0 <= hi; z0 += 3) scan(z0, std::min(3, hi - z0 + 1), false, o.zero_moves);
+        float lo = std::min(mn, 0.0f), hi = std::max(mx, 0.0f);
+        if (lo == 0.0f && hi == 0.0f) lo = -1.0f, hi = 1.0f;
+        ref_rinv = static_cast<float>(maxq) / (hi - lo);
+        ref_zero = std::min(std::max(round_half_even(simd::detail::no_contract(-lo * ref_rinv)), 0.0f),
+                            static_cast<float>(maxq));
     }
-    if (!(top.gain() > 0.0)) return best;
 
-    // The winner as stored, then alternating refinement (refit its codes, reassign).
-    group_grid cur = make_grid(static_cast<float>(top.scale()), top.zero, o.scale_dtype);
-    for (int it = 0;; ++it) {
-        const double err = exact_error(cur);
-        if (!(err < best_err)) break;
-        best = cur;
-        best_err = err;
-        if (it >= o.iterations) break;
-        const float inv = 1.0f / cur.scale;
-        k.cand(x, w, n, &inv, 1, cur.zero, 1, maxq, !o.symmetric, sums);
-        lsq_refit_result next;
-        lsq_score({sums[0], sums[1], sums[2]}, base, cur.zero, o.symmetric ? 0 : 1, maxq, cur.scale < 0.0f, next);
-        if (!(next.gain() > 0.0)) break;
-        const group_grid g = make_grid(static_cast<float>(next.scale()), next.zero, o.scale_dtype);
-        if (g.scale_bits == cur.scale_bits && g.zero == cur.zero) break;
-        cur = g;
+    alignas(32) float a[lsq_pass_lanes], b[lsq_pass_lanes], gain[lsq_pass_lanes];
+    float top_gain = 0.0f, top_a = 0.0f, top_b = 0.0f;
+    std::int32_t top_zero = 0;
+    static_assert(lsq_pass_lanes == 8, "the tournament below is over 8 lanes");
+    for (std::size_t p0 = 0; p0 < plan.inv_f.size(); p0 += lsq_pass_lanes) {
+        k.lanes(x, w, n, plan.inv_f.data() + p0, plan.shift.data() + p0, ref_rinv, ref_zero, static_cast<float>(maxq), a,
+                b, gain);
+        // The largest gain, the first on ties: a tournament in which the left side keeps ties.
+        auto pick = [&](std::size_t i, std::size_t j) { return gain[j] > gain[i] ? j : i; };
+        const std::size_t c = pick(pick(pick(0, 1), pick(2, 3)), pick(pick(4, 5), pick(6, 7)));
+        if (gain[c] > top_gain) {
+            top_gain = gain[c];
+            top_a = a[c];
+            top_b = b[c];
+            top_zero = static_cast<std::int32_t>(ref_zero + plan.shift[p0 + c]);
+        }
     }
-    return best;
+    const group_grid mm = symmetric ? sym_minmax_grid(mn, mx, bits, sd) : asym_minmax_grid(mn, mx, bits, sd);
+    if (!(top_gain > 0.0f)) return mm;
+
+    // The winner as stored, then `iterations` rounds of reassign + refit. In exact arithmetic
+    // a round never raises the error (its stored scale is the one nearest the best scale for
+    // the previous codes, and the codes are then the nearest for it), so only the last grid
+    // is compared with min/max.
+    group_grid fit = make_grid(top_a / top_b, top_zero, sd);
+    float fit_rinv = 1.0f / fit.scale;
+    for (int it = 0; it < plan.iterations; ++it) {
+        float s2[2];
+        k.refit(x, w, n, fit_rinv, fit.zero, maxq, s2);
+        if (!(s2[1] > 0.0f) || !(fit.scale > 0.0f ? s2[0] > 0.0f : s2[0] < 0.0f)) break;
+        const group_grid g = make_grid(s2[0] / s2[1], fit.zero, sd);
+        if (g.scale_bits == fit.scale_bits) break;
+        fit = g;
+        fit_rinv = 1.0f / fit.scale;
+    }
+    const simd::grid_params p[2] = {lsq_params(mm, 1.0f / mm.scale, maxq), lsq_params(fit, fit_rinv, maxq)};
+    float err[2];
+    gk.errors(x, w, n, p, 2, err);
+    return err[1] < err[0] ? fit : mm;
 }
 
 }  // namespace detail
@@ -206,14 +221,12 @@ inline group_fit lsq_fit_group(std::span<const float> x, std::span<const float> 
     float mn = 0.0f, mx = 0.0f;
     gk.min_max(x.data(), x.size(), &mn, &mx);
     const float* wp = w.empty() ? nullptr : w.data();
-    auto grid = [&](const group_grid& g) {
-        return simd::grid_params{g.scale, 1.0f / g.scale, static_cast<float>(g.zero), static_cast<float>((1 << o.bits) - 1), 2.0f};
-    };
-    auto err = [&](const group_grid& g) { return static_cast<double>(gk.error(x.data(), wp, x.size(), grid(g))); };
-    const std::vector<float> inv_f = detail::lsq_inverse_factors(o);
-    const group_grid g = detail::lsq_choose(x.data(), wp, x.size(), mn, mx, o, inv_f.data(), detail::lsq_kernels(isa), err);
-    gk.encode(x.data(), x.size(), grid(g), codes.data());
-    return {g, err(g)};
+    const int maxq = (1 << o.bits) - 1;
+    const group_grid g = detail::lsq_choose(x.data(), wp, x.size(), mn, mx, o.bits, o.symmetric, o.scale_dtype,
+                                            detail::lsq_make_plan(o, o.symmetric), detail::lsq_kernels(isa), gk);
+    const simd::grid_params p = detail::lsq_params(g, 1.0f / g.scale, maxq);
+    gk.encode(x.data(), x.size(), p, codes.data());
+    return {g, static_cast<double>(gk.error(x.data(), wp, x.size(), p))};
 }
 
 /// The least-squares fit as a quantize() policy: set quant_options::policy to
@@ -226,16 +239,15 @@ inline group_fit lsq_fit_group(std::span<const float> x, std::span<const float> 
 ///   auto q = qforge::quantize(view, opt, pool.executor());
 inline group_policy make_lsq_policy(lsq_options o = {}) {
     detail::lsq_check_options(o);  // the search settings; bits, symmetry and dtype come per group
-    return [o, inv_f = detail::lsq_inverse_factors(o)](const group_view& g) -> group_choice {
-        lsq_options opt = o;
-        opt.bits = g.bits;
-        opt.symmetric = g.symmetric;
-        opt.scale_dtype = g.scale_dtype;
-        if (g.bits < 2 || g.bits > 8 || (g.scale_dtype != dtype::F16 && g.scale_dtype != dtype::BF16))
-            detail::lsq_check_options(opt);  // throws, naming the problem
-        auto err = [&](const group_grid& gr) { return static_cast<double>(g.error(gr.scale_bits, gr.zero)); };
-        const group_grid best =
-            detail::lsq_choose(g.w, g.imp, g.n, g.mn, g.mx, opt, inv_f.data(), detail::lsq_kernels(g.kernels->id), err);
+    return [asym = detail::lsq_make_plan(o, false), sym = detail::lsq_make_plan(o, true)](const group_view& g) -> group_choice {
+        if (g.bits < 2 || g.bits > 8 || (g.scale_dtype != dtype::F16 && g.scale_dtype != dtype::BF16)) {
+            lsq_options bad;
+            bad.bits = g.bits;
+            bad.scale_dtype = g.scale_dtype;
+            detail::lsq_check_options(bad);  // throws, naming the problem
+        }
+        const group_grid best = detail::lsq_choose(g.w, g.imp, g.n, g.mn, g.mx, g.bits, g.symmetric, g.scale_dtype,
+                                                   g.symmetric ? sym : asym, detail::lsq_kernels(g.kernels->id), *g.kernels);
         return {best.scale_bits, best.zero};
     };
 }
@@ -253,18 +265,11 @@ inline void use_least_squares(quant_options& o, const lsq_options& l = {}) {
 inline group_fit minmax_fit_group(std::span<const float> x, std::span<const float> w, int bits, bool symmetric,
                                   dtype scale_dtype, std::span<std::uint8_t> codes,
                                   simd::isa isa = simd::active_isa()) {
-    lsq_options o;
-    o.bits = bits;
-    o.symmetric = symmetric;
-    o.scale_dtype = scale_dtype;
-    o.candidates = 1;
-    o.zero_neighbours = 0;
-    o.signed_scale = false;
     if (x.empty()) return {};
     const simd::group_kernels& gk = simd::kernels(isa);
-    detail::lsq_sums base;
-    gk.min_max(x.data(), x.size(), &base.min, &base.max);
-    const group_grid g = symmetric ? detail::sym_minmax_grid(base, bits, scale_dtype) : detail::asym_minmax_grid(base, bits, scale_dtype);
+    float mn = 0.0f, mx = 0.0f;
+    gk.min_max(x.data(), x.size(), &mn, &mx);
+    const group_grid g = symmetric ? detail::sym_minmax_grid(mn, mx, bits, scale_dtype) : detail::asym_minmax_grid(mn, mx, bits, scale_dtype);
     const simd::grid_params p{g.scale, 1.0f / g.scale, static_cast<float>(g.zero), static_cast<float>((1 << bits) - 1), 2.0f};
     gk.encode(x.data(), x.size(), p, codes.data());
     return {g, static_cast<double>(gk.error(x.data(), w.empty() ? nullptr : w.data(), x.size(), p))};

@@ -3,151 +3,113 @@
 // No include guard on purpose: quant/detail/lsq_simd.hpp includes this file once per ISA,
 // inside a namespace that sees that ISA's primitives, with QFORGE_KFN defined as the ISA's
 // target attribute + inline. The rules of simd/kernels/group_kernels.ipp hold here too:
-// products never fuse into adds (vmul launders them) and every sum has a fixed set of partial
-// sums (lsq_k_base: element i -> partial i % 8; the candidate kernel: i % 16, folded to 8;
-// padding contributes +0), finished as ((0+1)+(2+3))+((4+5)+(6+7)), so every ISA returns the
-// same floats as the scalar instance.
+// products never fuse into adds (vmul launders them) and every sum has a fixed order, so
+// every ISA returns the same floats as the scalar instance.
 
-QFORGE_KFN float lsq_k_total(acc8 a) noexcept {
-    alignas(32) float p[8];
-    acc_store(p, a);
-    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+// ---- The seed scan: candidates in lanes --------------------------------------------------
+// Lane c of a pass (lsq_pass_lanes of them) codes the group with its own multiplier
+// r_c = m f_c and zero z_c = z0 + d_c: k_ci = round_half_even(clamp(x_i r_c, -z_c, maxq - z_c)),
+// a_c = sum w k x, b_c = sum w k k, and gain_c = a_c^2 / b_c (the error the refit s = a/b
+// removes) when a_c r_c > 0, else 0. A lane whose zero lies outside 0..maxq (or whose f_c is 0)
+// codes everything as 0 and gains 0. Each lane is a scalar computation of its own (element i
+// goes to partial i % 2 of its lane, a = p0 + p1), so no sum is ever reduced across lanes and
+// the vector width cannot change a result. Only instantiated where a vector is one pass
+// (QFORGE_LSQ_LANES; AVX-512 runs the AVX2 instance).
+#ifdef QFORGE_LSQ_LANES
+static_assert(lanes == lsq_pass_lanes, "one vector per pass");
+
+template <bool Weighted>
+QFORGE_KFN void lsq_k_lane_step(float xi, float wi, vf r, vf lo, vf hi, vf& a, vf& b) noexcept {
+    const vf xv = vset(xi);
+    const vf k = vround(vmin(vmax(vmul(xv, r), lo), hi));
+    const vf wk = Weighted ? vmul(vset(wi), k) : k;
+    a = vadd(a, vmul(wk, xv));
+    b = vadd(b, vmul(wk, k));
 }
 
-// out[0] = sum w, out[1] = sum w x (w = imp, or 1 when imp is null).
-QFORGE_KFN void lsq_k_base(const float* x, const float* imp, std::size_t n, float* out) noexcept {
-    acc8 sw = acc_zero(), sx = acc_zero();
-    const vf one = vset(1.0f);
+template <bool Weighted>
+QFORGE_KFN void lsq_k_lanes_t(const float* x, const float* imp, std::size_t n, const float* f, const float* d, float m,
+                              float z0, float maxq, float* a, float* b, float* gain) noexcept {
+    const vf zero = vset(0.0f);
+    const vf z = vadd(vset(z0), vload(d));  // small integers: exact
+    const vf top = vsub(vset(maxq), z);
+    const vf live = vmin(z, top);  // >= 0 exactly when 0 <= z <= maxq
+    const vf r = vsel_ge(live, zero, vmul(vset(m), vload(f)), zero);
+    const vf lo = vsel_ge(live, zero, vsub(zero, z), zero);
+    const vf hi = vsel_ge(live, zero, top, zero);
+    vf a0 = zero, a1 = zero, b0 = zero, b1 = zero;
     std::size_t i = 0;
-    for (; i < n; i += lanes) {
-        alignas(64) float xb[lanes] = {};
-        alignas(64) float wb[lanes] = {};
-        const bool full = i + lanes <= n;
-        if (!full) {
-            std::memcpy(xb, x + i, (n - i) * sizeof(float));
-            if (imp) {
-                std::memcpy(wb, imp + i, (n - i) * sizeof(float));
-            } else {
-                for (std::size_t j = 0; j < n - i; ++j) wb[j] = 1.0f;
-            }
-        }
-        const vf xv = full ? vload(x + i) : vload(xb);
-        const vf wv = full ? (imp ? vload(imp + i) : one) : vload(wb);
-        sw = acc_add(sw, wv);
-        sx = acc_add(sx, vmul(wv, xv));
+    for (; i + 2 <= n; i += 2) {
+        lsq_k_lane_step<Weighted>(x[i], Weighted ? imp[i] : 1.0f, r, lo, hi, a0, b0);
+        lsq_k_lane_step<Weighted>(x[i + 1], Weighted ? imp[i + 1] : 1.0f, r, lo, hi, a1, b1);
     }
-    out[0] = lsq_k_total(sw);
-    out[1] = lsq_k_total(sx);
+    if (i < n) lsq_k_lane_step<Weighted>(x[i], Weighted ? imp[i] : 1.0f, r, lo, hi, a0, b0);
+    const vf av = vadd(a0, a1), bv = vadd(b0, b1);
+    // b = 0 only where every k is 0, so a = 0 too and the quotient is 0 / tiny = 0.
+    const vf q = vdiv(vmul(av, av), vmax(bv, vset(0x1p-126f)));
+    vstore(a, av);
+    vstore(b, bv);
+    vstore(gain, vsel_ge(zero, vmul(av, r), zero, q));
 }
 
-// Sums of the candidate kernel use 16 partial sums (element i -> partial i % 16): one vadd per
-// vector on 16-lane ISAs, two alternating registers on 8-lane ones. lsq_k_fold then adds
-// partial j + 8 to partial j as (0 + p_j) + p_{j+8} on every ISA, and lsq_k_total finishes.
+QFORGE_KFN void lsq_k_lanes(const float* x, const float* imp, std::size_t n, const float* f, const float* d, float m,
+                            float z0, float maxq, float* a, float* b, float* gain) noexcept {
+    if (imp) lsq_k_lanes_t<true>(x, imp, n, f, d, m, z0, maxq, a, b, gain);
+    else lsq_k_lanes_t<false>(x, imp, n, f, d, m, z0, maxq, a, b, gain);
+}
+#endif
+
+// ---- The refit of one grid: values in lanes ----------------------------------------------
+// k_i = round_half_even(clamp(x_i r, -z, maxq - z)), out = {sum w k x, sum w k k}. Element i
+// goes to partial i % 16: one vadd per vector on 16-lane ISAs, two alternating registers on
+// 8-lane ones; partial j + 8 is then added to partial j as (0 + p_j) + p_{j+8} on every ISA and
+// the 8 are finished as ((0+1)+(2+3))+((4+5)+(6+7)); padding lanes hold x = 0, so k = 0 adds +0.
 inline constexpr std::size_t lsq_nacc = 16 / lanes;
 static_assert(lanes * lsq_nacc == 16, "lsq kernels need 8 or 16 float lanes");
 
-QFORGE_KFN acc8 lsq_k_fold(const vf* acc) noexcept {
+QFORGE_KFN float lsq_k_total(const vf* acc) noexcept {
     acc8 f = acc_zero();
     for (std::size_t j = 0; j < lsq_nacc; ++j) f = acc_add(f, acc[j]);
-    return f;
+    alignas(32) float p[8];
+    acc_store(p, f);
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 
-// One vector of lsq_k_cand_t for Z zeros (a helper, not a lambda: a lambda would not carry the
-// ISA's target attribute); Slot is the vector's index mod lsq_nacc, a constant so that the
-// accumulators stay in registers. The codes are rounded
-// once, then clamped per zero: rounding commutes with clamping to integer bounds, so each
-// zero's codes are exactly clamp(round(x r), -z, maxq - z).
-template <bool Weighted, bool WithK, int J, std::size_t Slot>
-QFORGE_KFN void lsq_k_cand_zone(vf t, vf xv, vf wv, const vf* zlo, const vf* zhi, vf (*acc)[lsq_nacc]) noexcept {
-    const vf k = vmin(vmax(t, zlo[J]), zhi[J]);
+template <bool Weighted>
+QFORGE_KFN void lsq_k_refit_step(vf xv, vf wv, vf r, vf lo, vf hi, vf& a, vf& b) noexcept {
+    const vf k = vround(vmin(vmax(vmul(xv, r), lo), hi));
     const vf wk = Weighted ? vmul(wv, k) : k;
-    acc[3 * J][Slot] = vadd(acc[3 * J][Slot], vmul(wk, xv));
-    acc[3 * J + 1][Slot] = vadd(acc[3 * J + 1][Slot], vmul(wk, k));
-    if constexpr (WithK) acc[3 * J + 2][Slot] = vadd(acc[3 * J + 2][Slot], wk);
+    a = vadd(a, vmul(wk, xv));
+    b = vadd(b, vmul(wk, k));
 }
 
-// Zones are unrolled by hand (constant indices keep every accumulator in a register).
-template <bool Weighted, bool WithK, int Z, std::size_t Slot>
-QFORGE_KFN void lsq_k_cand_step(vf xv, vf wv, vf vr, vf vlo, vf vhi, const vf* zlo, const vf* zhi,
-                                vf (*acc)[lsq_nacc]) noexcept {
-    const vf t = vround(vmin(vmax(vmul(xv, vr), vlo), vhi));
-    lsq_k_cand_zone<Weighted, WithK, 0, Slot>(t, xv, wv, zlo, zhi, acc);
-    if constexpr (Z > 1) lsq_k_cand_zone<Weighted, WithK, 1, Slot>(t, xv, wv, zlo, zhi, acc);
-    if constexpr (Z > 2) lsq_k_cand_zone<Weighted, WithK, 2, Slot>(t, xv, wv, zlo, zhi, acc);
-}
-
-// For each candidate c and zero z = z0 + j (j < Z): k_i = clamp(round_half_even(x_i r[c]),
-// -z, maxq - z) and out[(c Z + j) 3 + 0/1/2] = sum w k x, sum w k k, sum w k (0 unless WithK).
-template <bool Weighted, bool WithK, int Z>
-QFORGE_KFN void lsq_k_cand_t(const float* x, const float* imp, std::size_t n, const float* r, std::size_t count,
-                             int z0, int maxq, float* out) noexcept {
-    vf zlo[Z], zhi[Z];
-    for (int j = 0; j < Z; ++j) {
-        zlo[j] = vset(static_cast<float>(-(z0 + j)));
-        zhi[j] = vset(static_cast<float>(maxq - (z0 + j)));
+template <bool Weighted>
+QFORGE_KFN void lsq_k_refit_t(const float* x, const float* imp, std::size_t n, float rinv, int z, int maxq,
+                              float* out) noexcept {
+    const vf r = vset(rinv), lo = vset(static_cast<float>(-z)), hi = vset(static_cast<float>(maxq - z));
+    vf a[lsq_nacc], b[lsq_nacc];
+    for (std::size_t j = 0; j < lsq_nacc; ++j) a[j] = b[j] = vset(0.0f);
+    std::size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lsq_k_refit_step<Weighted>(vload(x + i), Weighted ? vload(imp + i) : r, r, lo, hi, a[0], b[0]);
+        if constexpr (lsq_nacc == 2)
+            lsq_k_refit_step<Weighted>(vload(x + i + 8), Weighted ? vload(imp + i + 8) : r, r, lo, hi,
+                                       a[lsq_nacc - 1], b[lsq_nacc - 1]);
     }
-    const vf vlo = zlo[Z - 1], vhi = zhi[0];
-    for (std::size_t c = 0; c < count; ++c) {
-        const vf vr = vset(r[c]);
-        vf acc[3 * Z][lsq_nacc];
-        for (auto& a : acc)
-            for (auto& v : a) v = vset(0.0f);
-        std::size_t i = 0;
-        constexpr std::size_t second = lsq_nacc - 1;  // slot of a block's second vector (0 at 16 lanes)
-        for (; i + lanes * lsq_nacc <= n; i += lanes * lsq_nacc) {
-            lsq_k_cand_step<Weighted, WithK, Z, 0>(vload(x + i), Weighted ? vload(imp + i) : vr, vr, vlo, vhi, zlo, zhi, acc);
-            if constexpr (lsq_nacc == 2)
-                lsq_k_cand_step<Weighted, WithK, Z, second>(vload(x + i + lanes), Weighted ? vload(imp + i + lanes) : vr, vr,
-                                                            vlo, vhi, zlo, zhi, acc);
-        }
-        bool odd = false;  // one full vector left over (8 lanes only) took slot 0
-        if (lsq_nacc == 2 && i + lanes <= n) {
-            lsq_k_cand_step<Weighted, WithK, Z, 0>(vload(x + i), Weighted ? vload(imp + i) : vr, vr, vlo, vhi, zlo, zhi, acc);
-            i += lanes;
-            odd = true;
-        }
-        if (i < n) {  // zero padding: x = 0 gives k = 0, so it adds +0 everywhere
-            alignas(64) float xb[lanes] = {};
-            alignas(64) float wb[lanes] = {};
-            std::memcpy(xb, x + i, (n - i) * sizeof(float));
-            if (Weighted) std::memcpy(wb, imp + i, (n - i) * sizeof(float));
-            if (odd) {
-                lsq_k_cand_step<Weighted, WithK, Z, second>(vload(xb), vload(wb), vr, vlo, vhi, zlo, zhi, acc);
-            } else {
-                lsq_k_cand_step<Weighted, WithK, Z, 0>(vload(xb), vload(wb), vr, vlo, vhi, zlo, zhi, acc);
-            }
-        }
-        for (int j = 0; j < Z; ++j) {
-            float* o = out + (c * Z + static_cast<std::size_t>(j)) * 3;
-            o[0] = lsq_k_total(lsq_k_fold(acc[3 * j]));
-            o[1] = lsq_k_total(lsq_k_fold(acc[3 * j + 1]));
-            o[2] = WithK ? lsq_k_total(lsq_k_fold(acc[3 * j + 2])) : 0.0f;
-        }
+    for (std::size_t slot = 0; i < n; i += lanes, ++slot) {  // at most two vectors, the last padded
+        alignas(64) float xb[lanes] = {};
+        alignas(64) float wb[lanes] = {};
+        const std::size_t m = n - i < lanes ? n - i : lanes;
+        std::memcpy(xb, x + i, m * sizeof(float));
+        if (Weighted) std::memcpy(wb, imp + i, m * sizeof(float));
+        lsq_k_refit_step<Weighted>(vload(xb), vload(wb), r, lo, hi, a[slot], b[slot]);
     }
+    out[0] = lsq_k_total(a);
+    out[1] = lsq_k_total(b);
 }
 
-template <bool Weighted, bool WithK>
-QFORGE_KFN void lsq_k_cand_z(const float* x, const float* imp, std::size_t n, const float* r, std::size_t count, int z0,
-                             int nz, int maxq, float* out) noexcept {
-    if (nz == 3) lsq_k_cand_t<Weighted, WithK, 3>(x, imp, n, r, count, z0, maxq, out);
-    else if (nz == 2) lsq_k_cand_t<Weighted, WithK, 2>(x, imp, n, r, count, z0, maxq, out);
-    else lsq_k_cand_t<Weighted, WithK, 1>(x, imp, n, r, count, z0, maxq, out);
-}
-
-// nz consecutive zeros from z0 (1..3) for `count` candidate multipliers r; sum w k only when
-// with_k (the refits that move the zero need it).
-QFORGE_KFN void lsq_k_cand(const float* x, const float* imp, std::size_t n, const float* r, std::size_t count, int z0,
-                           int nz, int maxq, bool with_k, float* out) noexcept {
-    if (imp) {
-        if (with_k) lsq_k_cand_z<true, true>(x, imp, n, r, count, z0, nz, maxq, out);
-        else lsq_k_cand_z<true, false>(x, imp, n, r, count, z0, nz, maxq, out);
-    } else {
-        if (with_k) lsq_k_cand_z<false, true>(x, imp, n, r, count, z0, nz, maxq, out);
-        else lsq_k_cand_z<false, false>(x, imp, n, r, count, z0, nz, maxq, out);
-    }
-}
-
-inline const lsq_kernel_table& lsq_table() noexcept {
-    static constexpr lsq_kernel_table table{&lsq_k_base, &lsq_k_cand};
-    return table;
+QFORGE_KFN void lsq_k_refit(const float* x, const float* imp, std::size_t n, float rinv, int z, int maxq,
+                            float* out) noexcept {
+    if (imp) lsq_k_refit_t<true>(x, imp, n, rinv, z, maxq, out);
+    else lsq_k_refit_t<false>(x, imp, n, rinv, z, maxq, out);
 }

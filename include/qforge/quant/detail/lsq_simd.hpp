@@ -14,29 +14,45 @@
 
 namespace qforge::detail {
 
+/// Seeds scored by one lanes() pass: one 8-float vector (AVX-512 runs the AVX2 instance; on
+/// cores that split 512-bit operations in two, as the Zen 4 this was tuned on, that costs the
+/// same per seed).
+inline constexpr std::size_t lsq_pass_lanes = 8;
+
 struct lsq_kernel_table {
-    /// out[0] = sum w, out[1] = sum w x.
-    void (*base)(const float* x, const float* imp, std::size_t n, float* out) noexcept;
-    /// Per candidate multiplier r[c] and zero z = z0 .. z0+nz-1 (nz 1..3): sums of
-    /// k = clamp(round(x r[c]), -z, maxq - z): w k x, w k k, w k (0 unless with_k) at
-    /// out[(c nz + j) 3 + 0..2].
-    void (*cand)(const float* x, const float* imp, std::size_t n, const float* r, std::size_t count, int z0, int nz,
-                 int maxq, bool with_k, float* out) noexcept;
+    /// lsq_pass_lanes seeds at once, lane c with multiplier m f[c] and zero z0 + d[c]:
+    /// a[c] = sum w k x, b[c] = sum w k k, gain[c] = a^2/b or 0 (lsq_kernels.ipp has the rules).
+    void (*lanes)(const float* x, const float* imp, std::size_t n, const float* f, const float* d, float m, float z0,
+                  float maxq, float* a, float* b, float* gain) noexcept;
+    /// One grid's refit sums: k = clamp(round(x rinv), -z, maxq - z), out = {sum w k x, sum w k k}.
+    void (*refit)(const float* x, const float* imp, std::size_t n, float rinv, int z, int maxq, float* out) noexcept;
 };
 
 namespace lsq_scalar_isa {
 using namespace ::qforge::simd::detail::scalar_isa;
 #define QFORGE_KFN inline
+#define QFORGE_LSQ_LANES
 #include "qforge/quant/detail/lsq_kernels.ipp"
+#undef QFORGE_LSQ_LANES
 #undef QFORGE_KFN
+inline const lsq_kernel_table& lsq_table() noexcept {
+    static constexpr lsq_kernel_table table{&lsq_k_lanes, &lsq_k_refit};
+    return table;
+}
 }  // namespace lsq_scalar_isa
 
 #if QFORGE_SIMD_X86
 namespace lsq_avx2_isa {
 using namespace ::qforge::simd::detail::avx2_isa;
 #define QFORGE_KFN QFORGE_TARGET_AVX2 inline
+#define QFORGE_LSQ_LANES
 #include "qforge/quant/detail/lsq_kernels.ipp"
+#undef QFORGE_LSQ_LANES
 #undef QFORGE_KFN
+inline const lsq_kernel_table& lsq_table() noexcept {
+    static constexpr lsq_kernel_table table{&lsq_k_lanes, &lsq_k_refit};
+    return table;
+}
 }  // namespace lsq_avx2_isa
 
 namespace lsq_avx512_isa {
@@ -44,6 +60,10 @@ using namespace ::qforge::simd::detail::avx512_isa;
 #define QFORGE_KFN QFORGE_TARGET_AVX512 inline
 #include "qforge/quant/detail/lsq_kernels.ipp"
 #undef QFORGE_KFN
+inline const lsq_kernel_table& lsq_table() noexcept {
+    static constexpr lsq_kernel_table table{&lsq_avx2_isa::lsq_k_lanes, &lsq_k_refit};
+    return table;
+}
 }  // namespace lsq_avx512_isa
 #endif
 
@@ -51,8 +71,14 @@ using namespace ::qforge::simd::detail::avx512_isa;
 namespace lsq_neon_isa {
 using namespace ::qforge::simd::detail::neon_isa;
 #define QFORGE_KFN inline
+#define QFORGE_LSQ_LANES
 #include "qforge/quant/detail/lsq_kernels.ipp"
+#undef QFORGE_LSQ_LANES
 #undef QFORGE_KFN
+inline const lsq_kernel_table& lsq_table() noexcept {
+    static constexpr lsq_kernel_table table{&lsq_k_lanes, &lsq_k_refit};
+    return table;
+}
 }  // namespace lsq_neon_isa
 #endif
 
