@@ -4,9 +4,11 @@
 // path gives the general path's bytes, or its exact error, on the cases it hands back.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -268,4 +270,20 @@ TEST_CASE("fast path hands malformed zero points to the general path, which name
     // The same words declared symmetric: every zero must be 8.
     const std::string e3 = module(src, p, gptq_in(4, 64, true, false), to(output_format::compressed_tensors), b);
     CHECK(e3.find("config says sym") != std::string::npos);
+}
+
+TEST_CASE("reuse_slot: a big buffer is allocated once (huge pages offered) and kept across layers") {
+    std::vector<owned_tensor> out;
+    std::byte* p = repack_detail::reuse_slot(out, 0, "a.qweight", dtype::I32, {1024, 1280});  // 5 MB
+    REQUIRE(out.size() == 1);
+    REQUIRE(out[0].bytes.size() == std::size_t{1024} * 1280 * 4);
+    std::memset(p, 7, out[0].bytes.size());
+    std::byte* q = repack_detail::reuse_slot(out, 0, "b.qweight", dtype::I32, {1280, 1024});
+    CHECK(q == p);
+    CHECK(out[0].name == "b.qweight");
+    CHECK(out[0].shape == shape_t{1280, 1024});
+    CHECK(out[0].bytes[12345] == std::byte{7});
+    repack_detail::reuse_slot(out, 2, "b.scales", dtype::F16, {8, 3});
+    CHECK(out.size() == 3);
+    CHECK(out[2].bytes.size() == 48);
 }
