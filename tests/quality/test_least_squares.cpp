@@ -2,6 +2,7 @@
 // every SIMD path and thread count, codes chosen against the stored scale.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -74,6 +75,60 @@ TEST_CASE("least squares is never worse than min/max on any group") {
     }
     MESSAGE("least squares strictly better on " << strictly_better << " of " << total << " groups");
     CHECK(strictly_better > total / 2);
+}
+
+TEST_CASE("least-squares kernels: identical on every SIMD path, errors2 is simd error() to the bit") {
+    testing::splitmix64 rng(99);
+    for (int trial = 0; trial < 300; ++trial) {
+        const std::size_t n = std::size_t{1} + rng.next() % 150;
+        const std::vector<float> x = random_group(rng, n, static_cast<int>(rng.next() % 5));
+        std::vector<float> w(n);
+        for (auto& v : w) v = static_cast<float>(rng.uniform() * 3.0);
+        const float* wp = trial % 2 ? w.data() : nullptr;
+        const int maxq = trial % 3 ? 15 : 255;
+        // Seeds with zeros inside and outside 0..maxq, mirrored and empty lanes.
+        float f[detail::lsq_pass_lanes], d[detail::lsq_pass_lanes];
+        for (std::size_t c = 0; c < detail::lsq_pass_lanes; ++c) {
+            f[c] = c == 3 ? 0.0f : static_cast<float>((0.8 + 0.4 * rng.uniform()) * (c == 5 ? -1.0 : 1.0));
+            d[c] = static_cast<float>(static_cast<int>(rng.next() % 5) - 2 + (c == 6 ? 300 : 0));
+        }
+        float amax = 0.0f;
+        for (float v : x) amax = std::max(amax, std::fabs(v));
+        const float m = amax > 0.0f ? static_cast<float>(maxq) / (2.0f * amax) : 1.0f;
+        const float z0 = static_cast<float>(maxq / 2);
+        const auto& ref = detail::lsq_kernels(simd::isa::scalar);
+        float ra[8], rb[8], rg[8], rs[2], re[2];
+        ref.lanes(x.data(), wp, n, f, d, m, z0, static_cast<float>(maxq), ra, rb, rg);
+        ref.refit(x.data(), wp, n, m, maxq / 2, maxq, rs);
+        const group_grid g0 = detail::make_grid(1.0f / m, maxq / 2, dtype::F16);
+        const group_grid g1 = detail::make_grid(0.9f / m, maxq / 2 - 1, dtype::F16);
+        const simd::grid_params p[2] = {detail::lsq_params(g0, 1.0f / g0.scale, maxq),
+                                        detail::lsq_params(g1, 1.0f / g1.scale, maxq)};
+        ref.errors2(x.data(), wp, n, p, re);
+        CHECK(rg[3] == 0.0f);  // an empty lane
+        CHECK(rg[6] == 0.0f);  // a zero outside 0..maxq
+        for (simd::isa isa : runnable_isas()) {
+            CAPTURE(trial);
+            CAPTURE(simd::isa_name(isa));
+            const auto& k = detail::lsq_kernels(isa);
+            float a[8], b[8], g[8], s[2], e[2];
+            k.lanes(x.data(), wp, n, f, d, m, z0, static_cast<float>(maxq), a, b, g);
+            k.refit(x.data(), wp, n, m, maxq / 2, maxq, s);
+            k.errors2(x.data(), wp, n, p, e);
+            for (std::size_t c = 0; c < detail::lsq_pass_lanes; ++c) {
+                CHECK(a[c] == ra[c]);
+                CHECK(b[c] == rb[c]);
+                CHECK(g[c] == rg[c]);
+            }
+            CHECK(s[0] == rs[0]);
+            CHECK(s[1] == rs[1]);
+            const simd::group_kernels& gk = simd::kernels(isa);
+            CHECK(e[0] == gk.error(x.data(), wp, n, p[0]));
+            CHECK(e[1] == gk.error(x.data(), wp, n, p[1]));
+            CHECK(e[0] == re[0]);
+            CHECK(e[1] == re[1]);
+        }
+    }
 }
 
 TEST_CASE("least squares through quantize(): same bytes on every SIMD path and thread count") {

@@ -15,8 +15,8 @@
 //   2. its scale A/B is rounded to the storage dtype, then `iterations` rounds of reassign
 //      + refit (alternating refinement; none by default: a round costs about as much as
 //      four seeds and bought less at the default seeds);
-//   3. the fit is kept only where its exact error (the SIMD kernels' error()) is below the
-//      min/max grid's, so it is never worse than min/max.
+//   3. the fit is kept only where its exact error (the SIMD kernels' error(), both grids in
+//      one pass) is below the min/max grid's, so it is never worse than min/max.
 // The defaults (8 seeds, 0 rounds) were chosen for speed: the fit runs at more than 10x the
 // speed of the 100-step shrink search (scale_policy::mse with search_params{2, 100, 1}) and
 // beats its quality at groups of 32 and 64 (bench/quality.cpp prints both). More seeds or
@@ -134,10 +134,10 @@ inline simd::grid_params lsq_params(const group_grid& g, float rinv, int maxq) n
 }
 
 /// The least-squares grid of one group of n values x (importance w or null, min mn, max mx),
-/// scored with the kernels `k`; `gk` decides by exact error (its definition) between the fit
-/// and min/max, so the result is never worse than min/max.
+/// scored with the kernels `k`; the fit is kept only where its exact error (simd error(), which
+/// k.errors2 reproduces bit for bit) is below min/max's, so it is never worse than min/max.
 inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, float mn, float mx, int bits, bool symmetric,
-                             dtype sd, const lsq_plan& plan, const lsq_kernel_table& k, const simd::group_kernels& gk) {
+                             dtype sd, const lsq_plan& plan, const lsq_kernel_table& k) {
     const int maxq = (1 << bits) - 1;
     if (n == 0) return symmetric ? sym_minmax_grid(mn, mx, bits, sd) : asym_minmax_grid(mn, mx, bits, sd);
     // The seeds are relative to the min/max scale before it is stored, and their zeros to the
@@ -193,7 +193,7 @@ inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, floa
     }
     const simd::grid_params p[2] = {lsq_params(mm, 1.0f / mm.scale, maxq), lsq_params(fit, fit_rinv, maxq)};
     float err[2];
-    gk.errors(x, w, n, p, 2, err);
+    k.errors2(x, w, n, p, err);
     return err[1] < err[0] ? fit : mm;
 }
 
@@ -223,7 +223,7 @@ inline group_fit lsq_fit_group(std::span<const float> x, std::span<const float> 
     const float* wp = w.empty() ? nullptr : w.data();
     const int maxq = (1 << o.bits) - 1;
     const group_grid g = detail::lsq_choose(x.data(), wp, x.size(), mn, mx, o.bits, o.symmetric, o.scale_dtype,
-                                            detail::lsq_make_plan(o, o.symmetric), detail::lsq_kernels(isa), gk);
+                                            detail::lsq_make_plan(o, o.symmetric), detail::lsq_kernels(isa));
     const simd::grid_params p = detail::lsq_params(g, 1.0f / g.scale, maxq);
     gk.encode(x.data(), x.size(), p, codes.data());
     return {g, static_cast<double>(gk.error(x.data(), wp, x.size(), p))};
@@ -247,7 +247,7 @@ inline group_policy make_lsq_policy(lsq_options o = {}) {
             detail::lsq_check_options(bad);  // throws, naming the problem
         }
         const group_grid best = detail::lsq_choose(g.w, g.imp, g.n, g.mn, g.mx, g.bits, g.symmetric, g.scale_dtype,
-                                                   g.symmetric ? sym : asym, detail::lsq_kernels(g.kernels->id), *g.kernels);
+                                                   g.symmetric ? sym : asym, detail::lsq_kernels(g.kernels->id));
         return {best.scale_bits, best.zero};
     };
 }

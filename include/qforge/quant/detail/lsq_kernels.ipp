@@ -113,3 +113,51 @@ QFORGE_KFN void lsq_k_refit(const float* x, const float* imp, std::size_t n, flo
     if (imp) lsq_k_refit_t<true>(x, imp, n, rinv, z, maxq, out);
     else lsq_k_refit_t<false>(x, imp, n, rinv, z, maxq, out);
 }
+
+// ---- The exact errors of two grids --------------------------------------------------------
+// out[j] = simd error() of grid g[j] (norm 2) to the bit: the same element arithmetic
+// (k_elem_error of simd/kernels/group_kernels.ipp, the ISA's own instance) and the same
+// partial sums, finished the same way. The two grids share one loop so that their latencies
+// overlap; error() called twice left both chains exposed.
+// One vector of both grids (a helper, not a lambda: a lambda would not carry the ISA's target
+// attribute). v = {s0, r0, -z0, maxq - z0, s1, r1, -z1, maxq - z1}.
+template <bool Weighted>
+QFORGE_KFN void lsq_k_errors2_step(vf xv, vf wv, const vf* v, acc8& acc0, acc8& acc1) noexcept {
+    const vf p = vset(2.0f);
+    vf e0 = k_elem_error<true>(xv, v[0], v[1], v[2], v[3], p);
+    vf e1 = k_elem_error<true>(xv, v[4], v[5], v[6], v[7], p);
+    if constexpr (Weighted) {
+        e0 = vmul(e0, wv);
+        e1 = vmul(e1, wv);
+    }
+    acc0 = acc_add(acc0, e0);
+    acc1 = acc_add(acc1, e1);
+}
+
+template <bool Weighted>
+QFORGE_KFN void lsq_k_errors2_t(const float* x, const float* imp, std::size_t n, const simd::grid_params* g,
+                                float* out) noexcept {
+    const vf v[8] = {vset(g[0].scale), vset(g[0].rinv), vset(-g[0].zero), vset(g[0].maxq - g[0].zero),
+                     vset(g[1].scale), vset(g[1].rinv), vset(-g[1].zero), vset(g[1].maxq - g[1].zero)};
+    acc8 acc0 = acc_zero(), acc1 = acc_zero();
+    std::size_t i = 0;
+    for (; i + lanes <= n; i += lanes) lsq_k_errors2_step<Weighted>(vload(x + i), Weighted ? vload(imp + i) : v[0], v, acc0, acc1);
+    if (i < n) {
+        alignas(64) float xb[lanes] = {};
+        alignas(64) float wb[lanes] = {};
+        std::memcpy(xb, x + i, (n - i) * sizeof(float));
+        if (Weighted) std::memcpy(wb, imp + i, (n - i) * sizeof(float));
+        lsq_k_errors2_step<Weighted>(vload(xb), vload(wb), v, acc0, acc1);
+    }
+    alignas(32) float part[8];
+    acc_store(part, acc0);
+    out[0] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    acc_store(part, acc1);
+    out[1] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+QFORGE_KFN void lsq_k_errors2(const float* x, const float* imp, std::size_t n, const simd::grid_params* g,
+                              float* out) noexcept {
+    if (imp) lsq_k_errors2_t<true>(x, imp, n, g, out);
+    else lsq_k_errors2_t<false>(x, imp, n, g, out);
+}

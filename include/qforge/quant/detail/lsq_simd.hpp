@@ -10,6 +10,7 @@
 #include "qforge/simd/arch/avx512.hpp"
 #include "qforge/simd/arch/neon.hpp"
 #include "qforge/simd/arch/scalar.hpp"
+#include "qforge/simd/kernel_table.hpp"
 #include "qforge/simd/tags.hpp"
 
 namespace qforge::detail {
@@ -26,6 +27,9 @@ struct lsq_kernel_table {
                   float maxq, float* a, float* b, float* gain) noexcept;
     /// One grid's refit sums: k = clamp(round(x rinv), -z, maxq - z), out = {sum w k x, sum w k k}.
     void (*refit)(const float* x, const float* imp, std::size_t n, float rinv, int z, int maxq, float* out) noexcept;
+    /// out[j] = simd::group_kernels::error(x, imp, n, g[j]) for j = 0, 1 (norm 2), bit for bit,
+    /// in one pass.
+    void (*errors2)(const float* x, const float* imp, std::size_t n, const simd::grid_params* g, float* out) noexcept;
 };
 
 namespace lsq_scalar_isa {
@@ -36,7 +40,7 @@ using namespace ::qforge::simd::detail::scalar_isa;
 #undef QFORGE_LSQ_LANES
 #undef QFORGE_KFN
 inline const lsq_kernel_table& lsq_table() noexcept {
-    static constexpr lsq_kernel_table table{&lsq_k_lanes, &lsq_k_refit};
+    static constexpr lsq_kernel_table table{&lsq_k_lanes, &lsq_k_refit, &lsq_k_errors2};
     return table;
 }
 }  // namespace lsq_scalar_isa
@@ -50,7 +54,7 @@ using namespace ::qforge::simd::detail::avx2_isa;
 #undef QFORGE_LSQ_LANES
 #undef QFORGE_KFN
 inline const lsq_kernel_table& lsq_table() noexcept {
-    static constexpr lsq_kernel_table table{&lsq_k_lanes, &lsq_k_refit};
+    static constexpr lsq_kernel_table table{&lsq_k_lanes, &lsq_k_refit, &lsq_k_errors2};
     return table;
 }
 }  // namespace lsq_avx2_isa
@@ -61,7 +65,7 @@ using namespace ::qforge::simd::detail::avx512_isa;
 #include "qforge/quant/detail/lsq_kernels.ipp"
 #undef QFORGE_KFN
 inline const lsq_kernel_table& lsq_table() noexcept {
-    static constexpr lsq_kernel_table table{&lsq_avx2_isa::lsq_k_lanes, &lsq_k_refit};
+    static constexpr lsq_kernel_table table{&lsq_avx2_isa::lsq_k_lanes, &lsq_k_refit, &lsq_k_errors2};
     return table;
 }
 }  // namespace lsq_avx512_isa
@@ -76,7 +80,7 @@ using namespace ::qforge::simd::detail::neon_isa;
 #undef QFORGE_LSQ_LANES
 #undef QFORGE_KFN
 inline const lsq_kernel_table& lsq_table() noexcept {
-    static constexpr lsq_kernel_table table{&lsq_k_lanes, &lsq_k_refit};
+    static constexpr lsq_kernel_table table{&lsq_k_lanes, &lsq_k_refit, &lsq_k_errors2};
     return table;
 }
 }  // namespace lsq_neon_isa
