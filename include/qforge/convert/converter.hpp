@@ -15,10 +15,11 @@
 //  - input is memory-mapped and each source tensor's pages are released after its last use;
 //    a tensor is quantized in row chunks, so peak memory follows the largest tensor, not the
 //    model; outputs are written with pwrite at offsets fixed by the plan;
-//  - with more than one thread, a quantized tensor is packed and written on a helper thread
+//  - with more than one thread, each output weight is packed and written on a helper thread
 //    while the pool quantizes the next one (at most one tensor behind, so memory still
-//    follows the largest tensor); its progress event comes once its bytes are written; the
-//    disk write-out of each tensor is started right after it (the final fsync waits less);
+//    follows the largest tensor); its progress event comes once its bytes are written, and
+//    before_tensor is called with nothing in flight; the disk write-out of each tensor is
+//    started right after it (the final fsync waits less);
 //  - the bytes written do not depend on `threads`;
 //  - the library prints nothing: progress goes to the callback.
 #pragma once
@@ -188,7 +189,7 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     report.format = p.format;
     report.bits_per_weight = p.bits_per_weight();
 
-    // Pack + write of a quantized tensor runs behind the quantization of the next one (with
+    // Pack + write of an output weight runs behind the quantization of the next one (with
     // more than one thread): the pool's cores do not wait on the serial pack and pwrite. Its
     // progress event is sent once its bytes are written. Declared after `writer`, so an
     // exception waits for the job before the writer and the output folder are removed.
@@ -209,9 +210,13 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     owned_tensor copied;  // source_read::copied: the current source tensor (split parts share it)
     for (std::size_t i = 0; i < p.items.size(); ++i) {
         const plan_item& it = p.items[i];
-        if (opt.before_tensor) opt.before_tensor(i);
+        if (opt.before_tensor) {
+            settle();  // the hook sees nothing in flight (it may truncate the shards, as a test does)
+            opt.before_tensor(i);
+        }
         src.verify_unchanged();  // a shard truncated underneath us: an io_error, not a SIGBUS
         if (opt.read == source_read::copied && copied.name != it.source) {
+            settle();                 // a job behind may still be writing from the buffer
             copied = owned_tensor{};  // the previous source's buffer goes before the next is read
             copied = src.read_tensor(it.source);
         }
@@ -219,9 +224,8 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         progress_event ev{i + 1, p.items.size(), &it, std::string(dtype_name(it.source_type)),
                           detail::out_type_text(p, it), it.in_bytes(), it.out_bytes(), std::nullopt};
         if (it.action == plan_action::keep) {
-            // Written here, from the source itself: a job behind must never read the mapping
-            // after the caller's next before_tensor (a test hook may truncate the shards there).
-            settle();
+            // Written behind too: a dense embedding is 125 MiB of pwrite, and the quantization
+            // of the untied head that follows reads the same source anyway.
             const std::size_t row_bytes =
                 it.source_shape.empty() ? v.bytes.size()
                                         : v.bytes.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, it.source_shape[0]));
@@ -229,10 +233,14 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
                                    ? v.bytes
                                    : v.bytes.subspan(static_cast<std::size_t>(it.row_begin) * row_bytes,
                                                      static_cast<std::size_t>(it.row_end - it.row_begin) * row_bytes);
-            if (it.out_type == it.source_type) writer.write(it.name, slice);
-            else writer.write(it.name, detail::cast_floats(slice, it.source_type, it.out_type));
-            if (last_use[it.source] == i) src.release(it.source);
-            emit(ev);
+            settle();
+            behind_event = std::move(ev);
+            behind.submit([&src, &writer, &writeback, &shard_path, &it, slice, release = last_use[it.source] == i] {
+                if (it.out_type == it.source_type) writer.write(it.name, slice);
+                else writer.write(it.name, detail::cast_floats(slice, it.source_type, it.out_type));
+                if (release) src.release(it.source);
+                writeback.start(shard_path.find(it.name)->second);
+            });
             continue;
         }
         const std::string module(module_of(it.name));
@@ -242,25 +250,40 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             if (!h) h = hessians->find(module_of(it.source), it.shape[1]);  // a fused source's input
             (h ? result.gptq_layers : result.rtn_layers).push_back(module);
         }
-        detail::quantize_result q =
-            h ? detail::quantize_rows_gptq(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name, *h, opt.gptq)
-              : detail::quantize_rows(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name);
-        report.tensors.push_back({module, it.shape, it.scheme, q.snr_db});
-        ev.snr_db = q.snr_db;
+        // Without a Hessian: quantized and packed together, band by band, on the pool. With
+        // one: the GPTQ solver's codes, packed on the helper thread.
+        std::optional<quantized_tensor> solved;
+        std::vector<owned_tensor> packed;
+        double snr = 0;
+        if (h) {
+            detail::quantize_result q =
+                detail::quantize_rows_gptq(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name, *h, opt.gptq);
+            solved = std::move(q.q);
+            snr = q.snr_db;
+        } else {
+            detail::packed_result q = detail::quantize_rows_packed(v, it.row_begin, it.row_end, it.scheme, p.format,
+                                                                   it.source_type, run, it.name, module);
+            packed = std::move(q.tensors);
+            snr = q.snr_db;
+        }
+        report.tensors.push_back({module, it.shape, it.scheme, snr});
+        ev.snr_db = snr;
         settle();
         behind_event = std::move(ev);
         // Captures only what outlives the loop body (the plan item lives in the plan).
-        behind.submit([&src, &writer, &writeback, &shard_path, &p, &it, act_order, module, qt = std::move(q.q),
-                       release = last_use[it.source] == i]() mutable {
+        behind.submit([&src, &writer, &writeback, &shard_path, &p, &it, act_order, module, solved = std::move(solved),
+                       tensors = std::move(packed), release = last_use[it.source] == i]() mutable {
             if (release) src.release(it.source);  // madvise of a whole tensor: not on the pool's time
-            auto pack = [&](const auto& layout) { return layout.pack(qt, module); };
-            const auto tensors =
-                act_order ? with_gptq_layout(it.scheme.bits,
-                                             gptq_options{p.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
-                                                          *it.scheme.scale_dtype, true},
-                                             pack)
-                          : with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.source_type, pack);
-            qt = quantized_tensor{};  // the codes go before the writes: less held behind
+            if (solved) {
+                auto pack = [&](const auto& layout) { return layout.pack(*solved, module); };
+                tensors = act_order ? with_gptq_layout(it.scheme.bits,
+                                                       gptq_options{p.format == output_format::gptq ? gptq_format::v1
+                                                                                                    : gptq_format::v2,
+                                                                    *it.scheme.scale_dtype, true},
+                                                       pack)
+                                    : with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.source_type, pack);
+                solved.reset();  // the codes go before the writes: less held behind
+            }
             for (const owned_tensor& t : tensors) {
                 writer.write(t.name, t.bytes);
                 writeback.start(shard_path.find(t.name)->second);

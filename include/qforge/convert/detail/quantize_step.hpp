@@ -1,5 +1,6 @@
 // The converter's quantization step: one weight (a whole tensor or a row slice of a fused one)
-// in, the quant layer's quantized_tensor and the SNR of what a loader decodes out.
+// in, the format's packed tensors (or, under GPTQ, the quant layer's quantized_tensor) and the
+// SNR of what a loader decodes out.
 //
 // The user-facing scale names map onto the quant layer's exact policies
 // (quant/scale_policy.hpp):
@@ -11,17 +12,19 @@
 //   fixed   sym: seed_fixed (the seed exporter's --no-search factor 0.875)
 //   lsq     either: custom = the least-squares fit (quant/least_squares.hpp)
 // The SNR is measured by the quantizer while it encodes (quant/snr.hpp defines the order).
-// quantize_rows_gptq runs the GPTQ solver (quant/gptq_solver.hpp) with the same policies.
+// quantize_rows_packed quantizes and packs band by band; quantize_rows_gptq runs the GPTQ solver (quant/gptq_solver.hpp) with the same policies.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/rule.hpp"
 #include "qforge/core/parallel.hpp"
 #include "qforge/core/tensor_view.hpp"
+#include "qforge/layout/quantize_packed.hpp"
 #include "qforge/quant/gptq_solver.hpp"
 #include "qforge/quant/least_squares.hpp"
 #include "qforge/quant/quantize.hpp"
@@ -61,32 +64,44 @@ struct quantize_result {
     double snr_db = 0;
 };
 
-/// Quantizes rows [row_begin, row_end) of the rank-2 view `v` as the weight `name`.
-inline quantize_result quantize_rows(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
-                                     const quant_spec& scheme, output_format f, const executor& run,
-                                     const std::string& name) {
+/// Rows [row_begin, row_end) of the rank-2 view `v`, as the weight `name`.
+inline tensor_view row_slice(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end, const std::string& name) {
     const std::int64_t cols = v.shape.at(1);
     const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(v.type);
-    tensor_view rows{name, v.type, {row_end - row_begin, cols},
-                     v.bytes.subspan(static_cast<std::size_t>(row_begin) * row_bytes,
-                                     static_cast<std::size_t>(row_end - row_begin) * row_bytes)};
-    // The quantizer measures the SNR while it encodes, from values already in registers: a
-    // second pass over the tensor cost more than the scale search itself.
+    return {name, v.type, {row_end - row_begin, cols},
+            v.bytes.subspan(static_cast<std::size_t>(row_begin) * row_bytes,
+                            static_cast<std::size_t>(row_end - row_begin) * row_bytes)};
+}
+
+struct packed_result {
+    std::vector<owned_tensor> tensors;  ///< the layout's tensors of `module`
+    double snr_db = 0;
+};
+
+/// Quantizes rows [row_begin, row_end) of the rank-2 view `v` (the weight `name`) straight
+/// into the format's tensors for `module`, scales in the plan's dtype (layout/quantize_packed.hpp):
+/// bands of rows are quantized and packed on the executor while their codes are in cache,
+/// with no whole-tensor code array and no serial pack. The bytes are those of
+/// layout.pack(quantize(rows), module); the SNR is the one the quantizer measures while it
+/// encodes (a second pass over the tensor cost more than the scale search itself).
+inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
+                                          const quant_spec& scheme, output_format f, dtype checkpoint,
+                                          const executor& run, const std::string& name, const std::string& module) {
+    const tensor_view rows = row_slice(v, row_begin, row_end, name);
+    const quant_options o = options_for(scheme, f);
     snr_sums sums;
-    quantize_result r{quantize(rows, options_for(scheme, f), run, &sums), 0};
+    packed_result r;
+    r.tensors = with_layout(f, scheme.bits, *scheme.scale_dtype, checkpoint,
+                            [&](const auto& layout) { return quantize_packed(rows, o, layout, module, run, &sums); });
     r.snr_db = sums.db();
     return r;
 }
 
-/// quantize_rows with GPTQ under the layer's input Hessian `h` [K, K] (issue 9).
+/// The rows quantized by GPTQ under the layer's input Hessian `h` [K, K] (issue 9).
 inline quantize_result quantize_rows_gptq(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
                                           const quant_spec& scheme, output_format f, const executor& run,
                                           const std::string& name, const tensor_view& h, gptq_solver_options g) {
-    const std::int64_t cols = v.shape.at(1);
-    const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(v.type);
-    tensor_view rows{name, v.type, {row_end - row_begin, cols},
-                     v.bytes.subspan(static_cast<std::size_t>(row_begin) * row_bytes,
-                                     static_cast<std::size_t>(row_end - row_begin) * row_bytes)};
+    const tensor_view rows = row_slice(v, row_begin, row_end, name);
     g.quant = options_for(scheme, f);
     quantize_result r{gptq_quantize(rows, h, g, run), 0};
     r.snr_db = snr_db(rows, r.q);
