@@ -164,15 +164,16 @@ QFORGE_REPACK_TARGET_AVX2 inline void stream_lines16x8_avx2(const __m256i rows[1
     }
 }
 
-/// 8 x 8 words at s (rows ss words apart) -> o[j] = column j. The step across 128-bit lanes is
-/// done by the loads (row i's and row i + 4's 4-word halves into one register, a load-insert),
-/// which leaves 16 in-lane shuffles instead of 24 on the shuffle ports (the GPTQ ->
-/// compressed-tensors direction runs 6-12% faster on Zen 4).
+/// 4 words at lane0 into the low 128-bit lane, 4 at lane1 into the high one.
 QFORGE_REPACK_TARGET_AVX2 inline __m256i load_lanes_avx2(const std::uint32_t* lane0, const std::uint32_t* lane1) noexcept {
     const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lane0));
     return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), _mm_loadu_si128(reinterpret_cast<const __m128i*>(lane1)), 1);
 }
 
+/// 8 x 8 words at s (rows ss words apart) -> o[j] = column j. The step across 128-bit lanes is
+/// done by the loads (row i's and row i + 4's 4-word halves into one register, a load-insert),
+/// which leaves 16 in-lane shuffles instead of 24 on the shuffle ports (measured on Zen 4: the
+/// compressed-tensors -> GPTQ transpose 6-12% faster, the other direction 2-6%).
 QFORGE_REPACK_TARGET_AVX2 inline void transpose8x8_load_avx2(const std::uint32_t* s, std::int64_t ss, __m256i o[8]) noexcept {
     for (int half = 0; half < 2; ++half) {  // columns 0-3, then 4-7; lane 0 holds row i, lane 1 row i + 4
         const std::uint32_t* p = s + 4 * half;
@@ -224,16 +225,15 @@ QFORGE_REPACK_TARGET_AVX2 inline void stream_seams_avx2(const std::uint32_t* src
     for (std::int64_t r = sp.last; r < rows; ++r) dst[(cols - 1) * rows + r] = src[r * cols + cols - 1];
 }
 
-/// Source rows per pass of the AVX2 transpose: a pass reads its rows a line at a time, and
-/// its rows give each destination row one contiguous run (pass x 4 bytes). Longer runs write
-/// more cheaply, but the pass's rows must stay cached between the two 8-column steps that
-/// share a line: up to 64 rows while they fit in 128 KB, else 16 (measured on Zen 4: GPTQ ->
-/// compressed-tensors of 4096 x 11008 prefers 16 rows of 44 KB, the reverse 64 rows of 2 KB).
+/// Source rows per pass of the AVX2 transpose: a pass gives each destination row one
+/// contiguous run of pass x 4 bytes, and reads pass rows per 8-column step. Measured on Zen 4
+/// (streaming stores, tens of MB): runs of 64 B write at 60% of sequential speed, runs of
+/// 128 B and more at full speed; but reading more than 16 rows per step (the two 8-column
+/// steps of a line then miss L1) costs more than that gains unless the rows are short. Of 16,
+/// 32 and 64 rows, 64 won for rows of 1 and 2 KB, 16 for rows of 4, 5.5, 16, 32 and 44 KB.
 inline std::int64_t stream_pass_rows(std::int64_t cols) noexcept {
-    constexpr std::int64_t budget = 128 * 1024;
-    std::int64_t pass = 16;
-    while (pass < 64 && 2 * pass * cols * 4 <= budget) pass *= 2;
-    return pass;
+    constexpr std::int64_t budget = 128 * 1024;  // 64 rows of at most 2 KB
+    return 64 * cols * 4 <= budget ? 64 : 16;
 }
 
 /// The AVX2 streaming transpose: 16 x 8 blocks in passes of stream_pass_rows rows, the next
