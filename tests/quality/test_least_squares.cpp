@@ -97,28 +97,42 @@ TEST_CASE("least-squares kernels: identical on every SIMD path, errors2 is simd 
         const float m = amax > 0.0f ? static_cast<float>(maxq) / (2.0f * amax) : 1.0f;
         const float z0 = static_cast<float>(maxq / 2);
         const auto& ref = detail::lsq_kernels(simd::isa::scalar);
-        float ra[8], rb[8], rg[8], rs[2], re[2];
-        ref.lanes(x.data(), wp, n, f, d, m, z0, static_cast<float>(maxq), ra, rb, rg);
+        const bool bf16 = trial % 4 == 1;
+        detail::lsq_lane_fits rl;
+        float rs[2], re[2];
+        ref.lanes(x.data(), wp, n, f, d, m, z0, static_cast<float>(maxq), bf16, rl);
         ref.refit(x.data(), wp, n, m, maxq / 2, maxq, rs);
         const group_grid g0 = detail::make_grid(1.0f / m, maxq / 2, dtype::F16);
         const group_grid g1 = detail::make_grid(0.9f / m, maxq / 2 - 1, dtype::F16);
         const simd::grid_params p[2] = {detail::lsq_params(g0, 1.0f / g0.scale, maxq),
                                         detail::lsq_params(g1, 1.0f / g1.scale, maxq)};
         ref.errors2(x.data(), wp, n, p, re);
-        CHECK(rg[3] == 0.0f);  // an empty lane
-        CHECK(rg[6] == 0.0f);  // a zero outside 0..maxq
+        CHECK(rl.gain[3] == 0.0f);  // an empty lane
+        CHECK(rl.gain[6] == 0.0f);  // a zero outside 0..maxq
+        for (std::size_t c = 0; c < detail::lsq_pass_lanes; ++c) {
+            if (!(rl.gain[c] > 0.0f)) continue;
+            // The stored refit scale is make_grid's rounding of |a/b|.
+            const group_grid mg = detail::make_grid(std::fabs(rl.a[c] / rl.b[c]), 0, bf16 ? dtype::BF16 : dtype::F16);
+            CHECK(rl.scale[c] == mg.scale);
+            CHECK(rl.bits[c] == mg.scale_bits);
+            CHECK(rl.rinv[c] == 1.0f / mg.scale);
+        }
         for (simd::isa isa : runnable_isas()) {
             CAPTURE(trial);
             CAPTURE(simd::isa_name(isa));
             const auto& k = detail::lsq_kernels(isa);
-            float a[8], b[8], g[8], s[2], e[2];
-            k.lanes(x.data(), wp, n, f, d, m, z0, static_cast<float>(maxq), a, b, g);
+            detail::lsq_lane_fits l;
+            float s[2], e[2];
+            k.lanes(x.data(), wp, n, f, d, m, z0, static_cast<float>(maxq), bf16, l);
             k.refit(x.data(), wp, n, m, maxq / 2, maxq, s);
             k.errors2(x.data(), wp, n, p, e);
             for (std::size_t c = 0; c < detail::lsq_pass_lanes; ++c) {
-                CHECK(a[c] == ra[c]);
-                CHECK(b[c] == rb[c]);
-                CHECK(g[c] == rg[c]);
+                CHECK(l.a[c] == rl.a[c]);
+                CHECK(l.b[c] == rl.b[c]);
+                CHECK(l.gain[c] == rl.gain[c]);
+                CHECK(l.scale[c] == rl.scale[c]);
+                CHECK(l.rinv[c] == rl.rinv[c]);
+                CHECK(l.bits[c] == rl.bits[c]);
             }
             CHECK(s[0] == rs[0]);
             CHECK(s[1] == rs[1]);

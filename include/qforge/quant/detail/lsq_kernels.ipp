@@ -10,8 +10,9 @@
 // Lane c of a pass (lsq_pass_lanes of them) codes the group with its own multiplier
 // r_c = m f_c and zero z_c = z0 + d_c: k_ci = round_half_even(clamp(x_i r_c, -z_c, maxq - z_c)),
 // a_c = sum w k x, b_c = sum w k k, and gain_c = a_c^2 / b_c (the error the refit s = a/b
-// removes) when a_c r_c > 0, else 0. A lane whose zero lies outside 0..maxq (or whose f_c is 0)
-// codes everything as 0 and gains 0. Each lane is a scalar computation of its own (element i
+// removes) when a_c r_c > 0, else 0; with the refit's |s| as stored (F16 or BF16, vround_scale
+// of simd/arch), its pattern and 1/|s|. A lane whose zero lies outside 0..maxq (or whose f_c is
+// 0) codes everything as 0 and gains 0. Each lane is a scalar computation of its own (element i
 // goes to partial i % 2 of its lane, a = p0 + p1), so no sum is ever reduced across lanes and
 // the vector width cannot change a result. Only instantiated where a vector is one pass
 // (QFORGE_LSQ_LANES; AVX-512 runs the AVX2 instance).
@@ -29,8 +30,8 @@ QFORGE_KFN void lsq_k_lane_step(float xi, float wi, vf r, vf lo, vf hi, vf& a, v
 
 template <bool Weighted>
 QFORGE_KFN void lsq_k_lanes_t(const float* x, const float* imp, std::size_t n, const float* f, const float* d, float m,
-                              float z0, float maxq, float* a, float* b, float* gain) noexcept {
-    const vf zero = vset(0.0f);
+                              float z0, float maxq, bool bf16, lsq_lane_fits& out) noexcept {
+    const vf zero = vset(0.0f), one = vset(1.0f);
     const vf z = vadd(vset(z0), vload(d));  // small integers: exact
     const vf top = vsub(vset(maxq), z);
     const vf live = vmin(z, top);  // >= 0 exactly when 0 <= z <= maxq
@@ -46,16 +47,23 @@ QFORGE_KFN void lsq_k_lanes_t(const float* x, const float* imp, std::size_t n, c
     if (i < n) lsq_k_lane_step<Weighted>(x[i], Weighted ? imp[i] : 1.0f, r, lo, hi, a0, b0);
     const vf av = vadd(a0, a1), bv = vadd(b0, b1);
     // b = 0 only where every k is 0, so a = 0 too and the quotient is 0 / tiny = 0.
-    const vf q = vdiv(vmul(av, av), vmax(bv, vset(0x1p-126f)));
-    vstore(a, av);
-    vstore(b, bv);
-    vstore(gain, vsel_ge(zero, vmul(av, r), zero, q));
+    const vf bs = vmax(bv, vset(0x1p-126f));
+    const vf gain = vsel_ge(zero, vmul(av, r), zero, vdiv(vmul(av, av), bs));
+    // Every lane's refit scale |a|/b as stored, its pattern and its reciprocal, computed here
+    // in parallel rather than for the winner after the pick (a chain of two divisions and a
+    // rounding); lanes that gain nothing get 1, a harmless value.
+    const vf mag = vround_scale(vsel_ge(zero, gain, one, vdiv(vabs(av), bs)), bf16, out.bits);
+    vstore(out.a, av);
+    vstore(out.b, bv);
+    vstore(out.gain, gain);
+    vstore(out.scale, mag);
+    vstore(out.rinv, vdiv(one, mag));
 }
 
 QFORGE_KFN void lsq_k_lanes(const float* x, const float* imp, std::size_t n, const float* f, const float* d, float m,
-                            float z0, float maxq, float* a, float* b, float* gain) noexcept {
-    if (imp) lsq_k_lanes_t<true>(x, imp, n, f, d, m, z0, maxq, a, b, gain);
-    else lsq_k_lanes_t<false>(x, imp, n, f, d, m, z0, maxq, a, b, gain);
+                            float z0, float maxq, bool bf16, lsq_lane_fits& out) noexcept {
+    if (imp) lsq_k_lanes_t<true>(x, imp, n, f, d, m, z0, maxq, bf16, out);
+    else lsq_k_lanes_t<false>(x, imp, n, f, d, m, z0, maxq, bf16, out);
 }
 #endif
 

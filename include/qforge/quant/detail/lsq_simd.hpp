@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "qforge/simd/arch/avx2.hpp"
@@ -20,11 +21,21 @@ namespace qforge::detail {
 /// same per seed).
 inline constexpr std::size_t lsq_pass_lanes = 8;
 
+/// What one lanes() pass returns per lane (see lsq_kernels.ipp).
+struct lsq_lane_fits {
+    alignas(32) float a[lsq_pass_lanes];      ///< sum w k x
+    alignas(32) float b[lsq_pass_lanes];      ///< sum w k k
+    alignas(32) float gain[lsq_pass_lanes];   ///< a^2 / b, or 0 where the refit is no candidate
+    alignas(32) float scale[lsq_pass_lanes];  ///< |a| / b as stored (1 where gain is 0)
+    alignas(32) float rinv[lsq_pass_lanes];   ///< 1.0f / scale
+    std::uint16_t bits[lsq_pass_lanes];       ///< scale's F16/BF16 pattern (may be infinity)
+};
+
 struct lsq_kernel_table {
-    /// lsq_pass_lanes seeds at once, lane c with multiplier m f[c] and zero z0 + d[c]:
-    /// a[c] = sum w k x, b[c] = sum w k k, gain[c] = a^2/b or 0 (lsq_kernels.ipp has the rules).
+    /// lsq_pass_lanes seeds at once, lane c with multiplier m f[c] and zero z0 + d[c], scales
+    /// stored as BF16 (bf16) or F16 (lsq_kernels.ipp has the rules).
     void (*lanes)(const float* x, const float* imp, std::size_t n, const float* f, const float* d, float m, float z0,
-                  float maxq, float* a, float* b, float* gain) noexcept;
+                  float maxq, bool bf16, lsq_lane_fits& out) noexcept;
     /// One grid's refit sums: k = clamp(round(x rinv), -z, maxq - z), out = {sum w k x, sum w k k}.
     void (*refit)(const float* x, const float* imp, std::size_t n, float rinv, int z, int maxq, float* out) noexcept;
     /// out[j] = simd::group_kernels::error(x, imp, n, g[j]) for j = 0, 1 (norm 2), bit for bit,
