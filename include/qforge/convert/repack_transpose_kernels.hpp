@@ -243,10 +243,22 @@ QFORGE_REPACK_TARGET_AVX2 inline void transpose_words_stream_avx2(const std::uin
                                                                   std::uint32_t* dst) noexcept {
     const stream_span sp = stream_rows(dst, rows, cols, 8);
     if (sp.first == sp.last) return transpose_words_tiled(src, rows, cols, dst);
-    const std::int64_t col_end = cols / 8 * 8, pass = stream_pass_rows(cols);
+    const std::int64_t col_end = cols / 8 * 8, pass = stream_pass_rows(cols), steps = col_end / 8;
     constexpr std::int64_t ahead = 64;  // words: four lines ahead of the loads
     for (std::int64_t r0 = sp.first; r0 < sp.last; r0 += pass) {
         const std::int64_t r1 = std::min(sp.last, r0 + pass);
+        if (pass == 64) {
+            // Short rows: the next pass's rows are one contiguous block; prefetch it in address
+            // order, spread over this pass's column steps.
+            const char* next = reinterpret_cast<const char*>(src + r1 * cols);
+            const std::int64_t lines = (std::min(sp.last, r1 + pass) - r1) * cols * 4 / 64, per_step = (lines + steps - 1) / steps;
+            std::int64_t issued = 0;
+            for (std::int64_t c = 0; c < col_end; c += 8) {
+                for (std::int64_t k = 0; k < per_step && issued < lines; ++k, ++issued) _mm_prefetch(next + 64 * issued, _MM_HINT_T0);
+                for (std::int64_t r = r0; r < r1; r += 16) stream_block16x8_avx2(src + r * cols + c, cols, dst + c * rows + r, rows);
+            }
+            continue;
+        }
         for (std::int64_t c = 0; c < col_end; c += 8) {
             if (c % 16 == 0 && c + ahead < cols)
                 for (std::int64_t r = r0; r < r1; ++r) _mm_prefetch(reinterpret_cast<const char*>(src + r * cols + c + ahead), _MM_HINT_T0);
