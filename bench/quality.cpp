@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     const measured& m32 = table[1][0];
     const measured& m64 = table[1][1];
     const measured& s64 = table[5][1];
-    std::printf("\nfloors: asym lsq g32 %.2f dB (>= 20.9: %s), g64 %.2f dB (>= 19.35: %s); sym lsq g64 %.2f dB (>= 17.9: %s)\n",
+    std::printf("\nfloors: asym lsq g32 %.3f dB (>= 20.9: %s), g64 %.3f dB (>= 19.35: %s); sym lsq g64 %.3f dB (>= 17.9: %s)\n",
                 l32.snr, l32.snr >= 20.9 ? "ok" : "MISSED", l64.snr, l64.snr >= 19.35 ? "ok" : "MISSED", s64.snr,
                 s64.snr >= 17.9 ? "ok" : "MISSED");
     std::printf("speed vs mse100 (same run): g32 %.1fx, g64 %.1fx (floor 10x)\n", m32.ns_per_weight / l32.ns_per_weight,
