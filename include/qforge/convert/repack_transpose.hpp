@@ -4,9 +4,12 @@
 // "b=3 dense == GPTQ 3-bit packing"). When K fills whole words the two tensors are transposes
 // of each other, so the codes are never unpacked: repacking costs about a memcpy.
 //
-// The small tensors (scales, zero points, g_idx) still go through the reader and the rules,
-// so every refusal of the general path fires here too, and the output is byte-identical to
-// repack_pack of the unpacked tensor (tests/repack checks both against each other).
+// For 2, 4 and 8 bits with whole words along N and K (the common case) the small tensors move
+// as words too: zero points are transposed and shifted field-wise, scales transposed as 16-bit
+// patterns, every output written into storage `out` already has. That fast path only checks
+// and declines; anything it declines goes through the reader and the rules, so every refusal
+// of the general path fires here too, word for word, and the output is byte-identical to
+// repack_pack of the unpacked tensor (tests/repack checks all three against each other).
 #pragma once
 
 #include <algorithm>
