@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sys/resource.h>
@@ -46,6 +47,7 @@ struct bench_state {
     std::uint64_t weights = 0;
     std::uint64_t largest = 0;
     double convert_gws = 0, hwm_mib = 0, read_s = 0, convert_s = 0, convert_cpu_s = 0;
+    std::string load;  ///< /proc/loadavg just before the conversion
 } g;
 
 /// Llama-7B-like widths, as many layers as fit the requested size. Weights are a pool of
@@ -147,6 +149,7 @@ void convert_w4a8(benchmark::State& state) {
         o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
         o.overwrite = true;
         reset_hwm();
+        std::ifstream("/proc/loadavg") >> g.load;
         const double cpu0 = process_cpu_s();
         const auto t0 = std::chrono::steady_clock::now();
         convert(g.src, g.root + "/out", o);
@@ -178,6 +181,8 @@ int main(int argc, char** argv) {
     const double hwm_floor = 3.0 * static_cast<double>(g.largest) / (1 << 20) + 128;
     std::printf("\nconvert w4a8-cpu: %.3f G weights in %.2f s = %.3f G weights/s (floor 0.25); read alone %.2f s (%.2fx of convert)\n",
                 static_cast<double>(g.weights) / 1e9, g.convert_s, g.convert_gws, g.read_s, g.read_s / g.convert_s);
+    // Other work on the machine stretches the wall clock: the 1-minute load average says how much.
+    std::printf("load average before the conversion: %s on %u cores\n", g.load.c_str(), std::thread::hardware_concurrency());
     // On a shared machine the wall clock also counts other people's work; CPU seconds over the
     // thread count is what the same run takes on otherwise idle cores.
     std::printf("CPU time %.2f s over all threads: %.3f G weights/s on idle cores at this thread count\n", g.convert_cpu_s,
