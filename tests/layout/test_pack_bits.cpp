@@ -1,5 +1,6 @@
 // The packing kernels against a bit-by-bit definition and the hand-computed words of
 // formats.md (2.2, 2.3, 3, 4.3).
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -224,8 +225,11 @@ TEST_CASE("AWQ SSE2 gather is byte-identical to the scalar path") {
     }
 }
 
-TEST_CASE("GPTQ 4-bit SSE2 row packer is byte-identical to the scalar path") {
-    for (const auto& dims : {std::pair<std::int64_t, std::int64_t>{64, 64}, {13, 40}, {4, 32}, {37, 136}, {8, 8}}) {
+TEST_CASE("GPTQ 4-bit SIMD row packers (AVX2 8 rows, SSE2 4 rows) are byte-identical to the scalar path") {
+    // Shapes exercise 8-row AVX2 steps, 4-row SSE2 leftovers, single rows, and columns that are
+    // not a multiple of the 32-code step; codes above 15 must be masked the same way.
+    for (const auto& dims : {std::pair<std::int64_t, std::int64_t>{64, 64}, {13, 40}, {4, 32}, {37, 136}, {8, 8},
+                             {31, 1000}, {16, 2048}, {29, 264}}) {
         const std::int64_t rows = dims.first, cols = dims.second;
         CAPTURE(rows);
         CAPTURE(cols);
@@ -235,4 +239,16 @@ TEST_CASE("GPTQ 4-bit SSE2 row packer is byte-identical to the scalar path") {
         pack_dense_transposed(codes.data(), rows, cols, 4, scalar.data(), false);
         CHECK(fast == scalar);
     }
+}
+
+TEST_CASE("GPTQ transposed packing into a wider matrix: bands with dst_stride equal the whole") {
+    const std::int64_t rows = 72, cols = 96;
+    const auto codes = seeded(static_cast<std::size_t>(rows * cols), 4, 4711);
+    std::vector<std::uint32_t> whole(static_cast<std::size_t>(dense_words(cols, 4) * rows)), banded(whole.size());
+    pack_dense_transposed(codes.data(), rows, cols, 4, whole.data());
+    for (std::int64_t r0 = 0; r0 < rows; r0 += 32) {
+        const std::int64_t nr = std::min<std::int64_t>(32, rows - r0);
+        pack_dense_transposed(codes.data() + r0 * cols, nr, cols, 4, banded.data() + r0, true, rows);
+    }
+    CHECK(banded == whole);
 }

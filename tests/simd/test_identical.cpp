@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "qforge/quant/quantize.hpp"
+#include "qforge/simd/detail/no_contract.hpp"
 #include "qforge/simd/dispatch.hpp"
 #include "support/synthetic.hpp"
 
@@ -334,6 +335,42 @@ TEST_CASE("to_f32_min_max_groups equals to_f32 then min_max_groups, non-finite v
                 auto bb = b;
                 bb[bad] = 0x7F80;
                 run(bb.data(), dtype::BF16);
+            }
+        }
+    }
+}
+
+TEST_CASE("error kernel = the squared error of encode's codes in the documented order, ties and clamps included") {
+    // The kernel's fast path rounds x * (1/s) and checks the distance to ties; this pins it to
+    // the definition: codes as encode() makes them (the IEEE quotient rounded half to even),
+    // error terms (dq - w)^2 * imp, element i to partial i % 8, ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)).
+    for (simd::isa i : {simd::isa::scalar, simd::isa::avx2, simd::isa::avx512, simd::isa::neon}) {
+        if (!simd::available(i)) continue;
+        CAPTURE(simd::isa_name(i));
+        const auto& k = simd::kernels(i);
+        for (std::size_t n : {5u, 64u, 129u}) {
+            for (float s : {fp16_to_float(float_to_fp16(0.0125f)), bf16_to_float(float_to_bf16(0.0137f)),
+                            fp16_to_float(float_to_fp16(1e-6f))}) {  // 1e-6: most quotients beyond the code range
+                auto w = nasty_values(n, s, n * 13 + 5);
+                const auto imp = testing::student_t_floats(n, n + 9);
+                for (float z : {0.0f, 8.0f}) {
+                    const simd::grid_params p{s, 1.0f / s, z, 15.0f, 2.0f};
+                    std::vector<std::uint8_t> codes(n);
+                    k.encode(w.data(), n, p, codes.data());
+                    for (bool weighted : {false, true}) {
+                        float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                        for (std::size_t j = 0; j < n; ++j) {
+                            const float e = simd::detail::no_contract((static_cast<float>(codes[j]) - z) * s) - w[j];
+                            float term = simd::detail::no_contract(e * e);
+                            if (weighted) term = simd::detail::no_contract(term * std::fabs(imp[j]));
+                            part[j % 8] += term;
+                        }
+                        const float want = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+                        std::vector<float> ia(n);
+                        for (std::size_t j = 0; j < n; ++j) ia[j] = std::fabs(imp[j]);
+                        CHECK(bits_of(k.error(w.data(), weighted ? ia.data() : nullptr, n, p)) == bits_of(want));
+                    }
+                }
             }
         }
     }

@@ -155,6 +155,11 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
     const simd::grid_recipe recipe = fixed ? fixed_recipe(o.policy, S::bits, o.scale_dtype) : simd::grid_recipe{};
     std::vector<float> ga(fixed ? block_groups : 0), gb(fixed ? block_groups : 0);
     std::vector<std::uint16_t> gs(fixed ? block_groups : 0);
+    // Search policies: every group's search of a block in one search_groups call.
+    const auto search = fixed || o.policy == scale_policy::custom
+                            ? std::nullopt
+                            : plan_search(o.policy, S::bits, S::is_symmetric, o.scale_dtype, o.search);
+    if (search) gs.resize(block_groups);
     const bool snr_in_kernel = gsize % 4 == 0;
     group_view g;
     g.bits = S::bits;
@@ -194,8 +199,29 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
                     q.zeros[gi + jj] = static_cast<std::int32_t>(grids[jj].zero);
                 }
             }
+            if (search) {
+                const std::int64_t over = k.search_groups(
+                    buf.data(), o.importance.empty() ? nullptr : o.importance.data() + b0, static_cast<std::size_t>(nb),
+                    static_cast<std::size_t>(gsize), mn.data(), mx.data(), search->factors.data(),
+                    search->factors.size(), search->recipe, gs.data(), grids.data());
+                if (over >= 0) {  // the group-by-group rule words the refusal
+                    const auto jj = static_cast<std::size_t>(over);
+                    g.group = b0 / gsize + over;
+                    g.w = buf.data() + jj * static_cast<std::size_t>(gsize);
+                    g.n = static_cast<std::size_t>(std::min(gsize, cols - b0 - over * gsize));
+                    g.mn = mn[jj];
+                    g.mx = mx[jj];
+                    (void)choose_group(o.policy, g, o.search);
+                }
+                const auto ng = static_cast<std::size_t>((nb + gsize - 1) / gsize);
+                const auto gi = static_cast<std::size_t>(qr * groups + b0 / gsize);
+                for (std::size_t jj = 0; jj < ng; ++jj) {
+                    q.scales[gi + jj] = gs[jj];
+                    q.zeros[gi + jj] = static_cast<std::int32_t>(grids[jj].zero);
+                }
+            }
             std::size_t jj = 0;
-            for (std::int64_t c0 = b0; c0 < b0 + nb && !fixed; c0 += gsize, ++jj) {
+            for (std::int64_t c0 = b0; c0 < b0 + nb && !fixed && !search; c0 += gsize, ++jj) {
                 const std::int64_t j = c0 / gsize;
                 g.w = buf.data() + (c0 - b0);
                 g.imp = o.importance.empty() ? nullptr : o.importance.data() + c0;

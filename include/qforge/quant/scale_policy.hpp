@@ -43,6 +43,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
@@ -255,6 +256,34 @@ inline void fixed_inputs(scale_policy p, float mn, float mx, float& a, float& b)
         }
         default: a = mn, b = mx; return;
     }
+}
+
+/// A search policy as one search_groups call: its candidate factors and recipe. Empty when
+/// the policy is not a search or has more candidates than one call takes (choose_group then
+/// runs it group by group, with the same result).
+struct search_plan {
+    std::vector<float> factors;
+    simd::grid_recipe recipe;
+};
+
+inline std::optional<search_plan> plan_search(scale_policy p, int bits, bool symmetric, dtype scale_dtype,
+                                              const search_params& sp) {
+    search_plan plan;
+    plan.recipe.bits = bits;
+    plan.recipe.bf16 = scale_dtype == dtype::BF16;
+    if (p == scale_policy::seed_search) {
+        plan.factors.assign(seed_factors.begin(), seed_factors.end());
+        plan.recipe.div = static_cast<float>(1 << (bits - 1));  // scale_formula::seed
+        return plan;
+    }
+    if (p != scale_policy::mse) return std::nullopt;
+    const auto steps = static_cast<std::size_t>(static_cast<double>(sp.max_shrink) * sp.grid);
+    if (steps > simd::max_search_candidates) return std::nullopt;
+    for (std::size_t i = 0; i < steps; ++i) plan.factors.push_back(static_cast<float>(1.0 - static_cast<double>(i) / sp.grid));
+    plan.recipe.rule = symmetric ? simd::grid_rule::symmetric : simd::grid_rule::range;
+    plan.recipe.div = static_cast<float>((1 << bits) - 1) / 2.0f;  // scale_formula::gptq
+    plan.recipe.norm = sp.norm;
+    return plan;
 }
 
 inline group_choice choose_mse(const group_view& g, const search_params& sp) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "qforge/core/dtype.hpp"
+#include "qforge/simd/detail/no_contract.hpp"
 #include "qforge/simd/tags.hpp"
 
 namespace qforge::simd {
@@ -42,6 +43,9 @@ struct grid_recipe {
     bool bf16 = false;   ///< scales stored as BF16 (else F16)
     float norm = 2;      ///< copied into every grid
 };
+
+/// The most candidates one search_groups call takes.
+inline constexpr std::size_t max_search_candidates = 128;
 
 struct group_kernels {
     isa id = isa::scalar;
@@ -92,6 +96,18 @@ struct group_kernels {
     /// when it is not -1).
     std::int64_t (*to_f32_min_max_groups)(const std::byte* src, dtype type, std::size_t n, std::size_t gsize,
                                           float* dst, float* mn, float* mx) noexcept;
+
+    /// A search over candidate scales for every group of w[0..n) (groups as in
+    /// min_max_groups, extremes mn[j], mx[j], importance imp + group start or null): for each
+    /// candidate c < count (<= max_search_candidates), symmetric recipe: a_c = factors[c] *
+    /// amax (amax = max(-mn, mx), 1 when 0); range recipes: a_c = factors[c] * lo, b_c =
+    /// factors[c] * hi (lo = min(mn, 0), hi = max(mx, 0), -1 and 1 when both are 0); each
+    /// candidate's grid as make_grids makes it and its error as errors() computes it; the
+    /// lowest error wins, the earliest on ties: scale_bits[j], grids[j]. Returns the first
+    /// group where some candidate's scale overflows (its outputs are then unset), or -1.
+    std::int64_t (*search_groups)(const float* w, const float* imp, std::size_t n, std::size_t gsize,
+                                  const float* mn, const float* mx, const float* factors, std::size_t count,
+                                  const grid_recipe& recipe, std::uint16_t* scale_bits, grid_params* grids) noexcept;
 };
 
 }  // namespace qforge::simd

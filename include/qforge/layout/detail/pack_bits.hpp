@@ -25,8 +25,13 @@
 #include <cstring>
 #include <vector>
 
+#include "qforge/simd/tags.hpp"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if QFORGE_SIMD_X86
+#include <immintrin.h>
 #endif
 
 namespace qforge::detail {
@@ -254,6 +259,38 @@ inline std::int64_t pack4_rows4_sse2(const std::uint8_t* p, std::int64_t cols, s
 }
 #endif
 
+#if QFORGE_SIMD_X86 && (defined(__GNUC__) || defined(__clang__))
+// pack4_rows8_avx2: eight rows of 4-bit codes, 32 codes each step -> four words per row,
+// stored as tmp[w][r..r+7] (the tmp[w][tile_rows] layout). maddubs joins code pairs into
+// bytes (c0 + 16 c1), one pack makes two rows' words, and two rounds of dword unpacks plus a
+// 128-bit permute transpose the 8 x 4 words. Returns the codes done (a multiple of 32).
+QFORGE_TARGET_AVX2 inline __m256i pack4_pairs_avx2(const std::uint8_t* q) noexcept {
+    const __m256i x = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), _mm256_set1_epi8(0x0F));
+    return _mm256_maddubs_epi16(x, _mm256_set1_epi16(0x1001));  // bytes 1, 16: c0 + 16 c1 as u16 <= 255
+}
+
+QFORGE_TARGET_AVX2 inline std::int64_t pack4_rows8_avx2(const std::uint8_t* p, std::int64_t cols,
+                                                        std::uint32_t* tmp) noexcept {
+    std::int64_t k = 0;
+    for (; k + 32 <= cols; k += 32) {
+        const __m256i ab = _mm256_packus_epi16(pack4_pairs_avx2(p + k), pack4_pairs_avx2(p + cols + k));  // [A0 A1 B0 B1 | A2 A3 B2 B3]
+        const __m256i cd = _mm256_packus_epi16(pack4_pairs_avx2(p + 2 * cols + k), pack4_pairs_avx2(p + 3 * cols + k));
+        const __m256i ef = _mm256_packus_epi16(pack4_pairs_avx2(p + 4 * cols + k), pack4_pairs_avx2(p + 5 * cols + k));
+        const __m256i gh = _mm256_packus_epi16(pack4_pairs_avx2(p + 6 * cols + k), pack4_pairs_avx2(p + 7 * cols + k));
+        const __m256i u1 = _mm256_unpacklo_epi32(ab, cd), u2 = _mm256_unpackhi_epi32(ab, cd);
+        const __m256i v1 = _mm256_unpacklo_epi32(ef, gh), v2 = _mm256_unpackhi_epi32(ef, gh);
+        const __m256i x0 = _mm256_unpacklo_epi32(u1, u2), x1 = _mm256_unpackhi_epi32(u1, u2);  // [w0 | w2], [w1 | w3] of A-D
+        const __m256i y0 = _mm256_unpacklo_epi32(v1, v2), y1 = _mm256_unpackhi_epi32(v1, v2);  // same for E-H
+        std::uint32_t* o = tmp + (k / 8) * tile_rows;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_permute2x128_si256(x0, y0, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + tile_rows), _mm256_permute2x128_si256(x1, y1, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * tile_rows), _mm256_permute2x128_si256(x0, y0, 0x31));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 3 * tile_rows), _mm256_permute2x128_si256(x1, y1, 0x31));
+    }
+    return k;
+}
+#endif
+
 /// GPTQ qweight: codes [rows][cols] (row-major) -> words [dense_words(cols)][rows], each row a
 /// dense stream along cols written down its column. cols*bits must fill whole words.
 /// Allocates a dense_words(cols) x tile_rows word buffer (may throw std::bad_alloc). `simd_ok = false`
@@ -264,9 +301,20 @@ inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, 
     if (dst_stride < 0) dst_stride = rows;
     const std::int64_t words = dense_words(cols, bits);
     std::vector<std::uint32_t> tmp(static_cast<std::size_t>(words * tile_rows));
+    [[maybe_unused]] const bool use_avx2 = simd_ok && bits == 4 && simd::available(simd::isa::avx2);
     for (std::int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
         const std::int64_t nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
         std::int64_t r = 0;
+#if QFORGE_SIMD_X86 && (defined(__GNUC__) || defined(__clang__))
+        if (simd_ok && bits == 4 && use_avx2)
+            for (; r + 8 <= nr; r += 8) {
+                const std::uint8_t* p = codes + (r0 + r) * cols;
+                const std::int64_t done = pack4_rows8_avx2(p, cols, tmp.data() + r);
+                for (std::int64_t j = 0; j < 8; ++j)
+                    pack_dense(p + j * cols + done, 1, cols - done, bits, tmp.data() + (done / 8) * tile_rows + r + j,
+                               tile_rows);
+            }
+#endif
 #if defined(__SSE2__)
         if (simd_ok && bits == 4)
             for (; r + 4 <= nr; r += 4) {

@@ -15,18 +15,22 @@
 // a division in almost every lane. Only |quotient| <= 512 matters: every caller clamps the
 // result into -255..255, so a larger (even infinite) t gives the same clamped value whatever
 // it rounds to, and the fast path does not clamp t itself (two operations per vector less;
-// the fallback division still clamps, its result is equally clamped away). For |t| <= 512,
-// t = x * (1/s) is within |t| 2^-22 <= 2^-13 of fl(x / s), so
-// the fast rounding can only be wrong where t lies within 2^-11 of a half-integer h. There,
+// the fallback division still clamps, its result is equally clamped away). t = x * (1/s) is
+// within |t| 2^-22 of fl(x / s) (two roundings of 2^-24 each, and fl(x / s)'s own), so the
+// fast rounding can only be wrong where t lies within |t| 2^-22 of a half-integer h; the test
+// uses |t| 2^-20, a 4x margin, so that a group's extreme value (|t| near 2^(b-1) - 0.5 by
+// construction of the scale) only rarely takes the slow path. There,
 // a true tie x == h * s (a product exact in float: h has <= 11 significant bits, s <= 11) is
 // resolved to even directly; anything else near a tie (rare) redoes the vector with the
 // true division.
+QFORGE_KFN vf k_near(vf t) noexcept { return vsub(vset(0.5f), vmul(vabs(t), vset(0x1p-20f))); }
+
 QFORGE_KFN vf k_round_quotient(vf x, vf s, vf r) noexcept {
     const vf lim = vset(512.0f), nlim = vset(-512.0f);
     const vf t = vmul(x, r);  // x, r finite: t is a number or +-infinity, never NaN
     vf rr = vround(t);
     const vf d = vabs(vsub(t, rr));
-    const vf near = vset(0.5f - 0x1p-11f);
+    const vf near = k_near(t);
     if (vany_gt(d, near)) {
         const vf h = vadd(rr, vsel_ge(t, rr, vset(0.5f), vset(-0.5f)));
         const vf miss = vabs(vsub(x, vmul(h, s)));  // exactly 0 on a true tie
@@ -54,22 +58,22 @@ QFORGE_KFN vf k_pow_abs(vf e, vf p) noexcept {
     m = vsel_ge(m, vset(1.5f), vmul(m, vset(0.5f)), m);
     ex = vadd(ex, big);
     const vf t = vsub(m, one);
-    vf l = vset(-0.14115863058674366f);
-    l = vadd(vmul(l, t), vset(0.2909838493372046f));
-    l = vadd(vmul(l, t), vset(-0.3718790857330163f));
-    l = vadd(vmul(l, t), vset(0.4819118501255701f));
-    l = vadd(vmul(l, t), vset(-0.7210326554055629f));
-    l = vadd(vmul(l, t), vset(1.4426727976638458f));
-    l = vadd(vmul(l, t), vset(-1.4833508663331683e-06f));
+    // Estrin's scheme (pairs, then pairs of pairs): the same polynomials as a Horner chain,
+    // with a third of its dependent steps, so candidates' chains overlap in the pipeline.
+    const vf t2 = vmul(t, t), t4 = vmul(t2, t2);
+    const vf l01 = vadd(vset(-1.4833508663331683e-06f), vmul(vset(1.4426727976638458f), t));
+    const vf l23 = vadd(vset(-0.7210326554055629f), vmul(vset(0.4819118501255701f), t));
+    const vf l45 = vadd(vset(-0.3718790857330163f), vmul(vset(0.2909838493372046f), t));
+    const vf l456 = vadd(l45, vmul(t2, vset(-0.14115863058674366f)));
+    const vf l = vadd(vadd(l01, vmul(t2, l23)), vmul(t4, l456));
     const vf y = vmin(vmax(vmul(vadd(ex, l), p), vset(-126.0f)), vset(127.0f));
     const vf n = vround(y);
     const vf f = vsub(y, n);  // [-0.5, 0.5]
-    vf q = vset(0.00134004321786214f);
-    q = vadd(vmul(q, f), vset(0.0096760370984104f));
-    q = vadd(vmul(q, f), vset(0.05550327214170959f));
-    q = vadd(vmul(q, f), vset(0.2402210735581668f));
-    q = vadd(vmul(q, f), vset(0.6931472067106389f));
-    q = vadd(vmul(q, f), vset(1.0000000754953529f));
+    const vf f2 = vmul(f, f), f4 = vmul(f2, f2);
+    const vf q01 = vadd(vset(1.0000000754953529f), vmul(vset(0.6931472067106389f), f));
+    const vf q23 = vadd(vset(0.2402210735581668f), vmul(vset(0.05550327214170959f), f));
+    const vf q45 = vadd(vset(0.0096760370984104f), vmul(vset(0.00134004321786214f), f));
+    const vf q = vadd(vadd(q01, vmul(f2, q23)), vmul(f4, q45));
     return vsel_ge(x, vset(0x1p-40f), vmul(q, vpow2i(n)), vset(0.0f));
 }
 
@@ -87,7 +91,59 @@ QFORGE_KFN vf k_elem_error(vf x, vf s, vf r, vf qlo, vf qhi, vf p) noexcept {
 }
 
 template <bool Weighted, bool Squared>
+QFORGE_KFN float k_error_exact(const float* w, const float* imp, std::size_t n, const grid_params& gp) noexcept;
+
+// k_error_fast: the error with each quotient rounded as round(x * (1/s)), and a check that no
+// lane came near a tie. The code of a lane can then differ from k_round_quotient's only where
+// |t| >= 256, and there both are clamped to the same end of the code range (every code is
+// within -255..255 after the shift), since t is within |t| 2^-22 < 2^-12 of fl(x / s) below
+// 256. The largest distance to the rounded value is kept with vmax(d, dmax), which ignores
+// the NaN of an infinite t (a clamped lane). Returns false (and no error) when some lane was
+// within 2^-12 of a half-integer: the caller then takes the exact path.
+template <bool Weighted, bool Squared>
+QFORGE_KFN void k_error_step(vf x, vf iw, vf s, vf r, vf z, vf hi, vf p, acc8& acc, vf& dmax) noexcept {
+    const vf t = vmul(x, r), rr = vround(t);
+    dmax = vmax(vabs(vsub(t, rr)), dmax);
+    const vf e = vsub(vmul(vmin(vmax(rr, z), hi), s), x);
+    vf term;
+    if constexpr (Squared) term = vmul(e, e);
+    else term = k_pow_abs(e, p);
+    if constexpr (Weighted) term = vmul(term, iw);
+    acc = acc_add(acc, term);
+}
+
+template <bool Weighted, bool Squared>
+QFORGE_KFN bool k_error_fast(const float* w, const float* imp, std::size_t n, const grid_params& gp, float& out) noexcept {
+    const vf s = vset(gp.scale), r = vset(gp.rinv), p = vset(gp.norm);
+    const vf z = vset(-gp.zero), hi = vset(gp.maxq - gp.zero);
+    acc8 acc = acc_zero();
+    vf dmax = vset(0.0f);
+    std::size_t i = 0;
+    for (; i + lanes <= n; i += lanes)
+        k_error_step<Weighted, Squared>(vload(w + i), Weighted ? vload(imp + i) : s, s, r, z, hi, p, acc, dmax);
+    if (i < n) {
+        alignas(64) float wb[lanes] = {};
+        alignas(64) float ib[lanes] = {};
+        std::memcpy(wb, w + i, (n - i) * sizeof(float));
+        if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
+        k_error_step<Weighted, Squared>(vload(wb), vload(ib), s, r, z, hi, p, acc, dmax);
+    }
+    if (vany_gt(dmax, vset(0.5f - 0x1p-12f))) return false;
+    alignas(32) float part[8];
+    acc_store(part, acc);
+    out = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    return true;
+}
+
+template <bool Weighted, bool Squared>
 QFORGE_KFN float k_error_t(const float* w, const float* imp, std::size_t n, const grid_params& gp) noexcept {
+    float e;
+    if (k_error_fast<Weighted, Squared>(w, imp, n, gp, e)) return e;
+    return k_error_exact<Weighted, Squared>(w, imp, n, gp);
+}
+
+template <bool Weighted, bool Squared>
+QFORGE_KFN float k_error_exact(const float* w, const float* imp, std::size_t n, const grid_params& gp) noexcept {
     const vf s = vset(gp.scale), r = vset(gp.rinv), p = vset(gp.norm);
     const vf z = vset(-gp.zero), hi = vset(gp.maxq - gp.zero);
     acc8 acc = acc_zero();
@@ -119,9 +175,75 @@ QFORGE_KFN float k_error(const float* w, const float* imp, std::size_t n, const 
     return sq ? k_error_t<false, true>(w, imp, n, gp) : k_error_t<false, false>(w, imp, n, gp);
 }
 
+// k_errors_c: C candidates in one pass over the group. Each candidate keeps its own
+// accumulator, fed in the same element order as k_error_fast, so each result is k_error's to
+// the bit; the C independent add chains hide the add latency that bounds a single candidate
+// on a short group. A candidate that came near a tie is redone by k_error_exact.
+template <bool Weighted, bool Squared, std::size_t C>
+QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const grid_params* p, float* out) noexcept {
+    alignas(64) float sc[C], rc[C], zc[C], hc[C];
+    for (std::size_t c = 0; c < C; ++c) sc[c] = p[c].scale, rc[c] = p[c].rinv, zc[c] = -p[c].zero, hc[c] = p[c].maxq - p[c].zero;
+    const vf norm = vset(p[0].norm);
+    acc8 acc[C];
+    vf dmax[C];
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < C; ++c) acc[c] = acc_zero(), dmax[c] = vset(0.0f);
+    std::size_t i = 0;
+    for (; i + lanes <= n; i += lanes) {
+        const vf x = vload(w + i), iw = Weighted ? vload(imp + i) : x;
+#pragma GCC unroll 8
+        for (std::size_t c = 0; c < C; ++c)
+            k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c], dmax[c]);
+    }
+    if (i < n) {
+        alignas(64) float wb[lanes] = {};
+        alignas(64) float ib[lanes] = {};
+        std::memcpy(wb, w + i, (n - i) * sizeof(float));
+        if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
+        const vf x = vload(wb), iw = vload(ib);
+#pragma GCC unroll 8
+        for (std::size_t c = 0; c < C; ++c)
+            k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c], dmax[c]);
+    }
+    for (std::size_t c = 0; c < C; ++c) {
+        if (vany_gt(dmax[c], vset(0.5f - 0x1p-12f))) {
+            out[c] = k_error_exact<Weighted, Squared>(w, imp, n, p[c]);
+            continue;
+        }
+        alignas(32) float part[8];
+        acc_store(part, acc[c]);
+        out[c] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    }
+}
+
+template <bool Weighted, bool Squared>
+QFORGE_KFN void k_errors_t(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
+                           float* out) noexcept {
+    // Four candidates at once for the square; the power's polynomials need the registers of
+    // two candidates each, so it runs two at a time.
+    constexpr std::size_t step = Squared ? 4 : 2;
+    std::size_t c = 0;
+    for (; c + step <= count; c += step) k_errors_c<Weighted, Squared, step>(w, imp, n, p + c, out + c);
+    for (; c < count; ++c) k_errors_c<Weighted, Squared, 1>(w, imp, n, p + c, out + c);
+}
+
 QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
                          float* out) noexcept {
-    for (std::size_t c = 0; c < count; ++c) out[c] = k_error(w, imp, n, p[c]);
+    // Candidates share one norm in every caller; a batch that mixes norms is split.
+    std::size_t c = 0;
+    while (c < count) {
+        std::size_t e = c + 1;
+        while (e < count && p[e].norm == p[c].norm) ++e;
+        const bool sq = p[c].norm == 2.0f;
+        if (imp) {
+            if (sq) k_errors_t<true, true>(w, imp, n, p + c, e - c, out + c);
+            else k_errors_t<true, false>(w, imp, n, p + c, e - c, out + c);
+        } else {
+            if (sq) k_errors_t<false, true>(w, imp, n, p + c, e - c, out + c);
+            else k_errors_t<false, false>(w, imp, n, p + c, e - c, out + c);
+        }
+        c = e;
+    }
 }
 
 template <bool Snr>
@@ -151,14 +273,18 @@ QFORGE_KFN void k_encode_t(const float* w, std::size_t n, const grid_params& gp,
     std::size_t i = 0;
     // Four steps at a time with one near-tie branch for all four; when it fires, each step
     // takes k_round_quotient's exact path, so the codes are those of the loop below.
-    const vf near = vset(0.5f - 0x1p-11f), lo = vset(0.0f);
+    const vf lo = vset(0.0f);
     for (; i + 4 * lanes <= n; i += 4 * lanes) {
         const vf x0 = vload(w + i), x1 = vload(w + i + lanes), x2 = vload(w + i + 2 * lanes),
                  x3 = vload(w + i + 3 * lanes);
         const vf t0 = vmul(x0, r), t1 = vmul(x1, r), t2 = vmul(x2, r), t3 = vmul(x3, r);
         const vf r0 = vround(t0), r1 = vround(t1), r2 = vround(t2), r3 = vround(t3);
-        if (vany_gt(vabs(vsub(t0, r0)), near) | vany_gt(vabs(vsub(t1, r1)), near) |
-            vany_gt(vabs(vsub(t2, r2)), near) | vany_gt(vabs(vsub(t3, r3)), near)) {
+        // One branch for the four: the tests are combined without short-circuit.
+        const int near_tie = static_cast<int>(vany_gt(vabs(vsub(t0, r0)), k_near(t0))) |
+                             static_cast<int>(vany_gt(vabs(vsub(t1, r1)), k_near(t1))) |
+                             static_cast<int>(vany_gt(vabs(vsub(t2, r2)), k_near(t2))) |
+                             static_cast<int>(vany_gt(vabs(vsub(t3, r3)), k_near(t3)));
+        if (near_tie) {
             k_encode_steps<Snr>(w + i, 4 * lanes, gp, codes + i, acc);
             continue;
         }
@@ -312,6 +438,41 @@ QFORGE_KFN std::int64_t k_to_f32(const std::byte* src, dtype type, std::size_t n
     return -1;
 }
 
+// k_search_groups: a whole block's scale searches in one call (see kernel_table.hpp). Each
+// group's candidates go through the same make_grids and errors code as one-group calls, so
+// the choice is theirs to the bit; what is saved is the per-group indirect calls and setup.
+QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::size_t n, std::size_t gsize,
+                                        const float* mn, const float* mx, const float* factors, std::size_t count,
+                                        const grid_recipe& rc, std::uint16_t* scale_bits, grid_params* grids) noexcept {
+    alignas(64) float a[max_search_candidates], b[max_search_candidates], err[max_search_candidates];
+    std::uint16_t bits[max_search_candidates];
+    grid_params g[max_search_candidates];
+    const bool symmetric = rc.rule == grid_rule::symmetric;
+    for (std::size_t c0 = 0, j = 0; c0 < n; c0 += gsize, ++j) {
+        const std::size_t len = n - c0 < gsize ? n - c0 : gsize;
+        if (symmetric) {
+            float amax = -mn[j] > mx[j] ? -mn[j] : mx[j];
+            if (!(amax > 0)) amax = 1.0f;
+            for (std::size_t c = 0; c < count; ++c) a[c] = ::qforge::simd::detail::no_contract(factors[c] * amax);
+        } else {
+            float lo = mn[j] < 0 ? mn[j] : 0.0f, hi = mx[j] > 0 ? mx[j] : 0.0f;
+            if (lo == 0 && hi == 0) lo = -1, hi = 1;
+            for (std::size_t c = 0; c < count; ++c) {
+                a[c] = ::qforge::simd::detail::no_contract(factors[c] * lo);
+                b[c] = ::qforge::simd::detail::no_contract(factors[c] * hi);
+            }
+        }
+        if (k_make_grids(a, b, count, rc, bits, g) >= 0) return static_cast<std::int64_t>(j);
+        k_errors(w + c0, imp ? imp + c0 : nullptr, len, g, count, err);
+        std::size_t best = 0;
+        for (std::size_t c = 1; c < count; ++c)
+            if (err[c] < err[best]) best = c;
+        scale_bits[j] = bits[best];
+        grids[j] = g[best];
+    }
+    return -1;
+}
+
 template <int Kind>
 QFORGE_KFN float k_convert_one(const std::byte* p) noexcept {
     if constexpr (Kind == 0) {
@@ -380,6 +541,6 @@ QFORGE_KFN std::int64_t k_to_f32_min_max_groups(const std::byte* src, dtype type
 inline const group_kernels& kernel_table() noexcept {
     static constexpr group_kernels table{QFORGE_KERNEL_ISA, &k_to_f32, &k_min_max, &k_error, &k_encode, &k_errors,
                                              &k_min_max_groups, &k_make_grids, &k_encode_groups,
-                                             &k_to_f32_min_max_groups};
+                                             &k_to_f32_min_max_groups, &k_search_groups};
     return table;
 }
