@@ -1,0 +1,3 @@
+// expect: AWQ packs 4 bits only
+#include "qforge/layout/awq.hpp"
+qforge::awq_layout<3> l;

@@ -1,0 +1,3 @@
+// expect: scheme Bits must be at least 2
+#include "qforge/quant/scheme.hpp"
+qforge::scheme<1, 64, qforge::symmetry::asymmetric> s;
