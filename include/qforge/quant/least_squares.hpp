@@ -157,6 +157,11 @@ inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, floa
                             static_cast<float>(maxq));
     }
 
+    // The stored min/max grid (and the reciprocal the exact check needs) does not depend on
+    // the scan: computed here, its divisions run in the shadow of the scan's start rather than
+    // after its end.
+    const group_grid mm = symmetric ? sym_minmax_grid(mn, mx, bits, sd) : asym_minmax_grid(mn, mx, bits, sd);
+    const float mm_rinv = 1.0f / mm.scale;
     lsq_lane_fits lf;
     float top_gain = 0.0f;  // the winner so far, as stored
     group_grid fit;
@@ -183,7 +188,6 @@ inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, floa
             }
         }
     }
-    const group_grid mm = symmetric ? sym_minmax_grid(mn, mx, bits, sd) : asym_minmax_grid(mn, mx, bits, sd);
     if (!(top_gain > 0.0f)) return mm;
 
     // Then `iterations` rounds of reassign + refit. In exact arithmetic a round never raises
@@ -199,7 +203,7 @@ inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, floa
         fit = g;
         fit_rinv = 1.0f / fit.scale;
     }
-    const simd::grid_params p[2] = {lsq_params(mm, 1.0f / mm.scale, maxq), lsq_params(fit, fit_rinv, maxq)};
+    const simd::grid_params p[2] = {lsq_params(mm, mm_rinv, maxq), lsq_params(fit, fit_rinv, maxq)};
     float err[2];
     k.errors2(x, w, n, p, err);
     return err[1] < err[0] ? fit : mm;
