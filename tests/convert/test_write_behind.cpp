@@ -176,6 +176,21 @@ TEST_CASE("2 threads: a failed write on the helper thread is the conversion's io
     CHECK(failed == static_cast<int>(writes));
 }
 
+TEST_CASE("2 threads: before_tensor(i) runs once tensors 0..i-1 are written and reported") {
+    std::size_t reported = 0;
+    bool in_flight = false;
+    convert_options o = two_threads();
+    o.progress = [&](const progress_event&) {
+        ++reported;
+        return true;
+    };
+    o.before_tensor = [&](std::size_t i) { in_flight |= reported != i; };
+    const conversion_result r = convert(demo(), root().path + "/hook", o);
+    CHECK(reported == r.the_plan.items.size());
+    CHECK_FALSE(in_flight);
+    io::remove_tree(root().path + "/hook");
+}
+
 TEST_CASE("2 threads: an exception from the progress callback while a job is behind leaves nothing") {
     for (std::size_t at : {1u, 2u, 5u, 9u}) {
         CAPTURE(at);
