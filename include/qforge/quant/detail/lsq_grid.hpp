@@ -6,10 +6,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "qforge/core/dtype.hpp"
-#include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/quant/scale_policy.hpp"
 
