@@ -100,6 +100,28 @@ QFORGE_KFN float k_error_exact(const float* w, const float* imp, std::size_t n, 
 // 256. The largest distance to the rounded value is kept with vmax(d, dmax), which ignores
 // the NaN of an infinite t (a clamped lane). Returns false (and no error) when some lane was
 // within 2^-12 of a half-integer: the caller then takes the exact path.
+// k_only_exact_ties: whether every lane of w[0..n) whose x * (1/s) lies within 2^-12 of a
+// half-integer h (below 256 in magnitude) is an exact tie x == h * s. At an exact tie both
+// neighbouring codes are s / 2 away from x (and a clamped neighbour is the other one), so
+// the error term is the same whichever way the quotient rounds: the fast error stands.
+// Exact ties are common (bf16 weights over f16 scales of few significant bits).
+QFORGE_KFN bool k_only_exact_ties(const float* w, std::size_t n, const grid_params& gp) noexcept {
+    const vf s = vset(gp.scale), r = vset(gp.rinv), near = vset(0.5f - 0x1p-12f), half = vset(0.5f);
+    const vf big = vset(256.0f), zero = vset(0.0f);
+    for (std::size_t i = 0; i < n; i += lanes) {
+        alignas(64) float wb[lanes] = {};
+        const vf x = i + lanes <= n ? vload(w + i) : (std::memcpy(wb, w + i, (n - i) * sizeof(float)), vload(wb));
+        const vf t = vmul(x, r), rr = vround(t);
+        const vf d = vabs(vsub(t, rr));
+        const vf h = vadd(rr, vsel_ge(t, rr, half, vsub(zero, half)));
+        const vf miss = vabs(vsub(x, vmul(h, s)));  // exactly 0 on a true tie
+        // A lane counts when it is near a tie, below 256 in magnitude and not an exact tie.
+        const vf counted = vsel_ge(vabs(t), big, zero, vsel_ge(zero, miss, zero, d));
+        if (vany_gt(counted, near)) return false;
+    }
+    return true;
+}
+
 template <bool Weighted, bool Squared>
 QFORGE_KFN void k_error_step(vf x, vf iw, vf s, vf r, vf z, vf hi, vf p, acc8& acc, vf& dmax) noexcept {
     const vf t = vmul(x, r), rr = vround(t);
@@ -128,7 +150,7 @@ QFORGE_KFN bool k_error_fast(const float* w, const float* imp, std::size_t n, co
         if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
         k_error_step<Weighted, Squared>(vload(wb), vload(ib), s, r, z, hi, p, acc, dmax);
     }
-    if (vany_gt(dmax, vset(0.5f - 0x1p-12f))) return false;
+    if (vany_gt(dmax, vset(0.5f - 0x1p-12f)) && !k_only_exact_ties(w, n, gp)) return false;
     alignas(32) float part[8];
     acc_store(part, acc);
     out = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
@@ -206,7 +228,7 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
             k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c], dmax[c]);
     }
     for (std::size_t c = 0; c < C; ++c) {
-        if (vany_gt(dmax[c], vset(0.5f - 0x1p-12f))) {
+        if (vany_gt(dmax[c], vset(0.5f - 0x1p-12f)) && !k_only_exact_ties(w, n, p[c])) {
             out[c] = k_error_exact<Weighted, Squared>(w, imp, n, p[c]);
             continue;
         }
@@ -370,6 +392,10 @@ QFORGE_KFN std::int64_t k_make_grids(const float* a, const float* b, std::size_t
     const std::uint16_t limit = rc.bf16 ? 0x7F80 : 0x7C00;
     const vf vmaxq = vset(maxq), zero = vset(0.0f), one = vset(1.0f), tiny = vset(1e-5f);
     std::int64_t overflow = -1;
+    std::uint32_t div_bits;
+    std::memcpy(&div_bits, &rc.div, sizeof div_bits);
+    const std::uint32_t div_exp = (div_bits >> 23) & 0xFFu;  // a normal power of two whose reciprocal is normal too
+    const bool div_is_pow2 = (div_bits & 0x807FFFFFu) == 0 && div_exp > 1 && div_exp < 253;
     for (std::size_t j0 = 0; j0 < count; j0 += lanes) {
         const std::size_t m = count - j0 < lanes ? count - j0 : lanes;
         alignas(64) float ab[lanes] = {}, bb[lanes] = {}, sv[lanes], rv[lanes], zv[lanes];
@@ -379,7 +405,9 @@ QFORGE_KFN std::int64_t k_make_grids(const float* a, const float* b, std::size_t
         const vf va = vload(ab), vb = vload(bb);
         vf raw;
         if (rc.rule == grid_rule::symmetric) {
-            raw = vdiv(va, vset(rc.div));
+            // A power-of-two divisor is a multiplication by its exact reciprocal: both are the
+            // correctly rounded a / div, subnormal results included.
+            raw = div_is_pow2 ? vmul(va, vset(1.0f / rc.div)) : vdiv(va, vset(rc.div));
         } else {
             vf range = vsub(vb, va);
             if (rc.rule == grid_rule::awq_range) range = vsel_ge(tiny, range, tiny, range);
