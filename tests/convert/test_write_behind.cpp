@@ -77,37 +77,72 @@ std::vector<std::string> others() {
 
 }  // namespace
 
-TEST_CASE("write_behind: jobs run in order, one at a time; an error comes back at the next wait") {
+TEST_CASE("write_behind: jobs run in order, one at a time; each done in order on the caller; errors at collection") {
     for (bool async : {false, true}) {
         CAPTURE(async);
-        std::vector<int> order;
+        std::vector<int> order, done;
         std::atomic<int> running{0};
-        bool overlapped = false;
+        bool overlapped = false, done_elsewhere = false;
+        const auto caller = std::this_thread::get_id();
         {
             detail::write_behind wb(async);
             for (int i = 0; i < 20; ++i)
-                wb.submit([&, i] {
-                    overlapped |= running.fetch_add(1) != 0;
-                    std::this_thread::sleep_for(std::chrono::microseconds(200));
-                    order.push_back(i);
-                    running.fetch_sub(1);
-                });
-            wb.wait();
+                wb.submit(
+                    [&, i] {
+                        overlapped |= running.fetch_add(1) != 0;
+                        std::this_thread::sleep_for(std::chrono::microseconds(i % 3 == 0 ? 2000 : 100));
+                        order.push_back(i);
+                        running.fetch_sub(1);
+                    },
+                    [&, i] {
+                        done_elsewhere |= std::this_thread::get_id() != caller;
+                        done.push_back(i);
+                    });
+            wb.drain();
+            CHECK(done.size() == 20);
         }
         CHECK_FALSE(overlapped);
+        CHECK_FALSE(done_elsewhere);
         REQUIRE(order.size() == 20);
-        for (int i = 0; i < 20; ++i) CHECK(order[static_cast<std::size_t>(i)] == i);
+        for (int i = 0; i < 20; ++i) {
+            CHECK(order[static_cast<std::size_t>(i)] == i);
+            CHECK(done[static_cast<std::size_t>(i)] == i);
+        }
 
         detail::write_behind wb(async);
+        bool later_done = false;
         if (async) {
             wb.submit([] { throw std::runtime_error("behind"); });
-            CHECK_THROWS_WITH(wb.submit([] {}), "behind");  // the next submit reports it
-            wb.wait();
+            wb.submit([] {}, [&] { later_done = true; });
+            CHECK_THROWS_WITH(wb.drain(), "behind");
         } else {
             CHECK_THROWS_WITH(wb.submit([] { throw std::runtime_error("behind"); }), "behind");
         }
-        CHECK_NOTHROW(wb.wait());  // reported once
+        CHECK_NOTHROW(wb.drain());  // reported once
+        CHECK_FALSE(later_done);    // a job after a failed one is not reported as done
     }
+}
+
+TEST_CASE("write_behind: at most `depth` jobs pending") {
+    std::atomic<int> started{0};
+    std::atomic<bool> release{false};
+    detail::write_behind wb(true, 2);
+    for (int i = 0; i < 2; ++i)
+        wb.submit([&] {
+            ++started;
+            while (!release) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        });
+    std::thread opener([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        release = true;
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    wb.submit([] {});  // the third waits for the oldest
+    CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(20));
+    CHECK(started >= 1);
+    wb.drain();
+    opener.join();
+    CHECK(started == 2);
 }
 
 TEST_CASE("write_behind: the destructor waits for the pending job") {

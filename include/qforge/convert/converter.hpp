@@ -15,9 +15,9 @@
 //  - input is memory-mapped and each source tensor's pages are released after its last use;
 //    a tensor is quantized in row chunks, so peak memory follows the largest tensor, not the
 //    model; outputs are written with pwrite at offsets fixed by the plan;
-//  - with more than one thread, each output weight is packed and written on a helper thread
-//    while the pool quantizes the next one (at most one tensor behind, so memory still
-//    follows the largest tensor); its progress event comes once its bytes are written, and
+//  - with more than one thread, each output weight is written on a helper thread while the
+//    pool quantizes the next one (at most two tensors behind, so memory still follows the
+//    largest tensor); its progress event comes once its bytes are written, and
 //    before_tensor is called with nothing in flight; the disk write-out of each tensor is
 //    started right after it (the final fsync waits less);
 //  - the bytes written do not depend on `threads`;
@@ -198,25 +198,20 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         for (const auto& t : writer.plan().shards[k]) shard_path[t.name] = out.path() + "/" + writer.plan().file_names[k];
     detail::early_writeback writeback;  // used by the jobs behind only
     detail::write_behind behind(opt.threads > 1);
-    std::optional<progress_event> behind_event;
     const auto emit = [&](const progress_event& e) {
         if (opt.progress && !opt.progress(e)) fail<error>(dst_dir, e.item->name, "conversion cancelled");
-    };
-    const auto settle = [&] {
-        behind.wait();
-        if (behind_event) emit(*std::exchange(behind_event, std::nullopt));
     };
 
     owned_tensor copied;  // source_read::copied: the current source tensor (split parts share it)
     for (std::size_t i = 0; i < p.items.size(); ++i) {
         const plan_item& it = p.items[i];
         if (opt.before_tensor) {
-            settle();  // the hook sees nothing in flight (it may truncate the shards, as a test does)
+            behind.drain();  // the hook sees nothing in flight (it may truncate the shards, as a test does)
             opt.before_tensor(i);
         }
         src.verify_unchanged();  // a shard truncated underneath us: an io_error, not a SIGBUS
         if (opt.read == source_read::copied && copied.name != it.source) {
-            settle();                 // a job behind may still be writing from the buffer
+            behind.drain();           // a job behind may still be writing from the buffer
             copied = owned_tensor{};  // the previous source's buffer goes before the next is read
             copied = src.read_tensor(it.source);
         }
@@ -233,14 +228,14 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
                                    ? v.bytes
                                    : v.bytes.subspan(static_cast<std::size_t>(it.row_begin) * row_bytes,
                                                      static_cast<std::size_t>(it.row_end - it.row_begin) * row_bytes);
-            settle();
-            behind_event = std::move(ev);
-            behind.submit([&src, &writer, &writeback, &shard_path, &it, slice, release = last_use[it.source] == i] {
-                if (it.out_type == it.source_type) writer.write(it.name, slice);
-                else writer.write(it.name, detail::cast_floats(slice, it.source_type, it.out_type));
-                if (release) src.release(it.source);
-                writeback.start(shard_path.find(it.name)->second);
-            });
+            behind.submit(
+                [&src, &writer, &writeback, &shard_path, &it, slice, release = last_use[it.source] == i] {
+                    if (it.out_type == it.source_type) writer.write(it.name, slice);
+                    else writer.write(it.name, detail::cast_floats(slice, it.source_type, it.out_type));
+                    if (release) src.release(it.source);
+                    writeback.start(shard_path.find(it.name)->second);
+                },
+                [&emit, ev = std::move(ev)] { emit(ev); });
             continue;
         }
         const std::string module(module_of(it.name));
@@ -268,8 +263,6 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         }
         report.tensors.push_back({module, it.shape, it.scheme, snr});
         ev.snr_db = snr;
-        settle();
-        behind_event = std::move(ev);
         // Captures only what outlives the loop body (the plan item lives in the plan).
         behind.submit([&src, &writer, &writeback, &shard_path, &p, &it, act_order, module, solved = std::move(solved),
                        tensors = std::move(packed), release = last_use[it.source] == i]() mutable {
@@ -288,9 +281,9 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
                 writer.write(t.name, t.bytes);
                 writeback.start(shard_path.find(t.name)->second);
             }
-        });
+        }, [&emit, ev = std::move(ev)] { emit(ev); });
     }
-    settle();
+    behind.drain();
     writer.finish();
     result.shards = writer.plan().file_names;
 
