@@ -71,6 +71,7 @@
 #include "qforge/convert/repack_rules.hpp"
 #include "qforge/convert/repack_source.hpp"
 #include "qforge/convert/repack_transpose.hpp"
+#include "qforge/convert/repack_transpose_kernels.hpp"
 #include "qforge/convert/report.hpp"
 #include "qforge/convert/rule.hpp"
 #include "qforge/convert/source.hpp"
