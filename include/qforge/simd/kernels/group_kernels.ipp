@@ -294,18 +294,21 @@ QFORGE_KFN void k_encode_t(const float* w, std::size_t n, const grid_params& gp,
     const vf s = vset(gp.scale), r = vset(gp.rinv), z = vset(gp.zero), hi = vset(gp.maxq);
     std::size_t i = 0;
     // Four steps at a time with one near-tie branch for all four; when it fires, each step
-    // takes k_round_quotient's exact path, so the codes are those of the loop below.
-    const vf lo = vset(0.0f);
+    // takes k_round_quotient's exact path, so the codes are those of the loop below. The
+    // window is one constant per group: only lanes with |t| <= maxq + 1 can get a code that
+    // depends on the rounding (beyond, both roundings clamp to the same end of 0..maxq), and
+    // there t is within (maxq + 1) 2^-22 of fl(x / s); the window is 4x that.
+    const vf lo = vset(0.0f), near = vset(0.5f - (gp.maxq + 1.0f) * 0x1p-20f);
     for (; i + 4 * lanes <= n; i += 4 * lanes) {
         const vf x0 = vload(w + i), x1 = vload(w + i + lanes), x2 = vload(w + i + 2 * lanes),
                  x3 = vload(w + i + 3 * lanes);
         const vf t0 = vmul(x0, r), t1 = vmul(x1, r), t2 = vmul(x2, r), t3 = vmul(x3, r);
         const vf r0 = vround(t0), r1 = vround(t1), r2 = vround(t2), r3 = vround(t3);
         // One branch for the four: the tests are combined without short-circuit.
-        const int near_tie = static_cast<int>(vany_gt(vabs(vsub(t0, r0)), k_near(t0))) |
-                             static_cast<int>(vany_gt(vabs(vsub(t1, r1)), k_near(t1))) |
-                             static_cast<int>(vany_gt(vabs(vsub(t2, r2)), k_near(t2))) |
-                             static_cast<int>(vany_gt(vabs(vsub(t3, r3)), k_near(t3)));
+        const int near_tie = static_cast<int>(vany_gt(vabs(vsub(t0, r0)), near)) |
+                             static_cast<int>(vany_gt(vabs(vsub(t1, r1)), near)) |
+                             static_cast<int>(vany_gt(vabs(vsub(t2, r2)), near)) |
+                             static_cast<int>(vany_gt(vabs(vsub(t3, r3)), near));
         if (near_tie) {
             k_encode_steps<Snr>(w + i, 4 * lanes, gp, codes + i, acc);
             continue;
