@@ -132,12 +132,34 @@ struct row_target {
     snr_sums* snr = nullptr;
 };
 
+/// What quantize_rows needs of a scheme, as values: the row loop runs the same kernels for
+/// every scheme, so one copy of it serves them all (a copy per scheme instance made every
+/// translation unit that includes this header several seconds slower to build).
+struct row_scheme {
+    int bits;
+    bool symmetric;
+    std::int64_t gsize;  ///< columns per group
+    int maxq() const noexcept { return (1 << bits) - 1; }
+    int pinned_zero() const noexcept { return 1 << (bits - 1); }
+};
+
+inline void quantize_rows_with(const row_scheme& S, const tensor_view& w, const quant_options& o,
+                               const simd::group_kernels& k, row_target out, std::int64_t row_lo, std::int64_t row_hi,
+                               std::int64_t& first_bad);
+
 template <scheme_like S>
 void quantize_rows(const tensor_view& w, const quant_options& o, const simd::group_kernels& k, row_target out,
                    std::int64_t row_lo, std::int64_t row_hi, std::int64_t& first_bad) {
+    quantize_rows_with({S::bits, S::is_symmetric, S::columns_per_group(out.q->cols, o.group_size)}, w, o, k, out,
+                       row_lo, row_hi, first_bad);
+}
+
+inline void quantize_rows_with(const row_scheme& S, const tensor_view& w, const quant_options& o,
+                               const simd::group_kernels& k, row_target out, std::int64_t row_lo, std::int64_t row_hi,
+                               std::int64_t& first_bad) {
     quantized_tensor& q = *out.q;
     const std::int64_t cols = q.cols;
-    const std::int64_t gsize = S::columns_per_group(cols, o.group_size);
+    const std::int64_t gsize = S.gsize;
     const std::int64_t groups = q.groups();
     const std::size_t es = dtype_size(w.type);
     // Rows are converted a block of whole groups at a time (about 8 KB of floats), so the
@@ -152,18 +174,18 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
     std::vector<simd::grid_params> grids(block_groups);
     // Fixed-rule policies: every group's scale of a block in one make_grids call.
     const bool fixed = is_fixed_rule(o.policy);
-    const simd::grid_recipe recipe = fixed ? fixed_recipe(o.policy, S::bits, o.scale_dtype) : simd::grid_recipe{};
+    const simd::grid_recipe recipe = fixed ? fixed_recipe(o.policy, S.bits, o.scale_dtype) : simd::grid_recipe{};
     std::vector<float> ga(fixed ? block_groups : 0), gb(fixed ? block_groups : 0);
     std::vector<std::uint16_t> gs(fixed ? block_groups : 0);
     // Search policies: every group's search of a block in one search_groups call.
     const auto search = fixed || o.policy == scale_policy::custom
                             ? std::nullopt
-                            : plan_search(o.policy, S::bits, S::is_symmetric, o.scale_dtype, o.search);
+                            : plan_search(o.policy, S.bits, S.symmetric, o.scale_dtype, o.search);
     if (search) gs.resize(block_groups);
     const bool snr_in_kernel = gsize % 4 == 0;
     group_view g;
-    g.bits = S::bits;
-    g.symmetric = S::is_symmetric;
+    g.bits = S.bits;
+    g.symmetric = S.symmetric;
     g.scale_dtype = o.scale_dtype;
     g.tensor = &w.name;
     g.kernels = &k;
@@ -230,13 +252,13 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
                 g.mn = mn[jj];
                 g.mx = mx[jj];
                 const group_choice c = o.policy == scale_policy::custom ? o.custom(g) : choose_group(o.policy, g, o.search);
-                if constexpr (S::is_symmetric) {
-                    if (c.zero != S::pinned_zero)
+                if (S.symmetric) {
+                    if (c.zero != S.pinned_zero())
                         fail<unsupported_error>({}, w.name, "custom policy returned zero " + std::to_string(c.zero) +
                                                                 " for a symmetric scheme (must be " +
-                                                                std::to_string(S::pinned_zero) + ")");
+                                                                std::to_string(S.pinned_zero()) + ")");
                 }
-                if (c.zero < 0 || c.zero > S::maxq)
+                if (c.zero < 0 || c.zero > S.maxq())
                     fail<unsupported_error>({}, w.name, "zero point " + std::to_string(c.zero) + " out of range");
                 const auto gi = static_cast<std::size_t>(qr * groups + j);
                 q.scales[gi] = c.scale;

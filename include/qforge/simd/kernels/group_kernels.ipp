@@ -241,12 +241,13 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
 template <bool Weighted, bool Squared>
 QFORGE_KFN void k_errors_t(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
                            float* out) noexcept {
-    // Four candidates at once for the square; the power's polynomials need the registers of
-    // two candidates each, so it runs two at a time.
-    constexpr std::size_t step = Squared ? 4 : 2;
+    // Four candidates at once for the square. The power is bound by its polynomials, not by
+    // the add chain, and gains nothing from sharing a pass (measured), so it and the leftover
+    // candidates go one at a time: fewer instances keep every including TU quicker to build.
     std::size_t c = 0;
-    for (; c + step <= count; c += step) k_errors_c<Weighted, Squared, step>(w, imp, n, p + c, out + c);
-    for (; c < count; ++c) k_errors_c<Weighted, Squared, 1>(w, imp, n, p + c, out + c);
+    if constexpr (Squared)
+        for (; c + 4 <= count; c += 4) k_errors_c<Weighted, Squared, 4>(w, imp, n, p + c, out + c);
+    for (; c < count; ++c) out[c] = k_error_t<Weighted, Squared>(w, imp, n, p[c]);
 }
 
 QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
