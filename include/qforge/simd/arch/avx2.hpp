@@ -40,17 +40,14 @@ QFORGE_P vf vmax(vf a, vf b) noexcept { return _mm256_max_ps(a, b); }
 QFORGE_P vf vabs(vf a) noexcept { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 QFORGE_P vf vround(vf a) noexcept { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 QFORGE_P vf vsel_ge(vf x, vf t, vf a, vf b) noexcept { return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, t, _CMP_GE_OQ)); }
-QFORGE_P vf vexponent(vf a) noexcept {
-    const __m256i e = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(a), 23), _mm256_set1_epi32(0xFF));
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(127)));
+QFORGE_P vf vsplit_exponent(vf a, vf& m) noexcept {  // see scalar.hpp
+    const __m256i bits = _mm256_castps_si256(a);
+    const __m256i k = _mm256_srai_epi32(_mm256_sub_epi32(bits, _mm256_set1_epi32(0x3F400000)), 23);
+    m = _mm256_castsi256_ps(_mm256_sub_epi32(bits, _mm256_slli_epi32(k, 23)));
+    return _mm256_cvtepi32_ps(k);
 }
-QFORGE_P vf vmantissa(vf a) noexcept {
-    const __m256i m = _mm256_and_si256(_mm256_castps_si256(a), _mm256_set1_epi32(0x007FFFFF));
-    return _mm256_castsi256_ps(_mm256_or_si256(m, _mm256_set1_epi32(0x3F800000)));
-}
-QFORGE_P vf vpow2i(vf n) noexcept {
-    const __m256i i = _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(i, 23));
+QFORGE_P vf vscale_pow2(vf q, vf n) noexcept {  // see scalar.hpp
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(q), _mm256_slli_epi32(_mm256_cvttps_epi32(n), 23)));
 }
 QFORGE_P bool vany_gt(vf a, vf b) noexcept { return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0; }
 QFORGE_P bool vany_nonfinite(vf a) noexcept {

@@ -53,17 +53,14 @@ QFORGE_P vf vround(vf a) noexcept { return _mm512_roundscale_ps(a, _MM_FROUND_TO
 QFORGE_P vf vsel_ge(vf x, vf t, vf a, vf b) noexcept {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, t, _CMP_GE_OQ), b, a);
 }
-QFORGE_P vf vexponent(vf a) noexcept {
-    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(a), 23), _mm512_set1_epi32(0xFF));
-    return _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(127)));
+QFORGE_P vf vsplit_exponent(vf a, vf& m) noexcept {  // see scalar.hpp
+    const __m512i bits = _mm512_castps_si512(a);
+    const __m512i k = _mm512_srai_epi32(_mm512_sub_epi32(bits, _mm512_set1_epi32(0x3F400000)), 23);
+    m = _mm512_castsi512_ps(_mm512_sub_epi32(bits, _mm512_slli_epi32(k, 23)));
+    return _mm512_cvtepi32_ps(k);
 }
-QFORGE_P vf vmantissa(vf a) noexcept {
-    const __m512i m = _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x007FFFFF));
-    return _mm512_castsi512_ps(_mm512_or_si512(m, _mm512_set1_epi32(0x3F800000)));
-}
-QFORGE_P vf vpow2i(vf n) noexcept {
-    const __m512i i = _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(i, 23));
+QFORGE_P vf vscale_pow2(vf q, vf n) noexcept {  // see scalar.hpp
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(q), _mm512_slli_epi32(_mm512_cvttps_epi32(n), 23)));
 }
 QFORGE_P bool vany_gt(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0; }
 QFORGE_P bool vany_nonfinite(vf a) noexcept {

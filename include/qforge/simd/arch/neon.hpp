@@ -50,21 +50,17 @@ inline vf vround(vf x) noexcept { return {vrndnq_f32(x.a), vrndnq_f32(x.b)}; }
 inline vf vsel_ge(vf x, vf t, vf p, vf q) noexcept {
     return {vbslq_f32(vcgeq_f32(x.a, t.a), p.a, q.a), vbslq_f32(vcgeq_f32(x.b, t.b), p.b, q.b)};
 }
-inline float32x4_t exponent4(float32x4_t x) noexcept {
-    const uint32x4_t e = vandq_u32(vshrq_n_u32(vreinterpretq_u32_f32(x), 23), vdupq_n_u32(0xFF));
-    return vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(e), vdupq_n_s32(127)));
+inline float32x4_t split_exponent4(float32x4_t x, float32x4_t& m) noexcept {  // see scalar.hpp
+    const int32x4_t bits = vreinterpretq_s32_f32(x);
+    const int32x4_t k = vshrq_n_s32(vsubq_s32(bits, vdupq_n_s32(0x3F400000)), 23);
+    m = vreinterpretq_f32_s32(vsubq_s32(bits, vshlq_n_s32(k, 23)));
+    return vcvtq_f32_s32(k);
 }
-inline vf vexponent(vf x) noexcept { return {exponent4(x.a), exponent4(x.b)}; }
-inline float32x4_t mantissa4(float32x4_t x) noexcept {
-    const uint32x4_t m = vandq_u32(vreinterpretq_u32_f32(x), vdupq_n_u32(0x007FFFFF));
-    return vreinterpretq_f32_u32(vorrq_u32(m, vdupq_n_u32(0x3F800000)));
+inline vf vsplit_exponent(vf x, vf& m) noexcept { return {split_exponent4(x.a, m.a), split_exponent4(x.b, m.b)}; }
+inline float32x4_t scale_pow2_4(float32x4_t q, float32x4_t n) noexcept {  // see scalar.hpp
+    return vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(q), vshlq_n_s32(vcvtq_s32_f32(n), 23)));
 }
-inline vf vmantissa(vf x) noexcept { return {mantissa4(x.a), mantissa4(x.b)}; }
-inline float32x4_t pow2i4(float32x4_t n) noexcept {
-    const int32x4_t i = vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127));
-    return vreinterpretq_f32_s32(vshlq_n_s32(i, 23));
-}
-inline vf vpow2i(vf n) noexcept { return {pow2i4(n.a), pow2i4(n.b)}; }
+inline vf vscale_pow2(vf q, vf n) noexcept { return {scale_pow2_4(q.a, n.a), scale_pow2_4(q.b, n.b)}; }
 inline bool vany_gt(vf x, vf y) noexcept {
     return vmaxvq_u32(vorrq_u32(vcgtq_f32(x.a, y.a), vcgtq_f32(x.b, y.b))) != 0;
 }

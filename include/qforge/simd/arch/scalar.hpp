@@ -53,14 +53,26 @@ inline vf vmax(vf a, vf b) noexcept { QFORGE_SCALAR_MAP(a.v[j] > b.v[j] ? a.v[j]
 inline vf vabs(vf a) noexcept { QFORGE_SCALAR_MAP(std::fabs(a.v[j])); }
 inline vf vround(vf a) noexcept { QFORGE_SCALAR_MAP(round_half_even(a.v[j])); }
 inline vf vsel_ge(vf x, vf t, vf a, vf b) noexcept { QFORGE_SCALAR_MAP(x.v[j] >= t.v[j] ? a.v[j] : b.v[j]); }
-inline vf vexponent(vf a) noexcept {
-    QFORGE_SCALAR_MAP(static_cast<float>(static_cast<std::int32_t>((std::bit_cast<std::uint32_t>(a.v[j]) >> 23) & 0xFFu) - 127));
+// x = 2^e * m with m in [0.75, 1.5) for a normal x > 0: one integer subtraction of 0.75's
+// pattern moves the exponent up exactly when the mantissa is >= 1.5. Returns e, sets m.
+inline vf vsplit_exponent(vf a, vf& m) noexcept {
+    vf e;
+    for (std::size_t j = 0; j < lanes; ++j) {
+        const std::uint32_t bits = std::bit_cast<std::uint32_t>(a.v[j]);
+        const std::int32_t k = static_cast<std::int32_t>(bits - 0x3F400000u) >> 23;
+        m.v[j] = std::bit_cast<float>(bits - (static_cast<std::uint32_t>(k) << 23));
+        e.v[j] = static_cast<float>(k);
+    }
+    return e;
 }
-inline vf vmantissa(vf a) noexcept {
-    QFORGE_SCALAR_MAP(std::bit_cast<float>((std::bit_cast<std::uint32_t>(a.v[j]) & 0x007FFFFFu) | 0x3F800000u));
-}
-inline vf vpow2i(vf n) noexcept {
-    QFORGE_SCALAR_MAP(std::bit_cast<float>(static_cast<std::uint32_t>(static_cast<std::int32_t>(n.v[j]) + 127) << 23));
+// q * 2^n for integral n, where the product is a normal float: n is added to q's exponent
+// field, which is the (exact) product without a multiplication.
+inline vf vscale_pow2(vf q, vf n) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < lanes; ++j)
+        r.v[j] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(q.v[j]) +
+                                      (static_cast<std::uint32_t>(static_cast<std::int32_t>(n.v[j])) << 23));
+    return r;
 }
 #undef QFORGE_SCALAR_MAP
 

@@ -51,13 +51,9 @@ QFORGE_KFN vf k_code(vf x, vf s, vf r, vf z, vf hi) noexcept {
 // division; |e| < 2^-40 counts as 0. Exact to the bit across ISAs, not to the last bit of pow().
 QFORGE_KFN vf k_pow_abs(vf e, vf p) noexcept {
     const vf x = vabs(e);
-    const vf one = vset(1.0f);
-    vf m = vmantissa(x);  // [1, 2)
-    vf ex = vexponent(x);
-    const vf big = vsel_ge(m, vset(1.5f), one, vset(0.0f));  // m in [0.75, 1.5) after this
-    m = vsel_ge(m, vset(1.5f), vmul(m, vset(0.5f)), m);
-    ex = vadd(ex, big);
-    const vf t = vsub(m, one);
+    vf m;
+    const vf ex = vsplit_exponent(x, m);  // x = 2^ex m, m in [0.75, 1.5)
+    const vf t = vsub(m, vset(1.0f));
     // Estrin's scheme (pairs, then pairs of pairs): the same polynomials as a Horner chain,
     // with a third of its dependent steps, so candidates' chains overlap in the pipeline.
     const vf t2 = vmul(t, t), t4 = vmul(t2, t2);
@@ -74,7 +70,9 @@ QFORGE_KFN vf k_pow_abs(vf e, vf p) noexcept {
     const vf q23 = vadd(vset(0.2402210735581668f), vmul(vset(0.05550327214170959f), f));
     const vf q45 = vadd(vset(0.0096760370984104f), vmul(vset(0.00134004321786214f), f));
     const vf q = vadd(vadd(q01, vmul(f2, q23)), vmul(f4, q45));
-    return vsel_ge(x, vset(0x1p-40f), vmul(q, vpow2i(n)), vset(0.0f));
+    // q * 2^n is a normal float for every lane kept (y >= -126 and q >= 1 at n = -126; q < 1.5
+    // at n = 127), so adding n to q's exponent field is exactly the product.
+    return vsel_ge(x, vset(0x1p-40f), vscale_pow2(q, n), vset(0.0f));
 }
 
 // k_elem_error: (code - z) * s - x with code - z = clamp(rq, -z, maxq - z), the same integer
@@ -290,8 +288,8 @@ template <bool Snr>
 // its decoded value (code - z) * s, exact in float) added to `acc` in stream order. A tail's
 // padding lanes hold 0, which code z decodes to exactly, so they add +0.
 template <bool Snr>
-QFORGE_KFN void k_encode_t(const float* w, std::size_t n, const grid_params& gp, std::uint8_t* codes,
-                           snr_acc& acc) noexcept {
+[[gnu::always_inline]] QFORGE_KFN void k_encode_t(const float* w, std::size_t n, const grid_params& gp,
+                                                  std::uint8_t* codes, snr_acc& acc) noexcept {
     const vf s = vset(gp.scale), r = vset(gp.rinv), z = vset(gp.zero), hi = vset(gp.maxq);
     std::size_t i = 0;
     // Four steps at a time with one near-tie branch for all four; when it fires, each step
@@ -404,9 +402,17 @@ QFORGE_KFN std::int64_t k_make_grids(const float* a, const float* b, std::size_t
         const std::size_t m = count - j0 < lanes ? count - j0 : lanes;
         alignas(64) float ab[lanes] = {}, bb[lanes] = {}, sv[lanes], rv[lanes], zv[lanes];
         std::uint16_t hb[lanes];
-        std::memcpy(ab, a + j0, m * sizeof(float));
-        if (b) std::memcpy(bb, b + j0, m * sizeof(float));
-        const vf va = vload(ab), vb = vload(bb);
+        // Whole vectors are loaded in place: a copy through a stack buffer stalled every
+        // load on store forwarding (a quarter of this kernel's time).
+        vf va, vb = vset(0.0f);
+        if (m == lanes) {
+            va = vload(a + j0);
+            if (b) vb = vload(b + j0);
+        } else {
+            std::memcpy(ab, a + j0, m * sizeof(float));
+            if (b) std::memcpy(bb, b + j0, m * sizeof(float));
+            va = vload(ab), vb = vload(bb);
+        }
         vf raw;
         if (rc.rule == grid_rule::symmetric) {
             // A power-of-two divisor is a multiplication by its exact reciprocal: both are the
@@ -476,29 +482,36 @@ QFORGE_KFN std::int64_t k_to_f32(const std::byte* src, dtype type, std::size_t n
 QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::size_t n, std::size_t gsize,
                                         const float* mn, const float* mx, const float* factors, std::size_t count,
                                         const grid_recipe& rc, std::uint16_t* scale_bits, grid_params* grids) noexcept {
-    alignas(64) float a[max_search_candidates], b[max_search_candidates], err[max_search_candidates];
+    constexpr std::size_t cap = max_search_candidates + lanes;
+    alignas(64) float a[cap], b[cap], err[max_search_candidates], f[cap] = {};
     std::uint16_t bits[max_search_candidates];
     grid_params g[max_search_candidates];
     const bool symmetric = rc.rule == grid_rule::symmetric;
+    std::memcpy(f, factors, count * sizeof(float));  // padded to whole vectors with 0
     for (std::size_t c0 = 0, j = 0; c0 < n; c0 += gsize, ++j) {
         const std::size_t len = n - c0 < gsize ? n - c0 : gsize;
+        // The candidates' inputs factor * amax (or * lo, * hi), a vector at a time: written
+        // one float at a time, make_grids' vector loads of them stalled on store forwarding.
         if (symmetric) {
             float amax = -mn[j] > mx[j] ? -mn[j] : mx[j];
             if (!(amax > 0)) amax = 1.0f;
-            for (std::size_t c = 0; c < count; ++c) a[c] = ::qforge::simd::detail::no_contract(factors[c] * amax);
+            for (std::size_t c = 0; c < count; c += lanes) vstore(a + c, vmul(vload(f + c), vset(amax)));
         } else {
             float lo = mn[j] < 0 ? mn[j] : 0.0f, hi = mx[j] > 0 ? mx[j] : 0.0f;
             if (lo == 0 && hi == 0) lo = -1, hi = 1;
-            for (std::size_t c = 0; c < count; ++c) {
-                a[c] = ::qforge::simd::detail::no_contract(factors[c] * lo);
-                b[c] = ::qforge::simd::detail::no_contract(factors[c] * hi);
+            for (std::size_t c = 0; c < count; c += lanes) {
+                vstore(a + c, vmul(vload(f + c), vset(lo)));
+                vstore(b + c, vmul(vload(f + c), vset(hi)));
             }
         }
         if (k_make_grids(a, b, count, rc, bits, g) >= 0) return static_cast<std::int64_t>(j);
         k_errors(w + c0, imp ? imp + c0 : nullptr, len, g, count, err);
+        // The best error is kept in a register: reloading err[best] put a load on the chain
+        // of every comparison.
         std::size_t best = 0;
+        float best_err = err[0];
         for (std::size_t c = 1; c < count; ++c)
-            if (err[c] < err[best]) best = c;
+            if (err[c] < best_err) best = c, best_err = err[c];
         scale_bits[j] = bits[best];
         grids[j] = g[best];
     }
