@@ -180,16 +180,8 @@ inline bool convert_patterns_exactly(std::uint16_t* p, std::size_t n, dtype from
 /// the rules make on those are made on the words by the callers).
 inline quantized_tensor layer_shape(const std::string& prefix, int b, std::int64_t N, std::int64_t K, std::int64_t group_size, bool sym,
                                     dtype scale_dtype, std::vector<std::int32_t> g_idx) {
-    quantized_tensor q;
-    q.name = prefix;
-    q.bits = b;
-    q.rows = N;
-    q.cols = K;
-    q.group_size = group_size;
-    q.symmetric = sym;
-    q.scale_dtype = scale_dtype;
-    q.g_idx = std::move(g_idx);
-    return q;
+    return quantized_tensor::with_header(prefix, b, N, K, group_size, sym, scale_dtype, quantized_tensor::storage::none,
+                                         std::move(g_idx));
 }
 
 /// GPTQ qweight/qzeros/scales/g_idx -> compressed-tensors, on words. See read_gptq for what

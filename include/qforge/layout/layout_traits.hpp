@@ -239,16 +239,8 @@ inline std::vector<std::uint16_t> transpose_scales(std::span<const std::uint16_t
 /// The quantized_tensor an unpacker fills: shape, grid and scale dtype set, codes sized.
 inline quantized_tensor unpacked_header(const std::string& name, int bits, std::int64_t rows, std::int64_t cols,
                                         std::int64_t group_size, bool symmetric, dtype scale_dtype) {
-    quantized_tensor q;
-    q.name = name;
-    q.bits = bits;
-    q.rows = rows;
-    q.cols = cols;
-    q.group_size = group_size;
-    q.symmetric = symmetric;
-    q.scale_dtype = scale_dtype;
-    q.codes.resize(static_cast<std::size_t>(rows * cols));
-    return q;
+    return quantized_tensor::with_header(name, bits, rows, cols, group_size, symmetric, scale_dtype,
+                                         quantized_tensor::storage::codes);
 }
 
 }  // namespace detail

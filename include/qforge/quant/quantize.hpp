@@ -283,17 +283,13 @@ inline void quantize_rows_with(const row_scheme& S, const tensor_view& w, const 
     }
 }
 
-/// The empty quantized_tensor of `rows` x w's columns that quantize_rows fills.
-inline quantized_tensor quantized_header(const tensor_view& w, const quant_options& opt, std::int64_t rows) {
-    quantized_tensor q;
-    q.name = w.name;
-    q.bits = opt.bits;
-    q.rows = rows;
-    q.cols = w.shape[1];
-    q.group_size = opt.group_size == per_channel ? q.cols : opt.group_size;
-    q.symmetric = opt.symmetric;
-    q.scale_dtype = opt.scale_dtype;
-    return q;
+/// Sets q's header for `rows` x w's columns under opt's grid (per channel: one group of all
+/// columns); its storage is left to the caller.
+inline void set_quantized_header(quantized_tensor& q, const tensor_view& w, const quant_options& opt,
+                                 std::int64_t rows) {
+    const std::int64_t cols = w.shape[1];
+    q.set_header(w.name, opt.bits, rows, cols, opt.group_size == per_channel ? cols : opt.group_size, opt.symmetric,
+                 opt.scale_dtype);
 }
 
 /// The refusal for a non-finite weight at flat index `bad`.
@@ -312,18 +308,9 @@ inline quantized_tensor quantized_header(const tensor_view& w, const quant_optio
 /// options must have passed check_options(weight, opt).
 inline void quantize_band(const tensor_view& weight, const quant_options& opt, const simd::group_kernels& k,
                           std::int64_t row_lo, std::int64_t row_hi, quantized_tensor& band, snr_sums* rows_snr) {
-    quantized_tensor h = quantized_header(weight, opt, row_hi - row_lo);
-    band.name = weight.name;
-    band.bits = h.bits;
-    band.rows = h.rows;
-    band.cols = h.cols;
-    band.group_size = h.group_size;
-    band.symmetric = h.symmetric;
-    band.scale_dtype = h.scale_dtype;
+    set_quantized_header(band, weight, opt, row_hi - row_lo);
     band.g_idx.clear();
-    band.codes.resize(static_cast<std::size_t>(band.rows * band.cols));  // every element is overwritten
-    band.scales.resize(static_cast<std::size_t>(band.rows * band.groups()));
-    band.zeros.resize(band.scales.size());
+    band.size_storage(quantized_tensor::storage::codes_scales_zeros);  // every element is overwritten
     std::int64_t first_bad = -1;
     with_scheme(opt.bits, opt.group_size, opt.symmetric, [&](auto s) {
         quantize_rows<decltype(s)>(weight, opt, k, row_target{&band, row_lo, rows_snr}, row_lo, row_hi, first_bad);
@@ -340,7 +327,8 @@ inline quantized_tensor quantize(const tensor_view& weight, const quant_options&
                                  snr_sums* snr = nullptr) {
     detail::check_options(weight, opt);
     const simd::group_kernels& k = simd::kernels(opt.isa ? *opt.isa : simd::active_isa());
-    quantized_tensor q = detail::quantized_header(weight, opt, weight.shape[0]);
+    quantized_tensor q;
+    detail::set_quantized_header(q, weight, opt, weight.shape[0]);
     detail::assign_zeros(q.codes, static_cast<std::size_t>(q.rows * q.cols));
     detail::assign_zeros(q.scales, static_cast<std::size_t>(q.rows * q.groups()));
     detail::assign_zeros(q.zeros, q.scales.size());

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qforge/core/dtype.hpp"
@@ -34,6 +35,47 @@ struct quantized_tensor {
     std::vector<std::uint16_t> scales;  ///< [rows * groups()], storage bit patterns
     std::vector<std::int32_t> zeros;    ///< [rows * groups()], in code space
     std::vector<std::int32_t> g_idx;    ///< [cols] group of each input column; empty = k / group_size
+
+    /// Which storage with_header / size_storage size to the header's shape.
+    enum class storage { none, codes, codes_scales_zeros };
+
+    /// Sets every field that describes the weight and its grid (name, bits, rows, cols,
+    /// group_size, symmetric, scale_dtype) and leaves the vectors alone. Quantizers, unpackers
+    /// and the word-level repack all start a tensor here, so they cannot disagree on what a
+    /// header holds.
+    void set_header(const std::string& tensor, int b, std::int64_t n, std::int64_t k, std::int64_t group, bool sym,
+                    dtype sdt) {
+        name = tensor;
+        bits = b;
+        rows = n;
+        cols = k;
+        group_size = group;
+        symmetric = sym;
+        scale_dtype = sdt;
+    }
+
+    /// Resizes the storage `s` names to the header's shape: codes to rows * cols, scales and
+    /// zeros to rows * groups(). Elements already there keep their values (a reused buffer is
+    /// not cleared), new ones are zero.
+    void size_storage(storage s) {
+        if (s == storage::none) return;
+        codes.resize(static_cast<std::size_t>(rows * cols));
+        if (s == storage::codes) return;
+        scales.resize(static_cast<std::size_t>(rows * groups()));
+        zeros.resize(scales.size());
+    }
+
+    /// A new tensor with its header set, the storage `s` names sized (zero-filled) and `gi` as
+    /// its g_idx; everything else empty.
+    static quantized_tensor with_header(const std::string& tensor, int b, std::int64_t n, std::int64_t k,
+                                        std::int64_t group, bool sym, dtype sdt, storage s = storage::none,
+                                        std::vector<std::int32_t> gi = {}) {
+        quantized_tensor q;
+        q.set_header(tensor, b, n, k, group, sym, sdt);
+        q.size_storage(s);
+        q.g_idx = std::move(gi);
+        return q;
+    }
 
     std::int64_t groups() const noexcept {
         return group_size > 0 ? (cols + group_size - 1) / group_size : 0;
