@@ -143,6 +143,16 @@ struct row_scheme {
     int pinned_zero() const noexcept { return 1 << (bits - 1); }
 };
 
+/// Stores the scales and zeros a block-wide kernel chose for groups [first, first + n) of
+/// q's storage (both the fixed-rule and the search path end here).
+inline void store_block_grids(quantized_tensor& q, std::size_t first, const std::uint16_t* scales,
+                              const simd::grid_params* grids, std::size_t n) noexcept {
+    for (std::size_t jj = 0; jj < n; ++jj) {
+        q.scales[first + jj] = scales[jj];
+        q.zeros[first + jj] = static_cast<std::int32_t>(grids[jj].zero);
+    }
+}
+
 inline void quantize_rows_with(const row_scheme& S, const tensor_view& w, const quant_options& o,
                                const simd::group_kernels& k, row_target out, std::int64_t row_lo, std::int64_t row_hi,
                                std::int64_t& first_bad);
@@ -204,8 +214,9 @@ inline void quantize_rows_with(const row_scheme& S, const tensor_view& w, const 
                 first_bad = r * cols + b0 + bad;
                 return;
             }
+            const auto ng = static_cast<std::size_t>((nb + gsize - 1) / gsize);  // groups in this block
+            const auto block_gi = static_cast<std::size_t>(qr * groups + b0 / gsize);
             if (fixed) {
-                const auto ng = static_cast<std::size_t>((nb + gsize - 1) / gsize);
                 for (std::size_t jj = 0; jj < ng; ++jj) fixed_inputs(o.policy, mn[jj], mx[jj], ga[jj], gb[jj]);
                 const std::int64_t over = k.make_grids(ga.data(), gb.data(), ng, recipe, gs.data(), grids.data());
                 if (over >= 0) {  // the scalar rule words the refusal
@@ -215,11 +226,7 @@ inline void quantize_rows_with(const row_scheme& S, const tensor_view& w, const 
                     g.mx = mx[jj];
                     (void)choose_group(o.policy, g, o.search);
                 }
-                const auto gi = static_cast<std::size_t>(qr * groups + b0 / gsize);
-                for (std::size_t jj = 0; jj < ng; ++jj) {
-                    q.scales[gi + jj] = gs[jj];
-                    q.zeros[gi + jj] = static_cast<std::int32_t>(grids[jj].zero);
-                }
+                store_block_grids(q, block_gi, gs.data(), grids.data(), ng);
             }
             if (search) {
                 const std::int64_t over = k.search_groups(
@@ -235,12 +242,7 @@ inline void quantize_rows_with(const row_scheme& S, const tensor_view& w, const 
                     g.mx = mx[jj];
                     (void)choose_group(o.policy, g, o.search);
                 }
-                const auto ng = static_cast<std::size_t>((nb + gsize - 1) / gsize);
-                const auto gi = static_cast<std::size_t>(qr * groups + b0 / gsize);
-                for (std::size_t jj = 0; jj < ng; ++jj) {
-                    q.scales[gi + jj] = gs[jj];
-                    q.zeros[gi + jj] = static_cast<std::int32_t>(grids[jj].zero);
-                }
+                store_block_grids(q, block_gi, gs.data(), grids.data(), ng);
             }
             std::size_t jj = 0;
             for (std::int64_t c0 = b0; c0 < b0 + nb && !fixed && !search; c0 += gsize, ++jj) {
