@@ -46,11 +46,9 @@ QFORGE_KFN vf k_code(vf x, vf s, vf r, vf z, vf hi) noexcept {
     return vmin(vmax(vadd(k_round_quotient(x, s, r), z), vset(0.0f)), hi);
 }
 
-// k_pow_abs: |e|^p as 2^(p log2|e|), by fixed polynomials (least-squares fits on Chebyshev
-// nodes: log2(1+t) on [-0.25, 0.5) to 2.2e-6, 2^f on [-0.5, 0.5] to 8e-8 relative), no
-// division; |e| < 2^-40 counts as 0. Exact to the bit across ISAs, not to the last bit of pow().
-QFORGE_KFN vf k_pow_abs(vf e, vf p) noexcept {
-    const vf x = vabs(e);
+// k_log2: log2 x for a normal x > 0, by a fixed polynomial (least-squares fit on Chebyshev
+// nodes: log2(1+t) on [-0.25, 0.5) to 2.2e-6). Garbage, but no trap, for any other x.
+QFORGE_KFN vf k_log2(vf x) noexcept {
     vf m;
     const vf ex = vsplit_exponent(x, m);  // x = 2^ex m, m in [0.75, 1.5)
     const vf t = vsub(m, vset(1.0f));
@@ -62,7 +60,15 @@ QFORGE_KFN vf k_pow_abs(vf e, vf p) noexcept {
     const vf l45 = vadd(vset(-0.3718790857330163f), vmul(vset(0.2909838493372046f), t));
     const vf l456 = vadd(l45, vmul(t2, vset(-0.14115863058674366f)));
     const vf l = vadd(vadd(l01, vmul(t2, l23)), vmul(t4, l456));
-    const vf y = vmin(vmax(vmul(vadd(ex, l), p), vset(-126.0f)), vset(127.0f));
+    return vadd(ex, l);
+}
+
+// k_pow_abs: |e|^p as 2^(p log2|e|), by k_log2 and a fixed polynomial for 2^f on [-0.5, 0.5]
+// (to 8e-8 relative), no division; |e| < 2^-40 counts as 0. Exact to the bit across ISAs, not
+// to the last bit of pow().
+QFORGE_KFN vf k_pow_abs(vf e, vf p) noexcept {
+    const vf x = vabs(e);
+    const vf y = vmin(vmax(vmul(k_log2(x), p), vset(-126.0f)), vset(127.0f));
     const vf n = vround(y);
     const vf f = vsub(y, n);  // [-0.5, 0.5]
     const vf f2 = vmul(f, f), f4 = vmul(f2, f2);
@@ -476,6 +482,123 @@ QFORGE_KFN std::int64_t k_to_f32(const std::byte* src, dtype type, std::size_t n
     return -1;
 }
 
+// k_moments_c: for C candidates in one pass, S1 = sum v |e| and S2 = sum v e^2 (v the
+// importance, or 1), with e the error k_error_fast would see. They only feed
+// k_best_by_bound's bound, which allows for the way they differ from the exact sums: the
+// quotient is rounded without the near-tie check (a code can then differ where x / s is
+// within |t| 2^-22 of a half-integer, changing that |e| by at most 2^-20 |t| < 2.5e-4 of it),
+// and the sums are in any order.
+template <bool Weighted, std::size_t C>
+QFORGE_KFN void k_moments_step(vf x, vf iw, const grid_params* p, vf* a1, vf* a2) noexcept {
+    for (std::size_t c = 0; c < C; ++c) {
+        const vf q = vmin(vmax(vround(vmul(x, vset(p[c].rinv))), vset(-p[c].zero)), vset(p[c].maxq - p[c].zero));
+        const vf e = vabs(vsub(vmul(q, vset(p[c].scale)), x));
+        const vf ev = Weighted ? vmul(e, iw) : e;
+        a1[c] = vadd(a1[c], ev);
+        a2[c] = vadd(a2[c], vmul(ev, e));
+    }
+}
+
+template <bool Weighted, std::size_t C>
+QFORGE_KFN void k_moments_c(const float* w, const float* imp, std::size_t n, const grid_params* p, float* s1,
+                            float* s2) noexcept {
+    vf a1[C], a2[C];
+    for (std::size_t c = 0; c < C; ++c) a1[c] = vset(0.0f), a2[c] = vset(0.0f);
+    const vf x1 = vset(1.0f);
+    std::size_t i = 0;
+    for (; i + lanes <= n; i += lanes) k_moments_step<Weighted, C>(vload(w + i), Weighted ? vload(imp + i) : x1, p, a1, a2);
+    if (i < n) {  // padding lanes: x = 0 codes to 0 exactly, and weight 0
+        alignas(64) float wb[lanes] = {}, ib[lanes] = {};
+        std::memcpy(wb, w + i, (n - i) * sizeof(float));
+        if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
+        k_moments_step<Weighted, C>(vload(wb), vload(ib), p, a1, a2);
+    }
+    for (std::size_t c = 0; c < C; ++c) {
+        alignas(64) float l1[lanes], l2[lanes];
+        vstore(l1, a1[c]);
+        vstore(l2, a2[c]);
+        float t1 = 0, t2 = 0;
+        for (std::size_t k = 0; k < lanes; ++k) t1 += l1[k], t2 += l2[k];
+        s1[c] = t1, s2[c] = t2;
+    }
+}
+
+// k_moment_bounds: for m <= lanes candidates' S1, S2, log2 of the lower bound
+// S2^(p-1) / S1^(p-2) of their power errors (see k_best_by_bound), S2 lowered and S1 raised
+// by `margin` and S2 lowered by `tiny` (what terms the power counts as 0 add to it); -inf
+// where a log would not be defined.
+QFORGE_KFN void k_moment_bounds(const float* s1, const float* s2, std::size_t m, float p, float margin, float tiny,
+                                float* out) noexcept {
+    alignas(64) float a1b[lanes] = {}, a2b[lanes] = {}, ob[lanes];
+    std::memcpy(a1b, s1, m * sizeof(float));
+    std::memcpy(a2b, s2, m * sizeof(float));
+    const vf a1 = vload(a1b), a2 = vload(a2b), ok = vset(0x1p-100f), big = vset(0x1p120f), ninf = vset(-INFINITY);
+    const vf lo = vsub(vmul(a2, vset(1 / (1 + margin))), vset(tiny)), hi = vmul(a1, vset(1 + margin));
+    vf b = vsub(vmul(k_log2(lo), vset(p - 1)), vmul(k_log2(hi), vset(p - 2)));
+    b = vsel_ge(lo, ok, b, ninf);
+    b = vsel_ge(hi, ok, b, ninf);
+    b = vsel_ge(big, a2, b, ninf);
+    b = vsel_ge(big, a1, b, ninf);
+    vstore(ob, b);
+    std::memcpy(out, ob, m * sizeof(float));
+}
+
+// log2 of what a skipped candidate's bound must exceed: best / (1 - margin) plus what
+// underflowing terms may lose (n 2^-126), and 1e-3 for the logs' own error.
+QFORGE_KFN float k_bound_limit(float best, float margin, std::size_t n) noexcept {
+    if (!(best < 0x1p120f)) return INFINITY;
+    alignas(64) float l[lanes];
+    vstore(l, k_log2(vset(best / (1 - margin) + static_cast<float>(n) * 0x1p-126f)));
+    return l[0] + 1e-3f;
+}
+
+// k_best_by_bound: for a norm p in (2, 3], the candidate that k_errors and a strict-< scan
+// would pick (the lowest power error, earliest on ties), computing the power error only for
+// candidates that can still win: the power costs five times the moments below, and most
+// candidates of a shrink grid cannot win. The log of sum v |e|^t is convex in t (Hoelder),
+// so with t = 1, 2, p:  sum v |e|^p >= S2^(p-1) / S1^(p-2)  (k_moments_c gives S1, S2). The
+// candidate with the least S2 goes first; then, in list order, any other whose bound exceeds
+// the best error so far is skipped. The bound is made safe against every way the computed
+// values differ from exact ones: relative margins of 2e-3 on S1, S2 and the power error
+// (its polynomials and float sums of up to 65536 terms are within 1e-3), absolute ones for
+// terms the power counts as 0 (|e| < 2^-40) or that underflow, and 1e-3 on the logs (their
+// polynomial and roundings are within 1e-4). The caller guarantees that no power term is
+// clamped (|e| well below 2^42).
+template <bool Weighted>
+QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::size_t n, const grid_params* g,
+                                       std::size_t count) noexcept {
+    alignas(64) float s1[max_search_candidates], s2[max_search_candidates], bound[max_search_candidates];
+    double v = static_cast<double>(n);
+    if constexpr (Weighted) {
+        v = 0;
+        for (std::size_t i = 0; i < n; ++i) v += imp[i];
+        v *= 1 + 1e-6;  // at least the exact sum
+    }
+    std::size_t c = 0;
+    for (; c + 4 <= count; c += 4) k_moments_c<Weighted, 4>(w, imp, n, g + c, s1 + c, s2 + c);
+    for (; c < count; ++c) k_moments_c<Weighted, 1>(w, imp, n, g + c, s1 + c, s2 + c);
+    const float margin = 2e-3f;
+    for (c = 0; c < count; c += lanes)
+        k_moment_bounds(s1 + c, s2 + c, count - c < lanes ? count - c : lanes, g[0].norm, margin,
+                        static_cast<float>(v * 0x1p-80), bound + c);
+    std::size_t best = 0;
+    float least = s2[0];
+    for (c = 1; c < count; ++c)
+        if (s2[c] < least) best = c, least = s2[c];
+    float best_err = k_error_t<Weighted, false>(w, imp, n, g[best]);
+    float limit = k_bound_limit(best_err, margin, n);
+    for (c = 0; c < count; ++c) {
+        if (c == best || bound[c] > limit) continue;
+        const float e = k_error_t<Weighted, false>(w, imp, n, g[c]);
+        if (e < best_err || (e == best_err && c < best)) {
+            best = c;
+            best_err = e;
+            limit = k_bound_limit(best_err, margin, n);
+        }
+    }
+    return best;
+}
+
 // k_search_groups: a whole block's scale searches in one call (see kernel_table.hpp). Each
 // group's candidates go through the same make_grids and errors code as one-group calls, so
 // the choice is theirs to the bit; what is saved is the per-group indirect calls and setup.
@@ -505,13 +628,22 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
             }
         }
         if (k_make_grids(a, b, count, rc, bits, g) >= 0) return static_cast<std::int64_t>(j);
-        k_errors(w + c0, imp ? imp + c0 : nullptr, len, g, count, err);
-        // The best error is kept in a register: reloading err[best] put a load on the chain
-        // of every comparison.
-        std::size_t best = 0;
-        float best_err = err[0];
-        for (std::size_t c = 1; c < count; ++c)
-            if (err[c] < best_err) best = c, best_err = err[c];
+        // The bound needs every power term unclamped: |e| <= amax (1 + 2 maxq) < 2^42.
+        const float amax = -mn[j] > mx[j] ? -mn[j] : mx[j];
+        const bool bounded = rc.norm > 2.0f && rc.norm <= 3.0f && count > 1 && len <= 65536 && amax < 0x1p32f;
+        std::size_t best = count;
+        if (bounded)
+            best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, g, count)
+                       : k_best_by_bound<false>(w + c0, nullptr, len, g, count);
+        if (best == count) {
+            k_errors(w + c0, imp ? imp + c0 : nullptr, len, g, count, err);
+            // The best error is kept in a register: reloading err[best] put a load on the
+            // chain of every comparison.
+            best = 0;
+            float best_err = err[0];
+            for (std::size_t c = 1; c < count; ++c)
+                if (err[c] < best_err) best = c, best_err = err[c];
+        }
         scale_bits[j] = bits[best];
         grids[j] = g[best];
     }

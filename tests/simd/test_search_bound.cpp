@@ -1,0 +1,145 @@
+// search_groups skips candidates whose power error cannot win (a lower bound from their
+// first and second moments, for norms above 2). The pick must stay exactly the one that
+// computing every candidate's error and scanning for the first strict minimum gives, on
+// every ISA, including the groups where the bound's safety margins matter: errors that the
+// power counts as 0, ties between candidates, zero and extreme importances, values near the
+// bound's 2^32 cut-off, and one-element groups.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/dispatch.hpp"
+#include "support/synthetic.hpp"
+
+using namespace qforge;
+
+namespace {
+
+std::vector<simd::isa> isas_here() {
+    std::vector<simd::isa> out{simd::isa::scalar};
+    for (simd::isa i : {simd::isa::avx512, simd::isa::avx2, simd::isa::neon})
+        if (simd::available(i)) out.push_back(i);
+    return out;
+}
+
+// Groups of very different kinds, one kind per group, so every block mixes them.
+std::vector<float> hard_groups(std::size_t groups, std::size_t gsize, std::uint64_t seed) {
+    auto w = testing::student_t_floats(groups * gsize, seed, 5, 0.02);
+    testing::splitmix64 rng(seed ^ 0x5151ull);
+    for (std::size_t j = 0; j < groups; ++j) {
+        float* g = w.data() + j * gsize;
+        switch (j % 8) {
+            case 0: break;                                                       // Student-t
+            case 1: for (std::size_t i = 0; i < gsize; ++i) g[i] = 0.0f; break;  // all zero
+            case 2: for (std::size_t i = 0; i < gsize; ++i) g[i] *= 1e-11f; break;  // errors below 2^-40
+            case 3: for (std::size_t i = 0; i < gsize; ++i) g[i] = 0.02f; break;     // constant
+            case 4: for (std::size_t i = 0; i < gsize; ++i) g[i] *= 0x1p36f; break;  // amax near 2^31
+            case 5: for (std::size_t i = 0; i < gsize; ++i) g[i] *= 0x1p38f; break;  // amax beyond 2^32
+            case 6:  // a few values on a coarse lattice: many candidates tie
+                for (std::size_t i = 0; i < gsize; ++i) g[i] = static_cast<float>(static_cast<int>(rng.next() % 5) - 2) * 0.25f;
+                break;
+            default:  // one outlier among small values
+                for (std::size_t i = 0; i < gsize; ++i) g[i] *= 0.01f;
+                g[rng.next() % gsize] = 0.5f;
+        }
+    }
+    return w;
+}
+
+std::vector<float> importance(std::size_t n, int kind, std::uint64_t seed) {
+    testing::splitmix64 rng(seed);
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const float u = static_cast<float>(rng.next() % 1000) / 500.0f;
+        v[i] = kind == 0 ? u : kind == 1 ? (rng.next() % 3 == 0 ? 0.0f : u) : kind == 2 ? u * 1e30f : u * 1e-30f;
+    }
+    return v;
+}
+
+// The definition: every candidate's grid and error, then the first strict minimum.
+void reference_pick(const simd::group_kernels& k, const float* w, const float* imp, std::size_t len, float mn, float mx,
+                    const std::vector<float>& factors, const simd::grid_recipe& r, std::uint16_t& bits,
+                    simd::grid_params& grid) {
+    const std::size_t count = factors.size();
+    std::vector<float> a(count), b(count), err(count);
+    std::vector<std::uint16_t> sb(count);
+    std::vector<simd::grid_params> g(count);
+    if (r.rule == simd::grid_rule::symmetric) {
+        float amax = -mn > mx ? -mn : mx;
+        if (!(amax > 0)) amax = 1.0f;
+        for (std::size_t c = 0; c < count; ++c) a[c] = simd::detail::no_contract(factors[c] * amax);
+    } else {
+        float lo = mn < 0 ? mn : 0.0f, hi = mx > 0 ? mx : 0.0f;
+        if (lo == 0 && hi == 0) lo = -1, hi = 1;
+        for (std::size_t c = 0; c < count; ++c) {
+            a[c] = simd::detail::no_contract(factors[c] * lo);
+            b[c] = simd::detail::no_contract(factors[c] * hi);
+        }
+    }
+    REQUIRE(k.make_grids(a.data(), b.data(), count, r, sb.data(), g.data()) < 0);
+    k.errors(w, imp, len, g.data(), count, err.data());
+    std::size_t best = 0;
+    for (std::size_t c = 1; c < count; ++c)
+        if (err[c] < err[best]) best = c;
+    bits = sb[best];
+    grid = g[best];
+}
+
+}  // namespace
+
+TEST_CASE("search_groups with a power norm picks what computing every candidate picks, every ISA") {
+    std::vector<std::vector<float>> factor_sets(3);
+    for (int i = 0; i < 20; ++i) factor_sets[0].push_back(static_cast<float>(1.0 - i / 100.0));  // grid 100, shrink 0.2
+    for (int i = 0; i < 100; ++i) factor_sets[1].push_back(static_cast<float>(1.0 - i / 100.0));  // 100 steps
+    factor_sets[2] = {1.06f, 1.0f, 0.95f, 0.9f, 0.875f, 0.85f, 0.8f, 0.75f};
+    int blocks = 0, mismatches = 0;
+    for (simd::isa isa : isas_here()) {
+        const simd::group_kernels& k = simd::kernels(isa);
+        for (float norm : {2.4f, 3.0f})
+            for (bool symmetric : {true, false})
+                for (std::size_t gsize : {std::size_t{1}, std::size_t{5}, std::size_t{64}})
+                    for (std::size_t fs = 0; fs < factor_sets.size(); ++fs)
+                        for (int weighting = -1; weighting < 4; ++weighting) {
+                            const std::size_t groups = 8;  // one of each kind
+                            const std::size_t n = groups * gsize - (gsize > 1 ? gsize / 2 : 0);  // a short last group
+                            const std::uint64_t seed = 77 + gsize * 13 + fs * 7 + static_cast<std::uint64_t>(weighting + 1);
+                            const auto w = hard_groups(groups, gsize, seed);
+                            const auto imp = importance(n, weighting, seed);
+                            const float* ip = weighting < 0 ? nullptr : imp.data();
+                            simd::grid_recipe r;
+                            r.rule = symmetric ? simd::grid_rule::symmetric : simd::grid_rule::range;
+                            r.bits = fs == 1 ? 3 : 4;
+                            r.div = static_cast<float>((1 << r.bits) - 1) / 2.0f;
+                            r.norm = norm;
+                            r.bf16 = true;  // groups 4 and 5 hold values beyond F16
+                            std::vector<float> mn(groups), mx(groups);
+                            k.min_max_groups(w.data(), n, gsize, mn.data(), mx.data());
+                            std::vector<std::uint16_t> bits(groups);
+                            std::vector<simd::grid_params> grids(groups);
+                            const auto& f = factor_sets[fs];
+                            REQUIRE(k.search_groups(w.data(), ip, n, gsize, mn.data(), mx.data(), f.data(), f.size(), r,
+                                                    bits.data(), grids.data()) < 0);
+                            ++blocks;
+                            for (std::size_t j = 0; j * gsize < n; ++j) {
+                                const std::size_t c0 = j * gsize, len = std::min(gsize, n - c0);
+                                std::uint16_t want_bits;
+                                simd::grid_params want;
+                                reference_pick(k, w.data() + c0, ip ? ip + c0 : nullptr, len, mn[j], mx[j], f, r, want_bits, want);
+                                if (bits[j] != want_bits || grids[j].zero != want.zero) {
+                                    ++mismatches;
+                                    FAIL_CHECK(simd::isa_name(isa) << " norm " << norm << (symmetric ? " sym" : " asym")
+                                                                   << " gsize " << gsize << " factors " << fs << " weighting "
+                                                                   << weighting << " group " << j << " (kind " << j % 8
+                                                                   << "): picked " << bits[j] << ", every candidate gives "
+                                                                   << want_bits);
+                                }
+                            }
+                        }
+    }
+    CHECK(mismatches == 0);
+    MESSAGE("blocks compared: " << blocks);
+}
