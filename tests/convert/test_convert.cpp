@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "qforge/convert/converter.hpp"
@@ -13,42 +12,18 @@
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/layout/gptq.hpp"
 #include "qforge/quant/quantize.hpp"
+#include "support/checkpoint_fixture.hpp"
 
 using namespace qforge;
+using testing::small_demo;
+using testing::w4a8;
+using testing::w4a8_cpu;
 
 namespace {
 
-/// A scratch folder for this process, removed when the test program exits.
-struct scratch_root {
-    std::string path = "/tmp/qforge-test-convert-" + std::to_string(::getpid());
-    scratch_root() {
-        if (io::path_exists(path)) io::remove_tree(path);
-        io::make_directory(path);
-    }
-    ~scratch_root() {
-        try {
-            io::remove_tree(path);
-        } catch (...) {
-        }
-    }
-};
-
 std::string scratch(const std::string& name) {
-    static const scratch_root root;
-    const std::string p = root.path + "/" + name;
-    if (io::path_exists(p)) io::remove_tree(p);
-    return p;
-}
-
-demo_options small_demo() {
-    demo_options o;
-    o.hidden = 128;
-    o.intermediate = 256;
-    o.layers = 2;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.vocab = 512;
-    return o;
+    static const testing::scratch_root root("convert");
+    return root.fresh(name);
 }
 
 const std::string& demo_dir() {
@@ -58,17 +33,6 @@ const std::string& demo_dir() {
         return p;
     }();
     return d;
-}
-
-quant_spec w4a8() { return {4, 64, true, scale_method::search, dtype::BF16}; }
-
-convert_options w4a8_cpu() {
-    convert_options o;
-    o.format = output_format::gptq;
-    o.rules.default_scheme = w4a8();
-    o.rules.untie("model.embed_tokens.weight").quantize("lm_head", w4a8());
-    o.threads = 2;
-    return o;
 }
 
 /// Every tensor (name -> dtype, shape) of an output folder.

@@ -8,7 +8,6 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "qforge/convert/converter.hpp"
@@ -16,64 +15,34 @@
 #include "qforge/convert/detail/write_behind.hpp"
 #include "qforge/io/fault_injector.hpp"
 #include "qforge/io/file.hpp"
+#include "support/checkpoint_fixture.hpp"
 
 using namespace qforge;
 
 namespace {
 
-struct scratch_root {
-    std::string path = "/tmp/qforge-test-write-behind-" + std::to_string(::getpid());
-    scratch_root() {
-        if (io::path_exists(path)) io::remove_tree(path);
-        io::make_directory(path);
-    }
-    ~scratch_root() {
-        try {
-            io::remove_tree(path);
-        } catch (...) {
-        }
-    }
-};
-
-const scratch_root& root() {
-    static const scratch_root r;
+const testing::scratch_root& root() {
+    static const testing::scratch_root r("write-behind");
     return r;
 }
 
 const std::string& demo() {
     static const std::string d = [] {
-        demo_options o;
-        o.hidden = 128;
-        o.intermediate = 256;
-        o.layers = 2;
-        o.heads = 4;
-        o.kv_heads = 2;
-        o.vocab = 512;
         const std::string p = root().path + "/demo";
-        write_demo_checkpoint(p, o);
+        write_demo_checkpoint(p, testing::small_demo());
         return p;
     }();
     return d;
 }
 
 convert_options two_threads() {
-    const quant_spec w4{4, 64, true, scale_method::search, dtype::BF16};
-    convert_options o;
-    o.format = output_format::gptq;
-    o.rules.default_scheme = w4;
-    o.rules.untie("model.embed_tokens.weight").quantize("lm_head", w4);
-    o.threads = 2;
+    convert_options o = testing::w4a8_cpu();
     o.overwrite = true;
     return o;
 }
 
 /// Entries of the scratch root other than the source checkpoint.
-std::vector<std::string> others() {
-    std::vector<std::string> out;
-    for (const auto& f : io::list_directory(root().path))
-        if (f != "demo") out.push_back(f);
-    return out;
-}
+std::vector<std::string> others() { return testing::entries_except(root().path, {"demo"}); }
 
 }  // namespace
 

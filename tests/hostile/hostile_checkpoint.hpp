@@ -1,26 +1,19 @@
-// A tiny real checkpoint for the hostile tests: the demo generator's Llama shape at the
-// smallest sizes the quantizers accept (K = 64 = one group), two shards + index.json,
-// config.json and tokenizer files. Converting it does a few hundred file operations.
+// A tiny real checkpoint for the hostile tests (support/checkpoint_fixture.hpp's tiny_demo:
+// the demo generator's Llama shape at the smallest sizes the quantizers accept, two shards +
+// index.json, config.json and tokenizer files) and the export they convert it with.
 #pragma once
 
 #include <string>
 
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
+#include "support/checkpoint_fixture.hpp"
 
 namespace qforge::hostile {
 
-inline demo_options tiny_demo() {
-    demo_options o;
-    o.hidden = 64;
-    o.intermediate = 128;
-    o.layers = 1;
-    o.heads = 2;
-    o.kv_heads = 1;
-    o.vocab = 64;
-    o.shards = 2;
-    return o;
-}
+// The checkpoint itself and the leftover listing are shared with the convert tests.
+using testing::entries_except;
+using testing::tiny_demo;
 
 inline convert_options tiny_gptq() {
     convert_options o;

@@ -96,17 +96,4 @@ inline std::map<std::string, std::string> snapshot(const fs::path& root) {
     return out;
 }
 
-/// Names in `dir` (not recursive) other than those listed: leftovers such as temp folders.
-inline std::vector<std::string> entries_except(const fs::path& dir,
-                                               const std::vector<std::string>& expected) {
-    std::vector<std::string> extra;
-    for (const auto& e : fs::directory_iterator(dir)) {
-        const auto name = e.path().filename().string();
-        bool known = false;
-        for (const auto& x : expected) known = known || x == name;
-        if (!known) extra.push_back(name);
-    }
-    return extra;
-}
-
 }  // namespace qforge::hostile

@@ -10,20 +10,12 @@
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/source.hpp"
 #include "qforge/io/json.hpp"
-#include "qforge/io/safetensors/writer.hpp"
 
-namespace st = qforge::safetensors;
 using namespace qforge::hostile;
 using qforge::json;
+using qforge::testing::write_one_tensor_shard;
 
 namespace {
-
-void write_shard(const fs::path& path, const std::string& tensor) {
-    st::writer w(path.string(), {{tensor, qforge::dtype::U8, {4}}}, st::default_metadata(), {.sync = false});
-    const std::string bytes = "abcd";
-    w.write(tensor, std::as_bytes(std::span<const char>(bytes)));
-    w.finish();
-}
 
 struct bad_name {
     std::string name;
@@ -49,7 +41,7 @@ TEST_CASE("path safety: the converter's checkpoint source refuses hostile shard 
     scratch_dir root;
     const fs::path model = root / "model";
     qforge::write_demo_checkpoint(model.string(), tiny_demo());
-    write_shard(root / "outside.safetensors", "model.norm.weight");
+    write_one_tensor_shard(root / "outside.safetensors", "model.norm.weight");
     const std::string good = read_bytes(model / "model.safetensors.index.json");
     json index = json::parse(good);
     const std::string first_shard = index.at("weight_map").at("model.norm.weight").as_string();

@@ -13,21 +13,15 @@
 #include "qforge/io/json.hpp"
 #include "qforge/io/safe_path.hpp"
 #include "qforge/io/safetensors/index.hpp"
-#include "qforge/io/safetensors/writer.hpp"
+#include "support/checkpoint_fixture.hpp"
 
 namespace st = qforge::safetensors;
 namespace io = qforge::io;
 using namespace qforge::hostile;
 using qforge::json;
+using qforge::testing::write_one_tensor_shard;
 
 namespace {
-
-void write_shard(const fs::path& path, const std::string& tensor) {
-    st::writer w(path.string(), {{tensor, qforge::dtype::U8, {4}}}, st::default_metadata(), {.sync = false});
-    const std::string bytes = "abcd";
-    w.write(tensor, std::as_bytes(std::span<const char>(bytes)));
-    w.finish();
-}
 
 void write_index(const fs::path& folder, const std::string& shard_name, const std::string& tensor = "w") {
     json map = json::object();
@@ -78,8 +72,8 @@ TEST_CASE("path safety: index.json shard names that leave the folder are refused
     scratch_dir root;
     const fs::path model = root / "model";
     fs::create_directories(model);
-    write_shard(root / "outside.safetensors", "w");  // a valid file the attacker wants read
-    write_shard(model / "model.safetensors", "w");
+    write_one_tensor_shard(root / "outside.safetensors", "w");  // a valid file the attacker wants read
+    write_one_tensor_shard(model / "model.safetensors", "w");
     for (const bad_name& bad : bad_names(root / "outside.safetensors")) {
         const std::string name = bad.name;
         const char* const needle = bad.needle;
@@ -97,8 +91,8 @@ TEST_CASE("path safety: a shard symlink resolving outside is refused unless foll
     scratch_dir root;
     const fs::path model = root / "model";
     fs::create_directories(model / "sub");
-    write_shard(root / "outside.safetensors", "w");
-    write_shard(model / "sub" / "inner.safetensors", "w");
+    write_one_tensor_shard(root / "outside.safetensors", "w");
+    write_one_tensor_shard(model / "sub" / "inner.safetensors", "w");
 
     fs::create_symlink(root / "outside.safetensors", model / "model-00001-of-00001.safetensors");
     write_index(model, "model-00001-of-00001.safetensors");
