@@ -252,3 +252,17 @@ TEST_CASE("GPTQ transposed packing into a wider matrix: bands with dst_stride eq
     }
     CHECK(banded == whole);
 }
+
+TEST_CASE("or_bytes is the OR of every byte, at any length and any position of the set bit") {
+    // validate_fast's range test rests on it: one stray high bit anywhere must show.
+    std::vector<std::uint8_t> codes(1000, 0x05);
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{127}, std::size_t{128},
+                          std::size_t{129}, std::size_t{300}, std::size_t{1000}}) {
+        CHECK(or_bytes(codes.data(), n) == (n ? 0x05 : 0));
+        for (std::size_t at = 0; at < n; at += 7) {
+            codes[at] = 0x85;
+            CHECK(or_bytes(codes.data(), n) == 0x85);
+            codes[at] = 0x05;
+        }
+    }
+}

@@ -126,24 +126,14 @@ inline std::uint32_t* words_of(owned_tensor& t) noexcept {
     return reinterpret_cast<std::uint32_t*>(t.bytes.data());
 }
 
-/// quantized_tensor::validate(), with the one pass over every code done as an OR of 8-byte
-/// words (a code fits b bits iff it has no bit above them); on any doubt the full
+/// quantized_tensor::validate(), with the one pass over every code done as one OR of them
+/// all (or_bytes: a code fits b bits iff it has no bit above them); on any doubt the full
 /// validate() runs and words the refusal.
 inline void validate_fast(const quantized_tensor& q) {
     const bool sizes_ok = q.bits >= 2 && q.bits <= 8 && q.rows > 0 && q.cols > 0 && q.group_size > 0 &&
                           q.group_size <= q.cols && q.codes.size() == static_cast<std::size_t>(q.rows * q.cols);
-    std::uint64_t any = 0;
-    if (sizes_ok) {
-        const std::uint8_t* c = q.codes.data();
-        const std::size_t n = q.codes.size();
-        std::size_t i = 0;
-        std::uint64_t acc[4] = {0, 0, 0, 0};
-        for (; i + 32 <= n; i += 32)
-            for (std::size_t j = 0; j < 4; ++j) acc[j] |= load_u64(c + i + 8 * j);
-        any = acc[0] | acc[1] | acc[2] | acc[3];
-        for (; i < n; ++i) any |= c[i];
-    }
-    if (!sizes_ok || (any & (0x0101010101010101ULL * static_cast<std::uint8_t>(~((1u << q.bits) - 1u)))) != 0) {
+    const std::uint8_t any = sizes_ok ? or_bytes(q.codes.data(), q.codes.size()) : 0;
+    if (!sizes_ok || (any & static_cast<std::uint8_t>(~((1u << q.bits) - 1u))) != 0) {
         q.validate();  // throws, naming the element
         fail<shape_error>({}, q.name, "inconsistent quantized tensor");
     }

@@ -260,6 +260,44 @@ inline std::int64_t pack4_rows4_sse2(const std::uint8_t* p, std::int64_t cols, s
 #endif
 
 #if QFORGE_SIMD_X86 && (defined(__GNUC__) || defined(__clang__))
+QFORGE_TARGET_AVX2 inline std::uint8_t or_bytes_avx2(const std::uint8_t* c, std::size_t n) noexcept {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    std::size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        a0 = _mm256_or_si256(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + i)));
+        a1 = _mm256_or_si256(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + i + 32)));
+        a2 = _mm256_or_si256(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + i + 64)));
+        a3 = _mm256_or_si256(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + i + 96)));
+    }
+    alignas(32) std::uint8_t lane[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lane), _mm256_or_si256(_mm256_or_si256(a0, a1), _mm256_or_si256(a2, a3)));
+    std::uint8_t any = 0;
+    for (std::uint8_t b : lane) any |= b;
+    for (; i < n; ++i) any |= c[i];
+    return any;
+}
+#endif
+
+/// The OR of the bytes c[0..n): whether any code has a bit above b set, in one read of the
+/// codes (a weight's worth of codes is validated before every pack).
+inline std::uint8_t or_bytes(const std::uint8_t* c, std::size_t n) noexcept {
+#if QFORGE_SIMD_X86 && (defined(__GNUC__) || defined(__clang__))
+    if (simd::available(simd::isa::avx2)) return or_bytes_avx2(c, n);
+#endif
+    std::uint64_t acc[4] = {0, 0, 0, 0};
+    std::size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (std::size_t j = 0; j < 4; ++j) acc[j] |= load_u64(c + i + 8 * j);
+    std::uint64_t any = acc[0] | acc[1] | acc[2] | acc[3];
+    any |= any >> 32;
+    any |= any >> 16;
+    any |= any >> 8;
+    auto out = static_cast<std::uint8_t>(any);
+    for (; i < n; ++i) out |= c[i];
+    return out;
+}
+
+#if QFORGE_SIMD_X86 && (defined(__GNUC__) || defined(__clang__))
 // pack4_rows8_avx2: eight rows of 4-bit codes, 32 codes each step -> four words per row,
 // stored as tmp[w][r..r+7] (the tmp[w][tile_rows] layout). maddubs joins code pairs into
 // bytes (c0 + 16 c1), one pack makes two rows' words, and two rounds of dword unpacks plus a
