@@ -273,21 +273,19 @@ QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const 
     }
 }
 
-template <bool Snr>
-QFORGE_KFN void k_encode_t(const float* w, std::size_t n, const grid_params& gp, std::uint8_t* codes,
-                           snr_acc& acc) noexcept;
-
-// k_encode_steps: the one-step-at-a-time loop of k_encode_t for a stretch of whole steps, out of
-// line so that the unrolled loop that falls back to it keeps its constants in registers.
-template <bool Snr>
-[[gnu::noinline]] QFORGE_KFN void k_encode_steps(const float* w, std::size_t n, const grid_params& gp,
-                                                 std::uint8_t* codes, snr_acc& acc) noexcept {
-    const vf s = vset(gp.scale), r = vset(gp.rinv), z = vset(gp.zero), hi = vset(gp.maxq);
-    for (std::size_t i = 0; i + lanes <= n; i += lanes) {
-        const vf x = vload(w + i), q = k_code(x, s, r, z, hi);
-        vstore_codes(codes + i, q);
-        if constexpr (Snr) acc = snr_add(acc, x, vmul(vsub(q, z), s));
-    }
+// k_settle_ties: round_half_even(fl(x / s)) from rr = round(t), t = x * (1/s), for a step
+// where some lane lies within `near` of a half-integer (k_round_quotient's test, with the
+// encode's per-grid window): a lane on a true tie x == h * s takes round(h); if any lane is
+// near a tie without being on one, the whole step takes the true division. Lanes that are
+// not near keep rr.
+QFORGE_KFN vf k_settle_ties(vf x, vf s, vf t, vf rr, vf near) noexcept {
+    const vf d = vabs(vsub(t, rr));
+    if (!vany_gt(d, near)) return rr;
+    const vf zero = vset(0.0f);
+    const vf h = vadd(rr, vsel_ge(t, rr, vset(0.5f), vset(-0.5f)));
+    const vf miss = vabs(vsub(x, vmul(h, s)));  // exactly 0 on a true tie
+    if (vany_gt(vsel_ge(zero, miss, zero, d), near)) return vround(vmin(vmax(vdiv(x, s), vset(-512.0f)), vset(512.0f)));
+    return vsel_ge(zero, miss, vround(h), rr);
 }
 
 // k_encode_t: the codes of one group; with Snr, also the group's SNR terms (the input and
@@ -308,15 +306,17 @@ template <bool Snr>
         const vf x0 = vload(w + i), x1 = vload(w + i + lanes), x2 = vload(w + i + 2 * lanes),
                  x3 = vload(w + i + 3 * lanes);
         const vf t0 = vmul(x0, r), t1 = vmul(x1, r), t2 = vmul(x2, r), t3 = vmul(x3, r);
-        const vf r0 = vround(t0), r1 = vround(t1), r2 = vround(t2), r3 = vround(t3);
+        vf r0 = vround(t0), r1 = vround(t1), r2 = vround(t2), r3 = vround(t3);
         // One branch for the four: the tests are combined without short-circuit.
         const int near_tie = static_cast<int>(vany_gt(vabs(vsub(t0, r0)), near)) |
                              static_cast<int>(vany_gt(vabs(vsub(t1, r1)), near)) |
                              static_cast<int>(vany_gt(vabs(vsub(t2, r2)), near)) |
                              static_cast<int>(vany_gt(vabs(vsub(t3, r3)), near));
-        if (near_tie) {
-            k_encode_steps<Snr>(w + i, 4 * lanes, gp, codes + i, acc);
-            continue;
+        if (near_tie) {  // rare: settle each step's lanes that sit near a tie
+            r0 = k_settle_ties(x0, s, t0, r0, near);
+            r1 = k_settle_ties(x1, s, t1, r1, near);
+            r2 = k_settle_ties(x2, s, t2, r2, near);
+            r3 = k_settle_ties(x3, s, t3, r3, near);
         }
         const vf q0 = vmin(vmax(vadd(r0, z), lo), hi), q1 = vmin(vmax(vadd(r1, z), lo), hi);
         const vf q2 = vmin(vmax(vadd(r2, z), lo), hi), q3 = vmin(vmax(vadd(r3, z), lo), hi);
