@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qforge/core/detail/zeroed_buffer.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
@@ -117,7 +118,7 @@ owned_tensor make_tensor(std::string name, dtype type, shape_t shape, const std:
 inline owned_tensor alloc_tensor(std::string name, dtype type, shape_t shape) {
     const auto n = static_cast<std::size_t>(checked_numel(shape, {}, name));
     owned_tensor t{std::move(name), type, std::move(shape), {}};
-    t.bytes.resize(n * dtype_size(type));
+    assign_zeros(t.bytes, n * dtype_size(type));
     return t;
 }
 

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "qforge/core/detail/zeroed_buffer.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/parallel.hpp"
@@ -43,10 +44,6 @@
 #include "qforge/quant/scheme.hpp"
 #include "qforge/quant/snr.hpp"
 #include "qforge/simd/dispatch.hpp"
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 namespace qforge {
 
@@ -64,23 +61,6 @@ struct quant_options {
 
 namespace detail {
 
-/// v = n zeros. A buffer of many megabytes is first offered to the kernel for transparent huge
-/// pages (Linux, THP in "madvise" mode): its first touch then costs one fault per 2 MB instead
-/// of one per 4 KB, which on a 45 MB code array was a third of the quantizer's time. Only
-/// where pages come from changes, never their contents.
-template <class T>
-void assign_zeros(std::vector<T>& v, std::size_t n) {
-    v.clear();
-    v.reserve(n);
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    constexpr std::uintptr_t huge = std::uintptr_t{1} << 21;
-    const auto lo = reinterpret_cast<std::uintptr_t>(v.data());
-    const std::uintptr_t hi = lo + n * sizeof(T);
-    const std::uintptr_t a = (lo + huge - 1) & ~(huge - 1), b = hi & ~(huge - 1);
-    if (b > a) (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE);  // advice only: failure is harmless
-#endif
-    v.assign(n, T{});
-}
 
 inline void check_options(const tensor_view& w, const quant_options& o) {
     auto bad_shape = [&](const std::string& why) { fail<shape_error>({}, w.name, why); };

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "qforge/simd/tags.hpp"
@@ -338,7 +339,10 @@ inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, 
                                   int bits, std::uint32_t* dst, bool simd_ok = true, std::int64_t dst_stride = -1) {
     if (dst_stride < 0) dst_stride = rows;
     const std::int64_t words = dense_words(cols, bits);
-    std::vector<std::uint32_t> tmp(static_cast<std::size_t>(words * tile_rows));
+    // Uninitialised: every word of it a tile reads back is packed first. Zero-filling it
+    // cost as much as writing the output (one band of a wide layer calls this once).
+    const std::unique_ptr<std::uint32_t[]> buffer(new std::uint32_t[static_cast<std::size_t>(words * tile_rows)]);
+    std::uint32_t* const tmp = buffer.get();
     [[maybe_unused]] const bool use_avx2 = simd_ok && bits == 4 && simd::available(simd::isa::avx2);
     for (std::int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
         const std::int64_t nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
@@ -347,9 +351,9 @@ inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, 
         if (simd_ok && bits == 4 && use_avx2)
             for (; r + 8 <= nr; r += 8) {
                 const std::uint8_t* p = codes + (r0 + r) * cols;
-                const std::int64_t done = pack4_rows8_avx2(p, cols, tmp.data() + r);
+                const std::int64_t done = pack4_rows8_avx2(p, cols, tmp + r);
                 for (std::int64_t j = 0; j < 8; ++j)
-                    pack_dense(p + j * cols + done, 1, cols - done, bits, tmp.data() + (done / 8) * tile_rows + r + j,
+                    pack_dense(p + j * cols + done, 1, cols - done, bits, tmp + (done / 8) * tile_rows + r + j,
                                tile_rows);
             }
 #endif
@@ -357,22 +361,22 @@ inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, 
         if (simd_ok && bits == 4)
             for (; r + 4 <= nr; r += 4) {
                 const std::uint8_t* p = codes + (r0 + r) * cols;
-                const std::int64_t done = pack4_rows4_sse2(p, cols, tmp.data() + r);
+                const std::int64_t done = pack4_rows4_sse2(p, cols, tmp + r);
                 for (std::int64_t j = 0; j < 4; ++j)
-                    pack_dense(p + j * cols + done, 1, cols - done, bits, tmp.data() + (done / 8) * tile_rows + r + j,
+                    pack_dense(p + j * cols + done, 1, cols - done, bits, tmp + (done / 8) * tile_rows + r + j,
                                tile_rows);
             }
 #else
         (void)simd_ok;
 #endif
         for (; r < nr; ++r)
-            pack_dense(codes + (r0 + r) * cols, 1, cols, bits, tmp.data() + r, tile_rows);
+            pack_dense(codes + (r0 + r) * cols, 1, cols, bits, tmp + r, tile_rows);
         if (nr == tile_rows) {
             for (std::int64_t w = 0; w < words; ++w)
-                std::memcpy(dst + w * dst_stride + r0, tmp.data() + w * tile_rows, tile_rows * sizeof(std::uint32_t));
+                std::memcpy(dst + w * dst_stride + r0, tmp + w * tile_rows, tile_rows * sizeof(std::uint32_t));
         } else {
             for (std::int64_t w = 0; w < words; ++w)
-                std::memcpy(dst + w * dst_stride + r0, tmp.data() + w * tile_rows,
+                std::memcpy(dst + w * dst_stride + r0, tmp + w * tile_rows,
                             static_cast<std::size_t>(nr) * sizeof(std::uint32_t));
         }
     }
@@ -382,14 +386,16 @@ inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, 
 inline void unpack_dense_transposed(const std::uint32_t* src, std::int64_t rows, std::int64_t cols,
                                     int bits, std::uint8_t* codes) {
     const std::int64_t words = dense_words(cols, bits);
-    std::vector<std::uint32_t> tmp(static_cast<std::size_t>(words * tile_rows));
+    // Uninitialised, as in pack_dense_transposed: each tile copies in what it reads.
+    const std::unique_ptr<std::uint32_t[]> buffer(new std::uint32_t[static_cast<std::size_t>(words * tile_rows)]);
+    std::uint32_t* const tmp = buffer.get();
     for (std::int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
         const std::int64_t nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
         for (std::int64_t w = 0; w < words; ++w)
-            std::memcpy(tmp.data() + w * tile_rows, src + w * rows + r0,
+            std::memcpy(tmp + w * tile_rows, src + w * rows + r0,
                         static_cast<std::size_t>(nr) * sizeof(std::uint32_t));
         for (std::int64_t r = 0; r < nr; ++r)
-            unpack_dense(tmp.data() + r, tile_rows, cols, bits, codes + (r0 + r) * cols, 1);
+            unpack_dense(tmp + r, tile_rows, cols, bits, codes + (r0 + r) * cols, 1);
     }
 }
 
