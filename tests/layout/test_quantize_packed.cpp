@@ -5,13 +5,16 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "qforge/core/error.hpp"
 #include "qforge/core/parallel.hpp"
 #include "qforge/layout/awq.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
+#include "qforge/layout/detail/pack_band.hpp"
 #include "qforge/layout/gptq.hpp"
 #include "qforge/layout/quantize_packed.hpp"
 #include "qforge/quant/quantize.hpp"
@@ -23,12 +26,13 @@ namespace {
 
 template <class Layout>
 void expect_same_as_pack(const Layout& layout, const tensor_view& v, quant_options o, const std::string& what) {
-    thread_pool pool(3);
+    thread_pool one(1), two(2);
     snr_sums ref_snr;
     const auto ref = layout.pack(quantize(v, o, {}, &ref_snr), "m.proj");
-    for (bool threads : {false, true}) {
+    for (int threads : {0, 1, 2}) {
         snr_sums snr{-1, -1};
-        const auto got = quantize_packed(v, o, layout, "m.proj", threads ? pool.executor() : executor{}, &snr);
+        const executor ex = threads == 0 ? executor{} : threads == 1 ? one.executor() : two.executor();
+        const auto got = quantize_packed(v, o, layout, "m.proj", ex, &snr);
         REQUIRE(got.size() == ref.size());
         for (std::size_t i = 0; i < ref.size(); ++i) {
             INFO(what << " tensor " << ref[i].name << " threads " << threads);
@@ -85,7 +89,11 @@ TEST_CASE("quantize_packed: per-channel and small shapes, one band") {
     expect_same_as_pack(gptq_layout<4>(gptq_options{gptq_format::v2, dtype::F16, false}), v, o, "asym g32");
 }
 
-TEST_CASE("quantize_packed: layouts without band packing go through pack(quantize)") {
+static_assert(band_packing_layout<gptq_layout<4>>);
+static_assert(band_packing_layout<awq_layout<4>>);
+static_assert(band_packing_layout<compressed_tensors_layout<3>>);
+
+TEST_CASE("quantize_packed: AWQ and compressed-tensors in one band") {
     const std::int64_t rows = 64, cols = 256;
     const auto w = testing::to_bf16(testing::student_t_floats(static_cast<std::size_t>(rows * cols), 5));
     const tensor_view v = testing::view_of(w, rows, cols, dtype::BF16, "x.weight");
@@ -129,4 +137,175 @@ TEST_CASE("quantize_packed refusals name the weight's row and leave the shape ch
     o.symmetric = true;
     o.policy = scale_policy::gptq_absmax;
     CHECK_THROWS_AS((void)quantize_packed(narrow, o, gptq_layout<3>{}, "n"), shape_error);
+}
+
+namespace {
+
+quant_options opts_for(int bits, std::int64_t group, bool sym, dtype scale_dtype) {
+    quant_options o;
+    o.bits = bits;
+    o.group_size = static_cast<int>(group);
+    o.symmetric = sym;
+    o.policy = sym ? scale_policy::gptq_absmax : scale_policy::minmax;
+    o.scale_dtype = scale_dtype;
+    return o;
+}
+
+std::string what(int bits, std::int64_t group, bool sym, const char* extra = "") {
+    return std::to_string(bits) + " bits g" + std::to_string(group) + (sym ? " sym" : " asym") + extra;
+}
+
+template <int B>
+void ct_sweep(const tensor_view& v, std::initializer_list<std::int64_t> groups, std::initializer_list<bool> syms) {
+    for (ct_packing p : {ct_packing::padded_v0_12, ct_packing::dense_v0_18})
+        for (std::int64_t g : groups)
+            for (bool sym : syms)
+                expect_same_as_pack(compressed_tensors_layout<B>(ct_options{p, dtype::BF16}), v,
+                                    opts_for(B, g, sym, dtype::BF16),
+                                    what(B, g, sym, p == ct_packing::dense_v0_18 ? " dense" : " padded"));
+}
+
+}  // namespace
+
+TEST_CASE("quantize_packed equals pack(quantize) for compressed-tensors: 2-8 bits, both packings, odd N") {
+    // 2048 columns -> bands of 128 rows; 291 rows: two full bands and a 35-row tail. 128 is no
+    // multiple of the 10, 6 and 5 codes a padded 3/5/6-bit zero-point word holds, so bands
+    // share those words.
+    const std::int64_t rows = 291, cols = 2048;
+    REQUIRE(detail::band_rows(cols) == 128);
+    const auto w = testing::to_bf16(testing::student_t_floats(static_cast<std::size_t>(rows * cols), 777));
+    const tensor_view v = testing::view_of(w, rows, cols, dtype::BF16, "m.proj.weight");
+    ct_sweep<2>(v, {128, -1}, {true, false});
+    ct_sweep<3>(v, {128, -1}, {true, false});
+    ct_sweep<4>(v, {128, 32, -1}, {true, false});
+    ct_sweep<5>(v, {128, -1}, {false});
+    ct_sweep<6>(v, {128, -1}, {false});
+    ct_sweep<7>(v, {128, -1}, {false});
+    ct_sweep<8>(v, {128, -1}, {true, false});
+}
+
+TEST_CASE("quantize_packed equals pack(quantize) for AWQ: groups, symmetry, several bands") {
+    // 296 rows (N % 8 == 0 as AWQ requires): bands of 128, 128 and 40 rows.
+    const std::int64_t rows = 296, cols = 2048;
+    const auto w = testing::to_fp16(testing::student_t_floats(static_cast<std::size_t>(rows * cols), 31));
+    const tensor_view v = testing::view_of(w, rows, cols, dtype::F16, "m.proj.weight");
+    for (std::int64_t g : {128, 64, -1})
+        for (bool sym : {true, false}) {
+            quant_options o = opts_for(4, g, sym, dtype::F16);
+            if (!sym) o.policy = scale_policy::awq_minmax;
+            expect_same_as_pack(awq_layout<4>{}, v, o, what(4, g, sym));
+        }
+}
+
+TEST_CASE("quantize_packed with 32-row bands: AWQ and padded compressed-tensors zero points") {
+    // 8192 columns -> bands of 32 rows, the smallest: every boundary of a padded 3-bit stream
+    // (32 = 3 * 10 + 2) falls inside a word.
+    const std::int64_t cols = 8192;
+    REQUIRE(detail::band_rows(cols) == 32);
+    const auto w = testing::to_bf16(testing::student_t_floats(static_cast<std::size_t>(99 * cols), 8));
+    const tensor_view ct_v = testing::view_of(w, 99, cols, dtype::BF16, "m.proj.weight");  // 32+32+32+3
+    ct_sweep<3>(ct_v, {128, -1}, {false});
+    ct_sweep<7>(ct_v, {-1}, {false});
+    const auto wf = testing::to_fp16(testing::student_t_floats(static_cast<std::size_t>(104 * cols), 8));
+    const tensor_view awq_v = testing::view_of(wf, 104, cols, dtype::F16, "m.proj.weight");  // 32+32+32+8
+    quant_options o = opts_for(4, 128, false, dtype::F16);
+    o.policy = scale_policy::awq_minmax;
+    expect_same_as_pack(awq_layout<4>{}, awq_v, o, "awq 32-row bands");
+}
+
+TEST_CASE("band kernels: pack_awq4_band and pack_padded_part give the whole-weight kernels' words") {
+    std::mt19937 rng(12);
+    std::uniform_int_distribution<int> code(0, 255);  // bits above b must be masked, as pack_* do
+    // AWQ: a band of rows written into a wider [cols][n/8] matrix, column tails included.
+    for (std::int64_t cols : {64, 13, 1}) {
+        const std::int64_t rows = 24, n = 48, first = 16;
+        std::vector<std::uint8_t> src(static_cast<std::size_t>(rows * cols));
+        for (auto& c : src) c = static_cast<std::uint8_t>(code(rng));
+        std::vector<std::uint32_t> ref(static_cast<std::size_t>(cols * rows / 8));
+        detail::pack_awq4(src.data(), 1, cols, cols, rows, ref.data());
+        std::vector<std::uint32_t> got(static_cast<std::size_t>(cols * n / 8), 0xDEADBEEFu);
+        detail::pack_awq4_band(src.data(), rows, cols, got.data() + first / 8, n / 8);
+        for (std::int64_t c = 0; c < cols; ++c)
+            for (std::int64_t j = 0; j < n / 8; ++j) {
+                INFO("cols " << cols << " col " << c << " word " << j);
+                const bool mine = j >= first / 8 && j < (first + rows) / 8;
+                CHECK(got[static_cast<std::size_t>(c * n / 8 + j)] ==
+                      (mine ? ref[static_cast<std::size_t>(c * rows / 8 + j - first / 8)] : 0xDEADBEEFu));
+            }
+    }
+    // Padded streams cut into parts at arbitrary points, packed in reverse order: the bytes
+    // of one pack_padded over the whole stream.
+    for (int bits : {3, 5, 6, 7, 2, 4, 8}) {
+        const std::int64_t total = 157, stride = 3;
+        std::vector<std::uint8_t> src(static_cast<std::size_t>(total * stride));
+        for (auto& c : src) c = static_cast<std::uint8_t>(code(rng));
+        std::vector<std::uint32_t> ref(static_cast<std::size_t>(detail::padded_words(total, bits) * 2));
+        std::vector<std::uint32_t> got(ref.size());
+        detail::pack_padded(src.data() + 1, stride, total, bits, ref.data() + 1, 2);
+        const std::vector<std::int64_t> cuts{0, 1, 2, 32, 33, 64, 96, 100, 157};
+        for (std::size_t i = cuts.size() - 1; i > 0; --i)
+            detail::pack_padded_part(src.data() + 1 + cuts[i - 1] * stride, stride, cuts[i - 1], cuts[i] - cuts[i - 1],
+                                     total, bits, got.data() + 1, 2);
+        INFO("bits " << bits);
+        CHECK(got == ref);
+    }
+}
+
+TEST_CASE("AWQ and compressed-tensors pack_band: refusals name the weight's row and write nothing") {
+    const std::int64_t rows = 64, cols = 256, n = 160, first = 64;
+    const auto w = testing::student_t_floats(static_cast<std::size_t>(rows * cols), 3);
+    const tensor_view v = testing::view_of(w, rows, cols, dtype::F32, "b.weight");
+    auto refuse = [&](const auto& layout, dtype scale_dtype) {
+        quantized_tensor band = quantize(v, opts_for(4, 64, true, scale_dtype));
+        band.zeros[static_cast<std::size_t>(37 * band.groups() + 2)] = 3;  // row 37 of the band, group 2
+        std::vector<owned_tensor> out;
+        for (const tensor_spec& t : layout.specs(n, cols, 64, true))
+            out.push_back(detail::alloc_tensor("b" + t.suffix, t.type, t.shape));
+        try {
+            layout.pack_band(band, first, n, out);
+            FAIL("a symmetric band with a zero point other than 8 must be refused");
+        } catch (const shape_error& e) {
+            CHECK(std::string(e.what()).find("zero point 3 at row 101, group 2") != std::string::npos);
+        }
+        for (const owned_tensor& t : out)
+            for (std::byte b : t.bytes) REQUIRE(b == std::byte{0});
+        band.zeros[static_cast<std::size_t>(37 * band.groups() + 2)] = 8;
+        CHECK_THROWS_AS(layout.pack_band(band, 16, n, out), shape_error);  // not on a 32-row boundary
+        CHECK_THROWS_AS(layout.pack_band(band, 128, n, out), shape_error);  // runs past N
+        layout.pack_band(band, first, n, out);                               // and the repaired band packs
+        bool any = false;
+        for (std::byte b : out[0].bytes) any = any || b != std::byte{0};
+        CHECK(any);
+    };
+    refuse(awq_layout<4>{}, dtype::F16);
+    refuse(compressed_tensors_layout<4>{}, dtype::BF16);
+}
+
+TEST_CASE("AWQ and compressed-tensors: quantize_packed refuses what pack(quantize) refuses, in its words") {
+    const std::int64_t cols = 256;
+    const auto w36 = testing::student_t_floats(static_cast<std::size_t>(36 * cols), 4);
+    const auto w40 = testing::student_t_floats(static_cast<std::size_t>(40 * cols), 4);
+    auto same_refusal = [&](const auto& layout, const tensor_view& v, const quant_options& o, auto error) {
+        using E = typename decltype(error)::type;
+        std::string ref, got;
+        try {
+            (void)layout.pack(quantize(v, o), "r");
+        } catch (const E& e) {
+            ref = e.what();
+        }
+        try {
+            (void)quantize_packed(v, o, layout, "r");
+        } catch (const E& e) {
+            got = e.what();
+        }
+        CHECK(!ref.empty());
+        CHECK(got == ref);
+    };
+    const tensor_view v36 = testing::view_of(w36, 36, cols, dtype::F32, "r.weight");
+    const tensor_view v40 = testing::view_of(w40, 40, cols, dtype::F32, "r.weight");
+    same_refusal(awq_layout<4>{}, v36, opts_for(4, 64, true, dtype::F16), std::type_identity<shape_error>{});  // N % 8
+    same_refusal(awq_layout<4>{}, v40, opts_for(4, 64, true, dtype::BF16), std::type_identity<unsupported_error>{});
+    same_refusal(awq_layout<4>{}, v40, opts_for(3, 64, true, dtype::F16), std::type_identity<unsupported_error>{});
+    same_refusal(compressed_tensors_layout<4>{}, v40, opts_for(4, 64, true, dtype::F16), std::type_identity<unsupported_error>{});
+    same_refusal(compressed_tensors_layout<4>{}, v40, opts_for(5, 64, false, dtype::BF16), std::type_identity<unsupported_error>{});
 }

@@ -19,6 +19,7 @@
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/layout/detail/pack_band.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
@@ -41,8 +42,10 @@ public:
                 {".scales", dtype::F16, {g, n}}};
     }
 
-    void check(const quantized_tensor& q) const {
-        detail::check_common(q, "AWQ");
+    /// Every refusal, before anything is packed. `first_row` is the weight row of q's row 0
+    /// when q is a band of a larger weight (messages name the weight's rows).
+    void check(const quantized_tensor& q, std::int64_t first_row = 0) const {
+        detail::check_common(q, "AWQ", first_row);
         if (q.bits != Bits)
             fail<unsupported_error>({}, q.name, "AWQ packs 4 bits only; got a " +
                                                     std::to_string(q.bits) + "-bit weight");
@@ -70,6 +73,24 @@ public:
         const auto scales = detail::transpose_scales(q.scales, n, groups);
         out.push_back(detail::make_tensor(p + ".scales", dtype::F16, {groups, n}, scales));
         return out;
+    }
+
+    /// Band packing (see layout/quantize_packed.hpp): `out` holds the tensors of specs() for the
+    /// whole weight [n, k], allocated once; `band` is rows [first_row, first_row + band.rows)
+    /// of it, quantized. AWQ packs 8 output features (rows) a word, so a band on a multiple of
+    /// 32 rows owns word columns first_row/8 .. of qweight and qzeros outright, and its scales
+    /// columns: bands may be packed in any order or at once on different threads.
+    void pack_band(const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
+                   std::span<owned_tensor> out) const {
+        check_shape(band.name, n, band.cols, band.group_size);  // the whole weight's N, as pack() words it
+        check(band, first_row);
+        detail::check_band_bounds(band, first_row, n, "AWQ");
+        const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows;
+        detail::pack_awq4_band(band.codes.data(), rows, k, detail::words_of(out[0]) + first_row / 8, n / 8);
+        const std::vector<std::uint8_t> zeros(band.zeros.begin(), band.zeros.end());  // [rows][groups], 0..15
+        detail::pack_awq4_band(zeros.data(), rows, groups, detail::words_of(out[1]) + first_row / 8, n / 8);
+        detail::transpose_into(band.scales.data(), rows, groups,
+                               reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n);
     }
 
     quantized_tensor unpack(std::span<const tensor_view> views, std::string_view prefix,

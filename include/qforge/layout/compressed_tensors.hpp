@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +28,7 @@
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/layout/detail/pack_band.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
@@ -74,8 +76,10 @@ public:
         return s;
     }
 
-    void check(const quantized_tensor& q) const {
-        detail::check_common(q, "compressed-tensors");
+    /// Every refusal, before anything is packed. `first_row` is the weight row of q's row 0
+    /// when q is a band of a larger weight (messages name the weight's rows).
+    void check(const quantized_tensor& q, std::int64_t first_row = 0) const {
+        detail::check_common(q, "compressed-tensors", first_row);
         if (q.bits != Bits)
             fail<unsupported_error>({}, q.name, "compressed-tensors layout for " + std::to_string(Bits) +
                                                     " bits given a " + std::to_string(q.bits) +
@@ -110,6 +114,40 @@ public:
         }
         out.push_back(detail::make_tensor(p + ".weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{n, k}));
         return out;
+    }
+
+    /// Band packing (see layout/quantize_packed.hpp): `out` holds the tensors of specs() for the
+    /// whole weight [n, k], allocated (zeroed) once; `band` is rows [first_row, first_row +
+    /// band.rows) of it, quantized. weight_packed and weight_scale rows are the band's own;
+    /// weight_zero_point packs along N, where a band on a multiple of 32 rows closes its dense
+    /// words but may share a padded word (10 codes a word for 3 bits) with a neighbour, whose
+    /// fields go in atomically (detail::pack_padded_part). Bands may be packed in any order or
+    /// at once on different threads.
+    void pack_band(const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
+                   std::span<owned_tensor> out) const {
+        check(band, first_row);
+        detail::check_band_bounds(band, first_row, n, "compressed-tensors");
+        const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows, wk = words(k);
+        std::uint32_t* packed = detail::words_of(out[0]) + first_row * wk;
+        for (std::int64_t r = 0; r < rows; ++r) pack_run(band.codes.data() + r * k, 1, k, packed + r * wk, 1);
+        std::memcpy(out[1].bytes.data() + first_row * groups * sizeof(std::uint16_t), band.scales.data(),
+                    band.scales.size() * sizeof(std::uint16_t));
+        std::size_t shape_at = 2;
+        if (!band.symmetric) {
+            const std::vector<std::uint8_t> zeros(band.zeros.begin(), band.zeros.end());
+            std::uint32_t* zp = detail::words_of(out[2]);
+            for (std::int64_t g = 0; g < groups; ++g) {
+                if (opt_.packing == ct_packing::dense_v0_18)  // first_row * b bits is a word boundary
+                    detail::pack_dense(zeros.data() + g, groups, rows, Bits, zp + first_row * Bits / 32 * groups + g, groups);
+                else
+                    detail::pack_padded_part(zeros.data() + g, groups, first_row, rows, n, Bits, zp + g, groups);
+            }
+            shape_at = 3;
+        }
+        if (first_row == 0) {
+            const std::int64_t nk[2] = {n, k};
+            std::memcpy(out[shape_at].bytes.data(), nk, sizeof nk);
+        }
     }
 
     /// Reads one linear back; N and K come from weight_shape, the group size and symmetry from
