@@ -14,6 +14,7 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/half.hpp"
+#include "qforge/simd/arch/detail/x86_snr.hpp"
 #include "qforge/simd/kernel_table.hpp"
 
 namespace qforge::simd::detail::avx2_isa {
@@ -109,25 +110,12 @@ QFORGE_P vf vround_scale(vf x, bool bf16, std::uint16_t* bits) noexcept {
     return _mm256_cvtph_ps(h);
 }
 
-// SNR partial sums in double, lane j = partial j (see quant/snr.hpp): the low then the high
-// four floats of a step, which is the scalar order.
-struct snr_acc {
-    __m256d sig, err;
-};
-QFORGE_P snr_acc snr_load(const double* p) noexcept { return {_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4)}; }
-QFORGE_P void snr_store(double* p, const snr_acc& a) noexcept {
-    _mm256_storeu_pd(p, a.sig);
-    _mm256_storeu_pd(p + 4, a.err);
-}
-QFORGE_P __m256d dmul(__m256d a, __m256d b) noexcept {
-    __m256d r = _mm256_mul_pd(a, b);
-    __asm__("" : "+x"(r));
-    return r;
-}
-QFORGE_P snr_acc snr_add4(snr_acc a, __m128 w, __m128 dq) noexcept {
-    const __m256d x = _mm256_cvtps_pd(w), e = _mm256_sub_pd(x, _mm256_cvtps_pd(dq));
-    return {_mm256_add_pd(a.sig, dmul(x, x)), _mm256_add_pd(a.err, dmul(e, e))};
-}
+// SNR partial sums in double, lane j = partial j (see quant/snr.hpp): a step adds its low
+// then its high four floats, which is the scalar order.
+using x86_snr::snr_acc;  // the shared double partial sums: simd/arch/detail/x86_snr.hpp
+using x86_snr::snr_add4;
+using x86_snr::snr_load;
+using x86_snr::snr_store;
 QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
     a = snr_add4(a, _mm256_castps256_ps128(w), _mm256_castps256_ps128(dq));
     return snr_add4(a, _mm256_extractf128_ps(w, 1), _mm256_extractf128_ps(dq, 1));
