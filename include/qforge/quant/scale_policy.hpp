@@ -27,12 +27,12 @@
 //                lowest sum imp_k |dq - w|^norm (strict `<`). No early stopping ("patience").
 //   custom       quant_options::custom decides (see group_view); for least-squares policies.
 //
-// Edge rules: a group whose range is all zero uses amax = 1 (symmetric) or lo = -1, hi = 1
-// (asymmetric), so its codes decode to exactly 0. A stored scale that rounds below the
-// smallest usable value (F16: 2^-24, BF16: 2^-126, where 1/s stays finite) is raised to it; a
-// scale that overflows the storage dtype is refused. Tails (the last, shorter group) follow
-// the same formulas over the elements they have. With importance weights imp_k (one per
-// input column) every error term is multiplied by imp_k.
+// Edge rules (simd::group_amax, simd::group_range): a group whose range is all zero uses
+// amax = 1 (symmetric) or lo = -1, hi = 1 (asymmetric), so its codes decode to exactly 0. A
+// stored scale that rounds below the smallest usable value (F16: 2^-24, BF16: 2^-126, where
+// 1/s stays finite) is raised to it; a scale that overflows the storage dtype is refused.
+// Tails (the last, shorter group) follow the same formulas over the elements they have. With
+// importance weights imp_k (one per input column) every error term is multiplied by imp_k.
 #pragma once
 
 #include <algorithm>
@@ -198,10 +198,7 @@ struct search_params {
 
 namespace detail {
 
-inline float sym_amax(const group_view& g) noexcept {
-    const float amax = -g.mn > g.mx ? -g.mn : g.mx;
-    return amax > 0 ? amax : 1.0f;
-}
+inline float sym_amax(const group_view& g) noexcept { return simd::group_amax(g.mn, g.mx); }
 
 /// Index of the lowest error, the earliest on ties (strict `<`).
 inline std::size_t first_lowest(const float* err, std::size_t count) noexcept {
@@ -238,22 +235,9 @@ inline void fixed_inputs(scale_policy p, float mn, float mx, float& a, float& b)
     b = 0;
     switch (p) {
         case scale_policy::absmax:
-        case scale_policy::gptq_absmax: {
-            const float amax = -mn > mx ? -mn : mx;
-            a = amax > 0 ? amax : 1.0f;
-            return;
-        }
-        case scale_policy::seed_fixed: {
-            const float amax = -mn > mx ? -mn : mx;
-            a = simd::detail::no_contract((amax > 0 ? amax : 1.0f) * seed_fixed_factor);
-            return;
-        }
-        case scale_policy::minmax: {
-            a = mn < 0 ? mn : 0.0f;
-            b = mx > 0 ? mx : 0.0f;
-            if (a == 0 && b == 0) a = -1, b = 1;
-            return;
-        }
+        case scale_policy::gptq_absmax: a = simd::group_amax(mn, mx); return;
+        case scale_policy::seed_fixed: a = simd::detail::no_contract(simd::group_amax(mn, mx) * seed_fixed_factor); return;
+        case scale_policy::minmax: simd::group_range(mn, mx, a, b); return;
         default: a = mn, b = mx; return;
     }
 }
@@ -288,8 +272,8 @@ inline std::optional<search_plan> plan_search(scale_policy p, int bits, bool sym
 
 inline group_choice choose_mse(const group_view& g, const search_params& sp) {
     const auto steps = static_cast<std::size_t>(static_cast<double>(sp.max_shrink) * sp.grid);
-    float lo = g.mn < 0 ? g.mn : 0.0f, hi = g.mx > 0 ? g.mx : 0.0f;
-    if (lo == 0 && hi == 0) lo = -1, hi = 1;
+    float lo, hi;
+    simd::group_range(g.mn, g.mx, lo, hi);
     const float amax = sym_amax(g);
     constexpr std::size_t batch = 32;
     std::uint16_t scales[batch];
@@ -354,8 +338,8 @@ inline group_choice choose_group(scale_policy policy, const group_view& g, const
             return {scales[detail::first_lowest(err, seed_factors.size())], pinned};
         }
         case scale_policy::minmax: {
-            float lo = g.mn < 0 ? g.mn : 0.0f, hi = g.mx > 0 ? g.mx : 0.0f;
-            if (lo == 0 && hi == 0) lo = -1, hi = 1;
+            float lo, hi;
+            simd::group_range(g.mn, g.mx, lo, hi);
             const std::uint16_t s = g.store(scale_formula::minmax(lo, hi, g.bits));
             return {s, zero_from_min(lo, scale_value(s, g.scale_dtype), g.maxq())};
         }

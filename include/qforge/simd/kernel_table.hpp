@@ -44,6 +44,27 @@ struct grid_recipe {
     float norm = 2;      ///< copied into every grid
 };
 
+/// The group-range rules of quant/scale_policy.hpp ("Edge rules"), defined once here because
+/// search_groups applies them inside the kernels and the policies outside. Plain float code
+/// (no intrinsics), so the kernels of every ISA inline it.
+///
+/// max(-mn, mx), as compared: NaN when mx is NaN.
+inline float group_abs_max(float mn, float mx) noexcept { return -mn > mx ? -mn : mx; }
+
+/// A symmetric group's amax: group_abs_max, or 1 when that is not positive (an all-zero group;
+/// also NaN), so that the group's codes decode to exactly 0.
+inline float group_amax(float mn, float mx) noexcept {
+    const float amax = group_abs_max(mn, mx);
+    return amax > 0 ? amax : 1.0f;
+}
+
+/// An asymmetric group's range: lo = min(mn, 0), hi = max(mx, 0), or -1 and 1 when both are 0.
+inline void group_range(float mn, float mx, float& lo, float& hi) noexcept {
+    lo = mn < 0 ? mn : 0.0f;
+    hi = mx > 0 ? mx : 0.0f;
+    if (lo == 0 && hi == 0) lo = -1, hi = 1;
+}
+
 /// The most candidates one search_groups call takes.
 inline constexpr std::size_t max_search_candidates = 128;
 
@@ -100,8 +121,8 @@ struct group_kernels {
     /// A search over candidate scales for every group of w[0..n) (groups as in
     /// min_max_groups, extremes mn[j], mx[j], importance imp + group start or null): for each
     /// candidate c < count (<= max_search_candidates), symmetric recipe: a_c = factors[c] *
-    /// amax (amax = max(-mn, mx), 1 when 0); range recipes: a_c = factors[c] * lo, b_c =
-    /// factors[c] * hi (lo = min(mn, 0), hi = max(mx, 0), -1 and 1 when both are 0); each
+    /// group_amax(mn, mx); range recipes: a_c = factors[c] * lo, b_c = factors[c] * hi with
+    /// group_range(mn, mx, lo, hi); each
     /// candidate's grid as make_grids makes it and its error as errors() computes it; the
     /// lowest error wins, the earliest on ties: scale_bits[j], grids[j]. Returns the first
     /// group where some candidate's scale overflows (its outputs are then unset), or -1.

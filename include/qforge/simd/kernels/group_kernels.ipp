@@ -616,12 +616,11 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
         // The candidates' inputs factor * amax (or * lo, * hi), a vector at a time: written
         // one float at a time, make_grids' vector loads of them stalled on store forwarding.
         if (symmetric) {
-            float amax = -mn[j] > mx[j] ? -mn[j] : mx[j];
-            if (!(amax > 0)) amax = 1.0f;
+            const float amax = group_amax(mn[j], mx[j]);
             for (std::size_t c = 0; c < count; c += lanes) vstore(a + c, vmul(vload(f + c), vset(amax)));
         } else {
-            float lo = mn[j] < 0 ? mn[j] : 0.0f, hi = mx[j] > 0 ? mx[j] : 0.0f;
-            if (lo == 0 && hi == 0) lo = -1, hi = 1;
+            float lo, hi;
+            group_range(mn[j], mx[j], lo, hi);
             for (std::size_t c = 0; c < count; c += lanes) {
                 vstore(a + c, vmul(vload(f + c), vset(lo)));
                 vstore(b + c, vmul(vload(f + c), vset(hi)));
@@ -629,7 +628,7 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
         }
         if (k_make_grids(a, b, count, rc, bits, g) >= 0) return static_cast<std::int64_t>(j);
         // The bound needs every power term unclamped: |e| <= amax (1 + 2 maxq) < 2^42.
-        const float amax = -mn[j] > mx[j] ? -mn[j] : mx[j];
+        const float amax = group_abs_max(mn[j], mx[j]);
         const bool bounded = rc.norm > 2.0f && rc.norm <= 3.0f && count > 1 && len <= 65536 && amax < 0x1p32f;
         std::size_t best = count;
         if (bounded)
