@@ -217,22 +217,26 @@ TEST_CASE("band kernels: pack_awq4_band and pack_padded_part give the whole-weig
     std::mt19937 rng(12);
     std::uniform_int_distribution<int> code(0, 255);  // bits above b must be masked, as pack_* do
     // AWQ: a band of rows written into a wider [cols][n/8] matrix, column tails included.
-    for (std::int64_t cols : {64, 13, 1}) {
-        const std::int64_t rows = 24, n = 48, first = 16;
-        std::vector<std::uint8_t> src(static_cast<std::size_t>(rows * cols));
-        for (auto& c : src) c = static_cast<std::uint8_t>(code(rng));
-        std::vector<std::uint32_t> ref(static_cast<std::size_t>(cols * rows / 8));
-        detail::pack_awq4(src.data(), 1, cols, cols, rows, ref.data());
-        std::vector<std::uint32_t> got(static_cast<std::size_t>(cols * n / 8), 0xDEADBEEFu);
-        detail::pack_awq4_band(src.data(), rows, cols, got.data() + first / 8, n / 8);
-        for (std::int64_t c = 0; c < cols; ++c)
-            for (std::int64_t j = 0; j < n / 8; ++j) {
-                INFO("cols " << cols << " col " << c << " word " << j);
-                const bool mine = j >= first / 8 && j < (first + rows) / 8;
-                CHECK(got[static_cast<std::size_t>(c * n / 8 + j)] ==
-                      (mine ? ref[static_cast<std::size_t>(c * rows / 8 + j - first / 8)] : 0xDEADBEEFu));
+    // 40 rows: five word columns, four through the SSE2 4x4 transpose and one alone; 8 rows:
+    // one; 61 and 45 columns: 16-column steps, then 8-column gathers, then single columns.
+    for (std::int64_t rows : {24, 40, 32, 8})
+        for (std::int64_t cols : {64, 61, 45, 13, 1})
+            for (bool simd_ok : {true, false}) {
+                const std::int64_t n = 64, first = 16;
+                std::vector<std::uint8_t> src(static_cast<std::size_t>(rows * cols));
+                for (auto& c : src) c = static_cast<std::uint8_t>(code(rng));
+                std::vector<std::uint32_t> ref(static_cast<std::size_t>(cols * rows / 8));
+                detail::pack_awq4(src.data(), 1, cols, cols, rows, ref.data());
+                std::vector<std::uint32_t> got(static_cast<std::size_t>(cols * n / 8), 0xDEADBEEFu);
+                detail::pack_awq4_band(src.data(), rows, cols, got.data() + first / 8, n / 8, simd_ok);
+                for (std::int64_t c = 0; c < cols; ++c)
+                    for (std::int64_t j = 0; j < n / 8; ++j) {
+                        INFO("rows " << rows << " cols " << cols << " simd " << simd_ok << " col " << c << " word " << j);
+                        const bool mine = j >= first / 8 && j < (first + rows) / 8;
+                        CHECK(got[static_cast<std::size_t>(c * n / 8 + j)] ==
+                              (mine ? ref[static_cast<std::size_t>(c * rows / 8 + j - first / 8)] : 0xDEADBEEFu));
+                    }
             }
-    }
     // Padded streams cut into parts at arbitrary points, packed in reverse order: the bytes
     // of one pack_padded over the whole stream.
     for (int bits : {3, 5, 6, 7, 2, 4, 8}) {
