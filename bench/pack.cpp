@@ -5,17 +5,28 @@
 //
 //   kernel/...  the packing of the big tensor (qweight / weight_packed) into a preallocated buffer
 //   layout/...  the whole layout.pack(): checks, qweight, zeros, scales, g_idx, owned tensors
+//   e2e/...     quantize + pack of a 4096 x 11008 BF16 Student-t(df 5, std 0.02) matrix (the
+//               one bench_quantize uses): quantize_packed (band by band, straight into the
+//               layout's tensors) beside pack(quantize()) (all codes first, then packed), single
+//               thread; Gw_per_s = weights per second / 1e9 of wall time, Gw_per_cpu_s per
+//               second of process CPU time (steadier on a shared machine). The ratio of the two
+//               rows of one layout is the figure to read.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "qforge/layout/awq.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/gptq.hpp"
+#include "qforge/layout/quantize_packed.hpp"
+#include "qforge/quant/quantize.hpp"
+#include "tests/support/synthetic.hpp"
 
 namespace {
 
@@ -104,6 +115,56 @@ void layout_pack(benchmark::State& state, L layout, int bits) {
     state.SetBytesProcessed(state.iterations() * N * K);
 }
 
+constexpr std::int64_t kRows = 4096, kCols = 11008;
+
+const std::vector<std::uint16_t>& big_matrix() {
+    static const std::vector<std::uint16_t> m = [] {
+        std::vector<std::uint16_t> out(static_cast<std::size_t>(kRows * kCols));
+        std::vector<std::thread> th;  // 16 seeded slices, the same whatever the thread count
+        for (int s = 0; s < 16; ++s)
+            th.emplace_back([&out, s] {
+                constexpr std::int64_t slice = kRows / 16 * kCols;
+                const auto f = testing::student_t_floats(static_cast<std::size_t>(slice), 0x5EED0000u + s, 5, 0.02);
+                for (std::size_t i = 0; i < f.size(); ++i) out[static_cast<std::size_t>(s * slice) + i] = float_to_bf16(f[i]);
+            });
+        for (auto& t : th) t.join();
+        return out;
+    }();
+    return m;
+}
+
+double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+quant_options e2e_options(bool symmetric, dtype scale_dtype) {
+    quant_options o;
+    o.bits = 4;
+    o.group_size = 128;
+    o.symmetric = symmetric;
+    o.policy = symmetric ? scale_policy::gptq_absmax : scale_policy::awq_minmax;  // RTN
+    o.scale_dtype = scale_dtype;
+    return o;
+}
+
+template <class L>
+void e2e(benchmark::State& state, L layout, quant_options o, bool banded) {
+    const auto& m = big_matrix();
+    const tensor_view v{"bench.weight", dtype::BF16, {kRows, kCols},
+                        std::span<const std::byte>(reinterpret_cast<const std::byte*>(m.data()), m.size() * 2)};
+    const double cpu0 = process_cpu_seconds();
+    for (auto _ : state) {
+        auto ts = banded ? quantize_packed(v, o, layout, "m") : layout.pack(quantize(v, o), "m");
+        benchmark::DoNotOptimize(ts.data());
+    }
+    const double cpu = process_cpu_seconds() - cpu0;
+    const double weights = static_cast<double>(state.iterations()) * static_cast<double>(kRows * kCols);
+    state.counters["Gw_per_s"] = benchmark::Counter(weights / 1e9, benchmark::Counter::kIsRate);
+    state.counters["Gw_per_cpu_s"] = weights / 1e9 / cpu;
+}
+
 }  // namespace
 
 BENCHMARK(kernel_gptq<4>)->Name("kernel/gptq/4")->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -126,5 +187,18 @@ BENCHMARK_CAPTURE(layout_pack, ct4, compressed_tensors_layout<4>({.checkpoint_dt
     ->Name("layout/ct/4")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(layout_pack, awq4, awq_layout<4>(), 4)
     ->Name("layout/awq/4")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+BENCHMARK_CAPTURE(e2e, ct4_two_step, compressed_tensors_layout<4>(), e2e_options(true, dtype::BF16), false)
+    ->Name("e2e/ct/4-sym-g128/pack(quantize)")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(e2e, ct4_banded, compressed_tensors_layout<4>(), e2e_options(true, dtype::BF16), true)
+    ->Name("e2e/ct/4-sym-g128/quantize_packed")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(e2e, awq4_two_step, awq_layout<4>(), e2e_options(false, dtype::F16), false)
+    ->Name("e2e/awq/4-asym-g128/pack(quantize)")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(e2e, awq4_banded, awq_layout<4>(), e2e_options(false, dtype::F16), true)
+    ->Name("e2e/awq/4-asym-g128/quantize_packed")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(e2e, gptq4_two_step, gptq_layout<4>(), e2e_options(true, dtype::F16), false)
+    ->Name("e2e/gptq/4-sym-g128/pack(quantize)")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(e2e, gptq4_banded, gptq_layout<4>(), e2e_options(true, dtype::F16), true)
+    ->Name("e2e/gptq/4-sym-g128/quantize_packed")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();
