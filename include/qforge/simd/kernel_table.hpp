@@ -122,10 +122,10 @@ struct group_kernels {
     /// min_max_groups, extremes mn[j], mx[j], importance imp + group start or null): for each
     /// candidate c < count (<= max_search_candidates), symmetric recipe: a_c = factors[c] *
     /// group_amax(mn, mx); range recipes: a_c = factors[c] * lo, b_c = factors[c] * hi with
-    /// group_range(mn, mx, lo, hi); each
-    /// candidate's grid as make_grids makes it and its error as errors() computes it; the
-    /// lowest error wins, the earliest on ties: scale_bits[j], grids[j]. Returns the first
-    /// group where some candidate's scale overflows (its outputs are then unset), or -1.
+    /// group_range(mn, mx, lo, hi); each candidate's grid as make_grids makes it and its error
+    /// as errors() computes it; the lowest error wins, the earliest on ties: scale_bits[j],
+    /// grids[j]. Returns the first group where some candidate's scale overflows (its outputs
+    /// are then unset), or -1.
     std::int64_t (*search_groups)(const float* w, const float* imp, std::size_t n, std::size_t gsize,
                                   const float* mn, const float* mx, const float* factors, std::size_t count,
                                   const grid_recipe& recipe, std::uint16_t* scale_bits, grid_params* grids) noexcept;
