@@ -98,13 +98,15 @@ constexpr bool policy_supports(scale_policy p, bool symmetric) noexcept {
 inline constexpr std::array<float, 8> seed_factors{1.06f, 1.0f, 0.95f, 0.9f, 0.875f, 0.85f, 0.8f, 0.75f};
 inline constexpr float seed_fixed_factor = 0.875f;
 
-/// The unrounded scale formulas (float, evaluated exactly as written).
+/// The unrounded scale formulas (float, evaluated exactly as written). The divisors of the
+/// symmetric ones are also the make_grids recipes' `div`.
 namespace scale_formula {
-inline float absmax(float amax, int bits) noexcept { return amax / static_cast<float>((1 << (bits - 1)) - 1); }
-inline float gptq(float amax, int bits) noexcept { return amax / (static_cast<float>((1 << bits) - 1) / 2.0f); }
-inline float seed(float amax, float f, int bits) noexcept {
-    return simd::detail::no_contract(amax * f) / static_cast<float>(1 << (bits - 1));
-}
+inline float absmax_div(int bits) noexcept { return static_cast<float>((1 << (bits - 1)) - 1); }
+inline float gptq_div(int bits) noexcept { return static_cast<float>((1 << bits) - 1) / 2.0f; }
+inline float seed_div(int bits) noexcept { return static_cast<float>(1 << (bits - 1)); }
+inline float absmax(float amax, int bits) noexcept { return amax / absmax_div(bits); }
+inline float gptq(float amax, int bits) noexcept { return amax / gptq_div(bits); }
+inline float seed(float amax, float f, int bits) noexcept { return simd::detail::no_contract(amax * f) / seed_div(bits); }
 inline float minmax(float lo, float hi, int bits) noexcept { return (hi - lo) / static_cast<float>((1 << bits) - 1); }
 inline float awq(float mn, float mx, int bits) noexcept {
     const float range = mx - mn;
@@ -221,9 +223,9 @@ inline simd::grid_recipe fixed_recipe(scale_policy p, int bits, dtype scale_dtyp
     r.bits = bits;
     r.bf16 = scale_dtype == dtype::BF16;
     switch (p) {
-        case scale_policy::absmax: r.div = static_cast<float>((1 << (bits - 1)) - 1); break;
-        case scale_policy::gptq_absmax: r.div = static_cast<float>((1 << bits) - 1) / 2.0f; break;
-        case scale_policy::seed_fixed: r.div = static_cast<float>(1 << (bits - 1)); break;
+        case scale_policy::absmax: r.div = scale_formula::absmax_div(bits); break;
+        case scale_policy::gptq_absmax: r.div = scale_formula::gptq_div(bits); break;
+        case scale_policy::seed_fixed: r.div = scale_formula::seed_div(bits); break;
         case scale_policy::minmax: r.rule = simd::grid_rule::range; break;
         default: r.rule = simd::grid_rule::awq_range; break;
     }
@@ -250,28 +252,51 @@ struct search_plan {
     simd::grid_recipe recipe;
 };
 
+/// The seed search's recipe (scale rule of scale_formula::seed).
+inline simd::grid_recipe seed_recipe(int bits, dtype scale_dtype) noexcept {
+    simd::grid_recipe r;
+    r.bits = bits;
+    r.div = scale_formula::seed_div(bits);
+    r.bf16 = scale_dtype == dtype::BF16;
+    return r;
+}
+
+/// The mse search's recipe (scale rule of scale_formula::gptq, or of minmax), its number of
+/// candidates and candidate i's shrink factor (see the top of this header).
+inline simd::grid_recipe mse_recipe(int bits, bool symmetric, dtype scale_dtype, const search_params& sp) noexcept {
+    simd::grid_recipe r;
+    r.rule = symmetric ? simd::grid_rule::symmetric : simd::grid_rule::range;
+    r.bits = bits;
+    r.div = scale_formula::gptq_div(bits);
+    r.bf16 = scale_dtype == dtype::BF16;
+    r.norm = sp.norm;
+    return r;
+}
+inline std::size_t mse_steps(const search_params& sp) noexcept {
+    return static_cast<std::size_t>(static_cast<double>(sp.max_shrink) * sp.grid);
+}
+inline float mse_factor(std::size_t i, const search_params& sp) noexcept {
+    return static_cast<float>(1.0 - static_cast<double>(i) / sp.grid);
+}
+
 inline std::optional<search_plan> plan_search(scale_policy p, int bits, bool symmetric, dtype scale_dtype,
                                               const search_params& sp) {
     search_plan plan;
-    plan.recipe.bits = bits;
-    plan.recipe.bf16 = scale_dtype == dtype::BF16;
     if (p == scale_policy::seed_search) {
         plan.factors.assign(seed_factors.begin(), seed_factors.end());
-        plan.recipe.div = static_cast<float>(1 << (bits - 1));  // scale_formula::seed
+        plan.recipe = seed_recipe(bits, scale_dtype);
         return plan;
     }
     if (p != scale_policy::mse) return std::nullopt;
-    const auto steps = static_cast<std::size_t>(static_cast<double>(sp.max_shrink) * sp.grid);
+    const std::size_t steps = mse_steps(sp);
     if (steps > simd::max_search_candidates) return std::nullopt;
-    for (std::size_t i = 0; i < steps; ++i) plan.factors.push_back(static_cast<float>(1.0 - static_cast<double>(i) / sp.grid));
-    plan.recipe.rule = symmetric ? simd::grid_rule::symmetric : simd::grid_rule::range;
-    plan.recipe.div = static_cast<float>((1 << bits) - 1) / 2.0f;  // scale_formula::gptq
-    plan.recipe.norm = sp.norm;
+    for (std::size_t i = 0; i < steps; ++i) plan.factors.push_back(mse_factor(i, sp));
+    plan.recipe = mse_recipe(bits, symmetric, scale_dtype, sp);
     return plan;
 }
 
 inline group_choice choose_mse(const group_view& g, const search_params& sp) {
-    const auto steps = static_cast<std::size_t>(static_cast<double>(sp.max_shrink) * sp.grid);
+    const std::size_t steps = mse_steps(sp);
     float lo, hi;
     simd::group_range(g.mn, g.mx, lo, hi);
     const float amax = sym_amax(g);
@@ -279,18 +304,13 @@ inline group_choice choose_mse(const group_view& g, const search_params& sp) {
     std::uint16_t scales[batch];
     simd::grid_params grid[batch];
     float a[batch], b[batch], err[batch];
-    simd::grid_recipe recipe;
-    recipe.rule = g.symmetric ? simd::grid_rule::symmetric : simd::grid_rule::range;
-    recipe.bits = g.bits;
-    recipe.div = static_cast<float>((1 << g.bits) - 1) / 2.0f;  // scale_formula::gptq
-    recipe.bf16 = g.scale_dtype == dtype::BF16;
-    recipe.norm = sp.norm;
+    const simd::grid_recipe recipe = mse_recipe(g.bits, g.symmetric, g.scale_dtype, sp);
     group_choice best{};
     float best_err = 0;
     for (std::size_t i0 = 0; i0 < steps; i0 += batch) {
         const std::size_t count = std::min(batch, steps - i0);
         for (std::size_t j = 0; j < count; ++j) {
-            const auto p = static_cast<float>(1.0 - static_cast<double>(i0 + j) / sp.grid);
+            const float p = mse_factor(i0 + j, sp);
             if (g.symmetric) {
                 a[j] = simd::detail::no_contract(p * amax);
             } else {
@@ -328,10 +348,7 @@ inline group_choice choose_group(scale_policy policy, const group_view& g, const
             simd::grid_params grid[count];
             float a[count], err[count];
             for (std::size_t i = 0; i < count; ++i) a[i] = simd::detail::no_contract(amax * seed_factors[i]);
-            simd::grid_recipe recipe;
-            recipe.bits = g.bits;
-            recipe.div = static_cast<float>(1 << (g.bits - 1));  // scale_formula::seed
-            recipe.bf16 = g.scale_dtype == dtype::BF16;
+            const simd::grid_recipe recipe = detail::seed_recipe(g.bits, g.scale_dtype);
             const std::int64_t bad = g.kernels->make_grids(a, nullptr, count, recipe, scales, grid);
             if (bad >= 0) g.overflow(scale_formula::seed(amax, seed_factors[static_cast<std::size_t>(bad)], g.bits));
             g.kernels->errors(g.w, g.imp, g.n, grid, seed_factors.size(), err);
