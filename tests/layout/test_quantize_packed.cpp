@@ -197,20 +197,46 @@ TEST_CASE("quantize_packed equals pack(quantize) for AWQ: groups, symmetry, seve
         }
 }
 
-TEST_CASE("quantize_packed with 32-row bands: AWQ and padded compressed-tensors zero points") {
-    // 8192 columns -> bands of 32 rows, the smallest: every boundary of a padded 3-bit stream
-    // (32 = 3 * 10 + 2) falls inside a word.
-    const std::int64_t cols = 8192;
-    REQUIRE(detail::band_rows(cols) == 32);
+TEST_CASE("pack_band with 32-row bands: AWQ and padded compressed-tensors zero points") {
+    // The smallest bands pack_band takes (quantize_packed's are at least 128 rows): every
+    // boundary of a padded 3-bit stream (32 = 3 * 10 + 2) falls inside a word. Each band is
+    // quantized on its own (rows are independent) and packed into tensors for the whole weight.
+    const std::int64_t cols = 1024;
+    auto banded = [&](const auto& layout, const tensor_view& v, const quant_options& o, const std::string& what) {
+        const std::int64_t n = v.shape[0];
+        std::vector<owned_tensor> out;
+        for (const tensor_spec& t : layout.specs(n, cols, o.group_size, o.symmetric))
+            out.push_back(detail::alloc_tensor("m.proj" + t.suffix, t.type, t.shape));
+        const std::size_t es = dtype_size(v.type);
+        for (std::int64_t r0 = 0; r0 < n; r0 += 32) {
+            const std::int64_t r1 = std::min<std::int64_t>(n, r0 + 32);
+            const tensor_view part{v.name, v.type, {r1 - r0, cols},
+                                   v.bytes.subspan(static_cast<std::size_t>(r0 * cols) * es,
+                                                   static_cast<std::size_t>((r1 - r0) * cols) * es)};
+            layout.pack_band(quantize(part, o), r0, n, out);
+        }
+        const auto ref = layout.pack(quantize(v, o), "m.proj");
+        REQUIRE(out.size() == ref.size());
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+            INFO(what << " tensor " << ref[i].name);
+            CHECK(out[i].name == ref[i].name);
+            CHECK(out[i].shape == ref[i].shape);
+            CHECK(out[i].bytes == ref[i].bytes);
+        }
+    };
     const auto w = testing::to_bf16(testing::student_t_floats(static_cast<std::size_t>(99 * cols), 8));
     const tensor_view ct_v = testing::view_of(w, 99, cols, dtype::BF16, "m.proj.weight");  // 32+32+32+3
-    ct_sweep<3>(ct_v, {128, -1}, {false});
-    ct_sweep<7>(ct_v, {-1}, {false});
+    for (std::int64_t g : {128, -1}) {
+        const compressed_tensors_layout<3> ct3(ct_options{ct_packing::padded_v0_12, dtype::BF16});
+        banded(ct3, ct_v, opts_for(3, g, false, dtype::BF16), "ct 3-bit padded g" + std::to_string(g));
+    }
+    const compressed_tensors_layout<7> ct7(ct_options{ct_packing::padded_v0_12, dtype::BF16});
+    banded(ct7, ct_v, opts_for(7, -1, false, dtype::BF16), "ct 7-bit padded");
     const auto wf = testing::to_fp16(testing::student_t_floats(static_cast<std::size_t>(104 * cols), 8));
     const tensor_view awq_v = testing::view_of(wf, 104, cols, dtype::F16, "m.proj.weight");  // 32+32+32+8
     quant_options o = opts_for(4, 128, false, dtype::F16);
     o.policy = scale_policy::awq_minmax;
-    expect_same_as_pack(awq_layout<4>{}, awq_v, o, "awq 32-row bands");
+    banded(awq_layout<4>{}, awq_v, o, "awq 32-row bands");
 }
 
 TEST_CASE("band kernels: pack_awq4_band and pack_padded_part give the whole-weight kernels' words") {
