@@ -395,8 +395,11 @@ QFORGE_KFN void k_encode_groups(const float* w, std::size_t n, std::size_t gsize
     snr_store(snr, acc);
 }
 
-QFORGE_KFN std::int64_t k_make_grids(const float* a, const float* b, std::size_t count, const grid_recipe& rc,
-                                     std::uint16_t* scale_bits, grid_params* grids) noexcept {
+// Padded: a (and b) hold whole vectors past `count` (k_search_groups' candidate arrays), so
+// a short last vector is loaded in place too; with 16 lanes, 8 seed candidates are all tail.
+template <bool Padded>
+QFORGE_KFN std::int64_t k_make_grids_t(const float* a, const float* b, std::size_t count, const grid_recipe& rc,
+                                       std::uint16_t* scale_bits, grid_params* grids) noexcept {
     const float maxq = static_cast<float>((1 << rc.bits) - 1);
     const float pinned = static_cast<float>(1 << (rc.bits - 1));
     const std::uint16_t limit = rc.bf16 ? 0x7F80 : 0x7C00;
@@ -413,7 +416,7 @@ QFORGE_KFN std::int64_t k_make_grids(const float* a, const float* b, std::size_t
         // Whole vectors are loaded in place: a copy through a stack buffer stalled every
         // load on store forwarding (a quarter of this kernel's time).
         vf va, vb = vset(0.0f);
-        if (m == lanes) {
+        if (Padded || m == lanes) {
             va = vload(a + j0);
             if (b) vb = vload(b + j0);
         } else {
@@ -443,6 +446,11 @@ QFORGE_KFN std::int64_t k_make_grids(const float* a, const float* b, std::size_t
         }
     }
     return overflow;
+}
+
+QFORGE_KFN std::int64_t k_make_grids(const float* a, const float* b, std::size_t count, const grid_recipe& rc,
+                                     std::uint16_t* scale_bits, grid_params* grids) noexcept {
+    return k_make_grids_t<false>(a, b, count, rc, scale_bits, grids);
 }
 
 template <int Kind>  // 0: F32, 1: F16, 2: BF16
@@ -628,7 +636,7 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
                 vstore(b + c, vmul(vload(f + c), vset(hi)));
             }
         }
-        if (k_make_grids(a, b, count, rc, bits, g) >= 0) return static_cast<std::int64_t>(j);
+        if (k_make_grids_t<true>(a, symmetric ? nullptr : b, count, rc, bits, g) >= 0) return static_cast<std::int64_t>(j);
         // The bound needs every power term unclamped: |e| <= amax (1 + 2 maxq) < 2^42.
         const float amax = group_abs_max(mn[j], mx[j]);
         const bool bounded = rc.norm > 2.0f && rc.norm <= 3.0f && count > 1 && len <= 65536 && amax < 0x1p32f;
