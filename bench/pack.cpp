@@ -17,7 +17,6 @@
 #include <cstring>
 #include <ctime>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "qforge/layout/awq.hpp"
@@ -118,18 +117,7 @@ void layout_pack(benchmark::State& state, L layout, int bits) {
 constexpr std::int64_t kRows = 4096, kCols = 11008;
 
 const std::vector<std::uint16_t>& big_matrix() {
-    static const std::vector<std::uint16_t> m = [] {
-        std::vector<std::uint16_t> out(static_cast<std::size_t>(kRows * kCols));
-        std::vector<std::thread> th;  // 16 seeded slices, the same whatever the thread count
-        for (int s = 0; s < 16; ++s)
-            th.emplace_back([&out, s] {
-                constexpr std::int64_t slice = kRows / 16 * kCols;
-                const auto f = testing::student_t_floats(static_cast<std::size_t>(slice), 0x5EED0000u + s, 5, 0.02);
-                for (std::size_t i = 0; i < f.size(); ++i) out[static_cast<std::size_t>(s * slice) + i] = float_to_bf16(f[i]);
-            });
-        for (auto& t : th) t.join();
-        return out;
-    }();
+    static const std::vector<std::uint16_t> m = testing::bench_bf16_matrix(kRows, kCols);
     return m;
 }
 

@@ -19,7 +19,6 @@
 #include <ctime>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "qforge/core/parallel.hpp"
@@ -36,19 +35,7 @@ using namespace qforge;
 constexpr std::int64_t kRows = 4096, kCols = 11008;
 
 const std::vector<std::uint16_t>& matrix() {
-    static const std::vector<std::uint16_t> m = [] {
-        std::vector<std::uint16_t> out(static_cast<std::size_t>(kRows * kCols));
-        // 16 independently seeded slices, generated in parallel; fixed regardless of threads.
-        std::vector<std::thread> th;
-        for (int s = 0; s < 16; ++s)
-            th.emplace_back([&out, s] {
-                constexpr std::int64_t slice = kRows / 16 * kCols;
-                const auto f = testing::student_t_floats(static_cast<std::size_t>(slice), 0x5EED0000u + s, 5, 0.02);
-                for (std::size_t i = 0; i < f.size(); ++i) out[static_cast<std::size_t>(s * slice) + i] = float_to_bf16(f[i]);
-            });
-        for (auto& t : th) t.join();
-        return out;
-    }();
+    static const std::vector<std::uint16_t> m = testing::bench_bf16_matrix(kRows, kCols);
     return m;
 }
 

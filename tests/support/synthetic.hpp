@@ -13,6 +13,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -66,6 +67,22 @@ inline std::vector<std::uint16_t> to_bf16(const std::vector<float>& v) {
 inline std::vector<std::uint16_t> to_fp16(const std::vector<float>& v) {
     std::vector<std::uint16_t> out(v.size());
     for (std::size_t i = 0; i < v.size(); ++i) out[i] = float_to_fp16(v[i]);
+    return out;
+}
+
+/// The benches' weight matrix: rows x cols BF16 Student-t(df 5, std 0.02), made as 16
+/// slices of rows / 16 rows, slice s seeded 0x5EED0000 + s and generated on its own thread
+/// (the values do not depend on the threads). rows must be a multiple of 16.
+inline std::vector<std::uint16_t> bench_bf16_matrix(std::int64_t rows, std::int64_t cols) {
+    std::vector<std::uint16_t> out(static_cast<std::size_t>(rows * cols));
+    const auto slice = static_cast<std::size_t>(rows / 16 * cols);
+    std::vector<std::thread> th;
+    for (std::size_t s = 0; s < 16; ++s)
+        th.emplace_back([&out, s, slice] {
+            const auto f = student_t_floats(slice, 0x5EED0000u + s, 5, 0.02);
+            for (std::size_t i = 0; i < f.size(); ++i) out[s * slice + i] = float_to_bf16(f[i]);
+        });
+    for (auto& t : th) t.join();
     return out;
 }
 
