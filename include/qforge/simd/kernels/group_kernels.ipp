@@ -640,15 +640,14 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
         // The bound needs every power term unclamped: |e| <= amax (1 + 2 maxq) < 2^42.
         const float amax = group_abs_max(mn[j], mx[j]);
         const bool bounded = rc.norm > 2.0f && rc.norm <= 3.0f && count > 1 && len <= 65536 && amax < 0x1p32f;
-        std::size_t best = count;
-        if (bounded)
+        std::size_t best = 0;
+        if (bounded) {
             best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, g, count)
                        : k_best_by_bound<false>(w + c0, nullptr, len, g, count);
-        if (best == count) {
+        } else {
             k_errors(w + c0, imp ? imp + c0 : nullptr, len, g, count, err);
             // The best error is kept in a register: reloading err[best] put a load on the
             // chain of every comparison.
-            best = 0;
             float best_err = err[0];
             for (std::size_t c = 1; c < count; ++c)
                 if (err[c] < best_err) best = c, best_err = err[c];
