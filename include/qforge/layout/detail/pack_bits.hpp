@@ -330,6 +330,21 @@ QFORGE_TARGET_AVX2 inline std::int64_t pack4_rows8_avx2(const std::uint8_t* p, s
 }
 #endif
 
+/// Rows [r, nr) of a tile (codes [nr][cols] from `tile`) through a 4-bit SIMD row packer,
+/// `Step` rows a call, into tmp [words][tile_rows]; the columns past what the packer takes
+/// go through the scalar stream. Returns the first row left (fewer than Step remain).
+template <std::int64_t Step, class RowPacker>
+std::int64_t pack4_tile_rows(const std::uint8_t* tile, std::int64_t cols, std::int64_t r, std::int64_t nr,
+                             std::uint32_t* tmp, RowPacker pack_rows) {
+    for (; r + Step <= nr; r += Step) {
+        const std::uint8_t* p = tile + r * cols;
+        const std::int64_t done = pack_rows(p, cols, tmp + r);
+        for (std::int64_t j = 0; j < Step; ++j)
+            pack_dense(p + j * cols + done, 1, cols - done, 4, tmp + (done / 8) * tile_rows + r + j, tile_rows);
+    }
+    return r;
+}
+
 /// GPTQ qweight: codes [rows][cols] (row-major) -> words [dense_words(cols)][rows], each row a
 /// dense stream along cols written down its column. cols*bits must fill whole words.
 /// Allocates a dense_words(cols) x tile_rows word buffer (may throw std::bad_alloc). `simd_ok = false`
@@ -348,24 +363,10 @@ inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, 
         const std::int64_t nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
         std::int64_t r = 0;
 #if QFORGE_SIMD_X86 && (defined(__GNUC__) || defined(__clang__))
-        if (simd_ok && bits == 4 && use_avx2)
-            for (; r + 8 <= nr; r += 8) {
-                const std::uint8_t* p = codes + (r0 + r) * cols;
-                const std::int64_t done = pack4_rows8_avx2(p, cols, tmp + r);
-                for (std::int64_t j = 0; j < 8; ++j)
-                    pack_dense(p + j * cols + done, 1, cols - done, bits, tmp + (done / 8) * tile_rows + r + j,
-                               tile_rows);
-            }
+        if (simd_ok && bits == 4 && use_avx2) r = pack4_tile_rows<8>(codes + r0 * cols, cols, r, nr, tmp, pack4_rows8_avx2);
 #endif
 #if defined(__SSE2__)
-        if (simd_ok && bits == 4)
-            for (; r + 4 <= nr; r += 4) {
-                const std::uint8_t* p = codes + (r0 + r) * cols;
-                const std::int64_t done = pack4_rows4_sse2(p, cols, tmp + r);
-                for (std::int64_t j = 0; j < 4; ++j)
-                    pack_dense(p + j * cols + done, 1, cols - done, bits, tmp + (done / 8) * tile_rows + r + j,
-                               tile_rows);
-            }
+        if (simd_ok && bits == 4) r = pack4_tile_rows<4>(codes + r0 * cols, cols, r, nr, tmp, pack4_rows4_sse2);
 #else
         (void)simd_ok;
 #endif
