@@ -44,6 +44,7 @@
 #include "qforge/io/checkpoint.hpp"
 #include "qforge/io/fault_injector.hpp"
 #include "qforge/io/file.hpp"
+#include "qforge/io/gguf/imatrix.hpp"
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/gguf/value.hpp"
 #include "qforge/io/gguf/writer.hpp"

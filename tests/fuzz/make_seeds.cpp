@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -193,6 +194,61 @@ void gguf_seeds() {
     put("gguf", "many_tensors.gguf", many);
 }
 
+void imatrix_seeds() {
+    namespace gg = qforge::gguf;
+    using gg::ggml_type;
+    const fs::path tmp = root / "tmp.imatrix";
+    auto make = [&](const gg::kv_list& kvs, const std::vector<gg::tensor_decl>& tensors) {
+        {
+            gg::file_writer w(tmp.string(), kvs, tensors);
+            for (const auto& t : tensors) {
+                std::vector<float> v(static_cast<std::size_t>(gg::tensor_nbytes(t) / 4));
+                for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 5);
+                w.write_tensor(std::as_bytes(std::span<const float>(v)));
+            }
+            w.finish();
+        }
+        std::string b = slurp(tmp);
+        fs::remove(tmp);
+        return b;
+    };
+    const gg::kv_list kvs = {
+        {"general.type", gg::value::str("imatrix")},
+        {"imatrix.datasets", gg::value::array(gg::value_type::string, {std::string("calibration.txt")})},
+        {"imatrix.chunk_count", gg::value::u32(8)},
+        {"imatrix.chunk_size", gg::value::u32(512)},
+    };
+    put("imatrix", "dense_and_experts.gguf",
+        make(kvs, {{"blk.0.attn_q.weight.in_sum2", {8, 1}, ggml_type::f32},
+                   {"blk.0.attn_q.weight.counts", {1, 1}, ggml_type::f32},
+                   {"blk.0.ffn_up_exps.weight.in_sum2", {4, 3}, ggml_type::f32},
+                   {"blk.0.ffn_up_exps.weight.counts", {1, 3}, ggml_type::f32},
+                   {"blk.0.ffn_up_exps.weight.in_sum", {4, 3}, ggml_type::f32}}));
+    put("imatrix", "no_metadata.gguf", make({{"general.type", gg::value::str("imatrix")}},
+                                            {{"output.weight.in_sum2", {4, 1}, ggml_type::f32},
+                                             {"output.weight.counts", {1, 1}, ggml_type::f32}}));
+    // Legacy .dat: i32 count; per entry i32 len, name, i32 ncall, i32 nval, f32[nval]; trailer.
+    std::string dat;
+    auto i32 = [&](std::int32_t v) { dat.append(reinterpret_cast<const char*>(&v), 4); };
+    auto entry = [&](const std::string& name, std::int32_t ncall, std::int32_t nval) {
+        i32(static_cast<std::int32_t>(name.size()));
+        dat += name;
+        i32(ncall);
+        i32(nval);
+        for (std::int32_t i = 0; i < nval; ++i) {
+            const float v = static_cast<float>(i + 1) * static_cast<float>(ncall);
+            dat.append(reinterpret_cast<const char*>(&v), 4);
+        }
+    };
+    i32(2);
+    entry("blk.0.attn_k.weight", 4, 8);
+    entry("blk.0.ffn_down.weight", 0, 4);
+    i32(10);
+    i32(9);
+    dat += "wiki.text";
+    put("imatrix", "legacy.dat", dat);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,5 +261,6 @@ int main(int argc, char** argv) {
     json_seeds();
     index_seeds();
     gguf_seeds();
+    imatrix_seeds();
     return 0;
 }
