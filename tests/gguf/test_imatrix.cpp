@@ -1,7 +1,7 @@
 // llama.cpp importance matrices in both forms llama-quantize reads (LC common/imatrix-loader.cpp
 // common_imatrix_load / common_imatrix_load_legacy, tools/quantize/quantize.cpp load_imatrix):
 // the values handed to the quantizers (sums / counts, 1 for an expert that saw no token;
-// legacy: stored / ncall), the metadata, and every refusal.
+// legacy: stored / ncall), the metadata, every refusal, and the HF -> entry names (convert/importance.hpp).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "qforge/convert/importance.hpp"
 #include "qforge/io/gguf/imatrix.hpp"
 #include "qforge/io/gguf/writer.hpp"
 
@@ -245,4 +246,43 @@ TEST_CASE("imatrix legacy refusals: where llama.cpp would crash or read past the
     CHECK(refusal({}).find("truncated legacy imatrix") != std::string::npos);
     const std::string gguf_head = "GGUF";
     CHECK(refusal(std::as_bytes(std::span<const char>(gguf_head))).find("im.dat") != std::string::npos);
+}
+
+TEST_CASE("imatrix names: HF weights map to llama.cpp's entries, experts to matrices of the stacked entry") {
+    auto at = [](const char* hf) { return imatrix_location_of(hf); };
+    CHECK(at("model.layers.0.self_attn.q_proj.weight")->entry == "blk.0.attn_q.weight");
+    CHECK(at("model.layers.12.mlp.down_proj.weight")->entry == "blk.12.ffn_down.weight");
+    CHECK(at("lm_head.weight")->entry == "output.weight");
+    CHECK(at("model.layers.0.self_attn.q_proj.weight")->expert == -1);
+    const auto qwen = at("model.layers.3.mlp.experts.17.up_proj.weight");
+    REQUIRE(qwen);
+    CHECK(qwen->entry == "blk.3.ffn_up_exps.weight");
+    CHECK(qwen->expert == 17);
+    CHECK(at("model.layers.1.block_sparse_moe.experts.7.w1.weight")->entry == "blk.1.ffn_gate_exps.weight");
+    CHECK(at("model.layers.1.block_sparse_moe.experts.7.w3.weight")->entry == "blk.1.ffn_up_exps.weight");
+    CHECK(at("model.layers.1.block_sparse_moe.experts.7.w2.weight")->entry == "blk.1.ffn_down_exps.weight");
+    CHECK(at("model.layers.1.block_sparse_moe.experts.7.w2.weight")->expert == 7);
+    CHECK(at("model.layers.2.mlp.shared_expert.down_proj.weight")->entry == "blk.2.ffn_down_shexp.weight");
+    CHECK(at("model.layers.2.mlp.shared_experts.gate_proj.weight")->entry == "blk.2.ffn_gate_shexp.weight");
+    CHECK(at("model.layers.2.mlp.gate.weight")->entry == "blk.2.ffn_gate_inp.weight");
+    CHECK(at("model.layers.2.block_sparse_moe.gate.weight")->entry == "blk.2.ffn_gate_inp.weight");
+    CHECK_FALSE(at("model.layers.3.mlp.experts.x.up_proj.weight"));
+    CHECK_FALSE(at("model.layers.3.mlp.experts.1.w4.weight"));
+    CHECK_FALSE(at("model.vision_tower.proj.weight"));
+}
+
+TEST_CASE("imatrix lookup: a weight's columns, an expert's matrix, and llama-quantize's size check") {
+    const auto m = importance_matrix::open(write_gguf("lookup", imatrix_kvs(), sample_tensors()));
+    importance_lookup look(m);
+    const auto q = look.find("model.layers.0.self_attn.q_proj.weight", 4);
+    CHECK(std::vector<float>(q.begin(), q.end()) == std::vector<float>{1, 2, 3, 10});
+    const auto e2 = look.find("model.layers.1.mlp.experts.2.up_proj.weight", 2);
+    CHECK(std::vector<float>(e2.begin(), e2.end()) == std::vector<float>{2, 3});
+    const auto e1 = look.find("model.layers.1.mlp.experts.1.up_proj.weight", 2);
+    CHECK(std::vector<float>(e1.begin(), e1.end()) == std::vector<float>{1, 1});
+    CHECK(look.find("model.layers.0.self_attn.k_proj.weight", 4).empty());  // no entry: without one
+    CHECK_THROWS_WITH_AS((void)look.find("model.layers.0.self_attn.q_proj.weight", 8),
+                         doctest::Contains("blk.0.attn_q.weight': imatrix has 4 values, but"), shape_error);
+    CHECK_THROWS_WITH_AS((void)look.find("model.layers.1.mlp.experts.3.up_proj.weight", 2),
+                         doctest::Contains("for expert 3"), shape_error);
 }
