@@ -41,6 +41,7 @@ struct settings {
     int qat_bits = 0;
     bool gguf = false;  // --format gguf (issue 6): one streaming pass HF -> GGUF
     std::string gguf_type = "Q4_K_M", tokenizer_from, pre_tokenizer;
+    std::string imatrix;  // llama-imatrix output
     std::vector<std::string> gguf_overrides;
     bool no_vocab = false;
     bool read_copy = false;
@@ -214,6 +215,8 @@ const std::vector<option>& options() {
          [](settings& s, const std::string& v) { s.pre_tokenizer = v; }},
         {"--no-vocab", "", "with --format gguf: write no tokenizer (tokenizer.ggml.model = no_vocab)",
          [](settings& s, const std::string&) { s.no_vocab = true; }},
+        {"--imatrix", "FILE", "with --format gguf: a llama-imatrix file (GGUF or .dat), used as llama-quantize --imatrix uses it",
+         [](settings& s, const std::string& v) { s.imatrix = v; }},
         {"--read-copy", "", "read each source tensor with pread instead of quantizing from the mapping: a file truncated underneath is an error, never a SIGBUS",
          [](settings& s, const std::string&) { s.read_copy = true; }},
         {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT): move its codes into --format bit for bit, or refuse with the reason",
@@ -286,6 +289,7 @@ settings parse(int argc, char** argv) {
     s.src = positional[0];
     s.dst = positional[1];
     if (!s.format && !s.gguf) usage_error("give --format or --preset");
+    if (!s.imatrix.empty() && !s.gguf) usage_error("--imatrix is read by --format gguf");
     return s;
 }
 
@@ -356,6 +360,7 @@ int run_gguf(const settings& s) {
     o.tokenizer_from = s.tokenizer_from;
     o.pre_tokenizer = s.pre_tokenizer;
     o.allow_no_vocab = s.no_vocab;
+    o.imatrix_file = s.imatrix;
     thread_pool pool(s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency()));
     o.exec = pool.executor();
     gguf::progress_fn progress;
@@ -374,6 +379,7 @@ int run_gguf(const settings& s) {
     if (quantized) std::printf(", SNR min %.2f dB, mean %.2f dB", snr_min, snr_sum / static_cast<double>(quantized));
     std::printf("\n");
     for (const auto& f : r.fallbacks()) std::printf("fallback: %s\n", f.c_str());
+    for (const auto& f : r.without_imatrix()) std::printf("without imatrix: %s\n", f.c_str());
     return 0;
 }
 

@@ -4,16 +4,20 @@
 // legacy: stored / ncall), the metadata, every refusal, and the HF -> entry names (convert/importance.hpp).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "qforge/convert/gguf/converter.hpp"
 #include "qforge/convert/importance.hpp"
 #include "qforge/io/gguf/imatrix.hpp"
 #include "qforge/io/gguf/writer.hpp"
+#include "qforge/io/safetensors/writer.hpp"
 
 using namespace qforge;
 using namespace qforge::gguf;
@@ -285,4 +289,127 @@ TEST_CASE("imatrix lookup: a weight's columns, an expert's matrix, and llama-qua
                          doctest::Contains("blk.0.attn_q.weight': imatrix has 4 values, but"), shape_error);
     CHECK_THROWS_WITH_AS((void)look.find("model.layers.1.mlp.experts.3.up_proj.weight", 2),
                          doctest::Contains("for expert 3"), shape_error);
+}
+
+namespace {
+
+std::vector<char> slurp_file(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    REQUIRE_MESSAGE(f, "missing file " << path);
+    std::vector<char> out;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.insert(out.end(), buf, buf + n);
+    std::fclose(f);
+    return out;
+}
+
+std::vector<float> golden_floats(const std::string& name) {
+    const auto b = slurp_file(QFORGE_SOURCE_DIR "/tests/golden/gguf/" + name);
+    std::vector<float> v(b.size() / 4);
+    std::memcpy(v.data(), b.data(), v.size() * 4);
+    return v;
+}
+
+/// A one-layer F32 Llama (hidden 8, MLP 256) whose ffn_down rows are the golden Student-t case
+/// student_t_n256 (8 rows x 256, tests/golden/gguf/cases.txt: input offset 0).
+std::string golden_llama() {
+    const std::string dir = tmp_path("llama");
+    io::remove_tree_noexcept(dir);
+    io::make_directory(dir);
+    {
+        std::FILE* f = std::fopen((dir + "/config.json").c_str(), "wb");
+        const std::string cfg = R"({"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
+            "intermediate_size": 256, "num_attention_heads": 2, "num_key_value_heads": 2,
+            "tie_word_embeddings": true})";
+        std::fwrite(cfg.data(), 1, cfg.size(), f);
+        std::fclose(f);
+    }
+    const std::vector<float> input = golden_floats("inputs_f32.bin");
+    std::vector<safetensors::tensor_spec> specs = {
+        {"model.embed_tokens.weight", dtype::F32, {8, 8}},
+        {"model.layers.0.input_layernorm.weight", dtype::F32, {8}},
+        {"model.layers.0.post_attention_layernorm.weight", dtype::F32, {8}},
+        {"model.layers.0.self_attn.q_proj.weight", dtype::F32, {8, 8}},
+        {"model.layers.0.self_attn.k_proj.weight", dtype::F32, {8, 8}},
+        {"model.layers.0.self_attn.v_proj.weight", dtype::F32, {8, 8}},
+        {"model.layers.0.self_attn.o_proj.weight", dtype::F32, {8, 8}},
+        {"model.layers.0.mlp.gate_proj.weight", dtype::F32, {256, 8}},
+        {"model.layers.0.mlp.up_proj.weight", dtype::F32, {256, 8}},
+        {"model.layers.0.mlp.down_proj.weight", dtype::F32, {8, 256}},
+        {"model.norm.weight", dtype::F32, {8}}};
+    safetensors::writer w(dir + "/model.safetensors", specs);
+    for (const auto& s : specs) {
+        std::vector<float> v(static_cast<std::size_t>(s.shape.size() == 1 ? s.shape[0] : s.shape[0] * s.shape[1]), 0.5f);
+        if (s.name.ends_with("down_proj.weight")) v.assign(input.begin(), input.begin() + 8 * 256);
+        w.write(s.name, bytes_of(v));
+    }
+    w.finish();
+    return dir;
+}
+
+}  // namespace
+
+TEST_CASE("HF -> GGUF with an imatrix file: llama-quantize's bytes for every type, the fallback reported") {
+    const std::string src = golden_llama();
+    const std::vector<float> im256 = golden_floats("imatrix_n256.f32");
+    std::vector<float> sums(im256.size());
+    for (std::size_t i = 0; i < im256.size(); ++i) sums[i] = 4.0f * im256[i];  // / count 4: exact
+    const std::string with = write_gguf("down", imatrix_kvs(), {{"blk.0.ffn_down.weight.in_sum2", {256, 1}, sums},
+                                                                {"blk.0.ffn_down.weight.counts", {1, 1}, {4}}});
+    const std::string without = write_gguf("other", imatrix_kvs(), {{"blk.0.ffn_up.weight.in_sum2", {8, 1}, std::vector<float>(8, 1)},
+                                                                    {"blk.0.ffn_up.weight.counts", {1, 1}, {1}}});
+    struct type_case {
+        const char* name;
+        ggml_type type;
+    };
+    // student_t_n256 is the first case of every type: byte offset 0 of its .bin (cases.txt).
+    const type_case types[] = {{"q4_0", ggml_type::q4_0}, {"q4_1", ggml_type::q4_1}, {"q5_0", ggml_type::q5_0},
+                               {"q5_1", ggml_type::q5_1}, {"q2_K", ggml_type::q2_k}, {"q3_K", ggml_type::q3_k},
+                               {"q4_K", ggml_type::q4_k}, {"q5_K", ggml_type::q5_k}, {"q6_K", ggml_type::q6_k},
+                               {"iq4_nl", ggml_type::iq4_nl}};
+    for (const auto& tc : types) {
+        CAPTURE(tc.name);
+        for (const bool have_entry : {true, false}) {
+            gguf::convert_options o;
+            o.allow_no_vocab = true;
+            o.overrides = {parse_override(std::string("blk.0.ffn_down.weight=") + tc.name)};
+            o.imatrix_file = have_entry ? with : without;
+            const std::string dst = tmp_path(std::string(tc.name) + (have_entry ? "-im" : "-null") + ".gguf");
+            io::remove_tree_noexcept(dst);
+            const convert_report r = convert_hf_to_gguf(src, dst, o);
+            const reader g(dst);
+            const tensor_entry* t = g.find_tensor("blk.0.ffn_down.weight");
+            REQUIRE(t);
+            REQUIRE(t->type == tc.type);
+            const auto golden = slurp_file(QFORGE_SOURCE_DIR "/tests/golden/gguf/" + std::string(tc.name) + "/quantize_" +
+                                           (have_entry ? "imatrix" : "null") + ".bin");
+            const auto bytes = g.read_bytes(*t);
+            REQUIRE(bytes.size() <= golden.size());
+            CHECK(std::memcmp(bytes.data(), golden.data(), bytes.size()) == 0);
+            const auto missing = r.without_imatrix();
+            const bool down_missing =
+                std::find(missing.begin(), missing.end(), "blk.0.ffn_down.weight: not in the imatrix") != missing.end();
+            CHECK(down_missing == !have_entry);
+            // llama-quantize's record of the file it used.
+            REQUIRE(g.find("quantize.imatrix.file"));
+            CHECK(g.find("quantize.imatrix.file")->as<std::string>() == o.imatrix_file);
+            CHECK(g.find("quantize.imatrix.dataset")->as<std::string>() == "calibration.txt");
+            CHECK(g.find("quantize.imatrix.entries_count")->as<std::uint32_t>() == 1u);
+            CHECK(g.find("quantize.imatrix.chunks_count")->as<std::uint32_t>() == 45u);
+        }
+    }
+    // An entry of the wrong size is refused before the output exists.
+    const std::string bad = write_gguf("bad", imatrix_kvs(), {{"blk.0.ffn_down.weight.in_sum2", {128, 1}, std::vector<float>(128, 1)},
+                                                              {"blk.0.ffn_down.weight.counts", {1, 1}, {1}}});
+    gguf::convert_options o;
+    o.allow_no_vocab = true;
+    o.overrides = {parse_override("blk.0.ffn_down.weight=q4_K")};
+    o.imatrix_file = bad;
+    const std::string dst = tmp_path("refused-out.gguf");
+    io::remove_tree_noexcept(dst);
+    CHECK_THROWS_WITH_AS(convert_hf_to_gguf(src, dst, o),
+                         doctest::Contains("blk.0.ffn_down.weight': imatrix size 128 is different from tensor size 256"),
+                         shape_error);
+    CHECK_FALSE(io::path_exists(dst));
+    CHECK_FALSE(io::path_exists(dst + ".tmp"));
 }

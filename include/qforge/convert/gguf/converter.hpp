@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,7 @@
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/parallel.hpp"
+#include "qforge/io/gguf/imatrix.hpp"
 #include "qforge/io/gguf/writer.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
@@ -42,8 +45,15 @@ struct convert_options {
     std::string pre_tokenizer;    // llama.cpp pre-tokenizer name for tokenizer.json conversion
     bool allow_no_vocab = false;  // write tokenizer.ggml.model = "no_vocab" when there is no tokenizer
     std::string model_name;       // general.name (default: the source folder's name)
-    /// Importance vector (ne[0] floats) for a GGUF tensor name, or null (llama.cpp imatrix).
+    /// Importance vector (ne[0] floats) for a GGUF tensor name, or null: a hook for importance
+    /// from elsewhere. For a llama.cpp imatrix file use imatrix_file.
     std::function<const std::vector<float>*(const std::string&)> imatrix;
+    /// A llama-imatrix file (GGUF or legacy .dat, io/gguf/imatrix.hpp), used as
+    /// `llama-quantize --imatrix` uses it: every quantized tensor with an entry of ne[0] values
+    /// gets them, a tensor without one is quantized without and reported, an entry of another
+    /// size is refused (llama-quantize ignores it for token_embd only), and the output records
+    /// quantize.imatrix.{file,dataset,entries_count,chunks_count}.
+    std::string imatrix_file;
     std::int64_t chunk_rows = 256;
     /// Runs the rows of a chunk in parallel (e.g. thread_pool::executor()); null: this thread.
     /// The output bytes never depend on it (rows are independent).
@@ -58,6 +68,7 @@ struct tensor_report {
     std::uint64_t bytes = 0;
     double snr_db = std::numeric_limits<double>::infinity();  // 10 log10(sum x^2 / sum err^2)
     bool permuted = false;
+    std::string imatrix;  // with an imatrix file: "used", or why the tensor was quantized without
 };
 
 struct convert_report {
@@ -65,6 +76,13 @@ struct convert_report {
     std::vector<tensor_report> tensors;
     std::uint64_t total_elements = 0, total_bytes = 0;
     double bits_per_weight() const { return total_elements ? 8.0 * static_cast<double>(total_bytes) / static_cast<double>(total_elements) : 0; }
+    /// With an imatrix file: the quantized tensors it had no usable entry for, and why.
+    std::vector<std::string> without_imatrix() const {
+        std::vector<std::string> out;
+        for (const auto& t : tensors)
+            if (!t.imatrix.empty() && t.imatrix != "used") out.push_back(t.gguf_name + ": " + t.imatrix);
+        return out;
+    }
     std::vector<std::string> fallbacks() const {
         std::vector<std::string> out;
         for (const auto& t : tensors)
@@ -111,6 +129,67 @@ inline hf_arch detect_arch(const json& cfg, const std::string& file) {
     if (t == "llama" || t == "mistral") return hf_arch::llama;
     if (t == "qwen2") return hf_arch::qwen2;
     fail<unsupported_error>(file, "", "model_type \"" + t + "\" is not a Llama-family model (llama, mistral, qwen2)");
+}
+
+/// Whether llama-quantize would quantize to `t` (and so hand it the imatrix).
+inline bool is_block_quantized(ggml_type t) noexcept {
+    return t != ggml_type::f32 && t != ggml_type::f16 && t != ggml_type::bf16;
+}
+
+/// llama-quantize's record of the imatrix it used (LC tools/quantize/quantize.cpp: the
+/// strings are cut to 127 bytes (val_str), INT overrides are written UINT32 (src/llama-quant.cpp)).
+inline void add_imatrix_keys(kv_list& kvs, const std::string& file, const importance_matrix& m) {
+    kvs.emplace_back("quantize.imatrix.file", value::str(file.substr(0, 127)));
+    if (!m.datasets().empty()) kvs.emplace_back("quantize.imatrix.dataset", value::str(m.datasets().front().substr(0, 127)));
+    kvs.emplace_back("quantize.imatrix.entries_count", value::u32(static_cast<std::uint32_t>(m.size())));
+    if (m.chunk_count() > 0) kvs.emplace_back("quantize.imatrix.chunks_count", value::u32(m.chunk_count()));
+}
+
+/// The importance one tensor is quantized with: the user's hook, or the imatrix entry of its
+/// GGUF name (llama-quantize: `imatrix_data->find(name)`, used when its size is ne[0] * ne[2];
+/// another size throws, except for token_embd, LC src/llama-quant.cpp).
+class tensor_importance {
+public:
+    tensor_importance(const convert_options& opt, const importance_matrix* file, const tensor_decl& t) {
+        if (opt.imatrix) {
+            if (const std::vector<float>* v = opt.imatrix(t.name)) {
+                if (static_cast<std::int64_t>(v->size()) != t.ne[0])
+                    fail<shape_error>("", t.name, "imatrix has " + std::to_string(v->size()) + " entries, rows have " + std::to_string(t.ne[0]));
+                values_ = *v;
+            }
+            return;
+        }
+        if (!file || !is_block_quantized(t.type)) return;
+        entry_ = file->load(t.name);
+        if (!entry_) {
+            status_ = "not in the imatrix";
+        } else if (entry_->fits(t.ne[0], 1)) {
+            values_ = entry_->matrix(0, t.ne[0]);
+            status_ = "used";
+        } else if (t.name == "token_embd.weight") {
+            status_ = "imatrix entry has " + std::to_string(entry_->values.size()) + " values, not " + std::to_string(t.ne[0]);
+        } else {
+            fail<shape_error>(file->path(), t.name, "imatrix size " + std::to_string(entry_->values.size()) +
+                                                        " is different from tensor size " + std::to_string(t.ne[0]));
+        }
+    }
+    const float* data() const noexcept { return values_.empty() ? nullptr : values_.data(); }
+    const std::string& status() const noexcept { return status_; }
+
+private:
+    std::optional<imatrix_entry> entry_;
+    std::span<const float> values_;
+    std::string status_;
+};
+
+/// llama-quantize's size check for every tensor, before anything is written.
+inline void check_imatrix_sizes(const importance_matrix& m, const std::vector<planned_tensor>& plan) {
+    for (const auto& p : plan) {
+        const auto n = m.value_count(p.decl.name);
+        if (n && *n != p.decl.ne[0] && p.decl.name != "token_embd.weight" && is_block_quantized(p.decl.type))
+            fail<shape_error>(m.path(), p.decl.name, "imatrix size " + std::to_string(*n) +
+                                                         " is different from tensor size " + std::to_string(p.decl.ne[0]));
+    }
 }
 
 /// Row `r` of a tensor view as float32.
@@ -245,6 +324,13 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
         fail<unsupported_error>(src_dir, "token_embd.weight", "the tokenizer has " + std::to_string(toks->elems.size()) +
                                                                   " tokens but the embedding table has " + std::to_string(n_vocab) + " rows");
     for (auto& kv : tok) kvs.push_back(std::move(kv));
+    std::optional<importance_matrix> imatrix;
+    if (!opt.imatrix_file.empty()) {
+        if (opt.imatrix) fail<unsupported_error>(opt.imatrix_file, "", "give an imatrix file or an importance hook, not both");
+        imatrix.emplace(importance_matrix::open(opt.imatrix_file));
+        detail::add_imatrix_keys(kvs, opt.imatrix_file, *imatrix);
+        detail::check_imatrix_sizes(*imatrix, plan);
+    }
 
     // ---- stream ---------------------------------------------------------------------------
     std::vector<tensor_decl> decls;
@@ -261,9 +347,7 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
         const std::int64_t cols = p.decl.ne[0];
         const std::int64_t nrows = p.shape.size() == 2 ? p.shape[0] : 1;
         const ggml_type t = p.decl.type;
-        const std::vector<float>* im = opt.imatrix ? opt.imatrix(p.decl.name) : nullptr;
-        if (im && static_cast<std::int64_t>(im->size()) != cols)
-            fail<shape_error>("", p.decl.name, "imatrix has " + std::to_string(im->size()) + " entries, rows have " + std::to_string(cols));
+        const detail::tensor_importance im(opt, imatrix ? &*imatrix : nullptr, p.decl);
         double sx2 = 0, se2 = 0;
         const auto row_size = static_cast<std::size_t>(quantized_size(t, 1, cols));
         for (std::int64_t r0 = 0; r0 < nrows; r0 += opt.chunk_rows) {
@@ -283,7 +367,7 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
                     for (std::int64_t c = 0; c < cols; ++c)
                         if (!std::isfinite(xr[c])) fail<format_error>(src_dir, p.hf, "tensor holds NaN or infinity");
                     std::byte* qr = dst + r * row_size;
-                    quantize_rows(t, xr, 1, cols, im ? im->data() : nullptr, qr);
+                    quantize_rows(t, xr, 1, cols, im.data(), qr);
                     float* yr = back.data() + ri * cols;
                     dequantize_rows(t, qr, cols, yr);
                     double x2 = 0, e2 = 0;
@@ -305,7 +389,8 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
         w.end_tensor();
         src.release(p.hf);
         tensor_report tr{p.hf, p.decl.name, p.decl.ne, p.decision.requested, t, p.decision.fallback, tensor_nbytes(p.decl),
-                         se2 > 0 ? 10.0 * std::log10(sx2 / se2) : std::numeric_limits<double>::infinity(), p.map.permute_heads > 0};
+                         se2 > 0 ? 10.0 * std::log10(sx2 / se2) : std::numeric_limits<double>::infinity(), p.map.permute_heads > 0,
+                         im.status()};
         report.total_elements += static_cast<std::uint64_t>(nrows * cols);
         report.total_bytes += tr.bytes;
         report.tensors.push_back(std::move(tr));

@@ -182,6 +182,14 @@ public:
         return out;
     }
 
+    /// How many values the entry for `gguf_name` holds (all its matrices), from the index alone;
+    /// nullopt when the file has none.
+    std::optional<std::int64_t> value_count(std::string_view gguf_name) const noexcept {
+        const auto it = slots_.find(gguf_name);
+        if (it == slots_.end()) return std::nullopt;
+        return it->second.sums ? it->second.sums->numel() : std::int64_t{it->second.nval};
+    }
+
     /// The entry for a GGUF weight name, read from the file and checked now; nullopt when the
     /// file has none. Safe to call from several threads.
     std::optional<imatrix_entry> load(std::string_view gguf_name) const {
