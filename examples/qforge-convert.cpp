@@ -215,7 +215,7 @@ const std::vector<option>& options() {
          [](settings& s, const std::string& v) { s.pre_tokenizer = v; }},
         {"--no-vocab", "", "with --format gguf: write no tokenizer (tokenizer.ggml.model = no_vocab)",
          [](settings& s, const std::string&) { s.no_vocab = true; }},
-        {"--imatrix", "FILE", "with --format gguf: a llama-imatrix file (GGUF or .dat), used as llama-quantize --imatrix uses it",
+        {"--imatrix", "FILE", "a llama-imatrix file (GGUF or .dat): GGUF uses it as llama-quantize --imatrix does; the other formats weight the scale search (--scale search|mse|lsq) by it",
          [](settings& s, const std::string& v) { s.imatrix = v; }},
         {"--read-copy", "", "read each source tensor with pread instead of quantizing from the mapping: a file truncated underneath is an error, never a SIGBUS",
          [](settings& s, const std::string&) { s.read_copy = true; }},
@@ -289,7 +289,9 @@ settings parse(int argc, char** argv) {
     s.src = positional[0];
     s.dst = positional[1];
     if (!s.format && !s.gguf) usage_error("give --format or --preset");
-    if (!s.imatrix.empty() && !s.gguf) usage_error("--imatrix is read by --format gguf");
+    if (!s.imatrix.empty() && !s.gguf && s.scheme.scale != scale_method::search && s.scheme.scale != scale_method::mse &&
+        s.scheme.scale != scale_method::lsq)
+        usage_error("--imatrix weights the errors of a scale search: use --scale search, mse or lsq");
     return s;
 }
 
@@ -302,6 +304,7 @@ convert_options to_options(const settings& s, const checkpoint_source& src) {
     o.read = s.read_copy ? source_read::copied : source_read::mapped;
     o.hessians = s.hessians;
     o.gptq = s.gptq;
+    o.imatrix = s.imatrix;
     for (const auto& f : s.split_qkv) o.rules.split_qkv(f);
     for (const auto& f : s.split_gate_up) o.rules.split_gate_up(f);
     if (s.targets.empty()) o.rules.default_scheme = s.scheme;
@@ -415,6 +418,11 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "GPTQ (--hessians): %zu layer(s) solved, %zu without a Hessian (round-to-nearest)%s\n",
                          r.gptq_layers.size(), r.rtn_layers.size(), r.rtn_layers.empty() ? "" : ":");
             for (const auto& l : r.rtn_layers) std::fprintf(stderr, "  round-to-nearest: %s\n", l.c_str());
+        }
+        if (!s.quiet && !s.imatrix.empty()) {
+            std::fprintf(stderr, "imatrix: %zu layer(s) weighted by it, %zu without an entry%s\n", r.imatrix_layers.size(),
+                         r.layers_without_imatrix.size(), r.layers_without_imatrix.empty() ? "" : ":");
+            for (const auto& l : r.layers_without_imatrix) std::fprintf(stderr, "  without imatrix: %s\n", l.c_str());
         }
         if (!s.quiet)
             std::fprintf(stderr, "wrote %s: %zu shard(s), %s of weights in %.2f s\n", s.dst.c_str(), r.shards.size(),

@@ -3,12 +3,15 @@
 // independence.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/io/file.hpp"
+#include "qforge/io/gguf/writer.hpp"
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/layout/gptq.hpp"
 #include "qforge/quant/quantize.hpp"
@@ -244,4 +247,53 @@ TEST_CASE("the seed model: fused q_k_v_proj split, out_proj kept by name, embedd
         const tensor_view v = written.view(t.name);
         CHECK(std::equal(t.bytes.begin(), t.bytes.end(), v.bytes.begin(), v.bytes.end()));
     }
+}
+
+TEST_CASE("--imatrix: each layer's scale search is weighted by its imatrix entry (mean x^2), others by nothing") {
+    // llama-imatrix entry of layer 0's q_proj input (K = 128): sums over 4 tokens, so the
+    // importance handed to the quantizer is sums / 4 (io/gguf/imatrix.hpp).
+    std::vector<float> sums(128), expected(128);
+    for (std::size_t k = 0; k < sums.size(); ++k) {
+        expected[k] = k % 16 == 0 ? 64.0f : 0.25f * static_cast<float>(1 + k % 3);
+        sums[k] = 4.0f * expected[k];
+    }
+    const std::string im = scratch("imatrix.gguf");
+    {
+        gguf::file_writer w(im, {{"imatrix.datasets", gguf::value::array_of<std::string>(gguf::value_type::string, {"c.txt"})},
+                                 {"imatrix.chunk_count", gguf::value::u32(1)},
+                                 {"imatrix.chunk_size", gguf::value::u32(512)}},
+                            {{"blk.0.attn_q.weight.in_sum2", {128, 1}, gguf::ggml_type::f32},
+                             {"blk.0.attn_q.weight.counts", {1, 1}, gguf::ggml_type::f32}});
+        const float count = 4.0f;
+        w.write_tensor(std::as_bytes(std::span<const float>(sums)));
+        w.write_tensor(std::as_bytes(std::span<const float>(&count, 1)));
+        w.finish();
+    }
+    convert_options o = w4a8_cpu();
+    o.imatrix = im;
+    const std::string out_with = scratch("out-imatrix"), out_without = scratch("out-no-imatrix");
+    const auto r = convert(demo_dir(), out_with, o);
+    CHECK(r.imatrix_layers == std::vector<std::string>{"model.layers.0.self_attn.q_proj"});
+    CHECK(r.layers_without_imatrix.size() == r.report.tensors.size() - 1);
+    (void)convert(demo_dir(), out_without, w4a8_cpu());
+
+    // The converter's bytes are those of the quantizer given that importance, and differ from
+    // the unweighted search's.
+    checkpoint_source src(demo_dir());
+    const tensor_view q = src.view("model.layers.0.self_attn.q_proj.weight");
+    thread_pool pool(1);
+    const auto direct = detail::quantize_rows_packed(q, 0, q.shape[0], w4a8(), output_format::gptq, dtype::BF16,
+                                                     pool.executor(), q.name, "model.layers.0.self_attn.q_proj", expected);
+    const checkpoint_source with(out_with), without(out_without);
+    for (const owned_tensor& t : direct.tensors) {
+        CAPTURE(t.name);
+        const auto a = with.view(t.name).bytes;
+        CHECK(std::equal(a.begin(), a.end(), t.bytes.begin(), t.bytes.end()));
+    }
+    const auto sw = with.view("model.layers.0.self_attn.q_proj.scales").bytes;
+    const auto so = without.view("model.layers.0.self_attn.q_proj.scales").bytes;
+    CHECK_FALSE(std::equal(sw.begin(), sw.end(), so.begin(), so.end()));
+    const auto kw = with.view("model.layers.0.self_attn.k_proj.qweight").bytes;
+    const auto ko = without.view("model.layers.0.self_attn.k_proj.qweight").bytes;
+    CHECK(std::equal(kw.begin(), kw.end(), ko.begin(), ko.end()));  // no entry: unweighted
 }

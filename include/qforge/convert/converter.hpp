@@ -39,6 +39,7 @@
 #include "qforge/convert/detail/quantize_step.hpp"
 #include "qforge/convert/detail/write_behind.hpp"
 #include "qforge/convert/format.hpp"
+#include "qforge/convert/importance.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/convert/report.hpp"
@@ -93,6 +94,12 @@ struct convert_options {
     /// others fall back to round-to-nearest with the same scale rule; conversion_result lists both.
     std::string hessians;
     gptq_solver_options gptq{};
+    /// A llama-imatrix file (GGUF or legacy .dat, io/gguf/imatrix.hpp): each layer it has an
+    /// entry for (convert/importance.hpp names it) weights the errors of its scale search by
+    /// the mean x^2 of each input column, as llm-compressor's imatrix_mse observer does. Only
+    /// the search policies (search, mse, lsq) look at errors; under GPTQ the same weights
+    /// choose each group's grid. conversion_result lists the layers with and without an entry.
+    std::string imatrix;
 };
 
 struct conversion_result {
@@ -102,6 +109,8 @@ struct conversion_result {
     std::vector<std::string> copied_files;
     std::vector<std::string> gptq_layers;  ///< solved by GPTQ under their Hessian (--hessians)
     std::vector<std::string> rtn_layers;   ///< with --hessians: quantized without one (round-to-nearest)
+    std::vector<std::string> imatrix_layers;          ///< with an imatrix: weighted by their entry
+    std::vector<std::string> layers_without_imatrix;  ///< with an imatrix: it had no entry for them
 };
 
 /// The plan for converting `src` with `opt` (no file is written). Does not throw for refusals:
@@ -173,6 +182,10 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     if (hessians && opt.gptq.act_order && !opt.gptq.static_groups && !gptq_format)
         fail<unsupported_error>(opt.hessians, {}, "act-order regroups columns through g_idx, which only the GPTQ formats carry");
     const bool act_order = hessians && gptq_format && opt.gptq.act_order && !opt.gptq.static_groups;
+    std::optional<gguf::importance_matrix> imatrix;
+    if (!opt.imatrix.empty()) imatrix.emplace(gguf::importance_matrix::open(opt.imatrix));
+    std::optional<importance_lookup> importance;
+    if (imatrix) importance.emplace(*imatrix);
 
     io::atomic_output_dir out(dst_dir, opt.overwrite);
     std::vector<safetensors::tensor_spec> all;
@@ -245,6 +258,11 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             if (!h) h = hessians->find(module_of(it.source), it.shape[1]);  // a fused source's input
             (h ? result.gptq_layers : result.rtn_layers).push_back(module);
         }
+        std::span<const float> imp;  // valid until the next lookup: the quantizer is done with it by then
+        if (importance) {
+            imp = importance->find(it.name, it.shape[1]);
+            (imp.empty() ? result.layers_without_imatrix : result.imatrix_layers).push_back(module);
+        }
         // Without a Hessian: quantized and packed together, band by band, on the pool. With
         // one: the GPTQ solver's codes, packed on the helper thread.
         std::optional<quantized_tensor> solved;
@@ -252,12 +270,12 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         double snr = 0;
         if (h) {
             detail::quantize_result q =
-                detail::quantize_rows_gptq(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name, *h, opt.gptq);
+                detail::quantize_rows_gptq(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name, *h, opt.gptq, imp);
             solved = std::move(q.q);
             snr = q.snr_db;
         } else {
             detail::packed_result q = detail::quantize_rows_packed(v, it.row_begin, it.row_end, it.scheme, p.format,
-                                                                   it.source_type, run, it.name, module);
+                                                                   it.source_type, run, it.name, module, imp);
             packed = std::move(q.tensors);
             snr = q.snr_db;
         }

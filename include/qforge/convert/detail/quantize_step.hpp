@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -84,11 +85,15 @@ struct packed_result {
 /// with no whole-tensor code array and no serial pack. The bytes are those of
 /// layout.pack(quantize(rows), module); the SNR is the one the quantizer measures while it
 /// encodes (a second pass over the tensor cost more than the scale search itself).
+/// `importance` (one weight per input column, or empty) weights the errors of the search
+/// policies (search, mse, lsq).
 inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
                                           const quant_spec& scheme, output_format f, dtype checkpoint,
-                                          const executor& run, const std::string& name, const std::string& module) {
+                                          const executor& run, const std::string& name, const std::string& module,
+                                          std::span<const float> importance = {}) {
     const tensor_view rows = row_slice(v, row_begin, row_end, name);
-    const quant_options o = options_for(scheme, f);
+    quant_options o = options_for(scheme, f);
+    o.importance = importance;
     snr_sums sums;
     packed_result r;
     r.tensors = with_layout(f, scheme.bits, *scheme.scale_dtype, checkpoint,
@@ -100,9 +105,11 @@ inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row
 /// The rows quantized by GPTQ under the layer's input Hessian `h` [K, K] (issue 9).
 inline quantize_result quantize_rows_gptq(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
                                           const quant_spec& scheme, output_format f, const executor& run,
-                                          const std::string& name, const tensor_view& h, gptq_solver_options g) {
+                                          const std::string& name, const tensor_view& h, gptq_solver_options g,
+                                          std::span<const float> importance = {}) {
     const tensor_view rows = row_slice(v, row_begin, row_end, name);
     g.quant = options_for(scheme, f);
+    g.quant.importance = importance;
     quantize_result r{gptq_quantize(rows, h, g, run), 0};
     r.snr_db = snr_db(rows, r.q);
     return r;
