@@ -10,6 +10,7 @@
 #include "qforge/core/parallel.hpp"
 #include "qforge/core/tensor_view.hpp"
 
+#include "qforge/quant/activation_scaling.hpp"
 #include "qforge/quant/dequantize.hpp"
 #include "qforge/quant/gptq_solver.hpp"
 #include "qforge/quant/least_squares.hpp"
