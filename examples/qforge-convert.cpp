@@ -42,6 +42,7 @@ struct settings {
     bool gguf = false;  // --format gguf (issue 6): one streaming pass HF -> GGUF
     std::string gguf_type = "Q4_K_M", tokenizer_from, pre_tokenizer;
     std::string imatrix;  // llama-imatrix output
+    bool activation_scaling = false;
     std::vector<std::string> gguf_overrides;
     bool no_vocab = false;
     bool read_copy = false;
@@ -217,6 +218,8 @@ const std::vector<option>& options() {
          [](settings& s, const std::string&) { s.no_vocab = true; }},
         {"--imatrix", "FILE", "a llama-imatrix file (GGUF or .dat): GGUF uses it as llama-quantize --imatrix does; the other formats weight the scale search (--scale search|mse|lsq) by it",
          [](settings& s, const std::string& v) { s.imatrix = v; }},
+        {"--activation-scaling", "", "with --imatrix: per-layer power-of-two input scales (AWQ's idea), folded exactly into the norms and producing rows",
+         [](settings& s, const std::string&) { s.activation_scaling = true; }},
         {"--read-copy", "", "read each source tensor with pread instead of quantizing from the mapping: a file truncated underneath is an error, never a SIGBUS",
          [](settings& s, const std::string&) { s.read_copy = true; }},
         {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT): move its codes into --format bit for bit, or refuse with the reason",
@@ -289,6 +292,8 @@ settings parse(int argc, char** argv) {
     s.src = positional[0];
     s.dst = positional[1];
     if (!s.format && !s.gguf) usage_error("give --format or --preset");
+    if (s.activation_scaling && (s.imatrix.empty() || s.gguf))
+        usage_error("--activation-scaling takes the statistics of --imatrix, for the safetensors formats");
     if (!s.imatrix.empty() && !s.gguf && s.scheme.scale != scale_method::search && s.scheme.scale != scale_method::mse &&
         s.scheme.scale != scale_method::lsq)
         usage_error("--imatrix weights the errors of a scale search: use --scale search, mse or lsq");
@@ -305,6 +310,7 @@ convert_options to_options(const settings& s, const checkpoint_source& src) {
     o.hessians = s.hessians;
     o.gptq = s.gptq;
     o.imatrix = s.imatrix;
+    o.activation_scaling = s.activation_scaling;
     for (const auto& f : s.split_qkv) o.rules.split_qkv(f);
     for (const auto& f : s.split_gate_up) o.rules.split_gate_up(f);
     if (s.targets.empty()) o.rules.default_scheme = s.scheme;

@@ -56,6 +56,7 @@
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
 
+#include "qforge/convert/activation_fold.hpp"
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/convert/format.hpp"

@@ -4,11 +4,13 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "qforge/convert/converter.hpp"
+#include "qforge/core/half.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/gguf/writer.hpp"
@@ -296,4 +298,118 @@ TEST_CASE("--imatrix: each layer's scale search is weighted by its imatrix entry
     const auto kw = with.view("model.layers.0.self_attn.k_proj.qweight").bytes;
     const auto ko = without.view("model.layers.0.self_attn.k_proj.qweight").bytes;
     CHECK(std::equal(kw.begin(), kw.end(), ko.begin(), ko.end()));  // no entry: unweighted
+}
+
+namespace {
+
+/// A llama-imatrix GGUF with the given entries (sums over 4 tokens of the values given).
+void write_imatrix(const std::string& path, const std::vector<std::pair<std::string, std::vector<float>>>& entries) {
+    std::vector<gguf::tensor_decl> decls;
+    for (const auto& [name, mean] : entries) {
+        decls.push_back({name + ".in_sum2", {static_cast<std::int64_t>(mean.size()), 1}, gguf::ggml_type::f32});
+        decls.push_back({name + ".counts", {1, 1}, gguf::ggml_type::f32});
+    }
+    gguf::file_writer w(path, {{"imatrix.datasets", gguf::value::array_of<std::string>(gguf::value_type::string, {"c.txt"})},
+                               {"imatrix.chunk_count", gguf::value::u32(1)},
+                               {"imatrix.chunk_size", gguf::value::u32(512)}},
+                        decls);
+    const float count = 4.0f;
+    for (const auto& [name, mean] : entries) {
+        std::vector<float> sums(mean);
+        for (auto& x : sums) x *= count;
+        w.write_tensor(std::as_bytes(std::span<const float>(sums)));
+        w.write_tensor(std::as_bytes(std::span<const float>(&count, 1)));
+    }
+    w.finish();
+}
+
+std::vector<float> outlier_profile(std::size_t k) {
+    std::vector<float> m(k);
+    for (std::size_t i = 0; i < k; ++i) m[i] = i % 16 == 5 ? 400.0f : 0.5f + 0.01f * static_cast<float>(i % 7);
+    return m;
+}
+
+std::vector<float> bf16_values(const tensor_view& v) {
+    std::vector<float> f(static_cast<std::size_t>(v.numel()));
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_float(v.data<std::uint16_t>()[i]);
+    return f;
+}
+
+/// sum_k m_k sum_n (w - dq / s)^2 of one GPTQ v1 layer of an output folder.
+double weighted_error(const checkpoint_source& out, const tensor_view& w, const std::string& module,
+                      const std::vector<float>& m, const std::vector<float>& s) {
+    std::vector<tensor_view> views;
+    for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx"}) views.push_back(out.view(module + suffix));
+    const quantized_tensor q = gptq_layout<4>({.format = gptq_format::v1, .scale_dtype = dtype::BF16})
+                                   .unpack(views, module, {.group_size = 64, .symmetric = true});
+    const std::vector<float> src = bf16_values(w);
+    double e = 0;
+    for (std::int64_t n = 0; n < q.rows; ++n)
+        for (std::int64_t k = 0; k < q.cols; ++k) {
+            const double d = src[n * q.cols + k] - static_cast<double>(q.dequantized(n, k)) / s[k];
+            e += m[k] * d * d;
+        }
+    return e;
+}
+
+}  // namespace
+
+TEST_CASE("activation scaling: power-of-two scales folded exactly into the norms, lower weighted output error, reported") {
+    const std::string im = scratch("imatrix-scaling.gguf");
+    const std::vector<float> m = outlier_profile(128), m_down = outlier_profile(256);
+    write_imatrix(im, {{"blk.0.attn_q.weight", m}, {"blk.0.attn_k.weight", m}, {"blk.0.attn_v.weight", m},
+                       {"blk.0.attn_output.weight", m}, {"blk.0.ffn_gate.weight", m}, {"blk.0.ffn_up.weight", m},
+                       {"blk.0.ffn_down.weight", m_down}});
+    convert_options o = w4a8_cpu();
+    o.imatrix = im;
+    const std::string plain_dir = scratch("out-imatrix-only"), scaled_dir = scratch("out-scaled");
+    (void)convert(demo_dir(), plain_dir, o);
+    o.activation_scaling = true;
+    const auto r = convert(demo_dir(), scaled_dir, o);
+
+    // Every group of both layers is reported; layer 1 has no statistics, o_proj sits after a GQA repeat.
+    REQUIRE(r.report.activation_folds.size() == 8);
+    const auto& qkv = r.report.activation_folds[0];
+    CHECK(qkv.folded_into == "model.layers.0.input_layernorm.weight");
+    CHECK(qkv.skipped.empty());
+    CHECK(qkv.alpha > 0);
+    CHECK(qkv.weighted_error < qkv.weighted_error_unscaled);
+    CHECK(r.report.activation_folds[3].skipped.find("GQA") != std::string::npos);
+    CHECK(r.report.activation_folds[4].skipped == "the imatrix has no entry for its input");
+    CHECK(r.report.to_json().find("activation_scaling") != nullptr);
+
+    // The fold is exact: source norm = output norm x s, s a power of two for every column.
+    const checkpoint_source src(demo_dir()), plain(plain_dir), scaled(scaled_dir);
+    const auto g = bf16_values(src.view("model.layers.0.input_layernorm.weight"));
+    const auto g2 = bf16_values(scaled.view("model.layers.0.input_layernorm.weight"));
+    std::vector<float> s(g.size());
+    bool some_scaled = false;
+    for (std::size_t k = 0; k < g.size(); ++k) {
+        s[k] = g[k] / g2[k];
+        CHECK(std::exp2(std::round(std::log2(s[k]))) == s[k]);
+        CHECK(g2[k] * s[k] == g[k]);
+        some_scaled = some_scaled || s[k] != 1.0f;
+    }
+    CHECK(some_scaled);
+    // What the loaders decode, divided back by s, has less imatrix-weighted output error than
+    // the unscaled conversion, and the report's figure is that error.
+    const std::vector<float> ones(128, 1.0f);
+    double scaled_err = 0, plain_err = 0;
+    for (const char* lin : {"q_proj", "k_proj", "v_proj"}) {
+        const std::string module = std::string("model.layers.0.self_attn.") + lin;
+        const tensor_view w = src.view(module + ".weight");
+        scaled_err += weighted_error(scaled, w, module, m, s);
+        plain_err += weighted_error(plain, w, module, m, ones);
+    }
+    CHECK(scaled_err < plain_err);
+    CHECK(scaled_err == doctest::Approx(qkv.weighted_error).epsilon(1e-6));
+    // o_proj was left alone.
+    const auto a = scaled.view("model.layers.0.self_attn.o_proj.qweight").bytes;
+    const auto b = plain.view("model.layers.0.self_attn.o_proj.qweight").bytes;
+    CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+
+    convert_options no_imatrix = w4a8_cpu();
+    no_imatrix.activation_scaling = true;
+    CHECK_THROWS_WITH_AS(convert(demo_dir(), scratch("out-refused"), no_imatrix), doctest::Contains("needs the input statistics"),
+                         unsupported_error);
 }

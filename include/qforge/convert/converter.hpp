@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "qforge/convert/activation_fold.hpp"
 #include "qforge/convert/detail/early_writeback.hpp"
 #include "qforge/convert/detail/quantize_step.hpp"
 #include "qforge/convert/detail/write_behind.hpp"
@@ -100,6 +101,11 @@ struct convert_options {
     /// the search policies (search, mse, lsq) look at errors; under GPTQ the same weights
     /// choose each group's grid. conversion_result lists the layers with and without an entry.
     std::string imatrix;
+    /// Activation-aware scaling from the imatrix (convert/activation_fold.hpp): per decoder
+    /// layer, power-of-two input-column scales searched on the imatrix-weighted output error and
+    /// folded exactly into the norm weights or producing rows; every group's alpha (0 when it
+    /// did not help) goes to quantization_report.json. Needs `imatrix`; not with `hessians`.
+    bool activation_scaling = false;
 };
 
 struct conversion_result {
@@ -186,6 +192,10 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     if (!opt.imatrix.empty()) imatrix.emplace(gguf::importance_matrix::open(opt.imatrix));
     std::optional<importance_lookup> importance;
     if (imatrix) importance.emplace(*imatrix);
+    if (opt.activation_scaling && !imatrix)
+        fail<unsupported_error>(src_dir, {}, "activation scaling needs the input statistics of an imatrix (--imatrix)");
+    if (opt.activation_scaling && hessians)
+        fail<unsupported_error>(opt.hessians, {}, "activation scaling with GPTQ Hessians is not supported: GPTQ already uses the full input statistics");
 
     io::atomic_output_dir out(dst_dir, opt.overwrite);
     std::vector<safetensors::tensor_spec> all;
@@ -201,6 +211,12 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     conversion_report& report = result.report;
     report.format = p.format;
     report.bits_per_weight = p.bits_per_weight();
+    std::optional<activation_folds> folds;
+    if (opt.activation_scaling) {
+        folds.emplace(plan_activation_folds(src, p, model_config::from_json(src.config(), src.dir() + "/config.json"),
+                                            *importance, run));
+        report.activation_folds = folds->records;
+    }
 
     // Pack + write of an output weight runs behind the quantization of the next one (with
     // more than one thread): the pool's cores do not wait on the serial pack and pwrite. Its
@@ -237,12 +253,17 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             const std::size_t row_bytes =
                 it.source_shape.empty() ? v.bytes.size()
                                         : v.bytes.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, it.source_shape[0]));
-            const auto slice = it.whole_source()
-                                   ? v.bytes
-                                   : v.bytes.subspan(static_cast<std::size_t>(it.row_begin) * row_bytes,
-                                                     static_cast<std::size_t>(it.row_end - it.row_begin) * row_bytes);
+            auto slice = it.whole_source()
+                             ? v.bytes
+                             : v.bytes.subspan(static_cast<std::size_t>(it.row_begin) * row_bytes,
+                                               static_cast<std::size_t>(it.row_end - it.row_begin) * row_bytes);
+            std::vector<std::byte> folded;  // a norm weight divided by its layer's activation scales
+            if (const std::vector<float>* r = folds ? folds->row_scale(it.name) : nullptr) {
+                folded = unscale_rows(v, *r).bytes;
+                slice = folded;
+            }
             behind.submit(
-                [&src, &writer, &writeback, &shard_path, &it, slice, release = last_use[it.source] == i] {
+                [&src, &writer, &writeback, &shard_path, &it, slice, folded = std::move(folded), release = last_use[it.source] == i] {
                     if (it.out_type == it.source_type) writer.write(it.name, slice);
                     else writer.write(it.name, detail::cast_floats(slice, it.source_type, it.out_type));
                     if (release) src.release(it.source);
@@ -263,6 +284,21 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             imp = importance->find(it.name, it.shape[1]);
             (imp.empty() ? result.layers_without_imatrix : result.imatrix_layers).push_back(module);
         }
+        // Activation scaling: the quantizer takes diag(1/r) W diag(s) and meets inputs x / s.
+        tensor_view qv = v;
+        std::int64_t qb = it.row_begin, qe = it.row_end;
+        owned_tensor folded;
+        std::vector<float> folded_imp;
+        const std::vector<float>* cs = folds ? folds->column_scale(it.name) : nullptr;
+        const std::vector<float>* rs = folds ? folds->row_scale(it.name) : nullptr;
+        if (cs || rs) {
+            folded = apply_folds(v, it.row_begin, it.row_end, cs, rs);
+            qv = folded.view();
+            qb = 0;
+            qe = it.row_end - it.row_begin;
+            folded_imp = scaled_importance(imp, cs);
+            imp = folded_imp;
+        }
         // Without a Hessian: quantized and packed together, band by band, on the pool. With
         // one: the GPTQ solver's codes, packed on the helper thread.
         std::optional<quantized_tensor> solved;
@@ -270,12 +306,12 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         double snr = 0;
         if (h) {
             detail::quantize_result q =
-                detail::quantize_rows_gptq(v, it.row_begin, it.row_end, it.scheme, p.format, run, it.name, *h, opt.gptq, imp);
+                detail::quantize_rows_gptq(qv, qb, qe, it.scheme, p.format, run, it.name, *h, opt.gptq, imp);
             solved = std::move(q.q);
             snr = q.snr_db;
         } else {
-            detail::packed_result q = detail::quantize_rows_packed(v, it.row_begin, it.row_end, it.scheme, p.format,
-                                                                   it.source_type, run, it.name, module, imp);
+            detail::packed_result q = detail::quantize_rows_packed(qv, qb, qe, it.scheme, p.format, it.source_type, run,
+                                                                   it.name, module, imp);
             packed = std::move(q.tensors);
             snr = q.snr_db;
         }

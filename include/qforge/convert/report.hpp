@@ -26,10 +26,38 @@ struct tensor_report {
     double snr_db = 0;
 };
 
+/// One fused group's outcome, for quantization_report.json.
+struct activation_fold_record {
+    std::vector<std::string> layers;  ///< the modules whose columns were scaled
+    std::string folded_into;          ///< the tensor whose rows (or elements) were divided
+    double alpha = 0;                 ///< 0: scaling did not lower the error; nothing changed
+    double weighted_error = 0, weighted_error_unscaled = 0;
+    std::string skipped;              ///< why the group was left alone, or empty
+
+    json to_json() const {
+        json e = json::object();
+        json::array_t names;
+        for (const auto& l : layers) names.emplace_back(l);
+        e.set("layers", json(std::move(names)));
+        e.set("folded_into", folded_into);
+        if (!skipped.empty()) {
+            e.set("skipped", skipped);
+            return e;
+        }
+        e.set("alpha", alpha);
+        e.set("weighted_error", weighted_error);
+        e.set("weighted_error_unscaled", weighted_error_unscaled);
+        return e;
+    }
+};
+
 struct conversion_report {
     output_format format = output_format::gptq;
     std::vector<tensor_report> tensors;  ///< quantized tensors, in plan order
     double bits_per_weight = 0;
+    /// Activation-aware scaling (convert/activation_fold.hpp), one record per fused group; the
+    /// SNR of a scaled layer is that of its stored (scaled) weight.
+    std::vector<activation_fold_record> activation_folds;
 
     double snr_min() const {
         double m = tensors.empty() ? 0 : tensors.front().snr_db;
@@ -75,6 +103,11 @@ struct conversion_report {
             per.push_back(std::move(e));
         }
         out.set("per_tensor", std::move(per));
+        if (!activation_folds.empty()) {
+            json folds = json::array();
+            for (const auto& f : activation_folds) folds.push_back(f.to_json());
+            out.set("activation_scaling", std::move(folds));
+        }
         return out;
     }
 

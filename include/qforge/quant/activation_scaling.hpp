@@ -44,7 +44,7 @@ struct activation_scaling_options {
     /// The alphas tried; 0 (no scaling) is always tried first. AutoAWQ's grid is 20 steps of 0.05.
     std::vector<double> alphas = {0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5,
                                   0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0};
-    int max_exponent = 16;  ///< |log2 s| at most this: the folded norm weights stay normal numbers
+    int max_exponent = 8;  ///< |log2 s| at most this: folded weights and fp16 scales stay normal numbers
 };
 
 struct activation_scales {
