@@ -108,6 +108,31 @@ TEST_CASE("GPTQ with H = identity is round-to-nearest, code for code") {
     CHECK(same_bytes(gptq_quantize(l.view(), eye, o), quantize(l.view(), o.quant)));
 }
 
+TEST_CASE("GPTQ with a diagonal H (an imatrix) is the importance-weighted round-to-nearest, code for code") {
+    // Why qforge does not turn an imatrix into a diagonal Hessian: GPTQ's feedback runs through
+    // the off-diagonal terms of H^-1, so under diag(m) it adds nothing to weighting the scale
+    // search by m, which --imatrix already does (README, "An importance matrix from llama.cpp").
+    const layer& l = fixture();
+    std::vector<double> diag(static_cast<std::size_t>(K * K), 0.0);
+    std::vector<float> m(static_cast<std::size_t>(K));
+    for (std::int64_t i = 0; i < K; ++i) {
+        m[i] = i % 16 == 5 ? 400.0f : 0.5f + 0.01f * static_cast<float>(i % 7);
+        diag[static_cast<std::size_t>(i * K + i)] = m[i];
+    }
+    for (bool sym : {true, false})
+        for (int group : {32, 128})
+            for (double damp : {0.0, 0.01}) {  // dampening adds to the diagonal only
+                CAPTURE(sym);
+                CAPTURE(group);
+                CAPTURE(damp);
+                gptq_solver_options o = opts(sym, scale_policy::mse, false);
+                o.quant.group_size = group;
+                o.quant.importance = m;
+                o.damp_percent = damp;
+                CHECK(same_bytes(gptq_quantize(l.view(), diag, o), quantize(l.view(), o.quant)));
+            }
+}
+
 TEST_CASE("act-order: g_idx groups columns by descending diag(H) and decodes through the GPTQ layout") {
     const layer& l = fixture();
     const quantized_tensor q = gptq_quantize(l.view(), l.h, opts(true, scale_policy::gptq_absmax, true));
