@@ -60,6 +60,7 @@
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/convert/format.hpp"
+#include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/gguf/converter.hpp"
 #include "qforge/convert/gguf/name_map.hpp"
 #include "qforge/convert/gguf/tokenizer.hpp"

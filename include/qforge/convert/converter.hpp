@@ -211,6 +211,7 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     conversion_report& report = result.report;
     report.format = p.format;
     report.bits_per_weight = p.bits_per_weight();
+    report.quantized_bits_per_weight = p.quantized_bits_per_weight();
     std::optional<activation_folds> folds;
     if (opt.activation_scaling) {
         folds.emplace(plan_activation_folds(src, p, model_config::from_json(src.config(), src.dir() + "/config.json"),
@@ -244,9 +245,24 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             copied = owned_tensor{};  // the previous source's buffer goes before the next is read
             copied = src.read_tensor(it.source);
         }
-        const tensor_view v = opt.read == source_read::copied ? copied.view() : src.view(it.source);
+        const tensor_view whole = opt.read == source_read::copied ? copied.view() : src.view(it.source);
+        // One expert of a fused 3-D tensor: its matrix gathered on its own (one expert in memory).
+        owned_tensor expert;
+        if (it.cut) expert = gather_expert(whole, *it.cut, it.name, it.shape);
+        const tensor_view v = it.cut ? expert.view() : whole;
         progress_event ev{i + 1, p.items.size(), &it, std::string(dtype_name(it.source_type)),
                           detail::out_type_text(p, it), it.in_bytes(), it.out_bytes(), std::nullopt};
+        if (it.action == plan_action::keep && it.cut) {
+            behind.submit(
+                [&src, &writer, &writeback, &shard_path, &it, data = std::move(expert), release = last_use[it.source] == i] {
+                    if (it.out_type == it.source_type) writer.write(it.name, data.bytes);
+                    else writer.write(it.name, detail::cast_floats(data.bytes, it.source_type, it.out_type));
+                    if (release) src.release(it.source);
+                    writeback.start(shard_path.find(it.name)->second);
+                },
+                [&emit, ev = std::move(ev)] { emit(ev); });
+            continue;
+        }
         if (it.action == plan_action::keep) {
             // Written behind too: a dense embedding is 125 MiB of pwrite, and the quantization
             // of the untied head that follows reads the same source anyway.

@@ -9,8 +9,23 @@
 //
 // `seed_naming` writes the first seed exporter's model ("Spark-X2.5"): a fused
 // `self_attn.q_k_v_proj`, `self_attn.out_proj` and `model.embedding.weight` tied to the head.
+//
+// `moe` replaces every block's MLP with a mixture of `experts` experts of `moe_intermediate`
+// (config.json as transformers writes it for that architecture):
+//  - qwen_moe: Qwen3-MoE per-expert naming `mlp.experts.E.{gate,up,down}_proj.weight`, router
+//    `mlp.gate.weight [E, H]`; with `shared_expert`, Qwen2-MoE's `mlp.shared_expert.*` and
+//    `mlp.shared_expert_gate.weight [1, H]` (model_type qwen2_moe);
+//  - mixtral: `block_sparse_moe.experts.E.w1/w3` (gate/up) and `w2` (down), router
+//    `block_sparse_moe.gate.weight`;
+//  - qwen_moe_fused: transformers v5 `mlp.experts.gate_up_proj [E, 2I, H]` (gate rows then up
+//    rows) and `mlp.experts.down_proj [E, H, I]` (model_type qwen3_moe);
+//  - gpt_oss: `mlp.experts.gate_up_proj [E, H, 2I]` (gate/up interleaved along the last dim),
+//    `gate_up_proj_bias [E, 2I]`, `down_proj [E, I, H]`, `down_proj_bias [E, H]`, router
+//    `mlp.router.weight [E, H]` + `mlp.router.bias [E]` (model_type gpt_oss).
+// The orientations are transformers' (convert/fused_experts.hpp cites them).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,6 +40,8 @@
 
 namespace qforge {
 
+enum class demo_moe { none, qwen_moe, mixtral, qwen_moe_fused, gpt_oss };
+
 struct demo_options {
     std::int64_t hidden = 512;
     std::int64_t intermediate = 1408;
@@ -35,6 +52,10 @@ struct demo_options {
     int shards = 2;
     bool tied = true;
     bool seed_naming = false;
+    demo_moe moe = demo_moe::none;
+    std::int64_t experts = 4;
+    std::int64_t moe_intermediate = 128;
+    bool shared_expert = false;  ///< qwen_moe only: a Qwen2-MoE shared expert and its gate
     std::uint64_t seed = 20261130;
 };
 
@@ -79,6 +100,92 @@ private:
 
 }  // namespace detail
 
+namespace detail {
+
+/// The MoE MLP of one block (`p` = "model.layers.L."), in write order.
+inline void demo_moe_tensors(std::vector<planned_tensor>& t, const std::string& p, const demo_options& o) {
+    const std::int64_t E = o.experts, I = o.moe_intermediate, H = o.hidden;
+    switch (o.moe) {
+        case demo_moe::none: return;
+        case demo_moe::qwen_moe:
+            t.push_back({p + "mlp.gate.weight", dtype::BF16, {E, H}});
+            for (std::int64_t e = 0; e < E; ++e) {
+                const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+                t.push_back({x + "gate_proj.weight", dtype::BF16, {I, H}});
+                t.push_back({x + "up_proj.weight", dtype::BF16, {I, H}});
+                t.push_back({x + "down_proj.weight", dtype::BF16, {H, I}});
+            }
+            if (o.shared_expert) {
+                t.push_back({p + "mlp.shared_expert.gate_proj.weight", dtype::BF16, {o.intermediate, H}});
+                t.push_back({p + "mlp.shared_expert.up_proj.weight", dtype::BF16, {o.intermediate, H}});
+                t.push_back({p + "mlp.shared_expert.down_proj.weight", dtype::BF16, {H, o.intermediate}});
+                t.push_back({p + "mlp.shared_expert_gate.weight", dtype::BF16, {1, H}});
+            }
+            return;
+        case demo_moe::mixtral:
+            t.push_back({p + "block_sparse_moe.gate.weight", dtype::BF16, {E, H}});
+            for (std::int64_t e = 0; e < E; ++e) {
+                const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+                t.push_back({x + "w1.weight", dtype::BF16, {I, H}});
+                t.push_back({x + "w2.weight", dtype::BF16, {H, I}});
+                t.push_back({x + "w3.weight", dtype::BF16, {I, H}});
+            }
+            return;
+        case demo_moe::qwen_moe_fused:
+            t.push_back({p + "mlp.gate.weight", dtype::BF16, {E, H}});
+            t.push_back({p + "mlp.experts.gate_up_proj", dtype::BF16, {E, 2 * I, H}});
+            t.push_back({p + "mlp.experts.down_proj", dtype::BF16, {E, H, I}});
+            return;
+        case demo_moe::gpt_oss:
+            t.push_back({p + "mlp.router.weight", dtype::BF16, {E, H}});
+            t.push_back({p + "mlp.router.bias", dtype::BF16, {E}});
+            t.push_back({p + "mlp.experts.gate_up_proj", dtype::BF16, {E, H, 2 * I}});
+            t.push_back({p + "mlp.experts.gate_up_proj_bias", dtype::BF16, {E, 2 * I}});
+            t.push_back({p + "mlp.experts.down_proj", dtype::BF16, {E, I, H}});
+            t.push_back({p + "mlp.experts.down_proj_bias", dtype::BF16, {E, H}});
+            return;
+    }
+}
+
+/// config.json's architecture keys for `o` (model_type, architectures, expert counts).
+inline void demo_moe_config(json& cfg, const demo_options& o) {
+    const char* type = "llama";
+    const char* arch = "LlamaForCausalLM";
+    switch (o.moe) {
+        case demo_moe::none: break;
+        case demo_moe::qwen_moe:
+        case demo_moe::qwen_moe_fused:
+            type = o.shared_expert && o.moe == demo_moe::qwen_moe ? "qwen2_moe" : "qwen3_moe";
+            arch = o.shared_expert && o.moe == demo_moe::qwen_moe ? "Qwen2MoeForCausalLM" : "Qwen3MoeForCausalLM";
+            cfg.set("num_experts", o.experts);
+            cfg.set("moe_intermediate_size", o.moe_intermediate);
+            cfg.set("num_experts_per_tok", std::min<std::int64_t>(2, o.experts));
+            cfg.set("decoder_sparse_step", 1);
+            cfg.set("mlp_only_layers", json::array());
+            cfg.set("norm_topk_prob", true);
+            if (o.shared_expert && o.moe == demo_moe::qwen_moe) cfg.set("shared_expert_intermediate_size", o.intermediate);
+            break;
+        case demo_moe::mixtral:
+            type = "mixtral";
+            arch = "MixtralForCausalLM";
+            cfg.set("intermediate_size", o.moe_intermediate);  // Mixtral's experts are its MLP
+            cfg.set("num_local_experts", o.experts);
+            cfg.set("num_experts_per_tok", std::min<std::int64_t>(2, o.experts));
+            break;
+        case demo_moe::gpt_oss:
+            type = "gpt_oss";
+            arch = "GptOssForCausalLM";
+            cfg.set("intermediate_size", o.moe_intermediate);
+            cfg.set("num_local_experts", o.experts);
+            cfg.set("num_experts_per_tok", std::min<std::int64_t>(2, o.experts));
+            break;
+    }
+    cfg.set("model_type", type);
+    cfg.set("architectures", json::array({arch}));
+}
+
+}  // namespace detail
+
 /// The tensors of the demo model, in write order.
 inline std::vector<planned_tensor> demo_tensors(const demo_options& o) {
     const std::int64_t hd = o.hidden / o.heads, q = o.heads * hd, kv = o.kv_heads * hd;
@@ -97,6 +204,10 @@ inline std::vector<planned_tensor> demo_tensors(const demo_options& o) {
             t.push_back({p + "self_attn.o_proj.weight", dtype::BF16, {o.hidden, q}});
         }
         t.push_back({p + "post_attention_layernorm.weight", dtype::BF16, {o.hidden}});
+        if (o.moe != demo_moe::none) {
+            detail::demo_moe_tensors(t, p, o);
+            continue;
+        }
         t.push_back({p + "mlp.gate_proj.weight", dtype::BF16, {o.intermediate, o.hidden}});
         t.push_back({p + "mlp.up_proj.weight", dtype::BF16, {o.intermediate, o.hidden}});
         t.push_back({p + "mlp.down_proj.weight", dtype::BF16, {o.hidden, o.intermediate}});
@@ -147,6 +258,7 @@ inline void write_demo_checkpoint(const std::string& dir, const demo_options& o 
                              {"bos_token_id", 1},
                              {"eos_token_id", 2},
                              {"torch_dtype", "bfloat16"}});
+    if (o.moe != demo_moe::none) detail::demo_moe_config(cfg, o);
     io::write_file(dir + "/config.json", cfg.dump({.indent = 2}) + "\n");
     io::write_file(dir + "/generation_config.json",
                    std::string("{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": false\n}\n"));

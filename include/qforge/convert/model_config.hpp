@@ -1,10 +1,12 @@
 // The few config.json facts a conversion plan needs: head counts and head_dim (to split a
 // fused q/k/v projection), intermediate_size (to split gate/up), the expert count (to
-// recognise MoE routers) and whether the output head is tied to the embedding table.
+// recognise MoE routers), model_type / architectures (to pick the per-architecture rule for
+// fused 3-D experts) and whether the output head is tied to the embedding table.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "qforge/io/json.hpp"
 
@@ -17,6 +19,9 @@ struct model_config {
     std::int64_t num_key_value_heads = 0;  ///< defaults to num_attention_heads
     std::int64_t head_dim = 0;             ///< defaults to hidden_size / num_attention_heads
     std::int64_t num_experts = 0;          ///< 0 for dense models
+    std::int64_t moe_intermediate_size = 0;  ///< per-expert intermediate size, 0 when absent
+    std::string model_type;                  ///< "qwen3_moe", "gpt_oss", ... (empty when absent)
+    std::vector<std::string> architectures;  ///< "Qwen3MoeForCausalLM", ...
     bool tie_word_embeddings = false;
 
     /// Reads the keys above from a Hugging Face config.json (also a nested "text_config",
@@ -39,6 +44,20 @@ struct model_config {
         m.num_key_value_heads = get_int("num_key_value_heads", m.num_attention_heads);
         m.head_dim = get_int("head_dim", m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
         m.num_experts = get_int("num_experts", get_int("num_local_experts", get_int("n_routed_experts", 0)));
+        m.moe_intermediate_size = get_int("moe_intermediate_size", 0);
+        // model_type and architectures name the whole model (the outer config), not its text part.
+        for (const json* holder : {&c, &cfg})
+            if (const json* t = holder->find("model_type"); t && !t->is_null()) {
+                if (!t->is_string()) fail<format_error>(file, {}, "key \"model_type\" must be a string");
+                m.model_type = t->as_string();
+            }
+        if (const json* a = cfg.find("architectures"); a && !a->is_null()) {
+            if (!a->is_array()) fail<format_error>(file, {}, "key \"architectures\" must be an array of strings");
+            for (const json& name : a->as_array()) {
+                if (!name.is_string()) fail<format_error>(file, {}, "key \"architectures\" must be an array of strings");
+                m.architectures.push_back(name.as_string());
+            }
+        }
         // transformers' PretrainedConfig defaults tie_word_embeddings to true.
         m.tie_word_embeddings = true;
         for (const json* holder : {&cfg, &c})

@@ -1,8 +1,9 @@
 // A conversion plan: the rules resolved against a checkpoint's headers before any work is done.
 //
 // The plan says, for every source tensor, what becomes of it (kept, cast, quantized, split into
-// parts, copied into an untied head, renamed), which tensors are written with which dtypes,
-// shapes and sizes, and every reason the conversion cannot go ahead. A refused plan writes
+// parts, cut per expert out of a fused 3-D expert tensor, copied into an untied head, renamed),
+// which tensors are written with which dtypes, shapes and sizes, every reason the conversion
+// cannot go ahead, and warnings about engines known to misread what would be written. A refused plan writes
 // nothing: the converter checks `refused()` before it creates the output folder, so all
 // refusals are reported at once and none halfway through a multi-gigabyte job.
 //
@@ -25,6 +26,7 @@
 
 #include "qforge/convert/detail/quantize_step.hpp"
 #include "qforge/convert/format.hpp"
+#include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/rule.hpp"
 #include "qforge/core/dtype.hpp"
@@ -54,7 +56,10 @@ struct plan_item {
     shape_t source_shape;
     std::int64_t row_begin = 0;  ///< rows [row_begin, row_end) of the source (dim 0)
     std::int64_t row_end = 0;
-    shape_t shape;  ///< this item's shape (the source's with rows sliced)
+    shape_t shape;  ///< this item's shape (the source's with rows sliced, or one expert's cut)
+    /// Set when the item is one expert's matrix (or bias) cut out of a fused 3-D expert tensor
+    /// (convert/fused_experts.hpp); rows [row_begin, row_end) then index the cut matrix.
+    std::optional<expert_cut> cut;
     plan_action action = plan_action::keep;
     quant_spec scheme;                 ///< resolved (scale dtype set) when quantized
     dtype out_type = dtype::BF16;        ///< when kept
@@ -69,13 +74,17 @@ struct plan_item {
         for (const auto& t : outputs) n += t.bytes();
         return n;
     }
-    bool whole_source() const { return row_begin == 0 && (source_shape.empty() || row_end == source_shape[0]); }
+    bool whole_source() const {
+        return !cut && row_begin == 0 && (source_shape.empty() || row_end == source_shape[0]);
+    }
 };
 
 struct plan {
     output_format format = output_format::gptq;
     std::vector<plan_item> items;
     std::vector<std::string> refusals;  ///< complete messages ("qforge: file: tensor 'x': why")
+    /// The conversion goes ahead, but a named engine is known to misread or refuse the output.
+    std::vector<std::string> warnings;
     bool untied = false;                ///< an untie rule fired: write tie_word_embeddings false
     std::vector<linear_entry> linears;  ///< every linear of the output model, quantized or not
     json quantization_config;           ///< the layout's config.json fragment (null if refused)
@@ -109,12 +118,31 @@ struct plan {
     }
     /// Bits per quantized weight, everything a loader reads counted (codes, scales, zeros,
     /// g_idx, weight_shape): 8 * output bytes of quantized linears / their weight count.
-    double bits_per_weight() const {
+    double quantized_bits_per_weight() const {
         std::uint64_t bytes = 0;
         for (const auto& it : items)
             if (it.action == plan_action::quantize) bytes += it.out_bytes();
         const std::uint64_t w = quantized_weights();
         return w ? 8.0 * static_cast<double>(bytes) / static_cast<double>(w) : 0.0;
+    }
+    /// Bits per weight of the whole model: 8 * every output byte / every weight the outputs
+    /// hold (embeddings, kept linears, experts, norms included), so weights left dense, on
+    /// purpose or not, show in the figure (llama.cpp's bits per weight counts the same way).
+    double bits_per_weight() const {
+        std::uint64_t w = 0;
+        for (const auto& it : items) w += static_cast<std::uint64_t>(checked_numel(it.shape));
+        return w ? 8.0 * static_cast<double>(out_bytes()) / static_cast<double>(w) : 0.0;
+    }
+    /// Weight matrices (rank >= 2 floats) kept dense, and their weight count: what the plan
+    /// prints so that an unquantized matrix never passes unnoticed.
+    std::pair<std::size_t, std::uint64_t> kept_matrices() const {
+        std::pair<std::size_t, std::uint64_t> n{0, 0};
+        for (const auto& it : items)
+            if (it.action == plan_action::keep && it.shape.size() >= 2 && is_floating(it.source_type)) {
+                ++n.first;
+                n.second += static_cast<std::uint64_t>(checked_numel(it.shape));
+            }
+        return n;
     }
     /// The single scheme GPTQ/AWQ configs describe (the first quantized item's).
     std::optional<quant_spec> main_scheme() const {
@@ -232,8 +260,73 @@ inline std::string decide(plan_item& it, const rule_set& rules, const model_conf
         case default_decision::uncovered:
             break;
     }
+    if (it.shape.size() >= 3)
+        return "this " + shape_to_string(it.shape) +
+               " float tensor holds weights that no output format stores as one quantized tensor (fused experts "
+               "of an unknown layout? a convolution?); keep it dense on purpose with a keep rule (e.g. --ignore) "
+               "or convert it elsewhere";
     return "no rule and no default covers this " + shape_to_string(it.shape) +
            " matrix outside the decoder blocks; add a rule for it (quantize or keep, e.g. --ignore)";
+}
+
+/// MoE rules that hold in every safetensors format. Every expert of one MoE block is stacked by
+/// the engines into one fused layer with one quantization method (vLLM compressed_tensors_moe.py
+/// CompressedTensorsMoEMethod.get_moe_method: "All MoE projections need to have same
+/// quantization scheme"; auto_gptq.py AutoGPTQMoEMethod and auto_awq.py take the config's single
+/// scheme), and older vLLM resolves every MoE layer of a compressed-tensors checkpoint through
+/// the one `"Linear"` target (get_moe_method(quant_config, layer) reads
+/// target_scheme_map["Linear"]), so all quantized experts share one scheme, and an MoE block is
+/// quantized whole or kept whole. Then the warnings about engines that misread what is written.
+inline void check_experts(plan& p, output_format format) {
+    const plan_item* first = nullptr;
+    std::map<std::string, const plan_item*, std::less<>> block_first;
+    bool symmetric_experts = false, asymmetric_experts = false;
+    for (const auto& it : p.items) {
+        if (it.shape.size() != 2 || !it.name.ends_with(".weight")) continue;
+        const std::string_view block = expert_parent(module_of(it.name));
+        if (block.empty()) continue;
+        auto [pos, inserted] = block_first.emplace(std::string(block), &it);
+        const plan_item& a = *pos->second;
+        if (!inserted && (a.action != it.action || (a.action == plan_action::quantize && a.scheme != it.scheme))) {
+            p.refusals.push_back(refusal(
+                it.source_file, it.name,
+                "engines stack every expert of '" + std::string(block) +
+                    "' into one fused-MoE layer with one scheme (vLLM get_moe_method: \"All MoE projections need to "
+                    "have same quantization scheme\"), but this one is " +
+                    (it.action == plan_action::quantize ? scheme_to_string(it.scheme) : std::string("kept dense")) +
+                    " and '" + a.name + "' " +
+                    (a.action == plan_action::quantize ? scheme_to_string(a.scheme) : std::string("kept dense"))));
+            continue;
+        }
+        if (it.action != plan_action::quantize) continue;
+        (it.scheme.symmetric ? symmetric_experts : asymmetric_experts) = true;
+        if (!first) {
+            first = &it;
+        } else if (it.scheme != first->scheme && inserted) {
+            p.refusals.push_back(refusal(
+                it.source_file, it.name,
+                "all MoE experts must share one scheme: older vLLM resolves every fused-MoE layer through one "
+                "config entry (compressed-tensors target_scheme_map[\"Linear\"]; GPTQ/AWQ state one scheme), but "
+                "this one is " + scheme_to_string(it.scheme) + " and '" + first->name + "' " +
+                    scheme_to_string(first->scheme)));
+        }
+    }
+    if (format == output_format::gptq_v2 && symmetric_experts)
+        p.warnings.push_back(
+            "gptq-v2 symmetric MoE: vLLM's CPU MoE path decodes every expert weight one step off. vLLM does not "
+            "read checkpoint_format (auto_gptq.py AutoGPTQConfig.from_config), passes the stored qzeros to the CPU "
+            "kernel (AutoGPTQMoEMethod.get_fused_moe_quant_config: use_zp on the CPU backend), and that kernel "
+            "adds 1 to every stored zero (cpu_moe.py prepare_int4_moe_layer_for_cpu), so v2's zero 8 decodes as "
+            "9. GPU vLLM and GPTQModel decode it correctly; --format gptq (v1, stored zero 7) decodes correctly "
+            "on all three");
+    if (format == output_format::compressed_tensors && asymmetric_experts)
+        p.warnings.push_back(
+            "compressed-tensors asymmetric MoE: transformers cannot load these experts. Its fused-expert "
+            "decompression (integrations/compressed_tensors.py DecompressExperts, components of "
+            "_EXPERT_COMPONENTS_BY_FORMAT[\"pack-quantized\"] = weight_packed, weight_scale, weight_shape) never "
+            "collects weight_zero_point, and compressed-tensors' PackedQuantizationCompressor.decompress asserts "
+            "a zero point for an asymmetric scheme. vLLM loads them (CompressedTensorsWNA16MarlinMoEMethod "
+            "registers w13/w2_weight_zero_point); for transformers use a symmetric scheme");
 }
 
 }  // namespace detail
@@ -270,7 +363,23 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
         whole.row_end = s.shape.empty() ? 0 : s.shape[0];
 
         std::vector<plan_item> parts;
-        if (const rule* r = rules.last_match<split_action>(s.name)) {
+        if (is_floating(s.type) && is_fused_expert_tensor(s.name)) {
+            std::string why;
+            const auto pieces = split_fused_experts(s.name, s.shape, cfg, why);
+            if (!why.empty()) {
+                p.refusals.push_back(detail::refusal(s.file, s.name, why));
+                continue;
+            }
+            for (const expert_piece& piece : pieces) {
+                plan_item part = whole;
+                part.name = piece.name;
+                part.shape = piece.shape;
+                part.cut = piece.cut;
+                part.row_begin = 0;
+                part.row_end = piece.shape[0];
+                parts.push_back(std::move(part));
+            }
+        } else if (const rule* r = rules.last_match<split_action>(s.name)) {
             const auto& sp = std::get<split_action>(r->action);
             std::string why;
             if (s.shape.empty() || s.shape.size() > 2) {
@@ -400,16 +509,19 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
     // fused layers, tied layers) become refusals now rather than after the work.
     for (const auto& it : p.items) {
         if (it.shape.size() != 2 || !it.name.ends_with(".weight") || !is_floating(it.source_type)) continue;
+        const bool router = it.action == plan_action::keep && is_router(it.name, it.shape, cfg.num_experts);
         const bool linear = it.action == plan_action::quantize ||
                             default_action(it.name, it.source_type, it.shape, cfg.num_experts) == default_decision::quantize ||
-                            module_of(it.name).ends_with("lm_head");
+                            module_of(it.name).ends_with("lm_head") || router;
         if (!linear) continue;
         linear_entry e{std::string(module_of(it.name)), it.action == plan_action::quantize, it.scheme.bits,
                        it.scheme.group_size, it.scheme.symmetric, it.shape[0], it.shape[1], {}};
+        e.router = router;
         p.linears.push_back(std::move(e));
     }
     if (cfg.tie_word_embeddings && !head_in_source && !p.untied)
         p.linears.push_back({"lm_head", false, 4, -1, true, 0, 0, {}});
+    detail::check_experts(p, format);
     if (p.quantized_count() == 0) {
         p.refusals.push_back(detail::refusal({}, {}, "no tensor is selected for quantization"));
     } else if (p.refusals.empty()) {
@@ -456,7 +568,8 @@ inline void print_plan(std::ostream& os, const plan& p) {
            << dtype_name(it.source_type);
         if (it.name != it.source || !it.whole_source()) {
             os << " (from " << it.source;
-            if (!it.whole_source()) os << " rows " << it.row_begin << ".." << it.row_end;
+            if (it.cut) os << " expert " << it.cut->expert;
+            else if (!it.whole_source()) os << " rows " << it.row_begin << ".." << it.row_end;
             os << ")";
         }
         if (it.action == plan_action::quantize) os << " -> quantize " << scheme_to_string(it.scheme) << ":";
@@ -469,13 +582,17 @@ inline void print_plan(std::ostream& os, const plan& p) {
         os << ", " << detail::human_bytes(it.in_bytes()) << " -> " << detail::human_bytes(it.out_bytes()) << "  ["
            << it.decided_by << "]\n";
     }
-    char bpw[32];
-    std::snprintf(bpw, sizeof bpw, "%.3f", p.bits_per_weight());
+    char bpw[32], all[32];
+    std::snprintf(bpw, sizeof bpw, "%.3f", p.quantized_bits_per_weight());
+    std::snprintf(all, sizeof all, "%.3f", p.bits_per_weight());
+    const auto [kept_n, kept_w] = p.kept_matrices();
     os << "total: " << detail::human_bytes(p.source_bytes) << " -> " << detail::human_bytes(p.out_bytes()) << "; "
        << p.quantized_count() << " quantized linears (" << p.quantized_weights() << " weights) at " << bpw
-       << " bits per weight; " << p.items.size() - p.quantized_count() << " kept dense";
+       << " bits per weight; " << p.items.size() - p.quantized_count() << " kept dense, of them " << kept_n
+       << " weight matrices (" << kept_w << " weights); " << all << " bits per weight over the whole model";
     if (p.untied) os << "; head untied";
     os << "\n";
+    for (const auto& w : p.warnings) os << "warning: " << w << "\n";
     for (const auto& r : p.refusals) os << "refused: " << r << "\n";
 }
 

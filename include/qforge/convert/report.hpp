@@ -1,6 +1,6 @@
 // quantization_report.json: what was quantized and how well, as the seed exporter wrote it
-// (per tensor name, shape, SNR in dB; summary count, min/max/mean SNR, bits per weight) plus
-// the scheme of each tensor and the format.
+// (per tensor name, shape, SNR in dB; summary count, min/max/mean SNR, bits per weight of the
+// whole model and of the quantized linears) plus the scheme of each tensor and the format.
 //
 // SNR = 10 log10(sum w^2 / sum (w - w_hat)^2) of the values a loader decodes (codes against
 // the stored scales) against the source weights, accumulated in double.
@@ -54,7 +54,8 @@ struct activation_fold_record {
 struct conversion_report {
     output_format format = output_format::gptq;
     std::vector<tensor_report> tensors;  ///< quantized tensors, in plan order
-    double bits_per_weight = 0;
+    double bits_per_weight = 0;            ///< over every weight of the model (plan::bits_per_weight)
+    double quantized_bits_per_weight = 0;  ///< over the quantized linears only
     /// Activation-aware scaling (convert/activation_fold.hpp), one record per fused group; the
     /// SNR of a scaled layer is that of its stored (scaled) weight.
     std::vector<activation_fold_record> activation_folds;
@@ -86,6 +87,7 @@ struct conversion_report {
         out.set("snr_db_max", round2(snr_max()));
         out.set("snr_db_mean", round2(snr_mean()));
         out.set("bits_per_weight", std::round(bits_per_weight * 1000) / 1000);
+        out.set("quantized_bits_per_weight", std::round(quantized_bits_per_weight * 1000) / 1000);
         return out;
     }
 

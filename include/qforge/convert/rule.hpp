@@ -240,19 +240,35 @@ inline bool in_decoder_block(std::string_view name) {
     return std::regex_match(name.begin(), name.end(), block);
 }
 
+/// An MoE routing linear, kept dense by every format and listed where the format lists dense
+/// modules: a router (`mlp.gate` of Qwen-MoE, `block_sparse_moe.gate` of Mixtral, gpt-oss'
+/// `mlp.router`) whose rows equal the expert count, or a shared-expert gate [1, H]
+/// (`mlp.shared_expert_gate`, transformers qwen2_moe `nn.Linear(hidden_size, 1)`).
+inline bool is_router(std::string_view name, const shape_t& shape, std::int64_t num_experts) {
+    if (shape.size() != 2 || !name.ends_with(".weight")) return false;
+    const std::string_view module = module_of(name);
+    const std::string_view leaf = module.substr(module.rfind('.') == std::string_view::npos ? 0 : module.rfind('.') + 1);
+    if (leaf == "shared_expert_gate") return shape[0] == 1;
+    return (leaf == "gate" || leaf == "router") && num_experts > 0 && shape[0] == num_experts;
+}
+
 /// The defaults for Llama-, Qwen- and Mistral-style checkpoints: the weights of the linears in
-/// decoder blocks are quantized; embeddings, norms, biases, MoE routers (a `gate` or `router`
-/// whose rows equal the expert count) and lm_head stay dense. `num_experts` is 0 for dense models.
+/// decoder blocks are quantized; embeddings, norms, biases, MoE routers (is_router) and lm_head
+/// stay dense. A float tensor of rank 3 or more is weights no format stores as one quantized
+/// tensor: uncovered, so the plan refuses it unless a rule keeps it on purpose (fused experts of
+/// a known layout never get here: the plan cuts them per expert first). `num_experts` is 0 for
+/// dense models.
 inline default_decision default_action(std::string_view name, dtype type, const shape_t& shape,
                                        std::int64_t num_experts) {
-    if (!is_floating(type) || shape.size() != 2 || !name.ends_with(".weight")) return default_decision::keep;
+    if (!is_floating(type)) return default_decision::keep;
+    if (shape.size() >= 3) return default_decision::uncovered;
+    if (shape.size() != 2 || !name.ends_with(".weight")) return default_decision::keep;
     const std::string_view module = module_of(name);
     const std::string_view leaf = module.substr(module.rfind('.') == std::string_view::npos ? 0 : module.rfind('.') + 1);
     if (module.find("embed") != std::string_view::npos || module.find("norm") != std::string_view::npos ||
         module == "lm_head" || module.ends_with(".lm_head") || leaf == "wte" || leaf == "wpe")
         return default_decision::keep;
-    if ((leaf == "gate" || leaf == "router") && num_experts > 0 && shape[0] == num_experts)
-        return default_decision::keep;
+    if (is_router(name, shape, num_experts)) return default_decision::keep;
     if (in_decoder_block(name)) return default_decision::quantize;
     return default_decision::uncovered;
 }

@@ -28,7 +28,23 @@ struct linear_entry {
     std::int64_t rows = 0;          ///< N
     std::int64_t cols = 0;          ///< K
     std::string tied_to;            ///< non-empty: this weight is shared with that tensor
+    /// An MoE router or shared-expert gate: dense in every format, listed where the format lists
+    /// dense modules, and not one of the block linears a GPTQ config must quantize.
+    bool router = false;
 };
+
+/// "<p>.experts" for a per-expert module "<p>.experts.<e>.<leaf>" (Qwen-MoE
+/// `mlp.experts.3.gate_proj`, Mixtral `block_sparse_moe.experts.3.w1`), else empty: the
+/// modules an engine stacks into one fused-MoE layer.
+inline std::string_view expert_parent(std::string_view module) noexcept {
+    const std::size_t at = module.rfind(".experts.");
+    if (at == std::string_view::npos) return {};
+    std::size_t i = at + 9, digits = 0;
+    while (i < module.size() && module[i] >= '0' && module[i] <= '9') ++i, ++digits;
+    if (digits == 0 || i >= module.size() || module[i] != '.' || module.find('.', i + 1) != std::string_view::npos)
+        return {};
+    return module.substr(0, at + 8);
+}
 
 /// The entry a quantized tensor contributes (module = name without ".weight").
 inline linear_entry linear_entry_of(const quantized_tensor& q, std::string module) {

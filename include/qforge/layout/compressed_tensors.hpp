@@ -228,6 +228,62 @@ private:
     ct_options opt_;
 };
 
+namespace detail {
+
+/// The targets of an MoE export, in the shape llm-compressor writes (its MoE examples target
+/// "Linear" and ignore the routers and lm_head), which is what every vLLM MoE path resolves:
+///  - older vLLM: CompressedTensorsMoEMethod.get_moe_method(quant_config, layer) reads
+///    quant_config.target_scheme_map["Linear"] (KeyError without that target);
+///  - newer vLLM: get_moe_method looks up "<moe prefix>.0.gate_proj/up_proj/down_proj"
+///    through get_scheme_dict -> utils.find_matched_target (layer name, then the module's
+///    class name by substring, then fused shards), after _add_fused_moe_to_target_scheme_map
+///    copied the "Linear" scheme to "FusedMoE": Mixtral's w1/w2/w3 experts never match by
+///    name, so only the class target finds them;
+///  - transformers (integrations/compressed_tensors.py get_scheme / get_experts_scheme): a
+///    name target first, else the group holding "Linear"; the experts' group is the first one
+///    with a non-regex target, so it is written first.
+/// One config group: targets ["Linear"], every dense linear in `ignore` (the caller's list).
+/// Several groups: the experts' group keeps its names and adds "Linear", and it must hold every
+/// fused layer (q/k/v, dense gate/up): vLLM matches a fused layer's class name ("Linear" in
+/// "QKVParallelLinear") before its shards' names, so a fused layer in another group would get
+/// the experts' scheme. Returns the order to write the groups in (experts' group first).
+template <class GroupOf>
+std::vector<std::size_t> ct_moe_targets(std::span<const linear_entry> linears, std::size_t groups,
+                                        std::vector<json>& targets, GroupOf group_of) {
+    std::vector<std::size_t> order(groups);
+    for (std::size_t i = 0; i < groups; ++i) order[i] = i;
+    const linear_entry* expert = nullptr;
+    for (const linear_entry& e : linears)
+        if (e.quantized && !expert_parent(e.name).empty()) {
+            if (expert && group_of(e) != group_of(*expert))
+                fail<unsupported_error>({}, e.name,
+                                        "compressed-tensors: every MoE expert must share one scheme (older vLLM "
+                                        "resolves all fused-MoE layers through the one \"Linear\" target), but '" +
+                                            expert->name + "' has another");
+            expert = &e;
+        }
+    if (!expert) return order;
+    const std::size_t g = group_of(*expert);
+    if (groups == 1) {
+        targets[0] = json::array({"Linear"});
+        return order;
+    }
+    for (const auto& fused : fused_groups(linears))
+        for (const linear_entry* m : fused)
+            if (m->quantized && expert_parent(m->name).empty() && group_of(*m) != g)
+                fail<unsupported_error>({}, m->name,
+                                        "compressed-tensors MoE with several schemes: the experts' config group "
+                                        "targets \"Linear\", and vLLM's find_matched_target matches a fused "
+                                        "layer's class name before its shards' names, so this fused layer would "
+                                        "get the experts' scheme; give it the experts' scheme or keep it dense");
+    targets[g].push_back("Linear");
+    order.erase(order.begin() + static_cast<std::ptrdiff_t>(g));
+    order.insert(order.begin(), g);
+    return order;
+}
+
+}  // namespace detail
+
 /// The compressed-tensors `quantization_config` for a whole model (any mix of 2..8 bits,
 /// group sizes and symmetry): refuses tied quantized layers, unsupported bits and fused layers
 /// with different schemes, naming the layers.
@@ -258,9 +314,16 @@ inline json ct_config(std::span<const linear_entry> linears, const ct_options& o
         targets[i].push_back(e.name);
     }
     if (keys.empty()) fail<unsupported_error>({}, {}, "compressed-tensors: no quantized layer to export");
+    const std::vector<std::size_t> order = detail::ct_moe_targets(linears, keys.size(), targets, [&](const linear_entry& e) {
+        const group_key key{e.bits, detail::entry_group(e), e.symmetric};
+        std::size_t i = 0;
+        while (!(keys[i].bits == key.bits && keys[i].group == key.group && keys[i].symmetric == key.symmetric)) ++i;
+        return i;
+    });
 
     json groups = json::object();
-    for (std::size_t i = 0; i < keys.size(); ++i) {
+    for (std::size_t n = 0; n < keys.size(); ++n) {
+        const std::size_t i = order[n];
         const bool channel = keys[i].group < 0;
         json weights = json::object({{"actorder", nullptr},
                                      {"block_structure", nullptr},
@@ -272,7 +335,7 @@ inline json ct_config(std::span<const linear_entry> linears, const ct_options& o
                                      {"strategy", channel ? "channel" : "group"},
                                      {"symmetric", keys[i].symmetric},
                                      {"type", "int"}});
-        groups.set("group_" + std::to_string(i),
+        groups.set("group_" + std::to_string(n),
                    json::object({{"format", "pack-quantized"},
                                  {"input_activations", nullptr},
                                  {"output_activations", nullptr},

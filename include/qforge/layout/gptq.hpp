@@ -214,19 +214,42 @@ public:
         for (const linear_entry& e : linears) {
             const bool is_head = detail::split_leaf(e.name).second == "lm_head";
             if (is_head) lm_head = e.quantized;
-            else if (!e.quantized)
+            else if (!e.quantized && !e.router)
                 fail<unsupported_error>({}, e.name,
                                         "GPTQ: a GPTQ config quantizes every linear of the blocks; "
                                         "this one is left unquantized (use compressed-tensors, whose "
                                         "`ignore` can list it)");
         }
-        return json::object({{"quant_method", "gptq"},
-                             {"bits", Bits},
-                             {"group_size", common_group_size(linears, "GPTQ")},
-                             {"desc_act", opt_.desc_act},
-                             {"sym", scheme.symmetric},
-                             {"lm_head", lm_head},
-                             {"checkpoint_format", checkpoint_format()}});
+        json c = json::object({{"quant_method", "gptq"},
+                               {"bits", Bits},
+                               {"group_size", common_group_size(linears, "GPTQ")},
+                               {"desc_act", opt_.desc_act},
+                               {"sym", scheme.symmetric},
+                               {"lm_head", lm_head},
+                               {"checkpoint_format", checkpoint_format()}});
+        if (json skip = dense_routers(linears); skip.size()) c.set("dynamic", std::move(skip));
+        return c;
+    }
+
+    /// GPTQ has no list of dense modules; MoE routers are kept dense through GPTQModel's
+    /// `dynamic` negative matches, one "-:<name regex>" per router: vLLM auto_gptq.py
+    /// (get_linear_quant_method / get_moe_quant_method via gptq_utils.get_dynamic_override,
+    /// re.match on the module name) then builds them unquantized, and GPTQModel skips them
+    /// ("-:" = skip quantization init, as the AutoGPTQConfig comment documents). Null when the
+    /// model has no router (dense models are written as before).
+    static json dense_routers(std::span<const linear_entry> linears) {
+        json d = json::object();
+        for (const linear_entry& e : linears) {
+            if (!e.router || e.quantized) continue;
+            std::string re = "-:";
+            for (char ch : e.name) {
+                const bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
+                if (!plain) re += '\\';
+                re += ch;
+            }
+            d.set(re + "$", json::object());
+        }
+        return d;
     }
 
     /// `quantize_config.json`, the side file older readers (AutoGPTQ) look for. It holds only
@@ -239,6 +262,8 @@ public:
                                   {"sym", c.at("sym")},
                                   {"quant_method", "gptq"},
                                   {"checkpoint_format", checkpoint_format()}});
+        // GPTQModel reads quantize_config.json first: the router skips must be there too.
+        if (const json* d = c.find("dynamic")) side.set("dynamic", *d);
         return side;
     }
 

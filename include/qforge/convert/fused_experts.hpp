@@ -1,0 +1,207 @@
+// Fused 3-D MoE experts (transformers v5 / gpt-oss on-disk layout) and the per-architecture rule
+// that cuts them into the per-expert 2-D linears every quantized safetensors loader reads
+// (`<p>.experts.<e>.gate_proj/up_proj/down_proj`). Orientation and gate/up order differ per
+// architecture and a wrong guess corrupts silently, so only architectures whose layout was read
+// in transformers' source are accepted; any other is refused with the reason.
+//
+//  - qwen3_moe (`Qwen3MoeExperts`, transformers src/transformers/models/qwen3_moe/
+//    modeling_qwen3_moe.py, v5): `gate_up_proj [E, 2I, H]`, `linear(x, gate_up_proj[e])
+//    .chunk(2, dim=-1)` -> gate = rows [0, I), up = rows [I, 2I); `down_proj [E, H, I]` used as
+//    `linear(h, down_proj[e])`, i.e. already [out, in].
+//  - gpt_oss (`GptOssExperts`, transformers src/transformers/models/gpt_oss/modeling_gpt_oss.py):
+//    `gate_up_proj [E, H, 2I]` used as `x @ gate_up_proj[e]` ([in, out]), gate = columns 0, 2,
+//    4, ..., up = columns 1, 3, 5, ... (`gate_up[..., ::2], gate_up[..., 1::2]`), bias
+//    `gate_up_proj_bias [E, 2I]` interleaved the same way; `down_proj [E, I, H]` ([in, out]),
+//    `down_proj_bias [E, H]`.
+//
+// Each cut is gathered one expert at a time (gather_expert): memory follows one expert matrix.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qforge/convert/model_config.hpp"
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/tensor_view.hpp"
+
+namespace qforge {
+
+/// How an architecture stores its fused experts.
+enum class fused_expert_layout {
+    out_in_concat,   ///< [E, 2I, H] gate rows then up rows; down [E, H, I] (qwen3_moe)
+    in_out_strided,  ///< [E, H, 2I] gate/up interleaved along the last dim; down [E, I, H] (gpt_oss)
+};
+
+/// One per-expert tensor cut out of a fused expert tensor. The source is seen as
+/// [E, A, B] (a bias as [E, B]); the output element (r, c) of expert `expert` is
+///   transposed ? src[expert][c][first + r * step] : src[expert][first + r * step][c]
+/// (a bias: src[expert][first + r * step]).
+struct expert_cut {
+    std::int64_t expert = 0;
+    bool transposed = false;
+    std::int64_t first = 0;
+    std::int64_t step = 1;
+};
+
+/// A per-expert output of one fused source tensor.
+struct expert_piece {
+    std::string name;  ///< "<p>.experts.<e>.gate_proj.weight"
+    shape_t shape;     ///< [rows, cols] of the 2-D linear, or [rows] of a bias
+    expert_cut cut;
+};
+
+/// The architectures with a known fused layout, as "model_type (ArchitectureClass)".
+inline std::string_view known_fused_expert_architectures() noexcept {
+    return "qwen3_moe (Qwen3MoeForCausalLM): [E, 2I, H] gate then up; gpt_oss (GptOssForCausalLM): [E, H, 2I] "
+           "gate/up interleaved";
+}
+
+/// The fused-expert layout of the model `c` describes, or nullopt (then `why` says so).
+inline std::optional<fused_expert_layout> fused_expert_layout_for(const model_config& c, std::string& why) {
+    auto is = [&](std::string_view type, std::string_view arch) {
+        if (c.model_type == type) return true;
+        for (const auto& a : c.architectures)
+            if (a == arch) return true;
+        return false;
+    };
+    if (is("qwen3_moe", "Qwen3MoeForCausalLM")) return fused_expert_layout::out_in_concat;
+    if (is("gpt_oss", "GptOssForCausalLM")) return fused_expert_layout::in_out_strided;
+    std::string archs;
+    for (const auto& a : c.architectures) archs += (archs.empty() ? "" : ", ") + a;
+    why = "fused 3-D experts of model_type '" + c.model_type + "' (architectures [" + archs +
+          "]) have no verified orientation rule in qforge; splitting them on a guess would corrupt "
+          "every expert silently. Known: " +
+          std::string(known_fused_expert_architectures());
+    return std::nullopt;
+}
+
+namespace detail {
+
+enum class fused_part { gate_up, down, gate_up_bias, down_bias };
+
+/// Which fused tensor `name` is ("<p>.experts.gate_up_proj" ...), and its prefix "<p>.experts".
+inline std::optional<fused_part> fused_part_of(std::string_view name, std::string& prefix) {
+    static constexpr std::pair<std::string_view, fused_part> leaves[] = {
+        {".experts.gate_up_proj", fused_part::gate_up},
+        {".experts.down_proj", fused_part::down},
+        {".experts.gate_up_proj_bias", fused_part::gate_up_bias},
+        {".experts.down_proj_bias", fused_part::down_bias},
+        // some re-saves add a ".weight" to the parameter name
+        {".experts.gate_up_proj.weight", fused_part::gate_up},
+        {".experts.down_proj.weight", fused_part::down}};
+    for (const auto& [leaf, part] : leaves)
+        if (name.size() > leaf.size() && name.ends_with(leaf)) {
+            prefix = std::string(name.substr(0, name.size() - leaf.size())) + ".experts";
+            return part;
+        }
+    return std::nullopt;
+}
+
+}  // namespace detail
+
+/// True when `name` is a fused expert tensor (by name; the shape is checked by split_fused_experts).
+inline bool is_fused_expert_tensor(std::string_view name) {
+    std::string prefix;
+    return detail::fused_part_of(name, prefix).has_value();
+}
+
+/// The per-expert pieces of the fused tensor `name` [shape], or an empty list and `why`.
+inline std::vector<expert_piece> split_fused_experts(std::string_view name, const shape_t& shape,
+                                                     const model_config& c, std::string& why) {
+    std::string prefix;
+    const auto part = detail::fused_part_of(name, prefix);
+    if (!part) {
+        why = "not a fused expert tensor";
+        return {};
+    }
+    const auto layout = fused_expert_layout_for(c, why);
+    if (!layout) return {};
+    const bool bias = *part == detail::fused_part::gate_up_bias || *part == detail::fused_part::down_bias;
+    if (shape.size() != (bias ? 2u : 3u)) {
+        why = std::string("a fused expert ") + (bias ? "bias must be [E, N]" : "weight must be 3-D [E, A, B]") +
+              ", not " + shape_to_string(shape);
+        return {};
+    }
+    if (bias && *layout != fused_expert_layout::in_out_strided) {
+        why = "fused expert biases are only known for gpt_oss";
+        return {};
+    }
+    const std::int64_t E = shape[0];
+    if (E <= 0 || (c.num_experts > 0 && E != c.num_experts)) {
+        why = "holds " + std::to_string(E) + " experts but config.json says " + std::to_string(c.num_experts);
+        return {};
+    }
+    // Output [rows, cols] (rows = out features) of each piece, and how it is read.
+    const bool strided = *layout == fused_expert_layout::in_out_strided;
+    const std::int64_t a = shape[1], b = bias ? 0 : shape[2];
+    const bool gate_up = *part == detail::fused_part::gate_up || *part == detail::fused_part::gate_up_bias;
+    const std::int64_t two_i = bias ? a : (strided ? b : a);  // the dim that holds gate and up
+    const std::int64_t other = bias ? 0 : (strided ? a : b);
+    if (gate_up && (two_i <= 0 || two_i % 2 != 0)) {
+        why = "the gate/up dimension " + std::to_string(two_i) + " of " + shape_to_string(shape) + " is not even";
+        return {};
+    }
+    const std::int64_t I = gate_up ? two_i / 2 : (bias ? 0 : (strided ? a : b));
+    if (c.moe_intermediate_size > 0 && !bias && I != c.moe_intermediate_size) {
+        why = "per-expert intermediate size " + std::to_string(I) + " of " + shape_to_string(shape) +
+              " differs from config.json's moe_intermediate_size " + std::to_string(c.moe_intermediate_size);
+        return {};
+    }
+    if (!bias && c.hidden_size > 0 && (gate_up ? other : (strided ? b : a)) != c.hidden_size) {
+        why = "hidden size of " + shape_to_string(shape) + " differs from config.json's hidden_size " +
+              std::to_string(c.hidden_size);
+        return {};
+    }
+    std::vector<expert_piece> out;
+    for (std::int64_t e = 0; e < E; ++e) {
+        const std::string p = prefix + "." + std::to_string(e) + ".";
+        const std::string suffix = bias ? ".bias" : ".weight";
+        if (gate_up) {
+            for (int which = 0; which < 2; ++which) {  // 0 gate, 1 up
+                expert_cut cut{e, strided, strided ? which : which * I, strided ? 2 : 1};
+                shape_t s = bias ? shape_t{I} : shape_t{I, other};
+                out.push_back({p + (which == 0 ? "gate_proj" : "up_proj") + suffix, std::move(s), cut});
+            }
+        } else {
+            const std::int64_t H = bias ? a : (strided ? b : a);
+            shape_t s = bias ? shape_t{H} : shape_t{H, strided ? a : b};
+            out.push_back({p + "down_proj" + suffix, std::move(s), expert_cut{e, strided, 0, 1}});
+        }
+    }
+    return out;
+}
+
+/// Copies one cut out of the fused tensor `v` (its full [E, A, B] or [E, N] view) into an owned
+/// tensor `name` of `shape`, in the source dtype (bytes as they are: nothing is rounded).
+inline owned_tensor gather_expert(const tensor_view& v, const expert_cut& cut, const std::string& name,
+                                  const shape_t& shape) {
+    const std::size_t es = dtype_size(v.type);
+    const bool bias = v.shape.size() == 2;
+    const std::int64_t A = v.shape.at(1), B = bias ? 1 : v.shape.at(2);
+    const std::int64_t rows = shape.at(0), cols = bias ? 1 : shape.at(1);
+    if (es == 0 || cut.expert < 0 || cut.expert >= v.shape.at(0))
+        fail<shape_error>({}, name, "expert cut outside the fused tensor");
+    owned_tensor out{name, v.type, shape,
+                     std::vector<std::byte>(static_cast<std::size_t>(checked_numel(shape, {}, name)) * es)};
+    const std::byte* base = v.bytes.data() + static_cast<std::size_t>(cut.expert * A * B) * es;
+    std::byte* dst = out.bytes.data();
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t src_index = cut.first + r * cut.step;  // along the out dim of the source
+        if (!cut.transposed || bias) {
+            std::memcpy(dst + static_cast<std::size_t>(r * cols) * es,
+                        base + static_cast<std::size_t>(src_index * B) * es, static_cast<std::size_t>(cols) * es);
+            continue;
+        }
+        for (std::int64_t k = 0; k < cols; ++k)  // [in, out] source: element (k, src_index)
+            std::memcpy(dst + static_cast<std::size_t>(r * cols + k) * es,
+                        base + static_cast<std::size_t>(k * B + src_index) * es, es);
+    }
+    return out;
+}
+
+}  // namespace qforge
