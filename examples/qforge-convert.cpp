@@ -418,6 +418,8 @@ int main(int argc, char** argv) {
                 return true;
             };
         const conversion_result r = convert(s.src, s.dst, o);
+        // Warnings name an engine known to misread this output: printed even with --quiet.
+        for (const auto& w : r.the_plan.warnings) std::fprintf(stderr, "qforge-convert: warning: %s\n", w.c_str());
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::cout << r.report.summary().dump({.indent = 2}) << "\n";
         if (!s.quiet && !s.hessians.empty()) {

@@ -3,6 +3,8 @@
 // files) that scripts/demo.sh converts.
 //
 //   qforge-make-demo DIR [--layers N] [--hidden N] [--intermediate N] [--vocab N] [--seed-naming]
+//                        [--moe qwen|qwen-shared|mixtral|qwen-fused|gpt-oss] [--experts N]
+//                        [--moe-intermediate N]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -23,9 +25,23 @@ int main(int argc, char** argv) {
         };
         if (a == "--help" || a == "-h") {
             std::printf("usage: qforge-make-demo DIR [--layers N] [--hidden N] [--intermediate N] [--vocab N] "
-                        "[--seed-naming]\n");
+                        "[--seed-naming] [--moe qwen|qwen-shared|mixtral|qwen-fused|gpt-oss] [--experts N] "
+                        "[--moe-intermediate N]\n");
             return 0;
-        } else if (a == "--layers") o.layers = value();
+        } else if (a == "--moe") {
+            const std::string style = i + 1 < argc ? argv[++i] : "";
+            if (style == "qwen" || style == "qwen-shared") o.moe = qforge::demo_moe::qwen_moe;
+            else if (style == "mixtral") o.moe = qforge::demo_moe::mixtral;
+            else if (style == "qwen-fused") o.moe = qforge::demo_moe::qwen_moe_fused;
+            else if (style == "gpt-oss") o.moe = qforge::demo_moe::gpt_oss;
+            else {
+                std::fprintf(stderr, "qforge-make-demo: --moe takes qwen, qwen-shared, mixtral, qwen-fused or gpt-oss\n");
+                return 2;
+            }
+            o.shared_expert = style == "qwen-shared";
+        } else if (a == "--experts") o.experts = value();
+        else if (a == "--moe-intermediate") o.moe_intermediate = value();
+        else if (a == "--layers") o.layers = value();
         else if (a == "--hidden") o.hidden = value();
         else if (a == "--intermediate") o.intermediate = value();
         else if (a == "--vocab") o.vocab = value();
@@ -35,7 +51,8 @@ int main(int argc, char** argv) {
             return 2;
         } else dir = a;
     }
-    if (dir.empty() || o.layers < 1 || o.hidden < o.heads || o.hidden % o.heads != 0 || o.intermediate < 1 || o.vocab < 1) {
+    if (dir.empty() || o.layers < 1 || o.hidden < o.heads || o.hidden % o.heads != 0 || o.intermediate < 1 || o.vocab < 1 ||
+        o.experts < 1 || o.moe_intermediate < 1) {
         std::fprintf(stderr, "qforge-make-demo: give a DIR and positive sizes (hidden a multiple of %lld)\n",
                      static_cast<long long>(o.heads));
         return 2;

@@ -5,6 +5,8 @@
 // (vLLM, transformers, GPTQModel), citing the loader's file and function.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -467,6 +469,24 @@ TEST_CASE("AWQ MoE: routers and shared-expert gates listed in modules_to_not_con
     CHECK(has(skip, "model.layers.1.mlp.shared_expert_gate"));
     CHECK(has(skip, "lm_head"));
     CHECK_FALSE(has(skip, "model.layers.0.mlp.experts.0.gate_proj"));
+    // vLLM quant_utils.is_layer_skipped(prefix, modules_to_not_convert, skip_with_substr=True):
+    // any entry that is a substring of the prefix skips the layer. No entry may hit a quantized
+    // layer's vLLM prefix (the fused-MoE layer, fused qkv / gate_up), every router must be hit.
+    auto skipped = [&](const std::string& prefix) {
+        for (const auto& x : skip)
+            if (prefix.find(x) != std::string::npos) return true;
+        return false;
+    };
+    for (int l = 0; l < 2; ++l) {
+        const std::string b = "model.layers." + std::to_string(l) + ".";
+        CHECK_FALSE(skipped(b + "mlp.experts"));
+        CHECK_FALSE(skipped(b + "self_attn.qkv_proj"));
+        CHECK_FALSE(skipped(b + "self_attn.o_proj"));
+        CHECK_FALSE(skipped(b + "mlp.shared_expert.gate_up_proj"));
+        CHECK_FALSE(skipped(b + "mlp.shared_expert.down_proj"));
+        CHECK(skipped(b + "mlp.gate"));
+        CHECK(skipped(b + "mlp.shared_expert_gate"));
+    }
 }
 
 TEST_CASE("GPTQ MoE: routers kept dense through GPTQModel's dynamic negative matches") {
@@ -491,7 +511,8 @@ TEST_CASE("GPTQ MoE: routers kept dense through GPTQModel's dynamic negative mat
             auto prefix_match = [&](const std::string& n) { return std::regex_search(n, re, std::regex_constants::match_continuous); };
             router_hits += prefix_match(router);
             other_hits += prefix_match(router + "_up_proj") + prefix_match("model.layers.0.mlp.experts.0.gate_proj") +
-                          prefix_match("model.layers.10.mlp.gate");
+                          prefix_match("model.layers.10.mlp.gate") + prefix_match("model.layers.0.mlp.experts") +
+                          prefix_match("model.layers.0.block_sparse_moe.experts");
         }
         CHECK(router_hits == 1);
         CHECK(other_hits == 0);
@@ -537,4 +558,59 @@ TEST_CASE("MoE warnings name the engine that misreads the output") {
     std::ostringstream text;
     print_plan(text, plan_conversion(src, options(output_format::gptq_v2)));
     CHECK(text.str().find("warning: gptq-v2 symmetric MoE") != std::string::npos);
+}
+
+TEST_CASE("malformed fused expert tensors are refused naming the tensor and the reason") {
+    model_config c;
+    c.model_type = "qwen3_moe";
+    c.num_experts = 4;
+    c.hidden_size = 64;
+    c.moe_intermediate_size = 32;
+    rule_set rules;
+    rules.default_scheme = quant_spec{4, 32, true, scale_method::minmax, std::nullopt};
+    auto refusal = [&](const std::string& name, const shape_t& shape, const model_config& cfg) {
+        const std::vector<source_tensor> t{{name, dtype::BF16, shape, "m.safetensors"}};
+        const plan p = make_plan(t, cfg, rules, output_format::compressed_tensors);
+        REQUIRE(p.refused());
+        CHECK(p.refusals.front().find("m.safetensors") != std::string::npos);
+        CHECK(p.refusals.front().find(name) != std::string::npos);
+        return p.refusals.front();
+    };
+    const std::string gu = "model.layers.0.mlp.experts.gate_up_proj";
+    CHECK(refusal(gu, {4, 64}, c).find("3-D") != std::string::npos);
+    CHECK(refusal(gu, {3, 64, 64}, c).find("config.json says 4") != std::string::npos);
+    CHECK(refusal(gu, {4, 63, 64}, c).find("not even") != std::string::npos);
+    CHECK(refusal(gu, {4, 128, 64}, c).find("moe_intermediate_size") != std::string::npos);
+    CHECK(refusal(gu, {4, 64, 48}, c).find("hidden_size") != std::string::npos);
+    CHECK(refusal("model.layers.0.mlp.experts.gate_up_proj_bias", {4, 64}, c).find("gpt_oss") != std::string::npos);
+    model_config many = c;
+    many.num_experts = 0;
+    CHECK(refusal(gu, {max_fused_experts + 1, 2, 1}, many).find("more than qforge accepts") != std::string::npos);
+    // The well-formed one is accepted and cut into 4 x (gate, up) pieces of [32, 64].
+    const std::vector<source_tensor> ok{{gu, dtype::BF16, {4, 64, 64}, "m.safetensors"}};
+    const plan p = make_plan(ok, c, rules, output_format::compressed_tensors);
+    REQUIRE_FALSE(p.refused());
+    REQUIRE(p.items.size() == 8);
+    CHECK(p.items[3].name == "model.layers.0.mlp.experts.1.up_proj.weight");
+    CHECK(p.items[3].shape == shape_t{32, 64});
+    CHECK(p.items[3].cut->first == 32);
+}
+
+TEST_CASE("fused experts: mapped or copied reads, one or two threads, write the same bytes") {
+    const std::string& src = moe_dir(demo_moe::gpt_oss);
+    convert_options o = options(output_format::gptq);
+    o.threads = 1;
+    const std::string a = scratch("same-a"), b = scratch("same-b");
+    convert(src, a, o);
+    o.threads = 2;
+    o.read = source_read::copied;
+    convert(src, b, o);
+    checkpoint_source x(a), y(b);
+    REQUIRE(x.tensors().size() == y.tensors().size());
+    for (const auto& t : x.tensors()) {
+        CAPTURE(t.name);
+        const tensor_view u = x.view(t.name), v = y.view(t.name);
+        REQUIRE(u.bytes.size() == v.bytes.size());
+        CHECK(std::memcmp(u.bytes.data(), v.bytes.data(), u.bytes.size()) == 0);
+    }
 }

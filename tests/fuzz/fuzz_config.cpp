@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/io/json.hpp"
 
@@ -18,6 +19,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (m.hidden_size < 0 || m.num_attention_heads < 0 || m.num_key_value_heads < 0 ||
             m.head_dim < 0 || m.intermediate_size < 0 || m.num_experts < 0)
             std::abort();
+        // The fused-expert rule reads model_type / architectures and checks a header's shape
+        // against the config: it refuses with a reason or cuts pieces that lie inside the tensor.
+        const std::int64_t e = m.num_experts % 64, i = m.moe_intermediate_size % 512, h = m.hidden_size % 512;
+        for (const char* name : {"model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj",
+                                 "model.layers.0.mlp.experts.gate_up_proj_bias"}) {
+            const bool bias = std::string_view(name).ends_with("_bias");
+            const qforge::shape_t shape = bias ? qforge::shape_t{e, 2 * i} : qforge::shape_t{e, 2 * i, h};
+            std::string why;
+            for (const auto& piece : qforge::split_fused_experts(name, shape, m, why)) {
+                const std::int64_t rows = piece.shape.at(0);
+                const std::int64_t last = piece.cut.first + (rows - 1) * piece.cut.step;
+                const std::int64_t bound = (piece.cut.transposed && !bias) ? shape[2] : shape[1];  // the dim the cut walks
+                if (piece.cut.expert < 0 || piece.cut.expert >= e || rows <= 0 || last >= bound) std::abort();
+            }
+        }
         if (!cfg.is_object()) return 0;
         const std::size_t keys = cfg.size();
         cfg.set("quantization_config",

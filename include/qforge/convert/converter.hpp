@@ -248,7 +248,16 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         const tensor_view whole = opt.read == source_read::copied ? copied.view() : src.view(it.source);
         // One expert of a fused 3-D tensor: its matrix gathered on its own (one expert in memory).
         owned_tensor expert;
-        if (it.cut) expert = gather_expert(whole, *it.cut, it.name, it.shape);
+        if (it.cut) {
+            expert = gather_expert(whole, *it.cut, it.name, it.shape);
+            // The expert's block of the fused tensor is copied out: once its last piece is, drop
+            // its pages, so resident memory follows one expert, not the whole fused tensor.
+            const plan_item* next = i + 1 < p.items.size() ? &p.items[i + 1] : nullptr;
+            if (opt.read == source_read::mapped &&
+                (!next || !next->cut || next->source != it.source || next->cut->expert != it.cut->expert))
+                src.release(it.source, expert_block_bytes(whole) * static_cast<std::uint64_t>(it.cut->expert),
+                            expert_block_bytes(whole));
+        }
         const tensor_view v = it.cut ? expert.view() : whole;
         progress_event ev{i + 1, p.items.size(), &it, std::string(dtype_name(it.source_type)),
                           detail::out_type_text(p, it), it.in_bytes(), it.out_bytes(), std::nullopt};

@@ -217,6 +217,8 @@ inline std::vector<planned_tensor> demo_tensors(const demo_options& o) {
     return t;
 }
 
+inline void write_demo_side_files(const std::string& dir, const demo_options& o);
+
 /// Writes the demo checkpoint into `dir` (created; must not exist).
 inline void write_demo_checkpoint(const std::string& dir, const demo_options& o = {}) {
     io::make_directory(dir);
@@ -239,7 +241,12 @@ inline void write_demo_checkpoint(const std::string& dir, const demo_options& o 
         writer.write(t.name, std::as_bytes(std::span<const std::uint16_t>(buf)));
     }
     writer.finish();
+    write_demo_side_files(dir, o);
+}
 
+/// config.json, tokenizer.json, tokenizer_config.json and generation_config.json of the demo
+/// model `o` (a benchmark that writes its own tensors reuses them).
+inline void write_demo_side_files(const std::string& dir, const demo_options& o) {
     const std::int64_t hd = o.hidden / o.heads;
     json cfg = json::object({{"architectures", json::array({"LlamaForCausalLM"})},
                              {"model_type", "llama"},

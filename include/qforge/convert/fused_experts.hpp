@@ -104,6 +104,9 @@ inline std::optional<fused_part> fused_part_of(std::string_view name, std::strin
 
 }  // namespace detail
 
+/// The most experts one fused tensor may hold (the largest released models have 384).
+inline constexpr std::int64_t max_fused_experts = 65536;
+
 /// True when `name` is a fused expert tensor (by name; the shape is checked by split_fused_experts).
 inline bool is_fused_expert_tensor(std::string_view name) {
     std::string prefix;
@@ -132,6 +135,10 @@ inline std::vector<expert_piece> split_fused_experts(std::string_view name, cons
         return {};
     }
     const std::int64_t E = shape[0];
+    if (E > max_fused_experts) {  // one plan item per expert and matrix: bound what a header can ask for
+        why = "holds " + std::to_string(E) + " experts, more than qforge accepts (" + std::to_string(max_fused_experts) + ")";
+        return {};
+    }
     if (E <= 0 || (c.num_experts > 0 && E != c.num_experts)) {
         why = "holds " + std::to_string(E) + " experts but config.json says " + std::to_string(c.num_experts);
         return {};
@@ -174,6 +181,12 @@ inline std::vector<expert_piece> split_fused_experts(std::string_view name, cons
         }
     }
     return out;
+}
+
+/// Bytes of one expert's block [A, B] (or [N]) of the fused tensor `v`.
+inline std::uint64_t expert_block_bytes(const tensor_view& v) {
+    if (v.shape.empty() || v.shape[0] <= 0) return 0;
+    return static_cast<std::uint64_t>(checked_numel(v.shape, {}, v.name) / v.shape[0]) * dtype_size(v.type);
 }
 
 /// Copies one cut out of the fused tensor `v` (its full [E, A, B] or [E, N] view) into an owned

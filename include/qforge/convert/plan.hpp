@@ -321,12 +321,13 @@ inline void check_experts(plan& p, output_format format) {
             "on all three");
     if (format == output_format::compressed_tensors && asymmetric_experts)
         p.warnings.push_back(
-            "compressed-tensors asymmetric MoE: transformers cannot load these experts. Its fused-expert "
-            "decompression (integrations/compressed_tensors.py DecompressExperts, components of "
+            "compressed-tensors asymmetric MoE: transformers (v5, whose MoE models hold the experts as fused 3-D "
+            "parameters) cannot load these experts. Its fused-expert decompression (integrations/compressed_tensors.py DecompressExperts, components of "
             "_EXPERT_COMPONENTS_BY_FORMAT[\"pack-quantized\"] = weight_packed, weight_scale, weight_shape) never "
             "collects weight_zero_point, and compressed-tensors' PackedQuantizationCompressor.decompress asserts "
             "a zero point for an asymmetric scheme. vLLM loads them (CompressedTensorsWNA16MarlinMoEMethod "
-            "registers w13/w2_weight_zero_point); for transformers use a symmetric scheme");
+            "registers w13/w2_weight_zero_point); SGLang's CompressedTensorsWNA16MoE asserts a symmetric scheme. "
+            "For transformers and SGLang use a symmetric scheme");
 }
 
 }  // namespace detail

@@ -45,6 +45,10 @@ public:
     owned_tensor read_tensor(std::string_view name) const { return shards_.read_tensor(name); }
     /// Drops the mapped pages of a tensor we are done with, so resident memory stays flat.
     void release(std::string_view name) const { shards_.release(name); }
+    /// The same for bytes [offset, offset + length) of the tensor only.
+    void release(std::string_view name, std::uint64_t offset, std::uint64_t length) const {
+        shards_.release(name, offset, length);
+    }
     /// io_error if a shard changed size since it was opened: a view into a file that shrank
     /// would SIGBUS when touched, so the converter checks before taking each view.
     void verify_unchanged() const { shards_.verify_unchanged(); }

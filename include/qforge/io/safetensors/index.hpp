@@ -85,6 +85,9 @@ public:
         holder(name).read_tensor_into(name, out);
     }
     void release(std::string_view name) const { holder(name).release(name); }
+    void release(std::string_view name, std::uint64_t offset, std::uint64_t length) const {
+        holder(name).release(name, offset, length);
+    }
     /// io_error if any shard changed size since it was validated.
     void verify_unchanged() const {
         for (const auto& r : shards_) r->verify_unchanged();

@@ -139,6 +139,13 @@ public:
         const tensor_info& t = info(name);
         map_.release(data_offset() + t.begin, t.size());
     }
+    /// Drops the mapped pages of bytes [offset, offset + length) of a tensor (clamped to it):
+    /// one expert's block of a fused expert tensor, once it has been copied out.
+    void release(std::string_view name, std::uint64_t offset, std::uint64_t length) const {
+        const tensor_info& t = info(name);
+        if (offset >= t.size()) return;
+        map_.release(data_offset() + t.begin + offset, std::min<std::uint64_t>(length, t.size() - offset));
+    }
 
     /// io_error if the file's size is no longer what was validated (truncated or grown since).
     void verify_unchanged() const {
