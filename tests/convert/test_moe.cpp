@@ -452,11 +452,22 @@ TEST_CASE("MoE experts of one block share one scheme, and all experts share one"
     p = plan_conversion(src, o);
     REQUIRE(p.refused());
     CHECK(p.refusals.front().find("target_scheme_map") != std::string::npos);
-    // Kept whole on purpose: fine (vLLM's UnquantizedFusedMoEMethod), experts listed in ignore.
+    // Kept whole on purpose: a block may stay dense (newer vLLM finds its experts in `ignore`).
     o = options(output_format::compressed_tensors);
     o.rules.keep("re:model\\.layers\\.1\\.mlp\\.experts\\..*");
     p = plan_conversion(src, o);
     CHECK_FALSE(p.refused());
+    // ... but older vLLM gives every fused-MoE layer the "Linear" scheme: warned.
+    REQUIRE(p.warnings.size() == 1);
+    CHECK(p.warnings[0].find("gives the dense blocks the quantized experts' scheme") != std::string::npos);
+    // Every expert dense: older vLLM's get_moe_method indexes target_scheme_map["Linear"],
+    // which no group then holds -> warned, naming it.
+    o = options(output_format::compressed_tensors);
+    o.rules.keep("re:.*\\.mlp\\.experts\\..*");
+    p = plan_conversion(src, o);
+    CHECK_FALSE(p.refused());
+    REQUIRE(p.warnings.size() == 1);
+    CHECK(p.warnings[0].find("KeyError 'Linear'") != std::string::npos);
 }
 
 TEST_CASE("AWQ MoE: routers and shared-expert gates listed in modules_to_not_convert") {
@@ -578,6 +589,7 @@ TEST_CASE("malformed fused expert tensors are refused naming the tensor and the 
     };
     const std::string gu = "model.layers.0.mlp.experts.gate_up_proj";
     CHECK(refusal(gu, {4, 64}, c).find("3-D") != std::string::npos);
+    CHECK(refusal("model.layers.0.mlp.experts.down_proj", {4, 0, 32}, c).find("empty dimension") != std::string::npos);
     CHECK(refusal(gu, {3, 64, 64}, c).find("config.json says 4") != std::string::npos);
     CHECK(refusal(gu, {4, 63, 64}, c).find("not even") != std::string::npos);
     CHECK(refusal(gu, {4, 128, 64}, c).find("moe_intermediate_size") != std::string::npos);

@@ -134,6 +134,11 @@ inline std::vector<expert_piece> split_fused_experts(std::string_view name, cons
         why = "fused expert biases are only known for gpt_oss";
         return {};
     }
+    for (const std::int64_t d : shape)
+        if (d <= 0) {
+            why = "a fused expert tensor cannot have an empty dimension: " + shape_to_string(shape);
+            return {};
+        }
     const std::int64_t E = shape[0];
     if (E > max_fused_experts) {  // one plan item per expert and matrix: bound what a header can ask for
         why = "holds " + std::to_string(E) + " experts, more than qforge accepts (" + std::to_string(max_fused_experts) + ")";

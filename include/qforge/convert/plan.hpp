@@ -280,7 +280,7 @@ inline std::string decide(plan_item& it, const rule_set& rules, const model_conf
 inline void check_experts(plan& p, output_format format) {
     const plan_item* first = nullptr;
     std::map<std::string, const plan_item*, std::less<>> block_first;
-    bool symmetric_experts = false, asymmetric_experts = false;
+    bool symmetric_experts = false, asymmetric_experts = false, dense_experts = false;
     for (const auto& it : p.items) {
         if (it.shape.size() != 2 || !it.name.ends_with(".weight")) continue;
         const std::string_view block = expert_parent(module_of(it.name));
@@ -298,7 +298,10 @@ inline void check_experts(plan& p, output_format format) {
                     (a.action == plan_action::quantize ? scheme_to_string(a.scheme) : std::string("kept dense"))));
             continue;
         }
-        if (it.action != plan_action::quantize) continue;
+        if (it.action != plan_action::quantize) {
+            dense_experts = true;
+            continue;
+        }
         (it.scheme.symmetric ? symmetric_experts : asymmetric_experts) = true;
         if (!first) {
             first = &it;
@@ -319,6 +322,17 @@ inline void check_experts(plan& p, output_format format) {
             "adds 1 to every stored zero (cpu_moe.py prepare_int4_moe_layer_for_cpu), so v2's zero 8 decodes as "
             "9. GPU vLLM and GPTQModel decode it correctly; --format gptq (v1, stored zero 7) decodes correctly "
             "on all three");
+    if (format == output_format::compressed_tensors && dense_experts)
+        p.warnings.push_back(
+            std::string("compressed-tensors with MoE experts kept dense: older vLLM's CompressedTensorsMoEMethod."
+                        "get_moe_method reads target_scheme_map[\"Linear\"] for every fused-MoE layer and checks no "
+                        "ignore list, so ") +
+            (symmetric_experts || asymmetric_experts
+                 ? "it gives the dense blocks the quantized experts' scheme and cannot load them"
+                 : "it fails with KeyError 'Linear' (no group targets Linear when no expert is quantized)") +
+            "; newer vLLM finds Qwen-named dense experts in `ignore` (UnquantizedFusedMoEMethod) but looks "
+            "Mixtral-named ones up as <prefix>.0.gate_proj, which no ignore entry names. Quantize every expert, "
+            "or serve with a recent vLLM and Qwen-style names");
     if (format == output_format::compressed_tensors && asymmetric_experts)
         p.warnings.push_back(
             "compressed-tensors asymmetric MoE: transformers (v5, whose MoE models hold the experts as fused 3-D "
