@@ -3,6 +3,7 @@
 // fallbacks, tokenizer sources and refusals.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -175,6 +176,8 @@ TEST_CASE("HF -> GGUF: Q4_K_M on a model whose rows are too short falls back and
     CHECK(r.find_tensor("blk.2.attn_v.weight")->type == ggml_type::q8_0);  // use_more_bits(2, 5): Q6_K -> Q8_0
     CHECK(r.find_tensor("blk.1.attn_v.weight")->type == ggml_type::q5_0);
     CHECK(r.find_tensor("blk.0.ffn_down.weight")->type == ggml_type::f16);
+    // tied: token_embd is the head and gets the output rule; 64 % 256 != 0 -> Q8_0
+    CHECK(r.find_tensor("token_embd.weight")->type == ggml_type::q8_0);
     for (const auto& t : rep.tensors)
         if (t.chosen != t.requested) CHECK_FALSE(t.fallback.empty());
 }
@@ -191,30 +194,271 @@ TEST_CASE("HF -> GGUF refuses what it cannot convert") {
     CHECK_THROWS_AS(convert_hf_to_gguf(fixture, out_path("badre"), o), unsupported_error);
 }
 
-TEST_CASE("type choice: presets, overrides, fallbacks") {
+namespace {
+
+/// A model as llama-quantize sees it, with the row lengths its tensors have.
+struct model_shape {
+    const char* what;
+    mix_model m;
+    std::int64_t n_embd, n_ff;
+};
+
+const model_shape untied_gqa4_8{"untied llama, GQA 4, 8 layers", {"llama", 8, 8, 2, 0, true, false}, 512, 1536};
+const model_shape tied_mha_16{"tied llama, MHA, 16 layers", {"llama", 16, 8, 8, 0, false, false}, 512, 1536};
+const model_shape untied_gqa2_2{"untied llama, GQA 2, 2 layers", {"llama", 2, 8, 4, 0, true, false}, 512, 1536};
+const model_shape llama70b{"llama, 80 layers, GQA 8 (LLM_TYPE_70B)", {"llama", 80, 64, 8, 0, true, false}, 512, 1536};
+const model_shape llama65b{"llama, 80 layers, MHA (LLM_TYPE_65B)", {"llama", 80, 64, 64, 0, true, false}, 512, 1536};
+const model_shape mixtral{"llama, 32 layers, GQA 4, 8 experts", {"llama", 32, 32, 8, 8, true, false}, 512, 1536};
+const model_shape qwen2_80{"qwen2, 80 layers, MHA (LLM_TYPE_70B)", {"qwen2", 80, 8, 8, 0, true, false}, 512, 1536};
+const model_shape qwen3_80{"qwen3, 80 layers, GQA 8 (no 70B type)", {"qwen3", 80, 64, 8, 0, true, false}, 512, 1536};
+const model_shape ragged{"tied llama, GQA 4, 8 layers, 320/1000", {"llama", 8, 8, 2, 0, false, false}, 320, 1000};
+
+/// The GGUF name of `tensor` in block `layer` (-1: a global tensor); MoE models have _exps FFNs.
+std::string tensor_name(const model_shape& s, const std::string& tensor, int layer) {
+    if (layer < 0) return tensor + ".weight";
+    const bool ffn = tensor.starts_with("ffn_");
+    return "blk." + std::to_string(layer) + "." + tensor + (ffn && s.m.n_expert > 0 ? "_exps" : "") + ".weight";
+}
+
+std::int64_t row_length(const model_shape& s, const std::string& tensor) {
+    return tensor == "ffn_down" ? s.n_ff : s.n_embd;
+}
+
+/// The chosen type of `tensor` in every block, space-separated (one name for a global tensor).
+std::string chosen_types(const char* type, const model_shape& s, const std::string& tensor, bool imatrix = false) {
+    const auto ft = *parse_file_type(type);
+    mix_model m = s.m;
+    m.has_imatrix = imatrix;
+    const bool global = tensor == "token_embd" || tensor == "output";
+    std::string out;
+    for (int layer = global ? -1 : 0; layer < (global ? 0 : m.n_layer); ++layer) {
+        const auto d = choose_type(ft, {}, tensor_name(s, tensor, layer), 2, row_length(s, tensor), layer, m);
+        out += (out.empty() ? "" : " ") + std::string(type_name(d.chosen));
+    }
+    return out;
+}
+
+/// `n` layers of type `other` except `layers`, which are `hit`: a per-layer list written from a
+/// rule's text (e.g. use_more_bits' layers) without calling the code under test.
+std::string layers_with(int n, std::vector<int> layers, const char* hit, const char* other) {
+    std::string out;
+    for (int i = 0; i < n; ++i)
+        out += (i ? " " : "") + std::string(std::find(layers.begin(), layers.end(), i) != layers.end() ? hit : other);
+    return out;
+}
+std::string all_layers(int n, const char* t) { return layers_with(n, {}, t, t); }
+
+/// use_more_bits(i, n) as llama-quant.cpp states it, listed by hand for each n used here:
+/// i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2.
+const std::vector<int> more_bits_8 = {0, 3, 6, 7};                     // n/8 = 1, 7n/8 = 7
+const std::vector<int> more_bits_16 = {0, 1, 4, 7, 10, 13, 14, 15};    // n/8 = 2, 7n/8 = 14
+const std::vector<int> more_bits_32 = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31};  // 4, 28
+std::vector<int> more_bits_80() {  // n/8 = 10, 7n/8 = 70
+    std::vector<int> v;
+    for (int i = 0; i < 10; ++i) v.push_back(i);
+    for (int i = 12; i < 70; i += 3) v.push_back(i);
+    for (int i = 70; i < 80; ++i) v.push_back(i);
+    return v;
+}
+
+struct expectation {
+    const model_shape* shape;
+    const char* type;
+    const char* tensor;
+    std::string types;  // per layer, or one for a global tensor
+    bool imatrix = false;
+};
+
+}  // namespace
+
+// Every expected type below is written from the text of LC src/llama-quant.cpp
+// llama_tensor_get_type (llama.cpp b4753, the day after c392e509): for each mix and model shape,
+// every tensor kind, every layer.
+TEST_CASE("type choice: every mix gives llama-quantize's types (llama-quant.cpp llama_tensor_get_type)") {
+    const auto& a = untied_gqa4_8;
+    const auto& t = tied_mha_16;
+    const auto& two = untied_gqa2_2;
+    const std::vector<expectation> rows = {
+        // Q4_K_M: output Q6_K; attn_v and ffn_down Q6_K where use_more_bits(i_attention_wv / i_ffn_down, n)
+        {&a, "Q4_K_M", "output", "Q6_K"},
+        {&a, "Q4_K_M", "token_embd", "Q4_K"},  // untied: token_embd is not the head
+        {&a, "Q4_K_M", "attn_v", layers_with(8, more_bits_8, "Q6_K", "Q4_K")},
+        {&a, "Q4_K_M", "ffn_down", layers_with(8, more_bits_8, "Q6_K", "Q4_K")},
+        {&a, "Q4_K_M", "attn_q", all_layers(8, "Q4_K")},
+        {&a, "Q4_K_M", "attn_k", all_layers(8, "Q4_K")},
+        {&a, "Q4_K_M", "attn_output", all_layers(8, "Q4_K")},
+        {&a, "Q4_K_M", "ffn_gate", all_layers(8, "Q4_K")},
+        {&a, "Q4_K_M", "ffn_up", all_layers(8, "Q4_K")},
+        {&a, "Q4_K", "attn_v", layers_with(8, more_bits_8, "Q6_K", "Q4_K")},  // alias for Q4_K_M
+        {&t, "Q4_K_M", "token_embd", "Q6_K"},  // tied: !qs.has_output && name == token_embd -> the output rule
+        {&t, "Q4_K_M", "attn_v", layers_with(16, more_bits_16, "Q6_K", "Q4_K")},
+        {&t, "Q4_K_M", "ffn_down", layers_with(16, more_bits_16, "Q6_K", "Q4_K")},
+        {&two, "Q4_K_M", "attn_v", "Q4_K Q6_K"},
+        {&two, "Q4_K_M", "ffn_down", "Q4_K Q6_K"},
+        // Q5_K_M: the same layers, Q6_K over Q5_K
+        {&a, "Q5_K_M", "attn_v", layers_with(8, more_bits_8, "Q6_K", "Q5_K")},
+        {&a, "Q5_K_M", "ffn_down", layers_with(8, more_bits_8, "Q6_K", "Q5_K")},
+        {&a, "Q5_K_M", "attn_output", all_layers(8, "Q5_K")},
+        {&t, "Q5_K_M", "token_embd", "Q6_K"},
+        {&a, "Q5_K", "ffn_down", layers_with(8, more_bits_8, "Q6_K", "Q5_K")},
+        // Q2_K: attn_v n_gqa() >= 4 ? Q4_K : Q3_K; ffn_down Q3_K; attn_output Q3_K
+        {&a, "Q2_K", "attn_v", all_layers(8, "Q4_K")},
+        {&t, "Q2_K", "attn_v", all_layers(16, "Q3_K")},
+        {&two, "Q2_K", "attn_v", "Q3_K Q3_K"},
+        {&a, "Q2_K", "ffn_down", all_layers(8, "Q3_K")},
+        {&a, "Q2_K", "attn_output", all_layers(8, "Q3_K")},
+        {&a, "Q2_K", "attn_q", all_layers(8, "Q2_K")},
+        {&a, "Q2_K", "token_embd", "Q2_K"},
+        {&t, "Q2_K", "token_embd", "Q6_K"},
+        {&a, "Q2_K", "output", "Q6_K"},
+        // Q3_K_S: only the output rule
+        {&a, "Q3_K_S", "attn_v", all_layers(8, "Q3_K")},
+        {&a, "Q3_K_S", "ffn_down", all_layers(8, "Q3_K")},
+        {&a, "Q3_K_S", "attn_output", all_layers(8, "Q3_K")},
+        {&t, "Q3_K_S", "token_embd", "Q6_K"},
+        // Q3_K_M: attn_v i_attention_wv < 2 ? Q5_K : Q4_K; ffn_down i_layer < n/16 ? Q5_K : Q4_K
+        // (arch != FALCON); attn_output Q4_K
+        {&a, "Q3_K_M", "attn_v", layers_with(8, {0, 1}, "Q5_K", "Q4_K")},
+        {&a, "Q3_K_M", "ffn_down", all_layers(8, "Q4_K")},                    // n/16 = 0
+        {&t, "Q3_K_M", "ffn_down", layers_with(16, {0}, "Q5_K", "Q4_K")},     // n/16 = 1
+        {&two, "Q3_K_M", "ffn_down", "Q4_K Q4_K"},
+        {&a, "Q3_K_M", "attn_output", all_layers(8, "Q4_K")},
+        {&a, "Q3_K_M", "ffn_up", all_layers(8, "Q3_K")},
+        {&t, "Q3_K_M", "token_embd", "Q6_K"},
+        {&a, "Q3_K", "attn_v", layers_with(8, {0, 1}, "Q5_K", "Q4_K")},  // alias for Q3_K_M
+        // Q3_K_L: attn_v, ffn_down, attn_output Q5_K
+        {&a, "Q3_K_L", "attn_v", all_layers(8, "Q5_K")},
+        {&a, "Q3_K_L", "ffn_down", all_layers(8, "Q5_K")},
+        {&a, "Q3_K_L", "attn_output", all_layers(8, "Q5_K")},
+        {&a, "Q3_K_L", "attn_k", all_layers(8, "Q3_K")},
+        // Q4_K_S: attn_v i_attention_wv < 4 -> Q5_K; ffn_down i_layer < n/8 -> Q5_K
+        {&a, "Q4_K_S", "attn_v", layers_with(8, {0, 1, 2, 3}, "Q5_K", "Q4_K")},
+        {&a, "Q4_K_S", "ffn_down", layers_with(8, {0}, "Q5_K", "Q4_K")},
+        {&t, "Q4_K_S", "ffn_down", layers_with(16, {0, 1}, "Q5_K", "Q4_K")},
+        {&t, "Q4_K_S", "token_embd", "Q6_K"},
+        // Q5_K_S, Q6_K: only the output rule (Q6_K already)
+        {&a, "Q5_K_S", "attn_v", all_layers(8, "Q5_K")},
+        {&a, "Q5_K_S", "ffn_down", all_layers(8, "Q5_K")},
+        {&a, "Q5_K_S", "output", "Q6_K"},
+        {&a, "Q6_K", "attn_v", all_layers(8, "Q6_K")},
+        {&t, "Q6_K", "token_embd", "Q6_K"},
+        // Q8_0: the output rule keeps Q8_0 (new_type != Q8_0 -> Q6_K)
+        {&a, "Q8_0", "output", "Q8_0"},
+        {&t, "Q8_0", "token_embd", "Q8_0"},
+        {&a, "Q8_0", "attn_v", all_layers(8, "Q8_0")},
+        // Q4_0/Q4_1/Q5_0/Q5_1: the head becomes Q6_K; ffn_down's first eighth Q4_1/Q5_1 with an imatrix
+        {&a, "Q4_0", "output", "Q6_K"},
+        {&t, "Q4_0", "token_embd", "Q6_K"},
+        {&a, "Q4_0", "ffn_down", all_layers(8, "Q4_0")},
+        {&a, "Q4_0", "ffn_down", layers_with(8, {0}, "Q4_1", "Q4_0"), true},
+        {&t, "Q5_0", "ffn_down", layers_with(16, {0, 1}, "Q5_1", "Q5_0"), true},
+        {&a, "Q4_1", "ffn_down", all_layers(8, "Q4_1"), true},
+        {&a, "Q5_1", "output", "Q6_K"},
+        // IQ4_NL: attn_v Q5_K when n_gqa() >= 4; ffn_down's first eighth Q5_K without an imatrix
+        {&a, "IQ4_NL", "attn_v", all_layers(8, "Q5_K")},
+        {&t, "IQ4_NL", "attn_v", all_layers(16, "IQ4_NL")},
+        {&a, "IQ4_NL", "ffn_down", layers_with(8, {0}, "Q5_K", "IQ4_NL")},
+        {&a, "IQ4_NL", "ffn_down", all_layers(8, "IQ4_NL"), true},
+        {&a, "IQ4_NL", "output", "Q6_K"},
+        {&t, "IQ4_NL", "token_embd", "Q6_K"},
+        // F16/BF16/F32: ggml_is_quantized(default_type) is false, no mix
+        {&a, "F16", "output", "F16"},
+        {&t, "BF16", "token_embd", "BF16"},
+        {&a, "F32", "attn_v", all_layers(8, "F32")},
+        // LLM_TYPE_70B (llama: 80 layers and n_head != n_head_kv; qwen2: 80 layers): attn_v's Q3_K/Q4_K -> Q5_K
+        {&llama70b, "Q4_K_M", "attn_v", layers_with(80, more_bits_80(), "Q6_K", "Q5_K")},
+        {&llama70b, "Q4_K_M", "ffn_down", layers_with(80, more_bits_80(), "Q6_K", "Q4_K")},
+        {&llama70b, "Q2_K", "attn_v", all_layers(80, "Q5_K")},
+        {&llama70b, "Q3_K_S", "attn_v", all_layers(80, "Q5_K")},
+        {&llama70b, "Q3_K_M", "attn_v", all_layers(80, "Q5_K")},
+        {&llama70b, "Q3_K_M", "ffn_down", layers_with(80, {0, 1, 2, 3, 4}, "Q5_K", "Q4_K")},  // n/16 = 5
+        {&llama70b, "Q4_K_S", "attn_v", all_layers(80, "Q5_K")},
+        {&llama70b, "Q5_K_M", "attn_v", layers_with(80, more_bits_80(), "Q6_K", "Q5_K")},
+        {&llama70b, "Q8_0", "attn_v", all_layers(80, "Q8_0")},
+        {&llama65b, "Q4_K_M", "attn_v", layers_with(80, more_bits_80(), "Q6_K", "Q4_K")},
+        {&llama65b, "Q2_K", "attn_v", all_layers(80, "Q3_K")},
+        {&qwen2_80, "Q4_K_M", "attn_v", layers_with(80, more_bits_80(), "Q6_K", "Q5_K")},
+        {&qwen2_80, "Q2_K", "attn_v", all_layers(80, "Q5_K")},  // n_gqa 1: Q3_K, then 70B: Q5_K
+        {&qwen3_80, "Q4_K_M", "attn_v", layers_with(80, more_bits_80(), "Q6_K", "Q4_K")},
+        // n_expert == 8: attn_v and attn_k Q8_0; attn_output Q5_K for the listed mixes
+        {&mixtral, "Q4_K_M", "attn_v", all_layers(32, "Q8_0")},
+        {&mixtral, "Q4_K_M", "attn_k", all_layers(32, "Q8_0")},
+        {&mixtral, "Q4_K_M", "attn_q", all_layers(32, "Q4_K")},
+        {&mixtral, "Q4_K_M", "attn_output", all_layers(32, "Q5_K")},
+        {&mixtral, "Q4_K_M", "ffn_down", layers_with(32, more_bits_32, "Q6_K", "Q4_K")},
+        {&mixtral, "Q4_K_M", "ffn_gate", all_layers(32, "Q4_K")},
+        {&mixtral, "Q2_K", "attn_v", all_layers(32, "Q8_0")},
+        {&mixtral, "Q2_K", "attn_output", all_layers(32, "Q5_K")},
+        {&mixtral, "Q2_K", "ffn_down", all_layers(32, "Q3_K")},
+        {&mixtral, "Q3_K_S", "attn_output", all_layers(32, "Q5_K")},
+        {&mixtral, "Q3_K_M", "attn_output", all_layers(32, "Q5_K")},
+        {&mixtral, "Q3_K_L", "attn_output", all_layers(32, "Q3_K")},  // not in the n_expert == 8 list
+        {&mixtral, "Q4_K_S", "attn_output", all_layers(32, "Q5_K")},
+        {&mixtral, "IQ4_NL", "attn_output", all_layers(32, "Q5_K")},
+        {&mixtral, "Q6_K", "attn_output", all_layers(32, "Q6_K")},
+        {&mixtral, "Q6_K", "attn_k", all_layers(32, "Q8_0")},
+        {&mixtral, "Q4_0", "attn_v", all_layers(32, "Q8_0")},
+        {&mixtral, "Q4_0", "attn_output", all_layers(32, "Q4_0")},
+        // rows that do not divide the block: the output rule picks Q8_0 when ne[0] % block(default)
+        // != 0; otherwise the fallback ladder, then F16
+        {&ragged, "Q4_K_M", "token_embd", "Q8_0"},
+        {&ragged, "Q4_K_M", "attn_q", all_layers(8, "Q5_0")},                                    // Q4_K -> Q5_0
+        {&ragged, "Q4_K_M", "attn_v", layers_with(8, more_bits_8, "Q8_0", "Q5_0")},              // Q6_K -> Q8_0
+        {&ragged, "Q4_K_M", "ffn_down", all_layers(8, "F16")},                                   // 1000 % 32 != 0
+        {&ragged, "Q5_K_M", "attn_q", all_layers(8, "Q5_1")},                                    // Q5_K -> Q5_1
+        {&ragged, "Q2_K", "attn_q", all_layers(8, "IQ4_NL")},                                    // Q2_K -> IQ4_NL
+        {&ragged, "Q3_K_M", "ffn_up", all_layers(8, "IQ4_NL")},                                  // Q3_K -> IQ4_NL
+        {&ragged, "Q4_0", "token_embd", "Q8_0"},                                                 // Q6_K -> Q8_0
+        {&ragged, "Q8_0", "ffn_down", all_layers(8, "F16")},
+    };
+    for (const auto& r : rows) {
+        INFO(r.shape->what << ", --type " << r.type << ", " << r.tensor << (r.imatrix ? ", imatrix" : ""));
+        CHECK(chosen_types(r.type, *r.shape, r.tensor, r.imatrix) == r.types);
+    }
+}
+
+TEST_CASE("type choice: fallbacks are reported, llama-quantize's refusals named, overrides applied") {
     const auto q4km = *parse_file_type("Q4_K_M");
-    CHECK(choose_type(q4km, {}, "output.weight", 2, 4096, -1, 32).chosen == ggml_type::q6_k);
-    CHECK(choose_type(q4km, {}, "blk.0.attn_v.weight", 2, 4096, 0, 32).chosen == ggml_type::q6_k);
-    CHECK(choose_type(q4km, {}, "blk.5.attn_v.weight", 2, 4096, 5, 32).chosen == ggml_type::q4_k);
-    CHECK(choose_type(q4km, {}, "blk.6.ffn_down.weight", 2, 11008, 6, 32).chosen == ggml_type::q6_k);
-    CHECK(choose_type(q4km, {}, "blk.6.ffn_down.weight", 2, 11008, 7, 32).chosen == ggml_type::q4_k);
-    CHECK(choose_type(q4km, {}, "blk.6.ffn_norm.weight", 1, 4096, 6, 32).chosen == ggml_type::f32);
-    const auto d = choose_type(q4km, {}, "blk.1.ffn_up.weight", 2, 4000, 1, 32);
-    CHECK(d.requested == ggml_type::q4_k);
-    CHECK(d.chosen == ggml_type::q5_0);
-    CHECK(d.fallback.find("4000") != std::string::npos);
+    const mix_model m = ragged.m;
+    const auto embd = choose_type(q4km, {}, "token_embd.weight", 2, 320, -1, m);
+    CHECK(embd.requested == ggml_type::q8_0);  // the output rule's own choice, not a fallback
+    CHECK(embd.fallback.empty());
+    const auto v = choose_type(q4km, {}, "blk.0.attn_v.weight", 2, 320, 0, m);
+    CHECK(v.requested == ggml_type::q6_k);
+    CHECK(v.chosen == ggml_type::q8_0);
+    CHECK(v.fallback.find("320") != std::string::npos);
+    const auto down = choose_type(q4km, {}, "blk.1.ffn_down.weight", 2, 1000, 1, m);
+    CHECK(down.requested == ggml_type::q4_k);
+    CHECK(down.chosen == ggml_type::f16);
+    CHECK(down.fallback.find("Q5_0") != std::string::npos);
+    CHECK(down.fallback.find("refuses") == std::string::npos);  // the ladder's F16, as llama-quantize does
+    const auto q8 = choose_type(*parse_file_type("Q8_0"), {}, "blk.1.ffn_down.weight", 2, 1000, 1, m);
+    CHECK(q8.chosen == ggml_type::f16);
+    CHECK(q8.fallback.find("llama-quantize has no fallback") != std::string::npos);
+    CHECK(choose_type(q4km, {}, "blk.6.ffn_norm.weight", 1, 4096, 6, m).chosen == ggml_type::f32);
+    CHECK(choose_type(q4km, {}, "blk.6.attn_q_norm.weight", 1, 128, 6, m).chosen == ggml_type::f32);
+    CHECK(choose_type(q4km, {}, "blk.6.ffn_gate_inp.weight", 2, 4096, 6, mixtral.m).chosen == ggml_type::f32);
+
+    const mix_model u = untied_gqa4_8.m;
     const std::vector<type_override> ov = {{"token_embd.weight", ggml_type::q8_0, false}, {R"(.*ffn_.*)", ggml_type::q5_k, true}};
-    CHECK(choose_type(q4km, ov, "token_embd.weight", 2, 4096, -1, 32).chosen == ggml_type::q8_0);
-    CHECK(choose_type(q4km, ov, "blk.6.ffn_down.weight", 2, 11008, 6, 32).chosen == ggml_type::q5_k);
+    CHECK(choose_type(q4km, ov, "token_embd.weight", 2, 4096, -1, u).chosen == ggml_type::q8_0);
+    CHECK(choose_type(q4km, ov, "blk.6.ffn_down.weight", 2, 1536, 6, u).requested == ggml_type::q5_k);
     const auto po = parse_override("re:blk\\.[0-9]+\\.ffn_down\\.weight=q6_k");
     CHECK(po.is_regex);
     CHECK(po.type == ggml_type::q6_k);
-    CHECK(choose_type(q4km, {po}, "blk.9.ffn_down.weight", 2, 11008, 9, 32).chosen == ggml_type::q6_k);
+    CHECK(choose_type(q4km, {po}, "blk.5.ffn_down.weight", 2, 1536, 5, u).chosen == ggml_type::q6_k);
     CHECK_FALSE(parse_override("output.weight=F16").is_regex);
     CHECK_THROWS_AS(parse_override("output.weight"), unsupported_error);
     CHECK_THROWS_AS(parse_override("output.weight=Q7_K"), unsupported_error);
     CHECK_FALSE(parse_file_type("Q9_K"));
+    CHECK_FALSE(parse_file_type("Q2_K_S"));  // a mix qforge does not model is not offered
+    CHECK_FALSE(parse_file_type("IQ3_M"));
     CHECK(parse_file_type("bf16")->base == ggml_type::bf16);
+    CHECK(parse_file_type("q4_k")->name == "Q4_K_M");
+    CHECK(parse_file_type("Q3_K")->llama_ftype == 12);
+    mix_model unknown = u;
+    unknown.arch = "falcon";
+    CHECK_THROWS_AS(choose_type(q4km, {}, "blk.0.attn_v.weight", 2, 512, 0, unknown), unsupported_error);
 }
 
 TEST_CASE("HF -> GGUF: byte-level BPE tokenizer.json conversion") {
@@ -280,6 +524,8 @@ TEST_CASE("HF -> GGUF: Q4_K_M on the two-shard demo checkpoint, read back and un
     CHECK(r.find_tensor("blk.0.attn_v.weight")->type == ggml_type::q4_k);
     CHECK(r.find_tensor("blk.1.attn_v.weight")->type == ggml_type::q6_k);  // use_more_bits(1, 2)
     CHECK(r.find_tensor("blk.0.ffn_gate.weight")->type == ggml_type::q4_k);
+    CHECK(r.find_tensor("output.weight") == nullptr);
+    CHECK(r.find_tensor("token_embd.weight")->type == ggml_type::q6_k);  // tied: the output type
     CHECK(r.find_tensor("blk.0.ffn_down.weight")->ne[0] == 1408);  // 1408 % 256 != 0
     CHECK(r.find_tensor("blk.0.ffn_down.weight")->type == ggml_type::q5_0);  // Q4_K -> Q5_0
     CHECK(r.find_tensor("blk.1.ffn_down.weight")->type == ggml_type::q8_0);  // Q6_K -> Q8_0

@@ -294,12 +294,22 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
         detail::planned_tensor p{t.name, *m, t.type, t.shape, {}, {}};
         p.decl.name = m->gguf;
         for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) p.decl.ne.push_back(*it);
-        p.decision = choose_type(opt.type, opt.overrides, m->gguf, static_cast<int>(t.shape.size()), p.decl.ne[0], m->layer,
-                                 static_cast<int>(n_layer));
-        p.decl.type = p.decision.chosen;
         plan.push_back(std::move(p));
     }
     if (n_vocab == 0) fail<format_error>(src_dir, "model.embed_tokens.weight", "the checkpoint has no embedding table");
+    // the types need the whole tensor list first: whether there is an output head decides
+    // token_embd's type (llama-quantize's has_output)
+    mix_model mm;
+    mm.arch = arch_name;
+    mm.n_layer = static_cast<int>(n_layer);
+    mm.n_head = static_cast<int>(n_head);
+    mm.n_head_kv = static_cast<int>(n_head_kv);
+    mm.has_output = std::any_of(plan.begin(), plan.end(), [](const auto& p) { return p.map.gguf == "output.weight"; });
+    mm.has_imatrix = static_cast<bool>(opt.imatrix);
+    for (auto& p : plan) {
+        p.decision = choose_type(opt.type, opt.overrides, p.map.gguf, static_cast<int>(p.shape.size()), p.decl.ne[0], p.map.layer, mm);
+        p.decl.type = p.decision.chosen;
+    }
     kvs.emplace_back(a + "vocab_size", u32(n_vocab));
 
     // ---- tokenizer ------------------------------------------------------------------------
