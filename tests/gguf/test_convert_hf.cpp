@@ -503,6 +503,62 @@ TEST_CASE("HF -> GGUF: byte-level BPE tokenizer.json conversion") {
     CHECK_THROWS_AS(convert_hf_to_gguf(fixture, out_path("uni"), o), unsupported_error);
 }
 
+// LC src/llama-vocab.cpp llama_vocab::impl::load compares tokenizer_pre with a fixed list and
+// throws "unknown pre-tokenizer type" for any other name: `gpt2` (the tokenizer model's name)
+// was written once and refused; the pre-tokenizer is `gpt-2`.
+TEST_CASE("HF -> GGUF: --pre-tokenizer is checked against llama.cpp's names") {
+    const std::string path = std::string(QFORGE_BINARY_DIR) + "/gguf_tokenizer_pre.json";
+    std::string vocab;
+    for (int i = 0; i < 512; ++i) vocab += (i ? "," : "") + std::string("\"v") + std::to_string(i) + "\":" + std::to_string(i);
+    io::write_file(path, R"({"pre_tokenizer":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{)" + vocab + R"(},"merges":["v1 v2"]}})");
+    convert_options o;
+    o.tokenizer_json = path;
+    o.pre_tokenizer = "gpt2";
+    const auto dst = out_path("pre_bad");
+    try {
+        convert_hf_to_gguf(fixture, dst, o);
+        FAIL("gpt2 was accepted");
+    } catch (const unsupported_error& e) {
+        const std::string what = e.what();
+        CHECK(what.find("'gpt2'") != std::string::npos);
+        CHECK(what.find("did you mean 'gpt-2'") != std::string::npos);
+        CHECK(what.find("Known names: default, llama3,") != std::string::npos);
+        CHECK(what.find("qwen2") != std::string::npos);
+    }
+    CHECK_FALSE(io::path_exists(dst));
+    o.pre_tokenizer = "Llama-BPE";  // names are exact: llama.cpp compares with ==
+    CHECK_THROWS_AS(convert_hf_to_gguf(fixture, dst, o), unsupported_error);
+    for (const char* ok : {"gpt-2", "qwen2", "llama-bpe", "default", "gpt-4o"}) {
+        o.pre_tokenizer = ok;
+        convert_hf_to_gguf(fixture, dst, o);
+        CHECK(*reader(dst).find("tokenizer.ggml.pre")->as<std::string>() == ok);
+    }
+    // the b4753 names come first and include the ones qforge's users name most
+    const auto names = llama_pre_tokenizers();
+    std::size_t n_b4753 = 0;
+    for (const auto& n : names) n_b4753 += n.in_b4753;
+    CHECK(n_b4753 == 42);
+    for (std::size_t i = 0; i < names.size(); ++i) CHECK(names[i].in_b4753 == (i < n_b4753));
+
+    // a template GGUF whose BPE tokenizer names an unknown pre-tokenizer is refused too
+    const auto tpl = out_path("template_pre");
+    std::vector<std::string> toks;
+    for (int i = 0; i < 512; ++i) toks.push_back("t" + std::to_string(i));
+    {
+        file_writer w(tpl,
+                      {{"general.architecture", value::str("llama")},
+                       {"tokenizer.ggml.model", value::str("gpt2")},
+                       {"tokenizer.ggml.pre", value::str("gpt2")},
+                       {"tokenizer.ggml.tokens", value::array_of<std::string>(value_type::string, toks)},
+                       {"tokenizer.ggml.merges", value::array_of<std::string>(value_type::string, {"t1 t2"})}},
+                      {});
+        w.finish();
+    }
+    convert_options t;
+    t.tokenizer_from = tpl;
+    CHECK_THROWS_AS(convert_hf_to_gguf(fixture, dst, t), unsupported_error);
+}
+
 TEST_CASE("HF -> GGUF: Q4_K_M on the two-shard demo checkpoint, read back and un-permuted") {
     const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_demo_ckpt";
     if (io::path_exists(dir)) io::remove_tree(dir);

@@ -42,8 +42,12 @@ struct convert_options {
     std::vector<type_override> overrides;
     std::string tokenizer_from;   // template GGUF whose tokenizer.* keys are copied
     std::string tokenizer_json;   // default: <src>/tokenizer.json (needs pre_tokenizer)
-    std::string pre_tokenizer;    // llama.cpp pre-tokenizer name for tokenizer.json conversion
-    bool allow_no_vocab = false;  // write tokenizer.ggml.model = "no_vocab" when there is no tokenizer
+    std::string pre_tokenizer;    // llama.cpp pre-tokenizer name for tokenizer.json conversion (checked)
+    /// Write tokenizer.ggml.model = "no_vocab" when there is no tokenizer. Such a file is
+    /// token-id only: llama.cpp loads it (LC src/llama-vocab.cpp load: vocab type NONE with
+    /// {arch}.vocab_size dummy tokens), but every front end that tokenizes text (llama-cli,
+    /// llama-server, node-llama-cpp) stops at GGML_ASSERT "Tokenizer not initialized".
+    bool allow_no_vocab = false;
     std::string model_name;       // general.name (default: the source folder's name)
     /// Importance vector (ne[0] floats) for a GGUF tensor name, or null: a hook for importance
     /// from elsewhere. For a llama.cpp imatrix file use imatrix_file.
@@ -315,6 +319,7 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     // ---- tokenizer ------------------------------------------------------------------------
     kv_list tok;
     const std::string tok_json = opt.tokenizer_json.empty() ? src_dir + "/tokenizer.json" : opt.tokenizer_json;
+    if (!opt.pre_tokenizer.empty()) check_pre_tokenizer(opt.pre_tokenizer, tok_json);
     if (!opt.tokenizer_from.empty()) {
         tok = tokenizer_from_gguf(opt.tokenizer_from);
     } else if (io::path_exists(tok_json) && !opt.pre_tokenizer.empty()) {

@@ -3,12 +3,16 @@
 // LC convert_hf_to_gguf.py get_vocab_base + gguf-py SpecialVocab do (tokenizer.ggml.model
 // "gpt2", tokens by id with [PAD<i>] for holes, token types NORMAL 1 / CONTROL 3 /
 // USER_DEFINED 4, merges "a b", special ids UINT32, add_bos/eos BOOL), with the pre-tokenizer
-// name given by the user (llama.cpp refuses unknown names; qforge cannot derive it from the
-// regexes). Anything else (SentencePiece, WordPiece, Unigram, byte-fallback BPE) is refused.
+// name given by the user and checked against the names llama.cpp accepts (LC src/llama-vocab.cpp
+// llama_vocab::impl::load refuses any other: "unknown pre-tokenizer type"; qforge cannot derive
+// the name from the regexes). Anything else (SentencePiece, WordPiece, Unigram, byte-fallback
+// BPE) is refused.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "qforge/core/error.hpp"
@@ -19,14 +23,81 @@
 
 namespace qforge::gguf {
 
+/// One tokenizer.ggml.pre value llama.cpp accepts for a BPE vocabulary.
+struct pre_tokenizer_name {
+    std::string_view name;
+    bool in_b4753;  // also accepted by llama.cpp b4753 (c392e509's era); false: only by newer releases
+};
+
+/// Every pre-tokenizer name of LC src/llama-vocab.cpp llama_vocab::impl::load's tokenizer_pre
+/// comparisons: those of b4753 (in_b4753), then the ones added up to 00ad355e. b4753's list is
+/// a subset of the newer one, so a file with an in_b4753 name loads in every llama.cpp since.
+inline std::span<const pre_tokenizer_name> llama_pre_tokenizers() noexcept {
+    static constexpr pre_tokenizer_name names[] = {
+        {"default", true}, {"llama3", true}, {"llama-v3", true}, {"llama-bpe", true}, {"falcon3", true},
+        {"deepseek-llm", true}, {"deepseek-coder", true}, {"deepseek-v3", true}, {"falcon", true}, {"mpt", true},
+        {"starcoder", true}, {"gpt-2", true}, {"phi-2", true}, {"jina-es", true}, {"jina-de", true},
+        {"gigachat", true}, {"jina-v1-en", true}, {"jina-v2-es", true}, {"jina-v2-de", true}, {"jina-v2-code", true},
+        {"roberta-bpe", true}, {"refact", true}, {"command-r", true}, {"qwen2", true}, {"deepseek-r1-qwen", true},
+        {"stablelm2", true}, {"olmo", true}, {"dbrx", true}, {"smaug-bpe", true}, {"poro-chat", true},
+        {"chatglm-bpe", true}, {"viking", true}, {"jais", true}, {"tekken", true}, {"smollm", true},
+        {"codeshell", true}, {"bloom", true}, {"gpt3-finnish", true}, {"exaone", true}, {"chameleon", true},
+        {"minerva-7b", true}, {"megrez", true},
+        {"minicpm5", false}, {"falcon-h1", false}, {"pixtral", false}, {"midm-2.0", false}, {"lfm2", false},
+        {"jina-v5-nano", false}, {"spark2_5", false}, {"youtu", false}, {"a.x-4.0", false}, {"mellum", false},
+        {"modern-bert", false}, {"jais-2", false}, {"gemma4", false}, {"granite-embed-multi-311m", false},
+        {"sarvam-moe", false}, {"whitespace", false}, {"kormo", false}, {"f2llmv2", false}, {"qwen35", false},
+        {"glm4", false}, {"exaone4", false}, {"exaone-moe", false}, {"gpt-4o", false}, {"llama4", false},
+        {"kanana2", false}, {"talkie", false}, {"granite-embed-multi-97m", false}, {"tiny_aya", false},
+        {"cohere2moe", false}, {"superbpe", false}, {"trillion", false}, {"granite-docling", false},
+        {"bailingmoe", false}, {"bailingmoe2", false}, {"llada-moe", false}, {"seed-coder", false},
+        {"hunyuan", false}, {"hunyuan-dense", false}, {"hy_v4", false}, {"joyai-llm", false}, {"kimi-k2", false},
+        {"ufakzeka", false}, {"grok-2", false}, {"afmoe", false}, {"laguna", false}, {"minimax-m2", false},
+        {"solar-open", false}, {"mellum2", false},
+    };
+    return names;
+}
+
+namespace detail {
+/// Lower case without '-', '_', '.': "GPT2" and "gpt_2" both become "gpt2", as "gpt-2" does.
+inline std::string loose_name(std::string_view s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '-' || c == '_' || c == '.') continue;
+        out += c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+    }
+    return out;
+}
+}  // namespace detail
+
+/// Refuses a pre-tokenizer name llama.cpp would refuse at load time, naming the closest known
+/// one (gpt2 -> gpt-2) and listing every name. `file` is where the name comes from.
+inline void check_pre_tokenizer(std::string_view name, const std::string& file) {
+    std::string list, close;
+    for (const auto& n : llama_pre_tokenizers()) {
+        if (n.name == name) return;
+        if (detail::loose_name(n.name) == detail::loose_name(name)) close = n.name;
+        list += (list.empty() ? "" : ", ") + std::string(n.name);
+    }
+    fail<unsupported_error>(file, "", "llama.cpp does not know the pre-tokenizer '" + std::string(name) +
+                                          "' and refuses such a file (\"unknown pre-tokenizer type\")" +
+                                          (close.empty() ? "" : "; did you mean '" + close + "'?") +
+                                          " Known names: " + list);
+}
+
 /// Every tokenizer.* key of a template GGUF, in its order.
 inline kv_list tokenizer_from_gguf(const std::string& path) {
     const reader r(path);
     kv_list out;
     for (const auto& [k, v] : r.metadata())
         if (k.starts_with("tokenizer.")) out.emplace_back(k, v);
-    if (!find_kv(out, "tokenizer.ggml.model"))
-        fail<unsupported_error>(path, "", "template GGUF has no tokenizer.ggml.model key");
+    const value* model = find_kv(out, "tokenizer.ggml.model");
+    if (!model) fail<unsupported_error>(path, "", "template GGUF has no tokenizer.ggml.model key");
+    if (const value* pre = find_kv(out, "tokenizer.ggml.pre"); pre && model->as<std::string>() == "gpt2") {
+        const auto name = pre->as<std::string>();
+        if (!name) fail<format_error>(path, "", "tokenizer.ggml.pre is not a string");
+        check_pre_tokenizer(*name, path);
+    }
     return out;
 }
 
@@ -57,6 +128,7 @@ inline kv_list tokenizer_from_json(const std::string& path, const std::string& p
                                    const json* tokenizer_config) {
     if (pre_tokenizer.empty())
         fail<unsupported_error>(path, "", "converting tokenizer.json needs the llama.cpp pre-tokenizer name (e.g. llama-bpe, qwen2)");
+    check_pre_tokenizer(pre_tokenizer, path);
     const json tok = json::parse(io::read_file(path, std::uint64_t{512} << 20), path);
     const json* model = tok.find("model");
     if (!model || !model->is_object()) fail<format_error>(path, "", "no \"model\" object");
