@@ -515,6 +515,7 @@ TEST_CASE("HF -> GGUF: --pre-tokenizer is checked against llama.cpp's names") {
     o.tokenizer_json = path;
     o.pre_tokenizer = "gpt2";
     const auto dst = out_path("pre_bad");
+    if (io::path_exists(dst)) io::remove_file(dst);
     try {
         convert_hf_to_gguf(fixture, dst, o);
         FAIL("gpt2 was accepted");
