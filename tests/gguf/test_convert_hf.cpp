@@ -14,6 +14,7 @@
 #include "qforge/convert/gguf/converter.hpp"
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/safetensors/reader.hpp"
+#include "qforge/io/safetensors/writer.hpp"
 
 using namespace qforge;
 using namespace qforge::gguf;
@@ -558,6 +559,139 @@ TEST_CASE("HF -> GGUF: --pre-tokenizer is checked against llama.cpp's names") {
     convert_options t;
     t.tokenizer_from = tpl;
     CHECK_THROWS_AS(convert_hf_to_gguf(fixture, dst, t), unsupported_error);
+}
+
+namespace {
+
+/// A synthetic Qwen3 checkpoint shaped like the real ones (head_dim 128 with 4 heads over a
+/// 256-wide model, so n_head * head_dim != hidden_size; q_norm/k_norm per head; tied head; no
+/// q/k/v bias). `extra` adds tensors (name, shape) to test refusals; `config_tail` extra keys.
+std::string write_qwen3(const std::string& tag, const std::vector<std::pair<std::string, shape_t>>& extra = {},
+                        const std::string& config_tail = "", std::int64_t norm_len = 128) {
+    const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_qwen3_" + tag;
+    if (io::path_exists(dir)) io::remove_tree(dir);
+    io::make_directory(dir);
+    io::write_file(dir + "/config.json",
+                   R"({"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":256,"intermediate_size":512,)"
+                   R"("num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":128,)"
+                   R"("max_position_embeddings":40960,"rms_norm_eps":1e-06,"rope_theta":1000000,"vocab_size":512,)"
+                   R"("tie_word_embeddings":true,"torch_dtype":"bfloat16")" + config_tail + "}");
+    std::vector<safetensors::tensor_spec> specs = {{"model.embed_tokens.weight", dtype::BF16, {512, 256}},
+                                                   {"model.norm.weight", dtype::BF16, {256}}};
+    for (int l = 0; l < 2; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        for (const auto& [n, shape] : std::vector<std::pair<std::string, shape_t>>{
+                 {"input_layernorm.weight", {256}}, {"post_attention_layernorm.weight", {256}},
+                 {"self_attn.q_proj.weight", {512, 256}}, {"self_attn.k_proj.weight", {256, 256}},
+                 {"self_attn.v_proj.weight", {256, 256}}, {"self_attn.o_proj.weight", {256, 512}},
+                 {"self_attn.q_norm.weight", {norm_len}}, {"self_attn.k_norm.weight", {128}},
+                 {"mlp.gate_proj.weight", {512, 256}}, {"mlp.up_proj.weight", {512, 256}}, {"mlp.down_proj.weight", {256, 512}}})
+            specs.push_back({p + n, dtype::BF16, shape});
+    }
+    for (const auto& [n, shape] : extra) specs.push_back({n, dtype::BF16, shape});
+    safetensors::writer w(dir + "/model.safetensors", specs, safetensors::default_metadata(), {.sync = false});
+    std::uint32_t state = 12345;
+    for (const auto& s : specs) {
+        std::vector<std::uint16_t> v(static_cast<std::size_t>(checked_numel(s.shape)));
+        for (auto& x : v) {
+            state = state * 1664525u + 1013904223u;
+            x = float_to_bf16((static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 0.1f);
+        }
+        w.write(s.name, std::as_bytes(std::span<const std::uint16_t>(v)));
+    }
+    w.finish();
+    return dir;
+}
+
+}  // namespace
+
+// What LC convert_hf_to_gguf.py Qwen3Model (a Qwen2Model: no Q/K permutation, NEOX RoPE)
+// writes and LC src/llama-model.cpp LLM_ARCH_QWEN3 loads: arch "qwen3", the TextModel keys
+// (key_length/value_length from head_dim, no rope.dimension_count), attn_q_norm/attn_k_norm
+// {head_dim} F32, attn_q {n_embd, n_head*head_dim}, attn_output {n_head*head_dim, n_embd},
+// output optional (tied to token_embd).
+TEST_CASE("HF -> GGUF: Qwen3 names, ne order, metadata keys, no permutation, mix types") {
+    const auto dir = write_qwen3("ok");
+    convert_options o;
+    o.type = *parse_file_type("Q4_K_M");
+    o.allow_no_vocab = true;
+    o.overrides.push_back({R"(blk\.[0-9]+\.attn_[qk]\.weight)", ggml_type::f32, true});
+    const auto dst = out_path("qwen3");
+    const auto rep = convert_hf_to_gguf(dir, dst, o);
+    CHECK(rep.arch == "qwen3");
+    const reader r(dst);
+    CHECK(*r.find("general.architecture")->as<std::string>() == "qwen3");
+    for (const char* k : {"qwen3.context_length", "qwen3.embedding_length", "qwen3.block_count", "qwen3.feed_forward_length",
+                          "qwen3.attention.head_count", "qwen3.attention.head_count_kv", "qwen3.attention.key_length",
+                          "qwen3.attention.value_length"})
+        check_type<std::uint32_t>(r, k);
+    check_type<float>(r, "qwen3.rope.freq_base");
+    check_type<float>(r, "qwen3.attention.layer_norm_rms_epsilon");
+    CHECK(*r.find("qwen3.embedding_length")->as<std::uint32_t>() == 256);
+    CHECK(*r.find("qwen3.context_length")->as<std::uint32_t>() == 40960);
+    CHECK(*r.find("qwen3.attention.head_count_kv")->as<std::uint32_t>() == 2);
+    CHECK(*r.find("qwen3.attention.key_length")->as<std::uint32_t>() == 128);
+    CHECK(*r.find("qwen3.attention.value_length")->as<std::uint32_t>() == 128);
+    CHECK(*r.find("qwen3.rope.freq_base")->as<float>() == 1000000.0f);
+    CHECK(r.find("qwen3.rope.dimension_count") == nullptr);
+    CHECK(r.find("llama.block_count") == nullptr);
+
+    CHECK(r.tensors().size() == 2 + 2 * 11);
+    CHECK(r.find_tensor("output.weight") == nullptr);
+    const auto ne = [&](const char* n) { return r.find_tensor(n)->ne; };
+    using v = std::vector<std::int64_t>;
+    CHECK(ne("token_embd.weight") == v{256, 512});
+    CHECK(ne("blk.0.attn_q.weight") == v{256, 512});
+    CHECK(ne("blk.0.attn_k.weight") == v{256, 256});
+    CHECK(ne("blk.0.attn_v.weight") == v{256, 256});
+    CHECK(ne("blk.0.attn_output.weight") == v{512, 256});
+    CHECK(ne("blk.1.attn_q_norm.weight") == v{128});
+    CHECK(ne("blk.1.attn_k_norm.weight") == v{128});
+    CHECK(ne("blk.1.ffn_gate.weight") == v{256, 512});
+    CHECK(ne("blk.1.ffn_down.weight") == v{512, 256});
+    CHECK(r.find_tensor("blk.1.attn_q_norm.weight")->type == ggml_type::f32);
+    CHECK(r.find_tensor("blk.0.attn_k_norm.weight")->type == ggml_type::f32);
+    // llama_tensor_get_type on this model: tied head Q6_K, use_more_bits(i, 2) = {1}
+    CHECK(r.find_tensor("token_embd.weight")->type == ggml_type::q6_k);
+    CHECK(r.find_tensor("blk.0.attn_v.weight")->type == ggml_type::q4_k);
+    CHECK(r.find_tensor("blk.1.attn_v.weight")->type == ggml_type::q6_k);
+    CHECK(r.find_tensor("blk.0.ffn_down.weight")->type == ggml_type::q4_k);
+    CHECK(r.find_tensor("blk.1.ffn_down.weight")->type == ggml_type::q6_k);
+    CHECK(r.find_tensor("blk.0.attn_output.weight")->type == ggml_type::q4_k);
+
+    // no permutation: Q and K rows are the HF rows in HF order, bit for bit
+    const safetensors::reader st(dir + "/model.safetensors");
+    for (const char* hf : {"model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight"}) {
+        const auto src = source_f32(st, hf);
+        const std::string gg = std::string(hf).find("q_proj") != std::string::npos ? "blk.1.attn_q.weight" : "blk.1.attn_k.weight";
+        CHECK(r.read_f32(*r.find_tensor(gg)) == src);
+    }
+    const auto qn = r.read_f32(*r.find_tensor("blk.0.attn_q_norm.weight"));
+    CHECK(qn == source_f32(st, "model.layers.0.self_attn.q_norm.weight"));
+    for (const auto& t : rep.tensors) CHECK_FALSE(t.permuted);
+}
+
+TEST_CASE("HF -> GGUF: Qwen3 refuses what llama.cpp's qwen3 would not load") {
+    convert_options o;
+    o.allow_no_vocab = true;
+    // llama.cpp's qwen3 has no q/k/v bias tensors
+    CHECK_THROWS_WITH_AS(convert_hf_to_gguf(write_qwen3("bias", {{"model.layers.0.self_attn.q_proj.bias", {512}}}), out_path("qb"), o),
+                         doctest::Contains("q_proj.bias"), unsupported_error);
+    CHECK_FALSE(io::path_exists(out_path("qb")));
+    // the norms hold head_dim values
+    CHECK_THROWS_AS(convert_hf_to_gguf(write_qwen3("norm", {}, "", 64), out_path("qn"), o), shape_error);
+    // a block past num_hidden_layers
+    CHECK_THROWS_AS(convert_hf_to_gguf(write_qwen3("blk", {{"model.layers.2.mlp.up_proj.weight", {512, 256}}}), out_path("qx"), o),
+                    format_error);
+    // rope scaling the converter would write differently
+    CHECK_THROWS_AS(convert_hf_to_gguf(write_qwen3("yarn", {}, R"(,"rope_scaling":{"rope_type":"yarn","factor":4.0})"), out_path("qy"), o),
+                    unsupported_error);
+    // Qwen3's q_norm/k_norm under another architecture have no GGUF name
+    const auto dir = write_qwen3("as_qwen2");
+    auto cfg = io::read_file(dir + "/config.json");
+    cfg.replace(cfg.find("\"qwen3\""), 7, "\"qwen2\"");
+    io::write_file(dir + "/config.json", cfg);
+    CHECK_THROWS_WITH_AS(convert_hf_to_gguf(dir, out_path("q2"), o), doctest::Contains("_norm.weight': tensor has no GGUF name for qwen2"), unsupported_error);
 }
 
 TEST_CASE("HF -> GGUF: Q4_K_M on the two-shard demo checkpoint, read back and un-permuted") {

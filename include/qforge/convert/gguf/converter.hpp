@@ -1,4 +1,4 @@
-// Hugging Face (Llama, Mistral, Qwen2-style) -> GGUF in one streaming pass.
+// Hugging Face (Llama, Mistral, Qwen2, Qwen3) -> GGUF in one streaming pass.
 //
 //   gguf::convert_options o;
 //   o.type = *gguf::parse_file_type("Q4_K_M");
@@ -132,7 +132,8 @@ inline hf_arch detect_arch(const json& cfg, const std::string& file) {
     const std::string t = mt && mt->is_string() ? mt->as_string() : "";
     if (t == "llama" || t == "mistral") return hf_arch::llama;
     if (t == "qwen2") return hf_arch::qwen2;
-    fail<unsupported_error>(file, "", "model_type \"" + t + "\" is not a Llama-family model (llama, mistral, qwen2)");
+    if (t == "qwen3") return hf_arch::qwen3;
+    fail<unsupported_error>(file, "", "model_type \"" + t + "\" is not a Llama-family model (llama, mistral, qwen2, qwen3)");
 }
 
 /// Whether llama-quantize would quantize to `t` (and so hand it the imatrix).
@@ -228,7 +229,7 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     const std::string cfg_file = src_dir + "/config.json";
     const json& cfg = src.config();
     const hf_arch arch = detail::detect_arch(cfg, cfg_file);
-    const std::string arch_name = arch == hf_arch::llama ? "llama" : "qwen2";
+    const std::string arch_name = arch == hf_arch::llama ? "llama" : arch == hf_arch::qwen2 ? "qwen2" : "qwen3";
 
     const auto n_embd = detail::cfg_int(cfg, cfg_file, "hidden_size", 0, true);
     const auto n_layer = detail::cfg_int(cfg, cfg_file, "num_hidden_layers", 0, true);
@@ -262,12 +263,28 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     kvs.emplace_back(a + "attention.head_count_kv", u32(n_head_kv));
     kvs.emplace_back(a + "rope.freq_base", value::f32(static_cast<float>(theta)));
     kvs.emplace_back(a + "attention.layer_norm_rms_epsilon", value::f32(static_cast<float>(eps)));
-    kvs.emplace_back(a + "rope.dimension_count", u32(head_dim));
-    if (head_dim * n_head != n_embd) {
-        kvs.emplace_back(a + "attention.key_length", u32(head_dim));
-        kvs.emplace_back(a + "attention.value_length", u32(head_dim));
+    if (arch == hf_arch::qwen3) {
+        // LC convert_hf_to_gguf.py TextModel.set_gguf_parameters: key/value_length when the
+        // config names head_dim (Qwen3's always does: 128 with hidden 1024 and 16 heads);
+        // Qwen2Model/Qwen3Model write no rope.dimension_count (llama.cpp's n_rot defaults to
+        // the key length, and qwen3's graph asserts n_embd_head == n_rot).
+        if (const json* hd = cfg.find("head_dim"); hd && !hd->is_null()) {
+            kvs.emplace_back(a + "attention.key_length", u32(head_dim));
+            kvs.emplace_back(a + "attention.value_length", u32(head_dim));
+        }
+    } else {
+        kvs.emplace_back(a + "rope.dimension_count", u32(head_dim));
+        if (head_dim * n_head != n_embd) {
+            kvs.emplace_back(a + "attention.key_length", u32(head_dim));
+            kvs.emplace_back(a + "attention.value_length", u32(head_dim));
+        }
     }
-    if (const json* rs = cfg.find("rope_scaling"); rs && rs->is_object()) {
+    if (const json* rs = cfg.find("rope_scaling"); rs && rs->is_object() && arch == hf_arch::qwen3) {
+        const json* t = rs->find("rope_type");
+        if (!t) t = rs->find("type");
+        const std::string kind = t && t->is_string() ? t->as_string() : "";
+        if (kind != "default") fail<unsupported_error>(cfg_file, "", "rope_scaling \"" + kind + "\" is not supported for qwen3 GGUF");
+    } else if (rs && rs->is_object()) {
         const json* t = rs->find("type");
         if (!t) t = rs->find("rope_type");
         const std::string kind = t && t->is_string() ? t->as_string() : "";
@@ -294,6 +311,12 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
             fail<shape_error>(src_dir + "/" + t.file, t.name, "expected a 1-D or 2-D tensor");
         if (m->permute_heads > 0 && t.shape[0] % (2 * m->permute_heads) != 0)
             fail<shape_error>(src_dir + "/" + t.file, t.name, "rows are not a whole number of even-sized heads");
+        if (m->layer >= n_layer)
+            fail<format_error>(src_dir + "/" + t.file, t.name, "block " + std::to_string(m->layer) + " is past num_hidden_layers (" +
+                                                                std::to_string(n_layer) + ")");
+        if ((m->gguf.ends_with("attn_q_norm.weight") || m->gguf.ends_with("attn_k_norm.weight")) &&
+            t.shape != shape_t{head_dim})
+            fail<shape_error>(src_dir + "/" + t.file, t.name, "llama.cpp expects this norm to hold head_dim (" + std::to_string(head_dim) + ") values");
         if (m->gguf == "token_embd.weight") n_vocab = t.shape[0];
         detail::planned_tensor p{t.name, *m, t.type, t.shape, {}, {}};
         p.decl.name = m->gguf;
