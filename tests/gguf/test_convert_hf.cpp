@@ -694,6 +694,171 @@ TEST_CASE("HF -> GGUF: Qwen3 refuses what llama.cpp's qwen3 would not load") {
     CHECK_THROWS_WITH_AS(convert_hf_to_gguf(dir, out_path("q2"), o), doctest::Contains("_norm.weight': tensor has no GGUF name for qwen2"), unsupported_error);
 }
 
+namespace {
+
+/// A synthetic MoE checkpoint: Mixtral naming (block_sparse_moe.experts.E.w1/w2/w3, untied,
+/// 8 experts, GQA 4) or Qwen3-MoE naming (mlp.experts.E.gate_proj/up_proj/down_proj, q/k norms,
+/// tied, 12 experts so that "experts.10" sorts before "experts.2"). Expert FFN width 512 so
+/// gate/up [512, 256] and down [256, 512] cannot be confused. `drop` leaves one tensor out,
+/// `extra` adds some, `config_tail` adds config keys.
+std::string write_moe(const std::string& tag, bool mixtral, const std::string& drop = "",
+                      const std::vector<std::pair<std::string, shape_t>>& extra = {}, const std::string& config_tail = "") {
+    const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_moe_" + tag;
+    if (io::path_exists(dir)) io::remove_tree(dir);
+    io::make_directory(dir);
+    const int n_expert = mixtral ? 8 : 12;
+    io::write_file(dir + "/config.json",
+                   mixtral ? R"({"model_type":"mixtral","hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,)"
+                             R"("num_attention_heads":4,"num_key_value_heads":1,"num_local_experts":8,"num_experts_per_tok":2,)"
+                             R"("max_position_embeddings":4096,"rms_norm_eps":1e-05,"rope_theta":1000000,"vocab_size":512)" + config_tail + "}"
+                           : R"({"model_type":"qwen3_moe","hidden_size":256,"intermediate_size":768,"moe_intermediate_size":512,)"
+                             R"("num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":128,"num_experts":12,)"
+                             R"("num_experts_per_tok":2,"decoder_sparse_step":1,"mlp_only_layers":[],"norm_topk_prob":true,)"
+                             R"("max_position_embeddings":40960,"rms_norm_eps":1e-06,"rope_theta":1000000,"vocab_size":512,)"
+                             R"("tie_word_embeddings":true)" + config_tail + "}");
+    std::vector<safetensors::tensor_spec> specs = {{"model.embed_tokens.weight", dtype::BF16, {512, 256}},
+                                                   {"model.norm.weight", dtype::BF16, {256}}};
+    if (mixtral) specs.push_back({"lm_head.weight", dtype::BF16, {512, 256}});
+    const std::int64_t qkv = mixtral ? 256 : 512, kv = mixtral ? 64 : 256;
+    for (int l = 0; l < 2; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        std::vector<std::pair<std::string, shape_t>> t = {
+            {"input_layernorm.weight", {256}}, {"post_attention_layernorm.weight", {256}}, {"self_attn.q_proj.weight", {qkv, 256}},
+            {"self_attn.k_proj.weight", {kv, 256}}, {"self_attn.v_proj.weight", {kv, 256}}, {"self_attn.o_proj.weight", {256, qkv}}};
+        if (!mixtral) {
+            t.push_back({"self_attn.q_norm.weight", {128}});
+            t.push_back({"self_attn.k_norm.weight", {128}});
+        }
+        const std::string moe = mixtral ? "block_sparse_moe." : "mlp.";
+        t.push_back({moe + "gate.weight", {n_expert, 256}});
+        for (int e = 0; e < n_expert; ++e) {
+            const std::string x = moe + "experts." + std::to_string(e) + ".";
+            t.push_back({x + (mixtral ? "w1.weight" : "gate_proj.weight"), {512, 256}});
+            t.push_back({x + (mixtral ? "w3.weight" : "up_proj.weight"), {512, 256}});
+            t.push_back({x + (mixtral ? "w2.weight" : "down_proj.weight"), {256, 512}});
+        }
+        for (const auto& [n, shape] : t)
+            if (p + n != drop) specs.push_back({p + n, dtype::BF16, shape});
+    }
+    for (const auto& [n, shape] : extra) specs.push_back({n, dtype::BF16, shape});
+    safetensors::writer w(dir + "/model.safetensors", specs, safetensors::default_metadata(), {.sync = false});
+    std::uint32_t state = 777;
+    for (const auto& s : specs) {
+        std::vector<std::uint16_t> v(static_cast<std::size_t>(checked_numel(s.shape)));
+        for (auto& x : v) {
+            state = state * 1664525u + 1013904223u;
+            x = float_to_bf16((static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 0.1f);
+        }
+        w.write(s.name, std::as_bytes(std::span<const std::uint16_t>(v)));
+    }
+    w.finish();
+    return dir;
+}
+
+}  // namespace
+
+// LC convert_hf_to_gguf.py LlamaModel.modify_tensors (Mixtral: w1 -> ffn_gate_exps, w3 -> ffn_up_exps,
+// w2 -> ffn_down_exps, torch.stack over experts 0..E-1) and Qwen2MoeModel.modify_tensors (the
+// same for gate_proj/up_proj/down_proj); LC src/llama-model.cpp load_tensors: ffn_gate_inp
+// {n_embd, n_expert}, ffn_{gate,up}_exps {n_embd, n_ff_exp, n_expert}, ffn_down_exps
+// {n_ff_exp, n_embd, n_expert}; keys {arch}.expert_count / expert_used_count (TextModel) and
+// qwen3moe.expert_feed_forward_length (Qwen2MoeModel).
+TEST_CASE("HF -> GGUF: Mixtral and Qwen3-MoE experts stacked into 3-D tensors, keys, mix types") {
+    for (const bool mixtral : {true, false}) {
+        INFO((mixtral ? "mixtral" : "qwen3_moe"));
+        const int n_expert = mixtral ? 8 : 12;
+        const auto dir = write_moe(mixtral ? "mixtral" : "qwen3", mixtral);
+        const std::string arch = mixtral ? "llama" : "qwen3moe";
+        convert_options o;
+        o.allow_no_vocab = true;
+        o.type = *parse_file_type("Q4_K_M");
+        const auto dst = out_path(mixtral ? "mixtral" : "qwen3moe");
+        const auto rep = convert_hf_to_gguf(dir, dst, o);
+        const reader r(dst);
+        CHECK(*r.find("general.architecture")->as<std::string>() == arch);
+        CHECK(*r.find((arch + ".expert_count").c_str())->as<std::uint32_t>() == static_cast<std::uint32_t>(n_expert));
+        CHECK(*r.find((arch + ".expert_used_count").c_str())->as<std::uint32_t>() == 2);
+        if (mixtral) {
+            CHECK(r.find("llama.expert_feed_forward_length") == nullptr);
+            CHECK(*r.find("llama.feed_forward_length")->as<std::uint32_t>() == 512);
+        } else {
+            CHECK(*r.find("qwen3moe.expert_feed_forward_length")->as<std::uint32_t>() == 512);
+            CHECK(*r.find("qwen3moe.feed_forward_length")->as<std::uint32_t>() == 768);
+            CHECK(*r.find("qwen3moe.attention.key_length")->as<std::uint32_t>() == 128);
+        }
+        CHECK(r.tensors().size() == (mixtral ? 3 + 2 * 10 : 2 + 2 * 12));
+        using v = std::vector<std::int64_t>;
+        const auto e = static_cast<std::int64_t>(n_expert);
+        CHECK(r.find_tensor("blk.1.ffn_gate_inp.weight")->ne == v{256, e});
+        CHECK(r.find_tensor("blk.1.ffn_gate_inp.weight")->type == ggml_type::f32);  // never quantized
+        CHECK(r.find_tensor("blk.1.ffn_gate_exps.weight")->ne == v{256, 512, e});
+        CHECK(r.find_tensor("blk.1.ffn_up_exps.weight")->ne == v{256, 512, e});
+        CHECK(r.find_tensor("blk.1.ffn_down_exps.weight")->ne == v{512, 256, e});
+        CHECK(r.find_tensor("blk.0.ffn_gate.weight") == nullptr);
+        // llama_tensor_get_type: n_expert == 8 (Mixtral) puts attn_v/attn_k at Q8_0 and attn_output
+        // at Q5_K; 12 experts change nothing; ffn_down_exps by use_more_bits(layer from the name, 2)
+        CHECK(r.find_tensor("blk.0.attn_v.weight")->type == (mixtral ? ggml_type::q8_0 : ggml_type::q4_k));
+        CHECK(r.find_tensor("blk.0.attn_k.weight")->type == (mixtral ? ggml_type::q8_0 : ggml_type::q4_k));
+        CHECK(r.find_tensor("blk.0.attn_output.weight")->type == (mixtral ? ggml_type::q5_k : ggml_type::q4_k));
+        CHECK(r.find_tensor("blk.0.ffn_down_exps.weight")->type == ggml_type::q4_k);
+        CHECK(r.find_tensor("blk.1.ffn_down_exps.weight")->type == ggml_type::q6_k);
+        CHECK(r.find_tensor("blk.1.ffn_gate_exps.weight")->type == ggml_type::q4_k);
+        CHECK(r.find_tensor("token_embd.weight")->type == (mixtral ? ggml_type::q4_k : ggml_type::q6_k));  // untied / tied
+        for (const auto& t : rep.tensors) {
+            if (t.gguf_name.ends_with("_exps.weight")) CHECK(t.snr_db > 15.0);
+            // LlamaModel permutes Mixtral's Q/K rows; Qwen2MoeModel does not (NEOX RoPE)
+            if (t.gguf_name.ends_with("attn_q.weight") || t.gguf_name.ends_with("attn_k.weight")) CHECK(t.permuted == mixtral);
+        }
+        std::uint64_t weights = 0;  // every expert's weights are counted
+        for (const auto& t : rep.tensors) {
+            std::uint64_t n = 1;
+            for (auto d : t.ne) n *= static_cast<std::uint64_t>(d);
+            weights += n;
+        }
+        CHECK(rep.total_elements == weights);
+
+        // stacking order: as F32, expert e's rows are slice e of ne[2], bit for bit
+        o.overrides.push_back({R"(.*_exps\.weight)", ggml_type::f32, true});
+        convert_hf_to_gguf(dir, dst, o);
+        const reader f(dst);
+        const safetensors::reader st(dir + "/model.safetensors");
+        for (const auto& [gg, hf] : {std::pair{"ffn_gate_exps", mixtral ? "w1" : "gate_proj"}, std::pair{"ffn_up_exps", mixtral ? "w3" : "up_proj"},
+                                     std::pair{"ffn_down_exps", mixtral ? "w2" : "down_proj"}}) {
+            std::vector<float> want;
+            for (int x = 0; x < n_expert; ++x) {
+                const auto part = source_f32(st, std::string("model.layers.1.") + (mixtral ? "block_sparse_moe" : "mlp") + ".experts." +
+                                                     std::to_string(x) + "." + hf + ".weight");
+                want.insert(want.end(), part.begin(), part.end());
+            }
+            CHECK_MESSAGE(f.read_f32(*f.find_tensor((std::string("blk.1.") + gg + ".weight").c_str())) == want, gg);
+        }
+    }
+}
+
+TEST_CASE("HF -> GGUF: MoE checkpoints llama.cpp could not load are refused") {
+    convert_options o;
+    o.allow_no_vocab = true;
+    const auto dst = out_path("moe_bad");
+    CHECK_THROWS_WITH_AS(convert_hf_to_gguf(write_moe("missing", false, "model.layers.1.mlp.experts.10.up_proj.weight"), dst, o),
+                         doctest::Contains("expert 10 is missing"), format_error);
+    CHECK_FALSE(io::path_exists(dst));
+    CHECK_THROWS_WITH_AS(convert_hf_to_gguf(write_moe("past", true, "", {{"model.layers.0.block_sparse_moe.experts.8.w1.weight", {512, 256}}}), dst, o),
+                         doctest::Contains("past the expert count"), format_error);
+    CHECK_THROWS_AS(convert_hf_to_gguf(write_moe("shape", true, "", {{"model.layers.0.block_sparse_moe.experts.9.w2.weight", {512, 256}}}), dst, o),
+                    shape_error);  // down must be [hidden, ffn]
+    CHECK_THROWS_WITH_AS(convert_hf_to_gguf(write_moe("dense", false, "", {{"model.layers.0.mlp.down_proj.weight", {256, 768}}}), dst, o),
+                         doctest::Contains("has no GGUF name for qwen3moe"), unsupported_error);
+    for (const auto& [from, to] : {std::pair{"\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0]"},
+                                   std::pair{"\"decoder_sparse_step\":1", "\"decoder_sparse_step\":2"}}) {
+        const auto dir = write_moe("dense_layers", false);
+        auto cfg = io::read_file(dir + "/config.json");
+        cfg.replace(cfg.find(from), std::string(from).size(), to);
+        io::write_file(dir + "/config.json", cfg);
+        CHECK_THROWS_WITH_AS(convert_hf_to_gguf(dir, dst, o), doctest::Contains("MoE FFN in every layer"), unsupported_error);
+    }
+    CHECK_FALSE(io::path_exists(dst));
+}
+
 TEST_CASE("HF -> GGUF: Q4_K_M on the two-shard demo checkpoint, read back and un-permuted") {
     const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_demo_ckpt";
     if (io::path_exists(dir)) io::remove_tree(dir);

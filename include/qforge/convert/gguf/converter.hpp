@@ -1,4 +1,4 @@
-// Hugging Face (Llama, Mistral, Qwen2, Qwen3) -> GGUF in one streaming pass.
+// Hugging Face (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE) -> GGUF in one streaming pass.
 //
 //   gguf::convert_options o;
 //   o.type = *gguf::parse_file_type("Q4_K_M");
@@ -7,8 +7,11 @@
 //
 // The whole plan (names, shapes, types, fallbacks, metadata) is fixed before any tensor is
 // read; then each tensor is read from its (memory-mapped) shard a chunk of rows at a time,
-// converted to float32, permuted (Q/K of Llama/Mistral), quantized with the byte-exact ggml
-// kernels and appended to the GGUF, and its pages are released. Memory stays at one chunk.
+// converted to float32, permuted (Q/K of Llama/Mistral/Mixtral), quantized with the byte-exact
+// ggml kernels and appended to the GGUF, and its pages are released. MoE experts are stacked
+// into ffn_{gate,up,down}_exps 3-D tensors by writing expert 0's rows, then expert 1's, ...
+// (ne[2] is the slowest dimension), one source tensor mapped at a time, so memory stays at one
+// chunk even for the stacked tensors (llama.cpp's converter holds every expert of a layer).
 // Metadata keys and their types are those llama.cpp checks (formats.md 5.4, trap 19).
 #pragma once
 
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -104,10 +108,22 @@ struct planned_tensor {
     std::string hf;
     mapped_name map;
     dtype src_type;
-    shape_t shape;
+    shape_t shape;                   // of one source tensor (one expert's for a stacked one)
     tensor_decl decl;
     type_decision decision;
+    std::vector<std::string> parts;  // the source tensors in ne[2] order: {hf}, or expert 0..E-1
 };
+
+/// The GGUF architecture name llama.cpp loads each source architecture as.
+inline std::string gguf_arch_name(hf_arch a) {
+    switch (a) {
+        case hf_arch::llama: case hf_arch::mixtral: return "llama";
+        case hf_arch::qwen2: return "qwen2";
+        case hf_arch::qwen3: return "qwen3";
+        case hf_arch::qwen3moe: return "qwen3moe";
+    }
+    return "llama";
+}
 
 inline std::int64_t cfg_int(const json& cfg, const std::string& file, const char* key, std::int64_t fallback, bool required) {
     const json* v = cfg.find(key);
@@ -133,7 +149,9 @@ inline hf_arch detect_arch(const json& cfg, const std::string& file) {
     if (t == "llama" || t == "mistral") return hf_arch::llama;
     if (t == "qwen2") return hf_arch::qwen2;
     if (t == "qwen3") return hf_arch::qwen3;
-    fail<unsupported_error>(file, "", "model_type \"" + t + "\" is not a Llama-family model (llama, mistral, qwen2, qwen3)");
+    if (t == "mixtral") return hf_arch::mixtral;
+    if (t == "qwen3_moe") return hf_arch::qwen3moe;
+    fail<unsupported_error>(file, "", "model_type \"" + t + "\" is not a Llama-family model (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe)");
 }
 
 /// Whether llama-quantize would quantize to `t` (and so hand it the imatrix).
@@ -151,16 +169,20 @@ inline void add_imatrix_keys(kv_list& kvs, const std::string& file, const import
 }
 
 /// The importance one tensor is quantized with: the user's hook, or the imatrix entry of its
-/// GGUF name (llama-quantize: `imatrix_data->find(name)`, used when its size is ne[0] * ne[2];
-/// another size throws, except for token_embd, LC src/llama-quant.cpp).
+/// GGUF name (llama-quantize: `imatrix_data->find(name)`, used when its size is ne[0] * ne[2],
+/// matrix e for expert e of a stacked tensor; another size throws, except for token_embd,
+/// LC src/llama-quant.cpp). The hook may give ne[0] values (every matrix) or ne[0] * ne[2].
 class tensor_importance {
 public:
-    tensor_importance(const convert_options& opt, const importance_matrix* file, const tensor_decl& t) {
+    tensor_importance(const convert_options& opt, const importance_matrix* file, const tensor_decl& t)
+        : cols_(t.ne[0]), n_mat_(t.ne.size() == 3 ? t.ne[2] : 1) {
         if (opt.imatrix) {
             if (const std::vector<float>* v = opt.imatrix(t.name)) {
-                if (static_cast<std::int64_t>(v->size()) != t.ne[0])
-                    fail<shape_error>("", t.name, "imatrix has " + std::to_string(v->size()) + " entries, rows have " + std::to_string(t.ne[0]));
+                const auto n = static_cast<std::int64_t>(v->size());
+                if (n != cols_ && n != cols_ * n_mat_)
+                    fail<shape_error>("", t.name, "imatrix has " + std::to_string(v->size()) + " entries, rows have " + std::to_string(cols_));
                 values_ = *v;
+                per_matrix_ = n_mat_ > 1 && n == cols_ * n_mat_;
             }
             return;
         }
@@ -168,20 +190,26 @@ public:
         entry_ = file->load(t.name);
         if (!entry_) {
             status_ = "not in the imatrix";
-        } else if (entry_->fits(t.ne[0], 1)) {
-            values_ = entry_->matrix(0, t.ne[0]);
+        } else if (entry_->fits(cols_, n_mat_)) {
+            values_ = entry_->values;
+            per_matrix_ = n_mat_ > 1;
             status_ = "used";
         } else if (t.name == "token_embd.weight") {
             status_ = "imatrix entry has " + std::to_string(entry_->values.size()) + " values, not " + std::to_string(t.ne[0]);
         } else {
             fail<shape_error>(file->path(), t.name, "imatrix size " + std::to_string(entry_->values.size()) +
-                                                        " is different from tensor size " + std::to_string(t.ne[0]));
+                                                        " is different from tensor size " + std::to_string(cols_ * n_mat_));
         }
     }
-    const float* data() const noexcept { return values_.empty() ? nullptr : values_.data(); }
+    /// The values for matrix `e` (expert e of a stacked tensor, 0 otherwise), or null.
+    const float* data(std::int64_t e = 0) const noexcept {
+        return values_.empty() ? nullptr : values_.data() + (per_matrix_ ? e * cols_ : 0);
+    }
     const std::string& status() const noexcept { return status_; }
 
 private:
+    std::int64_t cols_, n_mat_;
+    bool per_matrix_ = false;
     std::optional<imatrix_entry> entry_;
     std::span<const float> values_;
     std::string status_;
@@ -191,9 +219,10 @@ private:
 inline void check_imatrix_sizes(const importance_matrix& m, const std::vector<planned_tensor>& plan) {
     for (const auto& p : plan) {
         const auto n = m.value_count(p.decl.name);
-        if (n && *n != p.decl.ne[0] && p.decl.name != "token_embd.weight" && is_block_quantized(p.decl.type))
+        const std::int64_t want = p.decl.ne[0] * (p.decl.ne.size() == 3 ? p.decl.ne[2] : 1);  // ne[0] * ne[2]
+        if (n && *n != want && p.decl.name != "token_embd.weight" && is_block_quantized(p.decl.type))
             fail<shape_error>(m.path(), p.decl.name, "imatrix size " + std::to_string(*n) +
-                                                         " is different from tensor size " + std::to_string(p.decl.ne[0]));
+                                                         " is different from tensor size " + std::to_string(want));
     }
 }
 
@@ -229,7 +258,7 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     const std::string cfg_file = src_dir + "/config.json";
     const json& cfg = src.config();
     const hf_arch arch = detail::detect_arch(cfg, cfg_file);
-    const std::string arch_name = arch == hf_arch::llama ? "llama" : arch == hf_arch::qwen2 ? "qwen2" : "qwen3";
+    const std::string arch_name = detail::gguf_arch_name(arch);
 
     const auto n_embd = detail::cfg_int(cfg, cfg_file, "hidden_size", 0, true);
     const auto n_layer = detail::cfg_int(cfg, cfg_file, "num_hidden_layers", 0, true);
@@ -240,7 +269,21 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     const auto n_ctx = detail::cfg_int(cfg, cfg_file, "max_position_embeddings", 2048, false);
     const double eps = detail::cfg_num(cfg, cfg_file, "rms_norm_eps", 1e-5);
     const double theta = detail::cfg_num(cfg, cfg_file, "rope_theta", 10000.0);
-    if (arch == hf_arch::llama && head_dim * n_head != n_embd)
+    // MoE: the expert count, the experts used per token and each expert's FFN width
+    // (Mixtral: num_local_experts, intermediate_size; Qwen3-MoE: num_experts, moe_intermediate_size)
+    const bool moe = is_moe(arch);
+    const auto n_expert = !moe ? 0 : detail::cfg_int(cfg, cfg_file, arch == hf_arch::mixtral ? "num_local_experts" : "num_experts", 0, true);
+    const auto n_expert_used = !moe ? 0 : detail::cfg_int(cfg, cfg_file, "num_experts_per_tok", 0, true);
+    const auto n_ff_exp = arch == hf_arch::qwen3moe ? detail::cfg_int(cfg, cfg_file, "moe_intermediate_size", 0, true) : n_ff;
+    if (moe && n_expert_used > n_expert) fail<format_error>(cfg_file, "", "num_experts_per_tok is larger than the expert count");
+    if (arch == hf_arch::qwen3moe) {
+        // llama.cpp's qwen3moe has an MoE FFN in every block: no dense layers
+        const json* ml = cfg.find("mlp_only_layers");
+        const bool dense_layers = ml && ml->is_array() && ml->size() > 0;
+        if (dense_layers || detail::cfg_int(cfg, cfg_file, "decoder_sparse_step", 1, false) != 1)
+            fail<unsupported_error>(cfg_file, "", "llama.cpp's qwen3moe needs an MoE FFN in every layer (mlp_only_layers empty, decoder_sparse_step 1)");
+    }
+    if (permutes_qk(arch) && head_dim * n_head != n_embd)
         fail<unsupported_error>(cfg_file, "", "llama.cpp's llama architecture needs head_dim * n_head == hidden_size");
     if (head_dim % 2 != 0) fail<unsupported_error>(cfg_file, "", "head_dim must be even for the RoPE permutation");
 
@@ -263,7 +306,14 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     kvs.emplace_back(a + "attention.head_count_kv", u32(n_head_kv));
     kvs.emplace_back(a + "rope.freq_base", value::f32(static_cast<float>(theta)));
     kvs.emplace_back(a + "attention.layer_norm_rms_epsilon", value::f32(static_cast<float>(eps)));
-    if (arch == hf_arch::qwen3) {
+    if (moe) {
+        // LC convert_hf_to_gguf.py TextModel.set_gguf_parameters (expert_count, expert_used_count)
+        // and Qwen2MoeModel.set_gguf_parameters (expert_feed_forward_length)
+        kvs.emplace_back(a + "expert_count", u32(n_expert));
+        kvs.emplace_back(a + "expert_used_count", u32(n_expert_used));
+        if (arch == hf_arch::qwen3moe) kvs.emplace_back(a + "expert_feed_forward_length", u32(n_ff_exp));
+    }
+    if (has_qk_norm(arch)) {
         // LC convert_hf_to_gguf.py TextModel.set_gguf_parameters: key/value_length when the
         // config names head_dim (Qwen3's always does: 128 with hidden 1024 and 16 heads);
         // Qwen2Model/Qwen3Model write no rope.dimension_count (llama.cpp's n_rot defaults to
@@ -279,11 +329,11 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
             kvs.emplace_back(a + "attention.value_length", u32(head_dim));
         }
     }
-    if (const json* rs = cfg.find("rope_scaling"); rs && rs->is_object() && arch == hf_arch::qwen3) {
+    if (const json* rs = cfg.find("rope_scaling"); rs && rs->is_object() && has_qk_norm(arch)) {
         const json* t = rs->find("rope_type");
         if (!t) t = rs->find("type");
         const std::string kind = t && t->is_string() ? t->as_string() : "";
-        if (kind != "default") fail<unsupported_error>(cfg_file, "", "rope_scaling \"" + kind + "\" is not supported for qwen3 GGUF");
+        if (kind != "default") fail<unsupported_error>(cfg_file, "", "rope_scaling \"" + kind + "\" is not supported for " + arch_name + " GGUF");
     } else if (rs && rs->is_object()) {
         const json* t = rs->find("type");
         if (!t) t = rs->find("rope_type");
@@ -301,28 +351,58 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     // ---- plan every tensor up front -----------------------------------------------------
     std::vector<detail::planned_tensor> plan;
     std::int64_t n_vocab = 0;
+    std::map<std::string, std::size_t> stacked;  // GGUF name -> its entry in `plan`
     for (const auto& t : src.tensors()) {
         if (t.name.ends_with("rotary_emb.inv_freq")) continue;  // convert_hf_to_gguf skips it
+        const std::string where = src_dir + "/" + t.file;
         auto m = map_hf_name(t.name, arch, static_cast<int>(n_head), static_cast<int>(n_head_kv));
-        if (!m) fail<unsupported_error>(src_dir + "/" + t.file, t.name, "tensor has no GGUF name for " + arch_name);
+        if (!m) fail<unsupported_error>(where, t.name, "tensor has no GGUF name for " + arch_name);
         if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32)
-            fail<unsupported_error>(src_dir + "/" + t.file, t.name, "source dtype " + std::string(dtype_name(t.type)) + " cannot be converted");
+            fail<unsupported_error>(where, t.name, "source dtype " + std::string(dtype_name(t.type)) + " cannot be converted");
         if (t.shape.empty() || t.shape.size() > 2)
-            fail<shape_error>(src_dir + "/" + t.file, t.name, "expected a 1-D or 2-D tensor");
+            fail<shape_error>(where, t.name, "expected a 1-D or 2-D tensor");
         if (m->permute_heads > 0 && t.shape[0] % (2 * m->permute_heads) != 0)
-            fail<shape_error>(src_dir + "/" + t.file, t.name, "rows are not a whole number of even-sized heads");
+            fail<shape_error>(where, t.name, "rows are not a whole number of even-sized heads");
         if (m->layer >= n_layer)
-            fail<format_error>(src_dir + "/" + t.file, t.name, "block " + std::to_string(m->layer) + " is past num_hidden_layers (" +
-                                                                std::to_string(n_layer) + ")");
+            fail<format_error>(where, t.name, "block " + std::to_string(m->layer) + " is past num_hidden_layers (" +
+                                                  std::to_string(n_layer) + ")");
         if ((m->gguf.ends_with("attn_q_norm.weight") || m->gguf.ends_with("attn_k_norm.weight")) &&
             t.shape != shape_t{head_dim})
-            fail<shape_error>(src_dir + "/" + t.file, t.name, "llama.cpp expects this norm to hold head_dim (" + std::to_string(head_dim) + ") values");
+            fail<shape_error>(where, t.name, "llama.cpp expects this norm to hold head_dim (" + std::to_string(head_dim) + ") values");
+        if (m->gguf.ends_with("ffn_gate_inp.weight") && t.shape != shape_t{n_expert, n_embd})
+            fail<shape_error>(where, t.name, "the router must be [" + std::to_string(n_expert) + ", " + std::to_string(n_embd) + "]");
         if (m->gguf == "token_embd.weight") n_vocab = t.shape[0];
-        detail::planned_tensor p{t.name, *m, t.type, t.shape, {}, {}};
+        if (m->expert >= 0) {
+            // one expert's slice of a stacked tensor: llama.cpp's load_tensors shapes are
+            // gate/up {n_embd, n_ff_exp, n_expert} and down {n_ff_exp, n_embd, n_expert}
+            const bool down = m->gguf.ends_with("ffn_down_exps.weight");
+            const shape_t want = down ? shape_t{n_embd, n_ff_exp} : shape_t{n_ff_exp, n_embd};
+            if (t.shape != want) fail<shape_error>(where, t.name, "an expert must be " + shape_to_string(want));
+            if (m->expert >= n_expert)
+                fail<format_error>(where, t.name, "expert " + std::to_string(m->expert) + " is past the expert count (" + std::to_string(n_expert) + ")");
+            auto [it, fresh] = stacked.emplace(m->gguf, plan.size());
+            if (fresh) {
+                detail::planned_tensor p{t.name, *m, t.type, t.shape, {}, {}, std::vector<std::string>(static_cast<std::size_t>(n_expert))};
+                p.decl.name = m->gguf;
+                p.decl.ne = {t.shape[1], t.shape[0], n_expert};
+                plan.push_back(std::move(p));
+            }
+            auto& p = plan[it->second];
+            if (t.type != p.src_type) fail<format_error>(where, t.name, "the experts of " + m->gguf + " do not share one dtype");
+            auto& slot = p.parts[static_cast<std::size_t>(m->expert)];
+            if (!slot.empty()) fail<format_error>(where, t.name, "expert " + std::to_string(m->expert) + " of " + m->gguf + " appears twice");
+            slot = t.name;
+            continue;
+        }
+        detail::planned_tensor p{t.name, *m, t.type, t.shape, {}, {}, {t.name}};
         p.decl.name = m->gguf;
         for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) p.decl.ne.push_back(*it);
         plan.push_back(std::move(p));
     }
+    for (const auto& [gguf_name, i] : stacked)
+        for (std::size_t e = 0; e < plan[i].parts.size(); ++e)
+            if (plan[i].parts[e].empty())
+                fail<format_error>(src_dir, gguf_name, "expert " + std::to_string(e) + " is missing (" + std::to_string(n_expert) + " experts)");
     if (n_vocab == 0) fail<format_error>(src_dir, "model.embed_tokens.weight", "the checkpoint has no embedding table");
     // the types need the whole tensor list first: whether there is an output head decides
     // token_embd's type (llama-quantize's has_output)
@@ -331,10 +411,11 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     mm.n_layer = static_cast<int>(n_layer);
     mm.n_head = static_cast<int>(n_head);
     mm.n_head_kv = static_cast<int>(n_head_kv);
+    mm.n_expert = static_cast<int>(n_expert);
     mm.has_output = std::any_of(plan.begin(), plan.end(), [](const auto& p) { return p.map.gguf == "output.weight"; });
     mm.has_imatrix = static_cast<bool>(opt.imatrix);
     for (auto& p : plan) {
-        p.decision = choose_type(opt.type, opt.overrides, p.map.gguf, static_cast<int>(p.shape.size()), p.decl.ne[0], p.map.layer, mm);
+        p.decision = choose_type(opt.type, opt.overrides, p.map.gguf, static_cast<int>(p.decl.ne.size()), p.decl.ne[0], p.map.layer, mm);
         p.decl.type = p.decision.chosen;
     }
     kvs.emplace_back(a + "vocab_size", u32(n_vocab));
@@ -381,55 +462,63 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     std::vector<std::uint16_t> out;  // 2-byte aligned block storage (every row size is even)
     for (std::size_t ti = 0; ti < plan.size(); ++ti) {
         const auto& p = plan[ti];
-        const tensor_view v = src.view(p.hf);
         const std::int64_t cols = p.decl.ne[0];
-        const std::int64_t nrows = p.shape.size() == 2 ? p.shape[0] : 1;
+        const std::int64_t nrows = p.shape.size() == 2 ? p.shape[0] : 1;  // per part
+        const auto n_parts = static_cast<std::int64_t>(p.parts.size());
         const ggml_type t = p.decl.type;
         const detail::tensor_importance im(opt, imatrix ? &*imatrix : nullptr, p.decl);
         double sx2 = 0, se2 = 0;
         const auto row_size = static_cast<std::size_t>(quantized_size(t, 1, cols));
-        for (std::int64_t r0 = 0; r0 < nrows; r0 += opt.chunk_rows) {
-            const std::int64_t n = std::min(opt.chunk_rows, nrows - r0);
-            rows.resize(static_cast<std::size_t>(n * cols));
-            back.resize(rows.size());
-            out.resize(row_size * static_cast<std::size_t>(n) / 2 + 1);
-            auto* dst = reinterpret_cast<std::byte*>(out.data());
-            row_x2.assign(static_cast<std::size_t>(n), 0.0);
-            row_e2.assign(static_cast<std::size_t>(n), 0.0);
-            parallel_for(opt.exec, 0, static_cast<std::size_t>(n), 8, [&](std::size_t lo, std::size_t hi) {
-                for (std::size_t r = lo; r < hi; ++r) {
-                    const auto ri = static_cast<std::int64_t>(r);
-                    const std::int64_t srow = p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, nrows, p.map.permute_heads) : r0 + ri;
-                    float* xr = rows.data() + ri * cols;
-                    detail::load_row(v, srow, cols, xr);
-                    for (std::int64_t c = 0; c < cols; ++c)
-                        if (!std::isfinite(xr[c])) fail<format_error>(src_dir, p.hf, "tensor holds NaN or infinity");
-                    std::byte* qr = dst + r * row_size;
-                    quantize_rows(t, xr, 1, cols, im.data(), qr);
-                    float* yr = back.data() + ri * cols;
-                    dequantize_rows(t, qr, cols, yr);
-                    double x2 = 0, e2 = 0;
-                    for (std::int64_t c = 0; c < cols; ++c) {
-                        const double x = xr[c], e = x - static_cast<double>(yr[c]);
-                        x2 += x * x;
-                        e2 += e * e;
+        // a stacked tensor is written one expert's slice after the other (ne[2] is the slowest
+        // dimension): one source tensor is mapped at a time, never the whole stack
+        for (std::int64_t part = 0; part < n_parts; ++part) {
+            const std::string& hf = p.parts[static_cast<std::size_t>(part)];
+            const tensor_view v = src.view(hf);
+            const float* imr = im.data(part);
+            for (std::int64_t r0 = 0; r0 < nrows; r0 += opt.chunk_rows) {
+                const std::int64_t n = std::min(opt.chunk_rows, nrows - r0);
+                rows.resize(static_cast<std::size_t>(n * cols));
+                back.resize(rows.size());
+                out.resize(row_size * static_cast<std::size_t>(n) / 2 + 1);
+                auto* dst = reinterpret_cast<std::byte*>(out.data());
+                row_x2.assign(static_cast<std::size_t>(n), 0.0);
+                row_e2.assign(static_cast<std::size_t>(n), 0.0);
+                parallel_for(opt.exec, 0, static_cast<std::size_t>(n), 8, [&](std::size_t lo, std::size_t hi) {
+                    for (std::size_t r = lo; r < hi; ++r) {
+                        const auto ri = static_cast<std::int64_t>(r);
+                        const std::int64_t srow =
+                            p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, nrows, p.map.permute_heads) : r0 + ri;
+                        float* xr = rows.data() + ri * cols;
+                        detail::load_row(v, srow, cols, xr);
+                        for (std::int64_t c = 0; c < cols; ++c)
+                            if (!std::isfinite(xr[c])) fail<format_error>(src_dir, hf, "tensor holds NaN or infinity");
+                        std::byte* qr = dst + r * row_size;
+                        quantize_rows(t, xr, 1, cols, imr, qr);
+                        float* yr = back.data() + ri * cols;
+                        dequantize_rows(t, qr, cols, yr);
+                        double x2 = 0, e2 = 0;
+                        for (std::int64_t c = 0; c < cols; ++c) {
+                            const double x = xr[c], e = x - static_cast<double>(yr[c]);
+                            x2 += x * x;
+                            e2 += e * e;
+                        }
+                        row_x2[r] = x2;
+                        row_e2[r] = e2;
                     }
-                    row_x2[r] = x2;
-                    row_e2[r] = e2;
+                });
+                for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {  // in row order: deterministic
+                    sx2 += row_x2[r];
+                    se2 += row_e2[r];
                 }
-            });
-            for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {  // in row order: deterministic
-                sx2 += row_x2[r];
-                se2 += row_e2[r];
+                w.write_part(std::span<const std::byte>(dst, row_size * static_cast<std::size_t>(n)));
             }
-            w.write_part(std::span<const std::byte>(dst, row_size * static_cast<std::size_t>(n)));
+            src.release(hf);
         }
         w.end_tensor();
-        src.release(p.hf);
         tensor_report tr{p.hf, p.decl.name, p.decl.ne, p.decision.requested, t, p.decision.fallback, tensor_nbytes(p.decl),
                          se2 > 0 ? 10.0 * std::log10(sx2 / se2) : std::numeric_limits<double>::infinity(), p.map.permute_heads > 0,
                          im.status()};
-        report.total_elements += static_cast<std::uint64_t>(nrows * cols);
+        report.total_elements += static_cast<std::uint64_t>(nrows * cols * n_parts);
         report.total_bytes += tr.bytes;
         report.tensors.push_back(std::move(tr));
         if (progress) progress(ti + 1, plan.size(), p.decl.name);

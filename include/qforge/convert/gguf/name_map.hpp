@@ -1,5 +1,6 @@
-// Hugging Face -> GGUF tensor names for the Llama family (llama, mistral, qwen2, qwen3), and
-// llama.cpp's Q/K row permutation.
+// Hugging Face -> GGUF tensor names for the Llama family (llama, mistral, qwen2, qwen3, and the
+// MoE mixtral and qwen3_moe, whose experts are slices of stacked tensors), and llama.cpp's Q/K
+// row permutation.
 //
 // Names: LC gguf-py/gguf/tensor_mapping.py and src/llama-arch.cpp (formats.md 5.4); Qwen3 adds
 // self_attn.q_norm / k_norm -> attn_q_norm / attn_k_norm (ne {head_dim}) and has no q/k/v bias
@@ -14,18 +15,28 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
 namespace qforge::gguf {
 
-enum class hf_arch { llama, qwen2, qwen3 };
+/// The source architectures: llama (also mistral), qwen2, qwen3, and the MoE ones: mixtral
+/// (GGUF architecture llama with experts) and qwen3moe.
+enum class hf_arch { llama, qwen2, qwen3, mixtral, qwen3moe };
+
+/// The architectures with Qwen3's per-head q/k norms and no q/k/v bias.
+constexpr bool has_qk_norm(hf_arch a) noexcept { return a == hf_arch::qwen3 || a == hf_arch::qwen3moe; }
+/// The architectures whose Q/K rows llama.cpp's converter permutes (LlamaModel.permute).
+constexpr bool permutes_qk(hf_arch a) noexcept { return a == hf_arch::llama || a == hf_arch::mixtral; }
+constexpr bool is_moe(hf_arch a) noexcept { return a == hf_arch::mixtral || a == hf_arch::qwen3moe; }
 
 /// What one HF tensor becomes.
 struct mapped_name {
     std::string gguf;
     int layer = -1;           // block index, -1 for global tensors
     int permute_heads = 0;    // > 0: apply the Q/K permutation with this many heads
+    int expert = -1;          // >= 0: this expert's slice of a stacked 3-D tensor (ne {cols, rows, n_expert})
 };
 
 namespace detail {
@@ -44,6 +55,38 @@ inline bool parse_layer(std::string_view name, int& layer, std::string_view& res
     rest = name.substr(dot + 1);
     return true;
 }
+
+/// MoE FFN tensors (LC gguf-py/gguf/tensor_mapping.py FFN_GATE_INP, FFN_{GATE,UP,DOWN}_EXP):
+/// the router and each expert's slice of the stacked ffn_{gate,up,down}_exps tensors, as
+/// convert_hf_to_gguf.py stacks them (LlamaModel for Mixtral's w1/w3/w2, Qwen2MoeModel for
+/// Qwen3-MoE's gate_proj/up_proj/down_proj), expert e at index e of ne[2].
+inline std::optional<mapped_name> map_moe_ffn(std::string_view rest, hf_arch arch, int layer) {
+    const std::string blk = "blk." + std::to_string(layer) + ".";
+    const std::string_view moe = arch == hf_arch::mixtral ? "block_sparse_moe." : "mlp.";
+    if (!rest.starts_with(moe)) return std::nullopt;
+    rest.remove_prefix(moe.size());
+    if (rest == "gate.weight") return mapped_name{blk + "ffn_gate_inp.weight", layer};
+    constexpr std::string_view experts = "experts.";
+    if (!rest.starts_with(experts)) return std::nullopt;
+    rest.remove_prefix(experts.size());
+    const auto dot = rest.find('.');
+    if (dot == 0 || dot == std::string_view::npos || dot > 6) return std::nullopt;
+    int e = 0;
+    for (char c : rest.substr(0, dot)) {
+        if (c < '0' || c > '9') return std::nullopt;
+        e = e * 10 + (c - '0');
+    }
+    rest.remove_prefix(dot + 1);
+    struct entry {
+        std::string_view hf, gguf;
+    };
+    static constexpr entry mixtral[] = {{"w1.weight", "ffn_gate_exps.weight"}, {"w3.weight", "ffn_up_exps.weight"}, {"w2.weight", "ffn_down_exps.weight"}};
+    static constexpr entry qwen[] = {{"gate_proj.weight", "ffn_gate_exps.weight"}, {"up_proj.weight", "ffn_up_exps.weight"},
+                                     {"down_proj.weight", "ffn_down_exps.weight"}};
+    for (const auto& x : arch == hf_arch::mixtral ? std::span<const entry>(mixtral) : std::span<const entry>(qwen))
+        if (rest == x.hf) return mapped_name{blk + std::string(x.gguf), layer, 0, e};
+    return std::nullopt;
+}
 }  // namespace detail
 
 /// The GGUF name of an HF tensor, or nothing for a tensor llama.cpp does not know.
@@ -54,6 +97,10 @@ inline std::optional<mapped_name> map_hf_name(std::string_view hf, hf_arch arch,
     int layer = -1;
     std::string_view rest;
     if (!detail::parse_layer(hf, layer, rest)) return std::nullopt;
+    if (is_moe(arch)) {
+        if (auto m = detail::map_moe_ffn(rest, arch, layer)) return m;
+        if (rest.starts_with("mlp.") || rest.starts_with("block_sparse_moe.")) return std::nullopt;  // no dense FFN
+    }
     enum which : int { all = 0, no_qwen3 = 1, qwen3_only = 2 };
     struct entry {
         std::string_view hf, gguf;
@@ -78,9 +125,9 @@ inline std::optional<mapped_name> map_hf_name(std::string_view hf, hf_arch arch,
     };
     for (const auto& e : table) {
         if (rest != e.hf) continue;
-        if ((e.archs == no_qwen3 && arch == hf_arch::qwen3) || (e.archs == qwen3_only && arch != hf_arch::qwen3)) return std::nullopt;
+        if ((e.archs == no_qwen3 && has_qk_norm(arch)) || (e.archs == qwen3_only && !has_qk_norm(arch))) return std::nullopt;
         mapped_name m{"blk." + std::to_string(layer) + "." + std::string(e.gguf), layer, 0};
-        if (arch == hf_arch::llama) m.permute_heads = e.heads == 1 ? n_head : e.heads == 2 ? n_head_kv : 0;
+        if (permutes_qk(arch)) m.permute_heads = e.heads == 1 ? n_head : e.heads == 2 ? n_head_kv : 0;
         return m;
     }
     return std::nullopt;
