@@ -822,8 +822,9 @@ TEST_CASE("HF -> GGUF: Mixtral and Qwen3-MoE experts stacked into 3-D tensors, k
         convert_hf_to_gguf(dir, dst, o);
         const reader f(dst);
         const safetensors::reader st(dir + "/model.safetensors");
-        for (const auto& [gg, hf] : {std::pair{"ffn_gate_exps", mixtral ? "w1" : "gate_proj"}, std::pair{"ffn_up_exps", mixtral ? "w3" : "up_proj"},
-                                     std::pair{"ffn_down_exps", mixtral ? "w2" : "down_proj"}}) {
+        for (const auto& names : {std::pair{"ffn_gate_exps", mixtral ? "w1" : "gate_proj"}, std::pair{"ffn_up_exps", mixtral ? "w3" : "up_proj"},
+                                  std::pair{"ffn_down_exps", mixtral ? "w2" : "down_proj"}}) {
+            const std::string gg = names.first, hf = names.second;  // not bindings: clang 14 cannot capture those
             std::vector<float> want;
             for (int x = 0; x < n_expert; ++x) {
                 const auto part = source_f32(st, std::string("model.layers.1.") + (mixtral ? "block_sparse_moe" : "mlp") + ".experts." +
