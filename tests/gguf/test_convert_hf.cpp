@@ -836,6 +836,40 @@ TEST_CASE("HF -> GGUF: Mixtral and Qwen3-MoE experts stacked into 3-D tensors, k
     }
 }
 
+// llama-quantize uses matrix e of a stacked tensor's imatrix entry (ne[0] * ne[2] values) for
+// expert e (LC src/llama-quant.cpp: `it->second.size() == ne[0]*ne[2]`, per-expert slices).
+TEST_CASE("HF -> GGUF: a stacked tensor's expert e is quantized with matrix e of its imatrix entry") {
+    const auto dir = write_moe("imatrix", false);
+    const std::int64_t cols = 256, rows = 512, n_expert = 12;
+    std::vector<float> im(static_cast<std::size_t>(cols * n_expert));
+    for (std::size_t i = 0; i < im.size(); ++i) im[i] = 0.1f + static_cast<float>((i * 7919) % 1000) / 250.0f;
+    convert_options o;
+    o.allow_no_vocab = true;
+    o.type = *parse_file_type("Q4_K_M");
+    o.imatrix = [&](const std::string& name) -> const std::vector<float>* { return name == "blk.0.ffn_up_exps.weight" ? &im : nullptr; };
+    const auto dst = out_path("moe_imatrix");
+    convert_hf_to_gguf(dir, dst, o);
+    const reader r(dst);
+    const auto* te = r.find_tensor("blk.0.ffn_up_exps.weight");
+    REQUIRE(te);
+    REQUIRE(te->type == ggml_type::q4_k);
+    const auto got = r.read_bytes(*te);
+    const auto slice = static_cast<std::size_t>(quantized_size(ggml_type::q4_k, rows, cols));
+    const safetensors::reader st(dir + "/model.safetensors");
+    for (const std::int64_t e : {std::int64_t{0}, std::int64_t{5}, std::int64_t{11}}) {
+        const auto src = source_f32(st, "model.layers.0.mlp.experts." + std::to_string(e) + ".up_proj.weight");
+        std::vector<std::uint16_t> want(slice / 2);
+        auto* w = reinterpret_cast<std::byte*>(want.data());
+        quantize_rows(ggml_type::q4_k, src.data(), rows, cols, im.data() + e * cols, w);
+        CHECK_MESSAGE(std::memcmp(got.data() + static_cast<std::size_t>(e) * slice, w, slice) == 0, "expert " << e);
+        quantize_rows(ggml_type::q4_k, src.data(), rows, cols, im.data(), w);  // matrix 0 instead: differs
+        if (e != 0) CHECK(std::memcmp(got.data() + static_cast<std::size_t>(e) * slice, w, slice) != 0);
+    }
+    std::vector<float> wrong(static_cast<std::size_t>(cols * 3));
+    o.imatrix = [&](const std::string& name) -> const std::vector<float>* { return name == "blk.0.ffn_up_exps.weight" ? &wrong : nullptr; };
+    CHECK_THROWS_AS(convert_hf_to_gguf(dir, out_path("moe_imatrix_bad"), o), shape_error);
+}
+
 TEST_CASE("HF -> GGUF: MoE checkpoints llama.cpp could not load are refused") {
     convert_options o;
     o.allow_no_vocab = true;
