@@ -891,6 +891,13 @@ TEST_CASE("HF -> GGUF: MoE checkpoints llama.cpp could not load are refused") {
         io::write_file(dir + "/config.json", cfg);
         CHECK_THROWS_WITH_AS(convert_hf_to_gguf(dir, dst, o), doctest::Contains("MoE FFN in every layer"), unsupported_error);
     }
+    {
+        const auto dir = write_moe("many", true);
+        auto cfg = io::read_file(dir + "/config.json");
+        cfg.replace(cfg.find("\"num_local_experts\":8"), 21, "\"num_local_experts\":4000000000");
+        io::write_file(dir + "/config.json", cfg);
+        CHECK_THROWS_WITH_AS(convert_hf_to_gguf(dir, dst, o), doctest::Contains("at most 1024 experts"), unsupported_error);
+    }
     CHECK_FALSE(io::path_exists(dst));
 }
 

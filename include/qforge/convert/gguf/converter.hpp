@@ -276,6 +276,8 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     const auto n_expert_used = !moe ? 0 : detail::cfg_int(cfg, cfg_file, "num_experts_per_tok", 0, true);
     const auto n_ff_exp = arch == hf_arch::qwen3moe ? detail::cfg_int(cfg, cfg_file, "moe_intermediate_size", 0, true) : n_ff;
     if (moe && n_expert_used > n_expert) fail<format_error>(cfg_file, "", "num_experts_per_tok is larger than the expert count");
+    // LC src/llama-hparams.h LLAMA_MAX_EXPERTS: 256 in b4753, 1024 in later releases
+    if (n_expert > 1024) fail<unsupported_error>(cfg_file, "", "llama.cpp loads at most 1024 experts (256 before 2025-03)");
     if (arch == hf_arch::qwen3moe) {
         // llama.cpp's qwen3moe has an MoE FFN in every block: no dense layers
         const json* ml = cfg.find("mlp_only_layers");
