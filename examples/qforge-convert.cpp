@@ -7,6 +7,7 @@
 // Options live in one table (name, argument, help, handler): a new option is one entry.
 // The library prints nothing; this program prints one progress line per tensor on stderr,
 // the report summary at the end, and on any refusal a single line and exit status 1.
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "qforge/convert/converter.hpp"
@@ -46,6 +48,9 @@ struct settings {
     std::vector<std::string> gguf_overrides;
     bool no_vocab = false;
     bool read_copy = false;
+    std::vector<std::string> schemes;  // --scheme SEL=SPEC, resolved against the final scheme
+    std::vector<int> tp;               // --tp 1,2,4,8: the serving check's degrees
+    bool require_w4a8_cpu = false;     // the w4a8-cpu preset
 };
 
 struct preset {
@@ -188,6 +193,18 @@ const std::vector<option>& options() {
          [](settings& s, const std::string& v) { for (auto& t : split_list(v)) s.targets.push_back(t); }},
         {"--ignore", "LIST", "keep these dense (comma list; applied last, so they win)",
          [](settings& s, const std::string& v) { for (auto& t : split_list(v)) s.ignore.push_back(t); }},
+        {"--scheme", "SEL=SPEC", "give the selected linears their own scheme (repeatable, last match wins), e.g. "
+                                 "'re:.*down_proj=8b,per-channel' or 'mlp.up_proj=g64,asym'; SPEC: Nb | gN | per-channel | "
+                                 "sym | asym | a scale rule | dense; unnamed fields come from --bits/--group/--sym/--scale",
+         [](settings& s, const std::string& v) { s.schemes.push_back(v); }},
+        {"--tp", "LIST", "serving check: for each tensor-parallel degree (e.g. 1,2,4,8) whether vLLM's kernels take every shard",
+         [](settings& s, const std::string& v) {
+             for (const auto& t : split_list(v)) {
+                 const int n = parse_int(t, "tensor-parallel degree");
+                 if (n < 1) usage_error("--tp degrees must be at least 1");
+                 s.tp.push_back(n);
+             }
+         }},
         {"--split-qkv", "NAME", "split a fused q/k/v projection (e.g. qkv_proj) by the config's head counts",
          [](settings& s, const std::string& v) { s.split_qkv.push_back(v); }},
         {"--split-gate-up", "NAME", "split a fused gate/up projection (e.g. gate_up_proj)",
@@ -261,6 +278,7 @@ settings parse(int argc, char** argv) {
             s.format = found->format;
             s.scheme = found->scheme;
             s.lm_head = found->lm_head;
+            s.require_w4a8_cpu = found->name == "w4a8-cpu";
         }
     std::vector<std::string> positional;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -300,6 +318,30 @@ settings parse(int argc, char** argv) {
     return s;
 }
 
+/// A --scheme value "SEL=SPEC" as a rule: the selector, and the scheme (nullopt: keep dense).
+/// Fields SPEC leaves out are the base scheme's.
+std::pair<std::string, std::optional<quant_spec>> parse_scheme_override(const std::string& v, const quant_spec& base) {
+    const auto eq = v.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+        usage_error("--scheme needs SELECTOR=SPEC, e.g. 're:.*down_proj=8b,per-channel' (got '" + v + "')");
+    const std::string sel = v.substr(0, eq);
+    quant_spec q = base;
+    for (const std::string& tok : split_list(v.substr(eq + 1))) {
+        auto number = [&](const std::string& digits, const char* what) { return parse_int(digits, what); };
+        if (tok == "dense" || tok == "keep") return {sel, std::nullopt};
+        if (tok == "sym") q.symmetric = true;
+        else if (tok == "asym") q.symmetric = false;
+        else if (tok == "per-channel" || tok == "channel" || tok == "g-1") q.group_size = -1;
+        else if (tok.size() > 1 && tok.back() == 'b' && std::isdigit(static_cast<unsigned char>(tok[0]))) q.bits = number(tok.substr(0, tok.size() - 1), "bit width");
+        else if (tok.starts_with("bits=")) q.bits = number(tok.substr(5), "bit width");
+        else if (tok.size() > 1 && tok[0] == 'g' && std::isdigit(static_cast<unsigned char>(tok[1]))) q.group_size = number(tok.substr(1), "group size");
+        else if (tok.starts_with("group=")) q.group_size = number(tok.substr(6), "group size");
+        else if (auto m = parse_scale_method(tok.starts_with("scale=") ? tok.substr(6) : tok)) q.scale = *m;
+        else usage_error("--scheme '" + v + "': unknown field '" + tok + "' (Nb, gN, per-channel, sym, asym, a scale rule, dense)");
+    }
+    return {sel, q};
+}
+
 convert_options to_options(const settings& s, const checkpoint_source& src) {
     convert_options o;
     o.format = *s.format;
@@ -326,7 +368,13 @@ convert_options to_options(const settings& s, const checkpoint_source& src) {
         }
         o.rules.quantize("lm_head", s.scheme);
     }
+    for (const auto& v : s.schemes) {
+        auto [sel, scheme] = parse_scheme_override(v, s.scheme);
+        if (scheme) o.rules.quantize(sel, *scheme);
+        else o.rules.keep(sel);
+    }
     for (const auto& t : s.ignore) o.rules.keep(t);
+    o.require_w4a8_cpu = s.require_w4a8_cpu;
     return o;
 }
 
@@ -402,10 +450,14 @@ int main(int argc, char** argv) {
         const auto t0 = std::chrono::steady_clock::now();
         checkpoint_source src(s.src);
         convert_options o = to_options(s, src);
-        if (s.dry_run) {
+        if (s.dry_run || !s.tp.empty()) {
             const plan p = plan_conversion(src, o);
-            print_plan(std::cout, p);
-            return p.refused() ? 1 : 0;
+            if (s.dry_run) print_plan(std::cout, p);
+            if (!s.tp.empty() && !p.refused()) {
+                const serving_report r = check_serving(p, model_config::from_json(src.config()), s.tp);
+                print_serving(s.dry_run ? std::cout : std::cerr, r);
+            }
+            if (s.dry_run) return p.refused() ? 1 : 0;
         }
         if (!s.quiet)
             o.progress = [](const progress_event& e) {

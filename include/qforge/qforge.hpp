@@ -79,4 +79,5 @@
 #include "qforge/convert/repack_transpose_kernels.hpp"
 #include "qforge/convert/report.hpp"
 #include "qforge/convert/rule.hpp"
+#include "qforge/convert/serving_check.hpp"
 #include "qforge/convert/source.hpp"

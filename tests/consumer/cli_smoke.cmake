@@ -11,6 +11,7 @@ function(expect rc_wanted)
     message(FATAL_ERROR "expected a refusal: ${ARGN}\n${out}")
   endif()
   set(last_err "${err}" PARENT_SCOPE)
+  set(last_out "${out}" PARENT_SCOPE)
 endfunction()
 set(demo ${WORK_DIR}/demo)
 expect(ok ${BIN}/qforge-make-demo ${demo})
@@ -42,6 +43,14 @@ expect(refused ${BIN}/qforge-convert ${demo} ${WORK_DIR}/awq2 --format awq --bit
 if(EXISTS ${WORK_DIR}/awq2)
   message(FATAL_ERROR "a refused conversion left ${WORK_DIR}/awq2")
 endif()
+# Per-layer schemes and the serving check (issue 15): --scheme gives down_proj its own config
+# group; --tp prints, per degree, which vLLM targets load every shard; a bad SPEC is a usage error.
+expect(ok ${BIN}/qforge-convert ${demo} ${WORK_DIR}/mixed --format compressed-tensors --group 64
+       --scheme "re:.*down_proj=8b,per-channel" --dry-run --tp 1,2,4,8)
+if(NOT last_out MATCHES "8b per-channel sym" OR NOT last_out MATCHES "serving: tp 8: vLLM GPU")
+  message(FATAL_ERROR "--scheme / --tp dry run printed no override or no serving lines:\n${last_out}")
+endif()
+expect(refused ${BIN}/qforge-convert ${demo} ${WORK_DIR}/mixed --format compressed-tensors --scheme "mlp.down_proj=9z" --dry-run)
 # GGUF in one pass, and an existing file refused.
 expect(ok ${BIN}/qforge-convert ${demo} ${WORK_DIR}/demo.gguf --format gguf --type Q4_K_M --no-vocab --quiet)
 file(READ ${WORK_DIR}/demo.gguf magic LIMIT 4 HEX)

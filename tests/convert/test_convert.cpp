@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -412,4 +413,323 @@ TEST_CASE("activation scaling: power-of-two scales folded exactly into the norms
     no_imatrix.activation_scaling = true;
     CHECK_THROWS_WITH_AS(convert(demo_dir(), scratch("out-refused"), no_imatrix), doctest::Contains("needs the input statistics"),
                          unsupported_error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loader contracts (issue 15): each case builds a checkpoint from the demo generator, converts or
+// plans it, and checks the written config / tensors against the rule the loader's source states.
+
+namespace {
+
+json config_of(const std::string& dir) { return json::parse(io::read_file(dir + "/config.json")); }
+
+bool has_warning(const plan& p, std::string_view words) {
+    for (const auto& w : p.warnings)
+        if (w.find(words) != std::string::npos) return true;
+    return false;
+}
+
+convert_options with_scheme(output_format f, quant_spec s) {
+    convert_options o;
+    o.format = f;
+    o.rules.default_scheme = s;
+    o.threads = 2;
+    return o;
+}
+
+const quant_spec awq_g64{4, 64, false, scale_method::minmax, std::nullopt};
+const quant_spec gptq_g64{4, 64, true, scale_method::minmax, std::nullopt};
+
+/// head_dim 40 (320 / 8) with one kv head: the fused qkv partition is (8 + 2) x 40 = 400 rows.
+const std::string& head_dim_40_dir() {
+    static const std::string d = [] {
+        std::string p = scratch("demo-hd40");
+        demo_options o;
+        o.hidden = 320;
+        o.intermediate = 256;
+        o.layers = 1;
+        o.heads = 8;
+        o.kv_heads = 1;
+        o.vocab = 64;
+        write_demo_checkpoint(p, o);
+        return p;
+    }();
+    return d;
+}
+
+model_config demo_config(const std::string& dir) { return model_config::from_json(checkpoint_source(dir).config()); }
+
+const plan_item& item_named(const plan& p, std::string_view name) {
+    for (const auto& it : p.items)
+        if (it.name == name) return it;
+    FAIL("no plan item " << name);
+    return p.items.front();
+}
+
+}  // namespace
+
+// vLLM `quantization/auto_awq.py AutoAWQConfig.from_config` reads "lm_head" (default False) and
+// `get_quant_method` builds a quantized ParallelLMHead only `if ... self.lm_head_quantized`
+// (vllm-project/vllm @0043d6b5). transformers `quantizers/quantizer_awq.py` (gptqmodel backend)
+// calls `get_modules_to_not_convert(..., add_default_skips=True)`, which always adds the output
+// embedding (`quantizers/base.py get_keys_to_not_convert`); AutoAWQ replaces block linears only.
+TEST_CASE("loader contract: AWQ --lm-head writes \"lm_head\": true and warns about transformers and AutoAWQ") {
+    auto o = with_scheme(output_format::awq, awq_g64);
+    o.rules.untie("model.embed_tokens.weight").quantize("lm_head", awq_g64);
+    const std::string out = scratch("awq-lmhead");
+    const conversion_result r = convert(demo_dir(), out, o);
+    const json qc = config_of(out).at("quantization_config");
+    CHECK(qc.at("lm_head").as_bool());
+    CHECK(qc.at("modules_to_not_convert").is_null());  // nothing in it would match lm_head's prefix
+    const auto t = tensors_of(out);
+    CHECK(t.at("lm_head.qweight").second == shape_t{128, 512 / 8});  // [K, N/8], N = vocab
+    CHECK(t.count("lm_head.weight") == 0);
+    CHECK(has_warning(r.the_plan, "transformers' AwqQuantizer always keeps the output embedding dense"));
+    const json rep = json::parse(io::read_file(out + "/quantization_report.json"));
+    CHECK(rep.at("loader_warnings").size() == r.the_plan.warnings.size());
+}
+
+// vLLM: `utils/quant_utils.py is_layer_skipped(skip_with_substr=True)` substring of the full name
+// (@01693a61); transformers: `quantizers_utils.py should_convert_module` (re.match prefix or
+// endswith); AutoAWQ: `awq/utils/module.py exclude_layers_to_not_quantize`, `key in name` with the
+// block-relative names of `awq/models/base.py _load_quantized_modules` (@88e4c76).
+TEST_CASE("loader contract: AWQ partial export lists names that vLLM, transformers and AutoAWQ match exactly") {
+    auto o = with_scheme(output_format::awq, awq_g64);
+    o.rules.keep("mlp.down_proj");
+    const std::string out = scratch("awq-partial");
+    const conversion_result r = convert(demo_dir(), out, o);
+    const json names = config_of(out).at("quantization_config").at("modules_to_not_convert");
+    bool relative = false;
+    for (const auto& n : names.as_array()) relative = relative || n.as_string() == "mlp.down_proj";
+    CHECK(relative);
+    // Every block linear of the written checkpoint: packed (quantized) or a dense .weight.
+    int checked = 0;
+    for (const auto& [name, info] : tensors_of(out)) {
+        const bool packed = name.ends_with(".qweight");
+        const bool dense = name.ends_with(".weight") && info.second.size() == 2 && name.find("layers.") != std::string::npos;
+        if (!packed && !dense) continue;
+        const std::string module = name.substr(0, name.rfind('.'));
+        const auto block = loader_match::split_block(module);
+        REQUIRE(block);
+        bool vllm = false, tf = false, aa = false;
+        for (const auto& n : names.as_array()) {
+            vllm = vllm || loader_match::vllm_skips(n.as_string(), module);
+            tf = tf || loader_match::transformers_skips(n.as_string(), module);
+            aa = aa || loader_match::autoawq_skips(n.as_string(), block->second);
+        }
+        CHECK_MESSAGE(vllm == dense, module);
+        CHECK_MESSAGE(tf == dense, module);
+        CHECK_MESSAGE(aa == dense, module);
+        ++checked;
+    }
+    CHECK(checked == 14);
+    CHECK_FALSE(has_warning(r.the_plan, "AutoAWQ matches"));
+    // One block's MLP dense: no block-relative name can say so; AutoAWQ is warned about by name.
+    auto one = with_scheme(output_format::awq, awq_g64);
+    one.rules.keep("re:model\\.layers\\.0\\.mlp\\..*");
+    const plan p = plan_conversion(checkpoint_source(demo_dir()), one);
+    REQUIRE_FALSE(p.refused());
+    CHECK(has_warning(p, "cannot keep 'model.layers.0.mlp.down_proj' dense"));
+    CHECK(p.quantization_config.at("modules_to_not_convert").size() == 4);  // 3 full names + lm_head
+}
+
+// vLLM `quantization/auto_gptq.py AutoGPTQConfig.__init__` (@055e47c2): TYPE_MAP holds (4, True)
+// and (8, True) only, else ValueError "Unsupported quantization config: bits=4, sym=False".
+// compressed-tensors asym loads (`schemes/compressed_tensors_wNa16.py` registers
+// weight_zero_point for asymmetric schemes).
+TEST_CASE("loader contract: gptq-v2 --asym is announced as GPTQModel-only and points at compressed-tensors asym") {
+    quant_spec asym = gptq_g64;
+    asym.symmetric = false;
+    const checkpoint_source src(demo_dir());
+    const model_config cfg = demo_config(demo_dir());
+    const plan p = plan_conversion(src, with_scheme(output_format::gptq_v2, asym));
+    REQUIRE_FALSE(p.refused());
+    CHECK(has_warning(p, "asymmetric GPTQ loads in GPTQModel only:"));
+    CHECK(has_warning(p, "wraps a zero of 0"));
+    CHECK(has_warning(p, "--format compressed-tensors --asym"));
+    const std::vector<int> tp1{1};
+    const serving_report r = check_serving(p, cfg, tp1);
+    CHECK_FALSE(r.loads_gpu(1));
+    CHECK_FALSE(r.loads_cpu(1));
+    REQUIRE_FALSE(r.config_refusals.empty());
+    CHECK(r.config_refusals[0].find("bits=4, sym=False") != std::string::npos);
+    CHECK(p.quantization_config.at("sym").as_bool() == false);
+    CHECK(p.quantization_config.at("checkpoint_format").as_string() == "gptq_v2");
+    // v1 asym: AutoGPTQ reads it too.
+    CHECK(has_warning(plan_conversion(src, with_scheme(output_format::gptq, asym)), "GPTQModel only and AutoGPTQ"));
+    // The pointer's target: compressed-tensors asym is served by vLLM, no such warning.
+    const plan ct = plan_conversion(src, with_scheme(output_format::compressed_tensors, asym));
+    CHECK_FALSE(has_warning(ct, "asymmetric GPTQ"));
+    CHECK(check_serving(ct, cfg, tp1).loads_gpu(1));
+    CHECK(item_named(ct, "model.layers.0.mlp.up_proj.weight").outputs.size() == 4);  // weight_packed, weight_scale, weight_zero_point, weight_shape
+}
+
+// vLLM allocates GPTQ/AWQ scales in the model dtype (`auto_gptq.py AutoGPTQLinearMethod.create_weights`
+// GroupQuantScaleParameter dtype=params_dtype @055e47c2; `awq.py AWQLinearMethod.create_weights`)
+// and copies the checkpoint's scales into them, rounding F16 to BF16. CPU W4A8 needs bf16
+// activations (`kernels/linear/mixed_precision/cpu.py process_weights_after_loading`: use_w4a8 =
+// ... and act_type == torch.bfloat16).
+TEST_CASE("loader contract: scale dtype vs the model dtype vLLM decodes with") {
+    const checkpoint_source src(demo_dir());
+    const plan f16 = plan_conversion(src, with_scheme(output_format::gptq, gptq_g64));  // GPTQ default: F16 scales
+    CHECK(has_warning(f16, "scales are F16 in a BF16 model"));
+    CHECK(has_warning(f16, "--scale-dtype bf16"));
+    CHECK(item_named(f16, "model.layers.0.mlp.up_proj.weight").outputs[2].type == dtype::F16);
+    quant_spec bf = gptq_g64;
+    bf.scale_dtype = dtype::BF16;
+    const plan kept = plan_conversion(src, with_scheme(output_format::gptq, bf));
+    CHECK_FALSE(has_warning(kept, "scales are"));
+    CHECK(item_named(kept, "model.layers.0.mlp.up_proj.weight").outputs[2].type == dtype::BF16);
+    CHECK(has_warning(plan_conversion(src, with_scheme(output_format::awq, awq_g64)), "--dtype float16"));
+    CHECK_FALSE(has_warning(plan_conversion(src, with_scheme(output_format::compressed_tensors, gptq_g64)), "scales are"));
+    // w4a8-cpu on an fp16 model: the W4A16 path, said so (the headers of the demo, as F16).
+    auto h = src.tensors();
+    for (auto& t : h) t.type = dtype::F16;
+    const model_config cfg = demo_config(demo_dir());
+    const plan p = make_plan(h, cfg, w4a8_cpu().rules, output_format::gptq);
+    REQUIRE_FALSE(p.refused());
+    const auto w = loader_warnings(p, cfg, true);
+    bool w4a16 = false, scales = false;
+    for (const auto& s : w) {
+        w4a16 = w4a16 || s.find("W4A16 path") != std::string::npos;
+        scales = scales || s.find("scales are BF16 in a F16 model") != std::string::npos;
+    }
+    CHECK(w4a16);
+    CHECK(scales);
+    CHECK(loader_warnings(plan_conversion(src, w4a8_cpu()), cfg, true).empty());  // the bf16 seed: silent
+}
+
+// vLLM `kernels/linear/mixed_precision/cpu.py CPUWNA16LinearKernel.can_implement`: partition
+// input and output sizes (the fused qkv / gate_up partition for N) multiples of 32.
+TEST_CASE("loader contract: w4a8-cpu refuses a head_dim-40 model at plan time, naming vLLM CPU's kernel") {
+    auto o = w4a8_cpu();
+    o.require_w4a8_cpu = true;
+    const std::string out = scratch("w4a8-hd40");
+    CHECK_THROWS_WITH_AS(convert(head_dim_40_dir(), out, o),
+                         doctest::Contains("model.layers.0.self_attn.qkv_proj': w4a8-cpu: vLLM CPU cannot load this layer "
+                                           "(vLLM CPUWNA16LinearKernel: output size 400 (of the fused partition) is not a multiple of 32"),
+                         unsupported_error);
+    CHECK_FALSE(io::path_exists(out));
+    // Another GPTQ export of the same model converts, with the warning.
+    const plan p = plan_conversion(checkpoint_source(head_dim_40_dir()), with_scheme(output_format::gptq, gptq_g64));
+    REQUIRE_FALSE(p.refused());
+    CHECK(has_warning(p, "vLLM CPU cannot load model.layers.0.self_attn.qkv_proj"));
+    // The seed's own model passes.
+    auto seed = w4a8_cpu();
+    seed.require_w4a8_cpu = true;
+    const plan ok = plan_conversion(checkpoint_source(demo_dir()), seed);
+    CHECK_FALSE(ok.refused());
+    CHECK(ok.warnings.empty());
+}
+
+// vLLM PR #37291 (merged 2026-03-30) added the ParallelLMHead branch to
+// `compressed_tensors.py CompressedTensorsConfig.get_quant_method`; @be696453 (mid-2025) has none.
+TEST_CASE("loader contract: compressed-tensors --lm-head names the vLLM versions that build a quantized head") {
+    auto o = with_scheme(output_format::compressed_tensors, gptq_g64);
+    o.rules.untie("model.embed_tokens.weight").quantize("lm_head", gptq_g64);
+    const plan p = plan_conversion(checkpoint_source(demo_dir()), o);
+    REQUIRE_FALSE(p.refused());
+    CHECK(has_warning(p, "PR #37291"));
+    CHECK(p.quantization_config.at("config_groups").at("group_0").at("targets").dump().find("\"lm_head\"") != std::string::npos);
+    CHECK_FALSE(has_warning(plan_conversion(checkpoint_source(demo_dir()), with_scheme(output_format::compressed_tensors, gptq_g64)),
+                            "PR #37291"));
+}
+
+// The serving check against vLLM's sharding and kernel rules:
+//  column-parallel N / tp, QKVParallelLinear kv heads replicated when tp > kv_heads;
+//  row-parallel K / tp and whole groups per rank (`auto_gptq.py create_weights`
+//  scales_and_zp_size = input_size_per_partition // group_size);
+//  Marlin `utils/marlin_utils.py verify_marlin_supports_shape` (@007d5005): N % 64, K % 128;
+//  CPU `CPUWNA16LinearKernel.can_implement`: K % 32, N % 32;
+//  AWQ `awq.py AWQLinearMethod.create_weights`: output_size_per_partition % pack_factor (8).
+TEST_CASE("serving check: per tensor and tensor-parallel degree, which vLLM kernels take the shards") {
+    const model_config cfg = demo_config(demo_dir());  // hidden 128, intermediate 256, 4 heads, 2 kv heads, head_dim 32
+    const plan p = plan_conversion(checkpoint_source(demo_dir()), with_scheme(output_format::gptq, gptq_g64));
+    REQUIRE_FALSE(p.refused());
+    const std::vector<int> tps{1, 2, 4, 8};
+    const serving_report r = check_serving(p, cfg, tps);
+    auto at = [&](const std::string& m, int tp) -> const shard_check& {
+        for (const auto& s : r.shards)
+            if (s.module == m && s.tp == tp) return s;
+        FAIL("no shard " << m << " at tp " << tp);
+        return r.shards.front();
+    };
+    const std::string qkv = "model.layers.0.self_attn.qkv_proj", o_proj = "model.layers.0.self_attn.o_proj",
+                      down = "model.layers.1.mlp.down_proj", gate_up = "model.layers.0.mlp.gate_up_proj";
+    CHECK(at(qkv, 1).n == 256);                  // (4 + 2 x 2) x 32
+    CHECK(at(qkv, 2).n == 128);                  // (2 + 2 x 1) x 32
+    CHECK(at(qkv, 4).n == 96);                   // (1 + 2 x 1) x 32: kv heads replicated
+    CHECK_FALSE(at(qkv, 4).marlin);              // 96 % 64
+    CHECK(at(qkv, 4).loads_cpu);                 // 96 % 32 == 0
+    CHECK_FALSE(at(qkv, 8).loads_gpu);           // 4 heads over 8 ranks
+    CHECK(at(gate_up, 2).n == 256);
+    CHECK(at(o_proj, 2).k == 64);
+    CHECK(at(o_proj, 2).loads_gpu);
+    CHECK_FALSE(at(o_proj, 2).marlin);           // K 64 % 128
+    CHECK_FALSE(at(o_proj, 4).loads_gpu);        // K 32 is not whole groups of 64
+    CHECK(at(down, 2).marlin);                   // K 128
+    CHECK(at(down, 4).loads_cpu);                // K 64: CPU yes, Marlin no
+    CHECK_FALSE(at(down, 4).marlin);
+    CHECK(r.loads_gpu(1));
+    CHECK(r.marlin(1));
+    CHECK(r.loads_cpu(1));
+    CHECK(r.loads_gpu(2));
+    CHECK_FALSE(r.marlin(2));
+    CHECK_FALSE(r.loads_gpu(4));
+    CHECK_FALSE(r.loads_gpu(8));
+    std::ostringstream os;
+    print_serving(os, r);
+    CHECK(os.str().find("serving: tp 4 model.layers.0.self_attn.o_proj (and 1 more like it) [128 x 32 per rank, row-parallel]: "
+                        "vLLM weight loader: K per rank 32 is not a multiple of group 64;") != std::string::npos);
+    CHECK(os.str().find("serving: tp 1: vLLM GPU loads (Marlin), vLLM CPU loads (CPUWNA16)") != std::string::npos);
+    // AWQ packs N in eights; a GGUF row-parallel shard must hold whole blocks.
+    const std::vector<std::int64_t> parts{100};
+    const auto awq = vllm_kernel_rules(output_format::awq, awq_g64, 100, 128, 128, parts, false);
+    CHECK_FALSE(awq[0].ok);
+    CHECK(awq[0].why.find("pack factor 8") != std::string::npos);
+    CHECK_FALSE(gguf_shard_refusal(4096, 256, 8));
+    CHECK(gguf_shard_refusal(11008, 256, 4).value_or("").find("2752 is not a multiple of the 256-weight block") != std::string::npos);
+    CHECK_FALSE(gguf_shard_refusal(11008, 32, 4));
+    // Config-level refusals no degree helps: GPTQ 3-bit and asym (auto_gptq.py TYPE_MAP), AWQ != 4 bits.
+    CHECK(vllm_config_refusal(output_format::gptq, {3, 64, true, scale_method::minmax, std::nullopt}));
+    CHECK_FALSE(vllm_config_refusal(output_format::gptq, {8, 64, true, scale_method::minmax, std::nullopt}));
+    CHECK_FALSE(vllm_config_refusal(output_format::compressed_tensors, {4, 64, false, scale_method::minmax, std::nullopt}));
+}
+
+// GPTQ: GPTQModel `dynamic` (quantization/config.py dynamic_get) read by vLLM's
+// `gptq_utils.py get_dynamic_override`; compressed-tensors: one config group per scheme
+// (`compressed_tensors.py` target_scheme_map); AWQ: `AutoAWQConfig` has one scheme.
+TEST_CASE("per-layer schemes: GPTQ `dynamic`, compressed-tensors groups, AWQ refused") {
+    const quant_spec down{8, -1, true, scale_method::minmax, std::nullopt};
+    auto o = with_scheme(output_format::gptq, gptq_g64);
+    o.rules.quantize("re:.*down_proj", down);
+    const std::string out = scratch("gptq-mixed");
+    const conversion_result r = convert(demo_dir(), out, o);
+    const json qc = config_of(out).at("quantization_config");
+    CHECK(qc.at("bits").as_int() == 4);
+    CHECK(qc.at("dynamic").dump() == R"({"+:(?:(?:.*\\.)?mlp\\.down_proj)$":{"bits":8,"group_size":-1,"sym":true}})");
+    CHECK(json::parse(io::read_file(out + "/quantize_config.json")).at("dynamic").dump() == qc.at("dynamic").dump());
+    const auto t = tensors_of(out);
+    CHECK(t.at("model.layers.0.mlp.down_proj.qweight").second == shape_t{256 * 8 / 32, 128});
+    CHECK(t.at("model.layers.0.mlp.down_proj.scales").second == shape_t{1, 128});
+    CHECK(t.at("model.layers.0.mlp.up_proj.qweight").second == shape_t{128 * 4 / 32, 256});
+    CHECK(has_warning(r.the_plan, "GPTQModel `dynamic` overrides"));
+    // compressed-tensors: the same rules give two config groups.
+    auto ct = with_scheme(output_format::compressed_tensors, gptq_g64);
+    ct.rules.quantize("re:.*down_proj", down);
+    const plan c = plan_conversion(checkpoint_source(demo_dir()), ct);
+    REQUIRE_FALSE(c.refused());
+    const json& groups = c.quantization_config.at("config_groups");
+    REQUIRE(groups.size() == 2);
+    for (const auto& g : groups.as_object()) {
+        const bool eight = g.value.at("weights").at("num_bits").as_int() == 8;
+        CHECK(g.value.at("targets").size() == (eight ? 2u : 12u));  // two down_proj; q/k/v/o/gate/up of two blocks
+        if (eight) CHECK(g.value.at("targets").at(0).as_string().ends_with("mlp.down_proj"));
+    }
+    // AWQ: one scheme per checkpoint, refused naming the reader.
+    auto awq = with_scheme(output_format::awq, awq_g64);
+    awq.rules.quantize("re:.*down_proj", quant_spec{4, 128, false, scale_method::minmax, std::nullopt});
+    const plan a = plan_conversion(checkpoint_source(demo_dir()), awq);
+    REQUIRE(a.refused());
+    CHECK(a.refusals[0].find("AutoAWQ and vLLM's AutoAWQConfig read one bits/group_size/zero_point") != std::string::npos);
 }

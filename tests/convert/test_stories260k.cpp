@@ -99,3 +99,23 @@ TEST_CASE("stories260k: GPTQ 8-bit per channel and compressed-tensors convert") 
         CHECK(ignore.at(5).as_string() == "lm_head");
     }
 }
+
+// What `qforge-convert SRC DST --format compressed-tensors --group 32 --scheme
+// 're:.*down_proj=8b,per-channel'` maps to (the CLI's --scheme is a quantize rule after the
+// defaults): down_proj (K = 172) gets its own config group, which vLLM's
+// CompressedTensorsConfig resolves per layer (`target_scheme_map`, one entry per config group).
+TEST_CASE("stories260k: a per-layer scheme from the command line makes g32 compressed-tensors convert") {
+    const fresh out("ct32-mixed");
+    convert_options o = with(output_format::compressed_tensors, {4, 32, true, scale_method::minmax, std::nullopt});
+    CHECK(refusal_of(o, out).find("mlp.down_proj") != std::string::npos);  // K = 172 is not whole groups of 32
+    o.rules.quantize("re:.*down_proj", {8, -1, true, scale_method::minmax, std::nullopt});
+    const auto r = convert(stories, out, o);
+    CHECK(r.report.tensors.size() == 35);
+    const json groups = json::parse(io::read_file(out.path + "/config.json")).at("quantization_config").at("config_groups");
+    REQUIRE(groups.size() == 2);
+    CHECK(groups.at("group_0").at("weights").at("group_size").as_int() == 32);
+    CHECK(groups.at("group_1").at("weights").at("strategy").as_string() == "channel");
+    CHECK(groups.at("group_1").at("weights").at("num_bits").as_int() == 8);
+    CHECK(groups.at("group_1").at("targets").size() == 5);
+    CHECK(groups.at("group_1").at("targets").at(0).as_string() == "model.layers.0.mlp.down_proj");
+}

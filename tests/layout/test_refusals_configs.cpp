@@ -175,24 +175,153 @@ TEST_CASE("GPTQ config and quantize_config.json") {
     // Per-channel everywhere: group_size -1.
     auto pc = llama_block(4, -1);
     CHECK(gptq_layout<4>().config(pc).at("group_size").as_int() == -1);
-    // Refusals: an unquantized block linear, mixed group sizes, mixed bits, wrong layout bits.
+    // Refusals: an unquantized block linear, wrong layout bits.
     auto hole = block;
     hole[3].quantized = false;
     CHECK_THROWS_WITH_AS(gptq_layout<4>().config(hole), doctest::Contains("model.layers.0.self_attn.o_proj"), unsupported_error);
-    auto groups = block;
-    groups[6].group_size = 64;
-    CHECK_THROWS_WITH_AS(gptq_layout<4>().config(groups), doctest::Contains("one group size for all layers"), unsupported_error);
-    auto bits = block;
-    bits[6].bits = 8;
-    CHECK_THROWS_WITH_AS(gptq_layout<4>().config(bits), doctest::Contains("one scheme for all layers"), unsupported_error);
     CHECK_THROWS_AS(gptq_layout<8>().config(block), unsupported_error);
-    // A per-channel layer fits a stated group size only when its K equals it.
+    // A per-channel layer fits a stated group size when its K equals it (no override needed);
+    // otherwise it becomes a `dynamic` override (next test case).
     auto pc_mix = llama_block(4, 64);
     pc_mix[6].group_size = -1;
     pc_mix[6].cols = 64;
-    CHECK_NOTHROW(gptq_layout<4>().config(pc_mix));  // K = 64 = the group size
+    CHECK(gptq_layout<4>().config(pc_mix).find("dynamic") == nullptr);  // K = 64 = the group size
     pc_mix[6].cols = 172;
-    CHECK_THROWS_WITH_AS(gptq_layout<4>().config(pc_mix), doctest::Contains("per-channel layer (K 172)"), unsupported_error);
+    CHECK(gptq_layout<4>().config(pc_mix).at("dynamic").dump() ==
+          R"({"+:(?:(?:.*\\.)?mlp\\.down_proj)$":{"bits":4,"group_size":-1,"sym":true}})");
+}
+
+// Loader rule: GPTQModel `quantization/config.py dynamic_get` (ModelCloud/GPTQModel @f4c327a1)
+// and vLLM `model_executor/layers/quantization/utils/gptq_utils.py get_dynamic_override` /
+// `override_config` (vllm-project/vllm @02239f5e) read per-module overrides from
+// quantization_config["dynamic"]: keys "+:<regex>" applied with re.match to the module name (vLLM
+// asks with its fused names, e.g. "...self_attn.qkv_proj"), the first matching key wins, values
+// override "bits", "group_size", "sym". Each key qforge writes must match exactly its layers.
+TEST_CASE("GPTQ mixed schemes: GPTQModel `dynamic` overrides that match exactly their layers") {
+    std::vector<linear_entry> model;
+    for (const char* l : {"0", "1"})
+        for (const char* leaf : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                 "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
+            model.push_back(entry(std::string("model.layers.") + l + "." + leaf, 4, 32));
+    // every down_proj 8-bit per channel; layer 1's q/k/v 8-bit g32 asym
+    for (auto& e : model) {
+        if (e.name.ends_with("down_proj")) e = entry(e.name, 8, -1, true, 64, 172);
+        if (e.name.starts_with("model.layers.1.self_attn.") && !e.name.ends_with("o_proj")) e = entry(e.name, 8, 32, false);
+    }
+    const json c = gptq_layout<4>().config(model);
+    CHECK(c.at("bits").as_int() == 4);
+    CHECK(c.at("group_size").as_int() == 32);
+    const json& d = c.at("dynamic");
+    REQUIRE(d.size() == 2);
+    auto scheme_of = [&](std::string_view module) -> json {
+        for (const auto& kv : d.as_object())  // first match wins, as in both readers
+            if (detail::python_re_match(kv.key.substr(2), module)) return kv.value;
+        return json();
+    };
+    for (const auto& e : model) {
+        const json s = scheme_of(e.name);
+        if (e.name.ends_with("down_proj")) {
+            CHECK(s.dump() == R"({"bits":8,"group_size":-1,"sym":true})");
+        } else if (e.name.starts_with("model.layers.1.self_attn.") && !e.name.ends_with("o_proj")) {
+            CHECK(s.dump() == R"({"bits":8,"group_size":32,"sym":false})");
+        } else {
+            CHECK_MESSAGE(s.is_null(), e.name);  // the base scheme: no override
+        }
+    }
+    // vLLM's fused names: layer 1's qkv_proj has the override, layer 0's does not.
+    CHECK(scheme_of("model.layers.1.self_attn.qkv_proj").at("bits").as_int() == 8);
+    CHECK(scheme_of("model.layers.0.self_attn.qkv_proj").is_null());
+    CHECK(scheme_of("model.layers.0.mlp.gate_up_proj").is_null());
+    // quantize_config.json carries it too; a one-scheme export has no `dynamic` key.
+    CHECK(gptq_layout<4>().side_file(model).at("dynamic").dump() == d.dump());
+    CHECK(gptq_layout<4>().config(llama_block(4, 32)).find("dynamic") == nullptr);
+}
+
+// Loader rules for AWQ's `modules_to_not_convert` (see layout/checkpoint_rules.hpp loader_match):
+//  vLLM `quantization/utils/quant_utils.py is_layer_skipped(..., skip_with_substr=True)` (@01693a61,
+//    called by `auto_awq.py AutoAWQConfig.get_quant_method` @0043d6b5): substring of the full name;
+//  transformers `quantizers/quantizers_utils.py should_convert_module`: re.match prefix or endswith;
+//  AutoAWQ `awq/utils/module.py exclude_layers_to_not_quantize` with block-relative names from
+//    `awq/models/base.py _load_quantized_modules` (casper-hansen/AutoAWQ @88e4c76): substring.
+TEST_CASE("loader_match: each loader's skip-list rule as its source states it") {
+    CHECK(loader_match::vllm_skips("mlp.down_proj", "model.layers.3.mlp.down_proj"));
+    CHECK(loader_match::vllm_skips("model.layers.1.mlp.up_proj", "model.layers.1.mlp.up_proj"));
+    CHECK_FALSE(loader_match::vllm_skips("model.layers.1.mlp.up_proj", "model.layers.11.mlp.up_proj"));
+    CHECK(loader_match::vllm_skips("model.layers.1.mlp.fc", "model.layers.1.mlp.fc2"));  // substring
+    CHECK(loader_match::transformers_skips("lm_head", "lm_head"));
+    CHECK(loader_match::transformers_skips("mlp.down_proj", "model.layers.3.mlp.down_proj"));  // endswith
+    CHECK(loader_match::transformers_skips("model.layers.1", "model.layers.1Xmlp"));  // a regex: '.' is any char
+    CHECK_FALSE(loader_match::transformers_skips("model.layers.1.mlp.up_proj", "model.layers.11.mlp.up_proj"));
+    CHECK_FALSE(loader_match::autoawq_skips("model.layers.0.mlp.up_proj", "mlp.up_proj"));  // full names never match
+    CHECK(loader_match::autoawq_skips("mlp.up_proj", "mlp.up_proj"));
+    const auto b = loader_match::split_block("model.layers.12.self_attn.q_proj");
+    REQUIRE(b);
+    CHECK(b->first == "model.layers.12");
+    CHECK(b->second == "self_attn.q_proj");
+    CHECK_FALSE(loader_match::split_block("lm_head"));
+}
+
+TEST_CASE("AWQ modules_to_not_convert: full and block-relative names, exact in vLLM, transformers and AutoAWQ") {
+    auto two_blocks = [] {
+        std::vector<linear_entry> v;
+        for (const char* l : {"0", "1"})
+            for (const char* leaf : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
+                v.push_back(entry(std::string("model.layers.") + l + "." + leaf, 4, 32, false));
+        v.push_back(plain("lm_head"));
+        return v;
+    };
+    // Every loader must skip exactly the unquantized linears.
+    auto check_exact = [](const std::vector<linear_entry>& model, const json& names, bool autoawq_exact) {
+        for (const auto& e : model) {
+            bool vllm = false, tf = false, aa = false;
+            for (const auto& n : names.as_array()) {
+                vllm = vllm || loader_match::vllm_skips(n.as_string(), e.name);
+                tf = tf || loader_match::transformers_skips(n.as_string(), e.name);
+                if (auto b = loader_match::split_block(e.name)) aa = aa || loader_match::autoawq_skips(n.as_string(), b->second);
+            }
+            CHECK_MESSAGE(vllm == !e.quantized, e.name);
+            CHECK_MESSAGE(tf == !e.quantized, e.name);
+            if (autoawq_exact && loader_match::split_block(e.name)) CHECK_MESSAGE(aa == !e.quantized, e.name);
+        }
+    };
+    SUBCASE("every down_proj dense: the block-relative name is added and AutoAWQ matches it") {
+        auto model = two_blocks();
+        for (auto& e : model)
+            if (e.name.ends_with("down_proj")) e.quantized = false;
+        const auto skip = awq_layout<4>::awq_modules_to_not_convert(model);
+        CHECK(skip.names.dump() == R"(["model.layers.0.mlp.down_proj","model.layers.1.mlp.down_proj","lm_head","mlp.down_proj"])");
+        CHECK(skip.autoawq_misses.empty());
+        check_exact(model, skip.names, true);
+        CHECK(awq_layout<4>().config(model).at("modules_to_not_convert").dump() == skip.names.dump());
+    }
+    SUBCASE("one block's MLP dense: AutoAWQ cannot be told, vLLM and transformers can") {
+        auto model = two_blocks();
+        for (auto& e : model)
+            if (e.name.starts_with("model.layers.0.mlp.")) e.quantized = false;
+        const auto skip = awq_layout<4>::awq_modules_to_not_convert(model);
+        CHECK(skip.names.dump() ==
+              R"(["model.layers.0.mlp.gate_proj","model.layers.0.mlp.up_proj","model.layers.0.mlp.down_proj","lm_head"])");
+        CHECK(skip.autoawq_misses ==
+              std::vector<std::string>{"model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj"});
+        check_exact(model, skip.names, false);
+    }
+    SUBCASE("a dense name that is a substring of a quantized one is refused") {
+        std::vector<linear_entry> model{entry("model.layers.0.mlp.fc2", 4, 32, false), plain("model.layers.0.mlp.fc")};
+        CHECK_THROWS_WITH_AS(awq_layout<4>::awq_modules_to_not_convert(model),
+                             doctest::Contains("would also keep the quantized 'model.layers.0.mlp.fc2' dense"), unsupported_error);
+    }
+}
+
+// Loader rule: vLLM `auto_awq.py AutoAWQConfig.from_config` reads `lm_head` (default False) and
+// `get_quant_method` quantizes ParallelLMHead only when it is set (vllm-project/vllm @0043d6b5).
+TEST_CASE("AWQ config: a quantized lm_head is announced with \"lm_head\": true") {
+    auto block = llama_block(4, 32, false);
+    block.back() = entry("lm_head", 4, 32, false);
+    const json c = awq_layout<4>().config(block);
+    CHECK(c.at("lm_head").as_bool());
+    CHECK(c.at("modules_to_not_convert").is_null());
+    CHECK(awq_layout<4>().config(llama_block(4, 32, false)).find("lm_head") == nullptr);  // bytes kept when dense
 }
 
 TEST_CASE("AWQ config") {

@@ -45,6 +45,7 @@
 #include "qforge/convert/plan.hpp"
 #include "qforge/convert/report.hpp"
 #include "qforge/convert/rule.hpp"
+#include "qforge/convert/serving_check.hpp"
 #include "qforge/convert/source.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/parallel.hpp"
@@ -106,6 +107,10 @@ struct convert_options {
     /// folded exactly into the norm weights or producing rows; every group's alpha (0 when it
     /// did not help) goes to quantization_report.json. Needs `imatrix`; not with `hessians`.
     bool activation_scaling = false;
+    /// The export exists for vLLM CPU's W4A8 kernel (the w4a8-cpu preset): a layer that kernel
+    /// cannot take (shapes, bits) is refused at plan time instead of converting and failing to
+    /// load, and an fp16 model is warned about (vLLM would take its W4A16 path).
+    bool require_w4a8_cpu = false;
 };
 
 struct conversion_result {
@@ -121,9 +126,15 @@ struct conversion_result {
 
 /// The plan for converting `src` with `opt` (no file is written). Does not throw for refusals:
 /// look at plan::refusals.
+/// The plan carries the loader warnings (serving_check.hpp loader_warnings).
 inline plan plan_conversion(const checkpoint_source& src, const convert_options& opt) {
-    return make_plan(src.tensors(), model_config::from_json(src.config(), src.dir() + "/config.json"), opt.rules,
-                     opt.format);
+    const model_config cfg = model_config::from_json(src.config(), src.dir() + "/config.json");
+    plan p = make_plan(src.tensors(), cfg, opt.rules, opt.format);
+    if (p.refused()) return p;
+    p.warnings = loader_warnings(p, cfg, opt.require_w4a8_cpu);
+    if (opt.require_w4a8_cpu)
+        for (auto& r : w4a8_cpu_refusals(p, cfg)) p.refusals.push_back(std::move(r));
+    return p;
 }
 
 namespace detail {
@@ -218,6 +229,7 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
                                             *importance, run));
         report.activation_folds = folds->records;
     }
+    report.loader_warnings = p.warnings;
 
     // Pack + write of an output weight runs behind the quantization of the next one (with
     // more than one thread): the pool's cores do not wait on the serial pack and pwrite. Its
@@ -377,7 +389,7 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     io::write_config(out.path(), cfg);
     if (p.format == output_format::gptq || p.format == output_format::gptq_v2) {
         const auto s = *p.main_scheme();
-        const json side = with_gptq_layout(s.bits,
+        const json side = with_gptq_layout(majority_scheme(p.linears)->bits,
                                            gptq_options{p.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
                                                         *s.scale_dtype, desc_act},
                                            [&](const auto& layout) { return layout.side_file(p.linears); });

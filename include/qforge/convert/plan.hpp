@@ -83,7 +83,9 @@ struct plan {
     output_format format = output_format::gptq;
     std::vector<plan_item> items;
     std::vector<std::string> refusals;  ///< complete messages ("qforge: file: tensor 'x': why")
-    /// The conversion goes ahead, but a named engine is known to misread or refuse the output.
+    /// The conversion goes ahead, but a named engine is known to misread or refuse the output;
+    /// serving_check.hpp loader_warnings adds what loaders do differently from what is written
+    /// (which engines refuse it, which kernel they take, what they decode).
     std::vector<std::string> warnings;
     bool untied = false;                ///< an untie rule fired: write tie_word_embeddings false
     std::vector<linear_entry> linears;  ///< every linear of the output model, quantized or not
@@ -486,8 +488,10 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
                                                  "lm_head in the file); quantizing it needs an untie rule"));
     }
 
-    // One config describes every quantized layer in GPTQ and AWQ.
-    if (format != output_format::compressed_tensors) {
+    // One config describes every quantized layer in AWQ (AutoAWQConfig has no per-module
+    // override). GPTQ configs carry the other layers' bits / group / symmetry as GPTQModel
+    // `dynamic` overrides (layout/gptq.hpp gptq_dynamic), so GPTQ layers may differ in those.
+    if (format == output_format::awq) {
         const plan_item* first = nullptr;
         for (const auto& it : p.items) {
             if (it.action != plan_action::quantize || it.outputs.empty()) continue;
@@ -496,9 +500,10 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
             } else if (it.scheme != first->scheme) {
                 p.refusals.push_back(detail::refusal(
                     it.source_file, it.name,
-                    std::string(format_name(format)) + " describes one scheme per checkpoint: " +
+                    std::string(format_name(format)) + " describes one scheme per checkpoint (AutoAWQ and vLLM's "
+                        "AutoAWQConfig read one bits/group_size/zero_point): " +
                         scheme_to_string(it.scheme) + " here, " + scheme_to_string(first->scheme) + " for '" +
-                        first->name + "' (use compressed-tensors for mixed schemes)"));
+                        first->name + "' (use compressed-tensors, or GPTQ's per-module overrides, for mixed schemes)"));
                 break;
             }
         }
@@ -540,7 +545,10 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
     if (p.quantized_count() == 0) {
         p.refusals.push_back(detail::refusal({}, {}, "no tensor is selected for quantization"));
     } else if (p.refusals.empty()) {
-        const auto scheme = *p.main_scheme();
+        auto scheme = *p.main_scheme();
+        // A GPTQ config states the scheme most layers use (the rest are `dynamic` overrides).
+        if (format != output_format::compressed_tensors)
+            if (const linear_entry* base = majority_scheme(p.linears)) scheme.bits = base->bits;
         dtype model_type = dtype::BF16;
         for (const auto& it : p.items)
             if (it.action == plan_action::quantize) model_type = it.source_type;

@@ -59,6 +59,9 @@ struct conversion_report {
     /// Activation-aware scaling (convert/activation_fold.hpp), one record per fused group; the
     /// SNR of a scaled layer is that of its stored (scaled) weight.
     std::vector<activation_fold_record> activation_folds;
+    /// What loaders do differently from what was written (plan::warnings); written as
+    /// "loader_warnings" only when there is one.
+    std::vector<std::string> loader_warnings;
 
     double snr_min() const {
         double m = tensors.empty() ? 0 : tensors.front().snr_db;
@@ -109,6 +112,11 @@ struct conversion_report {
             json folds = json::array();
             for (const auto& f : activation_folds) folds.push_back(f.to_json());
             out.set("activation_scaling", std::move(folds));
+        }
+        if (!loader_warnings.empty()) {
+            json lw = json::array();
+            for (const auto& l : loader_warnings) lw.push_back(l);
+            out.set("loader_warnings", std::move(lw));
         }
         return out;
     }

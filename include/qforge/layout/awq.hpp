@@ -133,13 +133,76 @@ public:
             fail<unsupported_error>({}, scheme.name,
                                     "AWQ: every layer is per channel, but AWQ configs state one "
                                     "group size; quantize with a group size that divides K");
-        json skip = unquantized_names(linears);
-        return json::object({{"quant_method", "awq"},
-                             {"zero_point", true},
-                             {"group_size", group},
-                             {"bits", Bits},
-                             {"version", "gemm"},
-                             {"modules_to_not_convert", skip.size() ? skip : json()}});
+        json skip = awq_modules_to_not_convert(linears).names;
+        json c = json::object({{"quant_method", "awq"},
+                               {"zero_point", true},
+                               {"group_size", group},
+                               {"bits", Bits},
+                               {"version", "gemm"},
+                               {"modules_to_not_convert", skip.size() ? skip : json()}});
+        // vLLM builds a quantized ParallelLMHead only when the config says so:
+        // `AutoAWQConfig.from_config` reads `lm_head` (default False) and `get_quant_method`
+        // quantizes ParallelLMHead only `if ... self.lm_head_quantized` (auto_awq.py @0043d6b5).
+        // Written only when true, so exports without a quantized head keep their bytes.
+        for (const linear_entry& e : linears)
+            if (e.quantized && detail::split_leaf(e.name).second == "lm_head") c.set("lm_head", true);
+        return c;
+    }
+
+    /// `modules_to_not_convert` that vLLM, transformers and AutoAWQ all read as meant, and the
+    /// unquantized linears AutoAWQ cannot be told about. Every unquantized linear is listed by
+    /// full name (vLLM and transformers match those; AutoAWQ never does, as it compares against
+    /// block-relative names). A block-relative name ("mlp.down_proj") is added too when that
+    /// linear is unquantized in every block and the entry matches no quantized module under any
+    /// of the three rules (see loader_match); otherwise AutoAWQ cannot keep it dense and the
+    /// module is reported in `autoawq_misses`. A full name that would skip a quantized module in
+    /// vLLM or transformers is refused.
+    struct skip_list {
+        json names = json::array();
+        std::vector<std::string> autoawq_misses;
+    };
+    static skip_list awq_modules_to_not_convert(std::span<const linear_entry> linears) {
+        skip_list out;
+        std::vector<std::string> quantized_full, quantized_rel;
+        for (const linear_entry& e : linears) {
+            if (!e.quantized) continue;
+            quantized_full.push_back(e.name);
+            if (auto b = loader_match::split_block(e.name)) quantized_rel.push_back(b->second);
+        }
+        auto over_match = [&](const std::string& entry, bool relative) -> std::string {
+            for (const std::string& q : quantized_full)
+                if (loader_match::vllm_skips(entry, q) || loader_match::transformers_skips(entry, q)) return q;
+            if (relative)
+                for (const std::string& r : quantized_rel)
+                    if (loader_match::autoawq_skips(entry, r)) return r;
+            return {};
+        };
+        std::vector<std::string> relatives;
+        for (const linear_entry& e : linears) {
+            if (e.quantized) continue;
+            if (const std::string hit = over_match(e.name, false); !hit.empty())
+                fail<unsupported_error>({}, e.name,
+                                        "AWQ: modules_to_not_convert entry '" + e.name + "' would also keep the quantized '" +
+                                            hit + "' dense (vLLM matches entries as substrings, transformers as prefixes)");
+            out.names.push_back(e.name);
+            if (auto b = loader_match::split_block(e.name)) {
+                bool seen = false;
+                for (const auto& r : relatives) seen = seen || r == b->second;
+                if (!seen) relatives.push_back(b->second);
+            }
+        }
+        for (const std::string& rel : relatives) {
+            bool everywhere = true;  // unquantized in every block that has it
+            for (const std::string& q : quantized_rel) everywhere = everywhere && q != rel;
+            if (everywhere && over_match(rel, true).empty()) {
+                out.names.push_back(rel);
+                continue;
+            }
+            for (const linear_entry& e : linears)
+                if (!e.quantized)
+                    if (auto b = loader_match::split_block(e.name); b && b->second == rel) out.autoawq_misses.push_back(e.name);
+        }
+        return out;
     }
 
 private:

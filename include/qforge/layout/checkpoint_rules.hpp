@@ -5,8 +5,11 @@
 // same reason).
 #pragma once
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <optional>
+#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -212,6 +215,23 @@ inline const linear_entry& common_scheme(std::span<const linear_entry> linears, 
     return *first;
 }
 
+/// The quantized entry whose scheme (bits, group, symmetry) most layers share (the first such
+/// on a tie): the base a GPTQ config states, the others becoming `dynamic` overrides.
+inline const linear_entry* majority_scheme(std::span<const linear_entry> linears) {
+    const linear_entry* best = nullptr;
+    std::size_t best_count = 0;
+    for (const linear_entry& e : linears) {
+        if (!e.quantized) continue;
+        std::size_t n = 0;
+        for (const linear_entry& o : linears) n += o.quantized && detail::same_scheme(o, e) ? 1 : 0;
+        if (n > best_count) {
+            best = &e;
+            best_count = n;
+        }
+    }
+    return best;
+}
+
 /// Names of the linears left unquantized, in model order.
 inline json unquantized_names(std::span<const linear_entry> linears) {
     json names = json::array();
@@ -219,6 +239,59 @@ inline json unquantized_names(std::span<const linear_entry> linears) {
         if (!e.quantized) names.push_back(e.name);
     return names;
 }
+
+/// How each loader matches an entry of a skip list (AWQ `modules_to_not_convert`) against a
+/// module name. These are the loaders' rules, not qforge's: a list is only right when every
+/// loader that reads it matches exactly the modules meant.
+namespace loader_match {
+
+/// vLLM: `quant_utils.is_layer_skipped(prefix, ignored, fused_mapping, skip_with_substr=True)`
+/// (vllm-project/vllm model_executor/layers/quantization/utils/quant_utils.py @01693a61, called
+/// so by `auto_awq.py AutoAWQConfig.get_quant_method` @0043d6b5): `any(layer in prefix ...)`,
+/// a plain substring test against the full module name.
+inline bool vllm_skips(std::string_view entry, std::string_view module) {
+    return module.find(entry) != std::string_view::npos;
+}
+
+/// transformers: `quantizers_utils.should_convert_module(full_name, patterns)`: the entry is a
+/// Python regex matched at the start of the full name (`re.match(key)`, which covers the
+/// `key\.` form too), or the full name ends with it.
+inline bool transformers_skips(std::string_view entry, std::string_view module) {
+    if (module.ends_with(entry)) return true;
+    bool plain = true;  // a module name: letters, digits, '_' and '.', where '.' is any character
+    for (char c : entry) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.');
+    if (plain) {
+        if (module.size() < entry.size()) return false;
+        for (std::size_t i = 0; i < entry.size(); ++i)
+            if (entry[i] != '.' && entry[i] != module[i]) return false;
+        return true;
+    }
+    try {
+        const std::regex re{std::string(entry), std::regex::ECMAScript};
+        return std::regex_search(module.begin(), module.end(), re, std::regex_constants::match_continuous);
+    } catch (const std::regex_error&) {
+        return module.starts_with(entry);  // not a regex Python would accept either: literal prefix
+    }
+}
+
+/// AutoAWQ: `awq/utils/module.py exclude_layers_to_not_quantize` keeps a linear unless
+/// `any(key in name ...)`, where `name` comes from `get_named_linears(layer)` of one decoder
+/// block (`awq/models/base.py _load_quantized_modules`, casper-hansen/AutoAWQ @88e4c76):
+/// block-relative ("mlp.up_proj"). Linears outside the blocks are never replaced.
+inline bool autoawq_skips(std::string_view entry, std::string_view block_relative) {
+    return block_relative.find(entry) != std::string_view::npos;
+}
+
+/// (block prefix "model.layers.3", block-relative name "mlp.up_proj") of a module inside a
+/// numbered decoder block, or nullopt for one outside (lm_head, embeddings).
+inline std::optional<std::pair<std::string, std::string>> split_block(std::string_view module) {
+    static const std::regex block(R"(((?:.*\.)?(?:layers|h|blocks|block|layer)\.[0-9]+)\.(.+))");
+    std::match_results<std::string_view::const_iterator> m;
+    if (!std::regex_match(module.begin(), module.end(), m, block)) return std::nullopt;
+    return std::pair<std::string, std::string>{m[1].str(), m[2].str()};
+}
+
+}  // namespace loader_match
 
 /// Puts a layout's fragment into a model config as `quantization_config`, replacing any
 /// previous one in place (config.json keeps its key order).

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,107 @@
 #include "qforge/quant/quantized_tensor.hpp"
 
 namespace qforge {
+
+namespace detail {
+
+inline std::string regex_escape(std::string_view name) {
+    std::string out;
+    for (char c : name) {
+        if (std::string_view(".^$|?*+()[]{}\\").find(c) != std::string_view::npos) out += '\\';
+        out += c;
+    }
+    return out;
+}
+
+/// re.match semantics (anchored at the start only), as GPTQModel and vLLM apply a `dynamic` key.
+inline bool python_re_match(const std::string& pattern, std::string_view name) {
+    const std::regex re{pattern, std::regex::ECMAScript};
+    return std::regex_search(name.begin(), name.end(), re, std::regex_constants::match_continuous);
+}
+
+}  // namespace detail
+
+/// GPTQModel's `dynamic`: {"+:<regex>": {"bits", "group_size", "sym"}} for every quantized
+/// layer whose scheme differs from `base` (whose group is `base_group`, -1 per channel).
+/// Readers: GPTQModel `quantization/config.py dynamic_get` (ModelCloud/GPTQModel @f4c327a1) and
+/// vLLM `utils/gptq_utils.py get_dynamic_override` / `override_config` (vllm-project/vllm
+/// @02239f5e), both `re.match(pattern.removeprefix("+:"), module)` with the FIRST matching key
+/// winning. So each key here matches exactly its own layers and nothing else: a compact
+/// `.*\.mlp\.down_proj$` where that is exact, else the full names; vLLM asks with its fused
+/// names (`...self_attn.qkv_proj`, `...mlp.gate_up_proj`), which are matched as well.
+inline json gptq_dynamic(std::span<const linear_entry> linears, const linear_entry& base, std::int64_t base_group) {
+    auto fits_base = [&](const linear_entry& e) {
+        if (e.bits != base.bits || e.symmetric != base.symmetric) return false;
+        const std::int64_t g = detail::entry_group(e);
+        return g == base_group || (g < 0 && e.cols == base_group) || (base_group < 0 && g == e.cols);
+    };
+    auto fused_name = [](std::string_view name) -> std::string {
+        const auto [parent, leaf] = detail::split_leaf(name);
+        for (const fused_set& s : default_fused_sets())
+            for (std::string_view part : s.parts)
+                if (part == leaf) return std::string(parent) + "." + std::string(s.fused);
+        return {};
+    };
+    std::vector<std::string> all;  // every name a reader may ask about
+    for (const linear_entry& e : linears) {
+        all.push_back(e.name);
+        if (std::string f = fused_name(e.name); !f.empty()) all.push_back(f);
+    }
+    struct override_group {
+        const linear_entry* scheme;
+        std::vector<std::string> names;
+    };
+    std::vector<override_group> groups;
+    for (const linear_entry& e : linears) {
+        if (!e.quantized || fits_base(e)) continue;
+        override_group* g = nullptr;
+        for (auto& o : groups)
+            if (detail::same_scheme(*o.scheme, e)) g = &o;
+        if (!g) g = &groups.emplace_back(override_group{&e, {}});
+        g->names.push_back(e.name);
+        if (std::string f = fused_name(e.name); !f.empty()) {
+            bool seen = false;
+            for (const auto& n : g->names) seen = seen || n == f;
+            if (!seen) g->names.push_back(f);
+        }
+    }
+    auto exact = [&](const std::string& pattern, const std::vector<std::string>& meant) {
+        const std::regex re{pattern, std::regex::ECMAScript};
+        for (const std::string& n : all) {
+            bool in = false;
+            for (const auto& m : meant) in = in || m == n;
+            if (std::regex_search(n, re, std::regex_constants::match_continuous) != in) return false;
+        }
+        return true;
+    };
+    json dynamic = json::object();
+    for (const override_group& g : groups) {
+        // Compact form: one alternative per leaf path ("mlp.down_proj") when it is exact.
+        std::vector<std::string> tails;
+        for (const std::string& n : g.names) {
+            const auto b = loader_match::split_block(n);
+            const std::string tail = b ? b->second : n;
+            bool seen = false;
+            for (const auto& t : tails) seen = seen || t == tail;
+            if (!seen) tails.push_back(tail);
+        }
+        std::string compact = "(?:";
+        for (std::size_t i = 0; i < tails.size(); ++i)
+            compact += (i ? "|" : "") + std::string("(?:.*\\.)?") + detail::regex_escape(tails[i]);
+        compact += ")$";
+        std::string pattern = compact;
+        if (!exact(pattern, g.names)) {
+            pattern = "(?:";
+            for (std::size_t i = 0; i < g.names.size(); ++i) pattern += (i ? "|" : "") + detail::regex_escape(g.names[i]);
+            pattern += ")$";
+        }
+        const linear_entry& s = *g.scheme;
+        dynamic.set("+:" + pattern, json::object({{"bits", s.bits},
+                                                  {"group_size", detail::entry_group(s)},
+                                                  {"sym", s.symmetric}}));
+    }
+    return dynamic;
+}
 
 enum class gptq_format {
     v1,  ///< `checkpoint_format: "gptq"`: qzeros store zero - 1 (every GPTQ reader's default)
@@ -202,10 +304,25 @@ public:
 
     /// `quantization_config` for config.json. Every linear must be quantized with one scheme
     /// except `lm_head`, which GPTQ describes with the `lm_head` flag.
+    ///
+    /// Layers with another scheme (bits, group, symmetry) than the one most layers use are
+    /// described by GPTQModel's `dynamic` per-module overrides (see gptq_dynamic); a
+    /// one-scheme export has no `dynamic` key and keeps its bytes.
     json config(std::span<const linear_entry> linears) const {
         check_untied(linears, "GPTQ");
         check_fused_share_scheme(linears, "GPTQ");
-        const linear_entry& scheme = common_scheme(linears, "GPTQ");
+        const linear_entry* first = majority_scheme(linears);
+        if (!first) fail<unsupported_error>({}, {}, "GPTQ: no quantized layer to export");
+        std::int64_t group = 0;
+        json dynamic;
+        try {
+            common_scheme(linears, "GPTQ");
+            group = common_group_size(linears, "GPTQ");
+        } catch (const unsupported_error&) {  // mixed schemes: the one most layers use is the base
+            group = detail::entry_group(*first);
+            dynamic = gptq_dynamic(linears, *first, group);
+        }
+        const linear_entry& scheme = *first;
         if (scheme.bits != Bits)
             fail<unsupported_error>({}, scheme.name, "GPTQ layout for " + std::to_string(Bits) +
                                                          " bits given " + std::to_string(scheme.bits) +
@@ -222,12 +339,18 @@ public:
         }
         json c = json::object({{"quant_method", "gptq"},
                                {"bits", Bits},
-                               {"group_size", common_group_size(linears, "GPTQ")},
+                               {"group_size", group},
                                {"desc_act", opt_.desc_act},
                                {"sym", scheme.symmetric},
                                {"lm_head", lm_head},
                                {"checkpoint_format", checkpoint_format()}});
-        if (json skip = dense_routers(linears); skip.size()) c.set("dynamic", std::move(skip));
+        // Router skips ("-:") first: both readers take the first matching key, and the scheme
+        // overrides are checked never to match a router anyway.
+        json d = dense_routers(linears);
+        if (!d.is_object()) d = json::object();
+        if (dynamic.is_object())
+            for (const auto& kv : dynamic.as_object()) d.set(kv.key, kv.value);
+        if (d.size()) c.set("dynamic", std::move(d));
         return c;
     }
 
