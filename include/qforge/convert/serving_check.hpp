@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <ostream>
+#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +49,7 @@ struct shard_check {
 
 struct serving_report {
     std::vector<int> tps;
+    std::size_t moe_experts_skipped = 0;  ///< expert linears: FusedMoE has its own rules (not checked here)
     std::vector<shard_check> shards;
     std::vector<std::string> config_refusals;  ///< the whole config refused by an engine (no tp helps)
 
@@ -94,6 +96,13 @@ inline std::int64_t pack_unit(output_format f, int bits) {
 inline std::int64_t padded_vocab(std::int64_t v) { return (v + 63) / 64 * 64; }
 
 inline std::string num(std::int64_t v) { return std::to_string(v); }
+
+/// A module's name with its block and expert numbers replaced by N: the key that groups the
+/// same linear of every block in messages.
+inline std::string numbered_as_n(std::string_view module) {
+    static const std::regex number(R"(\.[0-9]+(?=\.|$))");
+    return std::regex_replace(std::string(module), number, ".N");
+}
 
 }  // namespace detail
 
@@ -165,7 +174,8 @@ inline std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quan
 inline std::optional<std::string> vllm_config_refusal(output_format f, const quant_spec& s) {
     if ((f == output_format::gptq || f == output_format::gptq_v2) &&
         !((s.bits == 4 || s.bits == 8) && s.symmetric))
-        return "vLLM refuses the config: AutoGPTQConfig (auto_gptq.py) supports (4, sym) and (8, sym) only: "
+        return std::string("vLLM refuses the config: AutoGPTQConfig (auto_gptq.py @055e47c2) supports (4, sym) and (8, sym) only") +
+               (s.symmetric && s.bits == 2 ? " (later trees add 2-bit uint2b2)" : "") + ": "
                "\"Unsupported quantization config: bits=" + detail::num(s.bits) + ", sym=" + (s.symmetric ? "True" : "False") + "\"";
     if (f == output_format::awq && s.bits != 4) return "vLLM refuses the config: AutoAWQConfig supports 4 bits only";
     return std::nullopt;
@@ -184,6 +194,10 @@ inline serving_report check_serving(const plan& p, const model_config& cfg, std:
     for (const auto& it : p.items) {
         if (it.action != plan_action::quantize || it.shape.size() != 2) continue;
         const std::string module(module_of(it.name));
+        if (module.find(".experts.") != std::string::npos) {
+            ++r.moe_experts_skipped;
+            continue;
+        }
         if (auto v = vllm_config_refusal(p.format, it.scheme)) {
             const std::string line = module + ": " + *v;
             if (std::find(r.config_refusals.begin(), r.config_refusals.end(), line) == r.config_refusals.end())
@@ -279,8 +293,7 @@ inline void print_serving(std::ostream& os, const serving_report& r) {
         if (text.empty()) continue;
         text = " [" + detail::num(s.n) + " x " + detail::num(s.k) + " per rank, " + (s.row_parallel ? "row" : "column") +
                "-parallel]:" + text;
-        const auto b = loader_match::split_block(s.module);
-        const std::string key = (b ? b->second : s.module) + text;
+        const std::string key = detail::numbered_as_n(s.module) + text;
         auto it = std::find_if(lines.begin(), lines.end(), [&](const line& l) { return l.tp == s.tp && l.key == key; });
         if (it == lines.end()) lines.push_back({s.tp, key, text, s.module, 0});
         else ++it->more;
@@ -290,6 +303,8 @@ inline void print_serving(std::ostream& os, const serving_report& r) {
         if (l.more) os << " (and " << l.more << " more like it)";
         os << l.text << "\n";
     }
+    if (r.moe_experts_skipped)
+        os << "serving: " << r.moe_experts_skipped << " MoE expert linears not checked here (FusedMoE has its own rules)\n";
     for (int tp : r.tps) {
         os << "serving: tp " << tp << ": vLLM GPU " << (r.loads_gpu(tp) ? (r.marlin(tp) ? "loads (Marlin)" : "loads (Marlin refused on some layers: another kernel)") : "refused")
            << ", vLLM CPU " << (r.loads_cpu(tp) ? "loads (CPUWNA16)" : "refused") << "\n";
@@ -366,7 +381,7 @@ inline std::vector<std::string> loader_warnings(const plan& p, const model_confi
         for (const auto& s : r.shards) {
             if (!s.loads_gpu || s.loads_cpu || s.kernels[3].why.find("4-bit types only") != std::string::npos) continue;
             const auto b = loader_match::split_block(s.module);
-            const std::string key = (b ? b->second : s.module) + s.kernels[3].why;
+            const std::string key = detail::numbered_as_n(s.module) + s.kernels[3].why;
             auto at = std::find_if(seen.begin(), seen.end(), [&](const auto& x) { return x.first == key; });
             if (at != seen.end()) continue;
             seen.emplace_back(key, static_cast<int>(w.size()));
