@@ -208,7 +208,8 @@ inline json repack_quantization_config(const repack_target& t, const std::vector
         case output_format::gptq:
         case output_format::gptq_v2: {
             const gptq_options o{t.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2, target_scale_dtype(t), act_order};
-            return with_gptq_layout(first->bits, o, [&](const auto& layout) {
+            // The config states the scheme most modules use; the others become `dynamic` overrides.
+            return with_gptq_layout(majority_scheme(linears)->bits, o, [&](const auto& layout) {
                 if (gptq_side_file) *gptq_side_file = layout.side_file(linears);
                 return layout.config(linears);
             });
