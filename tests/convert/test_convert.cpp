@@ -690,6 +690,18 @@ TEST_CASE("serving check: per tensor and tensor-parallel degree, which vLLM kern
     CHECK_FALSE(gguf_shard_refusal(4096, 256, 8));
     CHECK(gguf_shard_refusal(11008, 256, 4).value_or("").find("2752 is not a multiple of the 256-weight block") != std::string::npos);
     CHECK_FALSE(gguf_shard_refusal(11008, 32, 4));
+    // MoE experts are vLLM FusedMoE layers with their own rules: not judged by the dense ones.
+    std::vector<source_tensor> moe{{"model.layers.0.mlp.experts.0.gate_proj.weight", dtype::BF16, {256, 128}, "m"},
+                                   {"model.layers.0.mlp.experts.0.up_proj.weight", dtype::BF16, {256, 128}, "m"},
+                                   {"model.layers.0.mlp.experts.0.down_proj.weight", dtype::BF16, {128, 256}, "m"},
+                                   {"model.layers.0.self_attn.o_proj.weight", dtype::BF16, {128, 128}, "m"}};
+    rule_set moe_rules;
+    moe_rules.default_scheme = gptq_g64;
+    const plan mp = make_plan(moe, cfg, moe_rules, output_format::compressed_tensors);
+    REQUIRE_FALSE(mp.refused());
+    const serving_report mr = check_serving(mp, cfg, tps);
+    CHECK(mr.moe_experts_skipped == 3);
+    CHECK(mr.shards.size() == 4);  // o_proj at four degrees
     // Config-level refusals no degree helps: GPTQ 3-bit and asym (auto_gptq.py TYPE_MAP), AWQ != 4 bits.
     CHECK(vllm_config_refusal(output_format::gptq, {3, 64, true, scale_method::minmax, std::nullopt}));
     CHECK_FALSE(vllm_config_refusal(output_format::gptq, {8, 64, true, scale_method::minmax, std::nullopt}));
