@@ -687,6 +687,14 @@ TEST_CASE("serving check: per tensor and tensor-parallel degree, which vLLM kern
     const auto awq = vllm_kernel_rules(output_format::awq, awq_g64, 100, 128, 128, parts, false);
     CHECK_FALSE(awq[0].ok);
     CHECK(awq[0].why.find("pack factor 8") != std::string::npos);
+    // AWQ on CPU is cpu_awq's CPUAWQLinearMethod (blocks of 16 output channels), not CPUWNA16:
+    // K = 96 (not a multiple of 32) is fine there, N = 40 is not.
+    const std::vector<std::int64_t> p48{48}, p40{40};
+    const auto awq_cpu = vllm_kernel_rules(output_format::awq, awq_g64, 48, 96, 96, p48, false);
+    CHECK(awq_cpu[2].kernel == "vLLM CPUAWQLinearMethod");
+    CHECK(awq_cpu[2].ok);
+    CHECK_FALSE(vllm_kernel_rules(output_format::awq, awq_g64, 40, 96, 96, p40, false)[2].ok);
+    CHECK_FALSE(vllm_kernel_rules(output_format::gptq, gptq_g64, 48, 96, 96, p48, false)[2].ok);  // CPUWNA16: K % 32
     CHECK_FALSE(gguf_shard_refusal(4096, 256, 8));
     CHECK(gguf_shard_refusal(11008, 256, 4).value_or("").find("2752 is not a multiple of the 256-weight block") != std::string::npos);
     CHECK_FALSE(gguf_shard_refusal(11008, 32, 4));

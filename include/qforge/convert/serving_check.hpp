@@ -48,6 +48,7 @@ struct shard_check {
 };
 
 struct serving_report {
+    output_format format = output_format::gptq;
     std::vector<int> tps;
     std::size_t moe_experts_skipped = 0;  ///< expert linears: FusedMoE has its own rules (not checked here)
     std::vector<shard_check> shards;
@@ -156,6 +157,17 @@ inline std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quan
     if (n % 64 != 0) refuse(marlin, "N per rank " + detail::num(n) + " is not a multiple of min_thread_n 64");
     if (k % 128 != 0) refuse(marlin, "K per rank " + detail::num(k) + " is not a multiple of min_thread_k 128");
     out.push_back(marlin);
+    if (f == output_format::awq) {
+        // AWQ on CPU: `AutoAWQConfig.override_quantization_method` leaves CPU to cpu_awq
+        // (auto_awq.py @0043d6b5), whose `cpu_wna16.py CPUAWQLinearMethod.process_weights_after_loading`
+        // regroups the unpacked columns into blocks of 16 output channels (view(K, -1, 16 // 8)):
+        // N per rank a multiple of 16; 4 bits only (CPUAWQConfig asserts weight_bits == 4).
+        kernel_verdict cpu{"vLLM CPUAWQLinearMethod", true, {}};
+        if (s.bits != 4) refuse(cpu, "CPU AWQ holds 4 bits only");
+        if (n % 16 != 0) refuse(cpu, "output size " + detail::num(n) + " (of the fused partition) is not a multiple of 16");
+        out.push_back(cpu);
+        return out;
+    }
     // CPU (kernels/linear/mixed_precision/cpu.py CPUWNA16LinearKernel.can_implement): uint4 or
     // uint4b8 only, group even or -1, partition K and N (fused) multiples of 32.
     kernel_verdict cpu{"vLLM CPUWNA16LinearKernel", true, {}};
@@ -184,6 +196,7 @@ inline std::optional<std::string> vllm_config_refusal(output_format f, const qua
 /// The serving check: every quantized linear of `p` at every degree in `tps`.
 inline serving_report check_serving(const plan& p, const model_config& cfg, std::span<const int> tps) {
     serving_report r;
+    r.format = p.format;
     r.tps.assign(tps.begin(), tps.end());
     struct unit {
         std::string module;
@@ -307,7 +320,8 @@ inline void print_serving(std::ostream& os, const serving_report& r) {
         os << "serving: " << r.moe_experts_skipped << " MoE expert linears not checked here (FusedMoE has its own rules)\n";
     for (int tp : r.tps) {
         os << "serving: tp " << tp << ": vLLM GPU " << (r.loads_gpu(tp) ? (r.marlin(tp) ? "loads (Marlin)" : "loads (Marlin refused on some layers: another kernel)") : "refused")
-           << ", vLLM CPU " << (r.loads_cpu(tp) ? "loads (CPUWNA16)" : "refused") << "\n";
+           << ", vLLM CPU "
+           << (r.loads_cpu(tp) ? (r.format == output_format::awq ? "loads (cpu_awq)" : "loads (CPUWNA16)") : "refused") << "\n";
     }
 }
 
@@ -379,14 +393,16 @@ inline std::vector<std::string> loader_warnings(const plan& p, const model_confi
     if (r.gpu_config_ok) {
         std::vector<std::pair<std::string, int>> seen;  // (block-relative name + reason, index into w)
         for (const auto& s : r.shards) {
-            if (!s.loads_gpu || s.loads_cpu || s.kernels[3].why.find("4-bit types only") != std::string::npos) continue;
+            if (!s.loads_gpu || s.loads_cpu || s.kernels[3].why.find("4-bit types only") != std::string::npos ||
+                s.kernels[3].why.find("4 bits only") != std::string::npos)
+                continue;
             const auto b = loader_match::split_block(s.module);
             const std::string key = detail::numbered_as_n(s.module) + s.kernels[3].why;
             auto at = std::find_if(seen.begin(), seen.end(), [&](const auto& x) { return x.first == key; });
             if (at != seen.end()) continue;
             seen.emplace_back(key, static_cast<int>(w.size()));
             w.push_back("vLLM CPU cannot load " + s.module + (b ? " (and the same linear of the other blocks that share its shape)" : "") +
-                        ": CPUWNA16LinearKernel.can_implement: " + s.kernels[3].why);
+                        ": " + s.kernels[3].kernel + ": " + s.kernels[3].why);
         }
     }
     return w;
