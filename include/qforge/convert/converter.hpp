@@ -131,7 +131,7 @@ inline plan plan_conversion(const checkpoint_source& src, const convert_options&
     const model_config cfg = model_config::from_json(src.config(), src.dir() + "/config.json");
     plan p = make_plan(src.tensors(), cfg, opt.rules, opt.format);
     if (p.refused()) return p;
-    p.warnings = loader_warnings(p, cfg, opt.require_w4a8_cpu);
+    for (auto& w : loader_warnings(p, cfg, opt.require_w4a8_cpu)) p.warnings.push_back(std::move(w));  // after make_plan's
     if (opt.require_w4a8_cpu)
         for (auto& r : w4a8_cpu_refusals(p, cfg)) p.refusals.push_back(std::move(r));
     return p;
