@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,9 +17,12 @@
 #include "qforge/io/file.hpp"
 #include "qforge/io/gguf/writer.hpp"
 #include "qforge/io/safetensors/reader.hpp"
+#include "qforge/layout/compressed_tensors.hpp"
 #include "qforge/layout/gptq.hpp"
+#include "qforge/layout/quantize_packed.hpp"
 #include "qforge/quant/quantize.hpp"
 #include "support/checkpoint_fixture.hpp"
+#include "support/fp8_checkpoint.hpp"
 
 using namespace qforge;
 using testing::small_demo;
@@ -413,6 +417,208 @@ TEST_CASE("activation scaling: power-of-two scales folded exactly into the norms
     no_imatrix.activation_scaling = true;
     CHECK_THROWS_WITH_AS(convert(demo_dir(), scratch("out-refused"), no_imatrix), doctest::Contains("needs the input statistics"),
                          unsupported_error);
+}
+
+// ---- FP8 sources (issue 16 item 1; convert/fp8_source.hpp) --------------------------------
+
+namespace {
+
+std::string fp8_checkpoint(const testing::fp8_fixture& f, const std::string& name) {
+    const std::string p = scratch(name);
+    testing::write_fp8_checkpoint(p, f);
+    return p;
+}
+
+bool same_file(const std::string& a, const std::string& b) { return io::read_file(a) == io::read_file(b); }
+
+}  // namespace
+
+TEST_CASE("FP8 block-scaled source (quant_method fp8, ragged 128x128 grid): GPTQ v1/v2 and AWQ write the bytes of its dequantized twin") {
+    // The twin holds e4m3(code) * scale_inv as F32, computed by the fixture from the E4M3
+    // definition: converting the FP8 source must give the very bytes converting the twin gives
+    // (same tensors, same report SNRs: the SNR is against the dequantized source).
+    for (dtype scale_type : {dtype::F32, dtype::BF16}) {
+        CAPTURE(dtype_name(scale_type));
+        testing::fp8_fixture f;
+        f.scale_type = scale_type;
+        const std::string tag = std::string(dtype_name(scale_type));
+        const std::string src = fp8_checkpoint(f, "fp8-" + tag);
+        f.twin = true;
+        const std::string twin = fp8_checkpoint(f, "fp8-twin-" + tag);
+        struct fmt_case {
+            output_format f;
+            quant_spec s;
+        };
+        const fmt_case cases[] = {{output_format::gptq, {4, 64, true, scale_method::minmax, std::nullopt}},
+                                  {output_format::gptq_v2, {8, -1, true, scale_method::search, std::nullopt}},
+                                  {output_format::awq, {4, 64, false, scale_method::minmax, std::nullopt}}};
+        for (const auto& c : cases) {
+            CAPTURE(format_name(c.f));
+            convert_options o;
+            o.format = c.f;
+            o.rules.default_scheme = c.s;
+            o.threads = 2;
+            const std::string a = scratch("fp8-out-" + tag), b = scratch("fp8-twin-out-" + tag);
+            const conversion_result r = convert(src, a, o);
+            convert(twin, b, o);
+            CHECK(r.report.tensors.size() == 7);
+            CHECK(same_file(a + "/model.safetensors", b + "/model.safetensors"));
+            CHECK(same_file(a + "/quantization_report.json", b + "/quantization_report.json"));
+            for (const auto& [name, t] : tensors_of(a)) {
+                CHECK_FALSE(name.ends_with("_scale_inv"));
+                CHECK(t.first != dtype::F8_E4M3);
+            }
+            // The source's quantization_config is replaced, not merged.
+            const json qc = json::parse(io::read_file(a + "/config.json")).at("quantization_config");
+            CHECK(qc.at("quant_method").as_string() == (c.f == output_format::awq ? "awq" : "gptq"));
+            CHECK_FALSE(qc.contains("weight_block_size"));
+            CHECK_FALSE(qc.contains("fmt"));
+            CHECK_FALSE(qc.contains("activation_scheme"));
+        }
+    }
+}
+
+TEST_CASE("FP8 source read through pread copies gives the bytes of the mapped read") {
+    const std::string src = fp8_checkpoint({}, "fp8-read");
+    convert_options o;
+    o.format = output_format::gptq_v2;
+    o.rules.default_scheme = quant_spec{4, 64, true, scale_method::minmax, std::nullopt};
+    const std::string a = scratch("fp8-mapped"), b = scratch("fp8-copied");
+    convert(src, a, o);
+    o.read = source_read::copied;
+    convert(src, b, o);
+    CHECK(same_file(a + "/model.safetensors", b + "/model.safetensors"));
+}
+
+TEST_CASE("FP8 sources -> compressed-tensors: each layer is the quantization of the dequantized source; dense layers carried over") {
+    struct src_case {
+        testing::fp8_layout layout;
+        dtype scale_type;
+    };
+    const src_case cases[] = {{testing::fp8_layout::native_block, dtype::F32},
+                              {testing::fp8_layout::ct_block, dtype::BF16},
+                              {testing::fp8_layout::ct_channel, dtype::BF16}};
+    int n = 0;
+    for (const auto& c : cases) {
+        CAPTURE(n);
+        testing::fp8_fixture f;
+        f.layout = c.layout;
+        f.scale_type = c.scale_type;
+        f.dense = {"model.layers.0.self_attn.o_proj"};  // modules_to_not_convert / ignore
+        const std::string src = fp8_checkpoint(f, "fp8-ct-src" + std::to_string(n));
+        f.twin = true;
+        const std::string twin = fp8_checkpoint(f, "fp8-ct-twin" + std::to_string(n));
+        const std::string out = scratch("fp8-ct-out" + std::to_string(n++));
+        convert_options o;
+        o.format = output_format::compressed_tensors;
+        const quant_spec scheme{4, 64, true, scale_method::minmax, std::nullopt};
+        o.rules.default_scheme = scheme;
+        const conversion_result r = convert(src, out, o);
+
+        checkpoint_source written(out), expected_from(twin), source(src);
+        quant_spec resolved = scheme;
+        resolved.scale_dtype = dtype::BF16;  // compressed-tensors: the model dtype (torch_dtype), not the scales'
+        const compressed_tensors_layout<4> layout(ct_options{ct_packing::padded_v0_12, dtype::BF16});
+        std::size_t checked = 0;
+        for (const std::string& m : testing::fp8_fixture_linears()) {
+            CAPTURE(m);
+            if (m.ends_with("o_proj")) continue;
+            snr_sums snr;
+            const auto want = quantize_packed(expected_from.view(m + ".weight"),
+                                              detail::options_for(resolved, output_format::compressed_tensors), layout, m, {},
+                                              &snr);
+            for (const owned_tensor& t : want) {
+                CAPTURE(t.name);
+                const tensor_view v = written.view(t.name);
+                CHECK(v.type == t.type);
+                CHECK(std::equal(t.bytes.begin(), t.bytes.end(), v.bytes.begin(), v.bytes.end()));
+            }
+            for (const auto& rt : r.report.tensors)
+                if (rt.name == m) CHECK(rt.snr_db == doctest::Approx(snr.db()).epsilon(1e-12));
+            ++checked;
+        }
+        CHECK(checked == 6);
+        // The dense linear stays as the source has it, and is listed in ignore with lm_head.
+        const tensor_view dense = written.view("model.layers.0.self_attn.o_proj.weight");
+        const tensor_view orig = source.view("model.layers.0.self_attn.o_proj.weight");
+        CHECK(dense.type == dtype::BF16);
+        CHECK(std::equal(dense.bytes.begin(), dense.bytes.end(), orig.bytes.begin(), orig.bytes.end()));
+        const json qc = json::parse(io::read_file(out + "/config.json")).at("quantization_config");
+        CHECK(qc.at("format").as_string() == "pack-quantized");
+        std::vector<std::string> ignore;
+        for (const json& e : qc.at("ignore").as_array()) ignore.push_back(e.as_string());
+        std::sort(ignore.begin(), ignore.end());
+        CHECK(ignore == std::vector<std::string>{"lm_head", "model.layers.0.self_attn.o_proj"});
+        for (const auto& [name, t] : tensors_of(out)) {
+            CHECK_FALSE(name.ends_with("_scale_inv"));
+            CHECK(t.first != dtype::F8_E4M3);
+        }
+    }
+}
+
+TEST_CASE("FP8 source: a kept FP8 linear is written dequantized in the model dtype, its scale dropped") {
+    const std::string src = fp8_checkpoint({}, "fp8-keep");
+    testing::fp8_fixture f;
+    f.twin = true;
+    const std::string twin = fp8_checkpoint(f, "fp8-keep-twin");
+    convert_options o;
+    o.format = output_format::compressed_tensors;
+    o.rules.default_scheme = quant_spec{8, -1, true, scale_method::minmax, std::nullopt};
+    o.rules.keep("model.layers.0.mlp.down_proj");
+    const std::string out = scratch("fp8-keep-out");
+    convert(src, out, o);
+    checkpoint_source written(out), t(twin);
+    const tensor_view v = written.view("model.layers.0.mlp.down_proj.weight");
+    const tensor_view w = t.view("model.layers.0.mlp.down_proj.weight");
+    REQUIRE(v.type == dtype::BF16);
+    REQUIRE(v.bytes.size() * 2 == w.bytes.size());
+    bool all = true;
+    for (std::size_t i = 0; i < v.bytes.size() / 2; ++i) {
+        std::uint16_t h;
+        float x;
+        std::memcpy(&h, v.bytes.data() + 2 * i, 2);
+        std::memcpy(&x, w.bytes.data() + 4 * i, 4);
+        all = all && h == float_to_bf16(x);
+    }
+    CHECK(all);
+    CHECK_FALSE(written.contains("model.layers.0.mlp.down_proj.weight_scale_inv"));
+}
+
+TEST_CASE("FP8 source: the plan shows the source precision; GPTQ refuses a dense decoder linear; a NaN code is refused naming file and tensor") {
+    testing::fp8_fixture f;
+    f.dense = {"model.layers.0.self_attn.o_proj"};
+    const std::string src = fp8_checkpoint(f, "fp8-plan");
+    checkpoint_source s(src);
+    convert_options o;
+    o.format = output_format::compressed_tensors;
+    o.rules.default_scheme = quant_spec{4, 64, true, scale_method::minmax, std::nullopt};
+    std::ostringstream text;
+    const plan p = plan_conversion(s, o);
+    print_plan(text, p);
+    CHECK_FALSE(p.refused());
+    CHECK(text.str().find("model.layers.0.mlp.down_proj.weight [192, 320] F8_E4M3 x F32 scale per 128x128 block -> quantize") !=
+          std::string::npos);
+    CHECK(text.str().find("_scale_inv") == std::string::npos);
+    CHECK(text.str().find("model.layers.0.self_attn.o_proj.weight [192, 192] BF16 -> keep") != std::string::npos);
+    CHECK(p.quantized_count() == 6);
+
+    o.format = output_format::gptq;
+    const plan g = plan_conversion(s, o);
+    REQUIRE(g.refused());
+    CHECK(g.refusals.front().find("model.layers.0.self_attn.o_proj") != std::string::npos);
+
+    testing::fp8_fixture bad;
+    bad.nan_code = true;
+    const std::string nan_src = fp8_checkpoint(bad, "fp8-nan");
+    const std::string out = scratch("fp8-nan-out");
+    o.format = output_format::compressed_tensors;
+    CHECK_THROWS_WITH_AS(convert(nan_src, out, o),
+                         (nan_src + "/model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight': E4M3 NaN code 0x7F at row 1, column 2")
+                             .insert(0, "qforge: ")
+                             .c_str(),
+                         format_error);
+    CHECK_FALSE(io::path_exists(out));
+    CHECK_FALSE(leftovers(out));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -126,10 +126,19 @@ struct conversion_result {
 
 /// The plan for converting `src` with `opt` (no file is written). Does not throw for refusals:
 /// look at plan::refusals.
-/// The plan carries the loader warnings (serving_check.hpp loader_warnings).
+/// The plan carries the loader warnings (serving_check.hpp loader_warnings). An FP8 source
+/// (convert/fp8_source.hpp) is planned from its decoded weights: its scale tensors are folded
+/// in, the linears it left dense stay dense unless a later rule of `opt` quantizes them, and
+/// its refusals are the plan's.
 inline plan plan_conversion(const checkpoint_source& src, const convert_options& opt) {
     const model_config cfg = model_config::from_json(src.config(), src.dir() + "/config.json");
-    plan p = make_plan(src.tensors(), cfg, opt.rules, opt.format);
+    const fp8_source& fp8 = src.fp8();
+    rule_set rules = opt.rules;
+    std::vector<rule> kept;  // first: the user's rules, later, win
+    for (const std::string& name : fp8.kept_dense) kept.push_back({selector(name), keep_action{}});
+    rules.rules.insert(rules.rules.begin(), kept.begin(), kept.end());
+    plan p = make_plan(src.model_tensors(), cfg, rules, opt.format);
+    p.refusals.insert(p.refusals.begin(), fp8.refusals.begin(), fp8.refusals.end());
     if (p.refused()) return p;
     for (auto& w : loader_warnings(p, cfg, opt.require_w4a8_cpu)) p.warnings.push_back(std::move(w));  // after make_plan's
     if (opt.require_w4a8_cpu)
@@ -252,12 +261,14 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             opt.before_tensor(i);
         }
         src.verify_unchanged();  // a shard truncated underneath us: an io_error, not a SIGBUS
-        if (opt.read == source_read::copied && copied.name != it.source) {
+        // An FP8 weight is decoded into float32 once (split parts share it), like a copied read.
+        const bool buffered = opt.read == source_read::copied || it.scale;
+        if (buffered && copied.name != it.source) {
             behind.drain();           // a job behind may still be writing from the buffer
             copied = owned_tensor{};  // the previous source's buffer goes before the next is read
-            copied = src.read_tensor(it.source);
+            copied = it.scale ? src.decode(it.source, opt.read == source_read::copied) : src.read_tensor(it.source);
         }
-        const tensor_view whole = opt.read == source_read::copied ? copied.view() : src.view(it.source);
+        const tensor_view whole = buffered ? copied.view() : src.view(it.source);
         // One expert of a fused 3-D tensor: its matrix gathered on its own (one expert in memory).
         owned_tensor expert;
         if (it.cut) {
@@ -301,8 +312,8 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             }
             behind.submit(
                 [&src, &writer, &writeback, &shard_path, &it, slice, folded = std::move(folded), release = last_use[it.source] == i] {
-                    if (it.out_type == it.source_type) writer.write(it.name, slice);
-                    else writer.write(it.name, detail::cast_floats(slice, it.source_type, it.out_type));
+                    if (it.out_type == it.value_type()) writer.write(it.name, slice);
+                    else writer.write(it.name, detail::cast_floats(slice, it.value_type(), it.out_type));
                     if (release) src.release(it.source);
                     writeback.start(shard_path.find(it.name)->second);
                 },
@@ -347,7 +358,7 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             solved = std::move(q.q);
             snr = q.snr_db;
         } else {
-            detail::packed_result q = detail::quantize_rows_packed(qv, qb, qe, it.scheme, p.format, it.source_type, run,
+            detail::packed_result q = detail::quantize_rows_packed(qv, qb, qe, it.scheme, p.format, it.model_type(), run,
                                                                    it.name, module, imp);
             packed = std::move(q.tensors);
             snr = q.snr_db;
@@ -365,7 +376,7 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
                                                                                                     : gptq_format::v2,
                                                                     *it.scheme.scale_dtype, true},
                                                        pack)
-                                    : with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.source_type, pack);
+                                    : with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.model_type(), pack);
                 solved.reset();  // the codes go before the writes: less held behind
             }
             for (const owned_tensor& t : tensors) {

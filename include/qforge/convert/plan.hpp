@@ -37,12 +37,25 @@
 
 namespace qforge {
 
+/// The dequantization multiplier of an FP8 source weight (convert/fp8_source.hpp): the
+/// weight's value at [r][c] is e4m3(code) * scale[r / block_rows][c / block_cols].
+struct source_scale {
+    std::string name;  ///< "<module>.weight_scale_inv" or "<module>.weight_scale"
+    dtype type = dtype::F32;
+    shape_t shape;
+    std::int64_t block_rows = 1;  ///< 128 for 128 x 128 blocks, 1 per channel, N per tensor
+    std::int64_t block_cols = 1;  ///< 128 for blocks, K per channel or per tensor
+    dtype dequantized_type = dtype::BF16;  ///< the model dtype (config torch_dtype): kept copies and CT scales
+};
+
 /// One tensor of the source checkpoint, as its safetensors header describes it.
 struct source_tensor {
     std::string name;
     dtype type = dtype::BF16;
     shape_t shape;
     std::string file;  ///< the shard that holds it (for messages)
+    /// Set for an FP8 weight read with its scale: the converter hands on its decoded F32 values.
+    std::optional<source_scale> scale = std::nullopt;
 };
 
 enum class plan_action { keep, quantize };
@@ -54,6 +67,7 @@ struct plan_item {
     std::string source_file;
     dtype source_type = dtype::BF16;
     shape_t source_shape;
+    std::optional<source_scale> scale = std::nullopt;  ///< an FP8 source weight's scale (decoded to F32 on read)
     std::int64_t row_begin = 0;  ///< rows [row_begin, row_end) of the source (dim 0)
     std::int64_t row_end = 0;
     shape_t shape;  ///< this item's shape (the source's with rows sliced, or one expert's cut)
@@ -77,6 +91,11 @@ struct plan_item {
     bool whole_source() const {
         return !cut && row_begin == 0 && (source_shape.empty() || row_end == source_shape[0]);
     }
+    /// The dtype of the values the converter works on: F32 for a decoded FP8 weight.
+    dtype value_type() const noexcept { return scale ? dtype::F32 : source_type; }
+    /// The model's dtype for this weight: what it is kept in, and what compressed-tensors
+    /// scales follow (an FP8 weight's is the config's torch_dtype).
+    dtype model_type() const noexcept { return scale ? scale->dequantized_type : source_type; }
 };
 
 struct plan {
@@ -214,7 +233,7 @@ inline std::string replace_last(const std::string& name, const std::string& piec
 }
 
 inline bool quantizable(const plan_item& it) {
-    return it.shape.size() == 2 && it.name.ends_with(".weight") && is_floating(it.source_type);
+    return it.shape.size() == 2 && it.name.ends_with(".weight") && is_floating(it.value_type());
 }
 
 /// Decide keep / quantize for one item; returns a refusal reason or empty.
@@ -226,7 +245,7 @@ inline std::string decide(plan_item& it, const rule_set& rules, const model_conf
             (std::holds_alternative<quantize_action>(r.action) && quantizable(it)))
             chosen = &r;
     }
-    it.out_type = it.source_type;
+    it.out_type = it.model_type();
     if (chosen) {
         it.decided_by = "rule " + chosen->select.pattern();
         if (const auto* q = std::get_if<quantize_action>(&chosen->action)) {
@@ -236,7 +255,7 @@ inline std::string decide(plan_item& it, const rule_set& rules, const model_conf
             const auto& k = std::get<keep_action>(chosen->action);
             it.action = plan_action::keep;
             if (k.cast) {
-                if (!is_floating(it.source_type) || !is_floating(*k.cast) || !is_computable(*k.cast))
+                if (!is_floating(it.value_type()) || !is_floating(*k.cast) || !is_computable(*k.cast))
                     return "can only cast between float types, not " + std::string(dtype_name(it.source_type)) +
                            " to " + std::string(dtype_name(*k.cast));
                 it.out_type = *k.cast;
@@ -244,7 +263,7 @@ inline std::string decide(plan_item& it, const rule_set& rules, const model_conf
         }
         return {};
     }
-    switch (default_action(it.name, it.source_type, it.shape, cfg.num_experts)) {
+    switch (default_action(it.name, it.value_type(), it.shape, cfg.num_experts)) {
         case default_decision::quantize:
             if (rules.default_scheme) {
                 it.action = plan_action::quantize;
@@ -376,6 +395,7 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
         whole.source_file = s.file;
         whole.source_type = s.type;
         whole.source_shape = s.shape;
+        whole.scale = s.scale;
         whole.shape = s.shape;
         whole.row_end = s.shape.empty() ? 0 : s.shape[0];
 
@@ -457,24 +477,24 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
                                                  "untie rule (the head is quantized, the table stays dense)"));
             continue;
         }
-        if (it.source_type != dtype::BF16 && it.source_type != dtype::F16 && it.source_type != dtype::F32) {
+        if (it.value_type() != dtype::BF16 && it.value_type() != dtype::F16 && it.value_type() != dtype::F32) {
             p.refusals.push_back(detail::refusal(it.source_file, it.name,
                                                  "cannot quantize " + std::string(dtype_name(it.source_type)) + " weights"));
             continue;
         }
-        if (!it.scheme.scale_dtype) it.scheme.scale_dtype = default_scale_dtype(format, it.source_type);
+        if (!it.scheme.scale_dtype) it.scheme.scale_dtype = default_scale_dtype(format, it.model_type());
         if (!detail::policy_for(it.scheme, format)) {
             p.refusals.push_back(detail::refusal(it.source_file, it.name,
                                                  std::string("scale rule '") + std::string(scale_method_name(it.scheme.scale)) +
                                                      "' is for symmetric schemes; use minmax or mse with --asym"));
             continue;
         }
-        if (auto why = format_refusal(format, it.shape[0], it.shape[1], it.scheme, it.source_type)) {
+        if (auto why = format_refusal(format, it.shape[0], it.shape[1], it.scheme, it.model_type())) {
             p.refusals.push_back(detail::refusal(it.source_file, it.name,
                                                  std::string(format_name(format)) + ": " + *why));
             continue;
         }
-        it.outputs = format_tensors(format, module_of(it.name), it.shape[0], it.shape[1], it.scheme, it.source_type);
+        it.outputs = format_tensors(format, module_of(it.name), it.shape[0], it.shape[1], it.scheme, it.model_type());
     }
 
     // A quantize rule that selects a tied head that does not exist in the file.
@@ -528,10 +548,10 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
     // The layout's config: its checks (one scheme, every block linear quantized for GPTQ,
     // fused layers, tied layers) become refusals now rather than after the work.
     for (const auto& it : p.items) {
-        if (it.shape.size() != 2 || !it.name.ends_with(".weight") || !is_floating(it.source_type)) continue;
+        if (it.shape.size() != 2 || !it.name.ends_with(".weight") || !is_floating(it.value_type())) continue;
         const bool router = it.action == plan_action::keep && is_router(it.name, it.shape, cfg.num_experts);
         const bool linear = it.action == plan_action::quantize ||
-                            default_action(it.name, it.source_type, it.shape, cfg.num_experts) == default_decision::quantize ||
+                            default_action(it.name, it.value_type(), it.shape, cfg.num_experts) == default_decision::quantize ||
                             module_of(it.name).ends_with("lm_head") || router;
         if (!linear) continue;
         linear_entry e{std::string(module_of(it.name)), it.action == plan_action::quantize, it.scheme.bits,
@@ -551,7 +571,7 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
             if (const linear_entry* base = majority_scheme(p.linears)) scheme.bits = base->bits;
         dtype model_type = dtype::BF16;
         for (const auto& it : p.items)
-            if (it.action == plan_action::quantize) model_type = it.source_type;
+            if (it.action == plan_action::quantize) model_type = it.model_type();
         try {
             p.quantization_config = with_layout(format, scheme.bits, *scheme.scale_dtype, model_type, [&](const auto& layout) {
                 if constexpr (requires { ct_config(p.linears, layout.options()); })
@@ -589,6 +609,12 @@ inline void print_plan(std::ostream& os, const plan& p) {
     for (const auto& it : p.items) {
         os << "  [" << ++i << "/" << p.items.size() << "] " << it.name << " " << shape_to_string(it.shape) << " "
            << dtype_name(it.source_type);
+        if (it.scale) {
+            os << " x " << dtype_name(it.scale->type) << " scale ";
+            if (it.scale->block_rows == 1) os << "per row";
+            else if (it.scale->block_rows >= it.source_shape[0] && it.scale->block_cols >= it.source_shape.back()) os << "per tensor";
+            else os << "per " << it.scale->block_rows << "x" << it.scale->block_cols << " block";
+        }
         if (it.name != it.source || !it.whole_source()) {
             os << " (from " << it.source;
             if (it.cut) os << " expert " << it.cut->expert;

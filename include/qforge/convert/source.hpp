@@ -6,10 +6,13 @@
 //   for (const auto& t : src.tensors()) { auto v = src.view(t.name); ...; src.release(t.name); }
 #pragma once
 
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "qforge/convert/fp8_source.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
@@ -30,6 +33,9 @@ public:
             tensors_.push_back({name, t->type, t->shape, path.substr(path.rfind('/') + 1)});
         }
         if (shards_.shard_count() == 0) fail<io_error>(dir_, {}, "no *.safetensors file in the folder");
+        fp8_ = read_fp8_source(config_, dir_ + "/config.json", tensors_, dir_);
+        for (const source_tensor& t : fp8_.tensors)
+            if (t.scale) scales_.emplace(t.name, *t.scale);
     }
 
     const std::string& dir() const noexcept { return dir_; }
@@ -37,6 +43,28 @@ public:
     /// Every tensor, shard by shard, in each shard's data order (the cheapest order to read).
     const std::vector<source_tensor>& tensors() const noexcept { return tensors_; }
     bool contains(std::string_view name) const { return shards_.contains(name); }
+    /// The tensors as a converter reads them (convert/fp8_source.hpp): an FP8 weight carries
+    /// its scale and the scale tensors are gone; for any other checkpoint, tensors().
+    const std::vector<source_tensor>& model_tensors() const noexcept { return fp8_.tensors; }
+    /// The FP8 facts of the source: its kind, refusals, and the linears it left dense.
+    const fp8_source& fp8() const noexcept { return fp8_; }
+    /// The scale of an FP8 weight, or null for any other tensor.
+    const source_scale* scale_of(std::string_view name) const {
+        const auto it = scales_.find(name);
+        return it == scales_.end() ? nullptr : &it->second;
+    }
+    /// An FP8 weight decoded with its scale into float32 (the values a converter works on),
+    /// read from the mapping, or with pread when `copied` (see read_tensor).
+    owned_tensor decode(std::string_view name, bool copied = false) const {
+        const source_scale* s = scale_of(name);
+        if (!s) fail<format_error>(dir_, std::string(name), "not an FP8 weight with a scale");
+        auto file = [&](std::string_view t) { return shards_.shard_of(t)->path(); };
+        if (copied) {
+            const owned_tensor w = read_tensor(name), sc = read_tensor(s->name);
+            return decode_fp8_weight(w.view(), sc.view(), *s, file(name), file(s->name));
+        }
+        return decode_fp8_weight(view(name), view(s->name), *s, file(name), file(s->name));
+    }
     std::uint64_t total_bytes() const noexcept { return shards_.total_size(); }
 
     tensor_view view(std::string_view name) const { return shards_.view(name); }
@@ -44,7 +72,10 @@ public:
     /// naming file and tensor instead of a SIGBUS (the cost is one copy of the tensor).
     owned_tensor read_tensor(std::string_view name) const { return shards_.read_tensor(name); }
     /// Drops the mapped pages of a tensor we are done with, so resident memory stays flat.
-    void release(std::string_view name) const { shards_.release(name); }
+    void release(std::string_view name) const {
+        shards_.release(name);
+        if (const source_scale* s = scale_of(name)) shards_.release(s->name);
+    }
     /// The same for bytes [offset, offset + length) of the tensor only.
     void release(std::string_view name, std::uint64_t offset, std::uint64_t length) const {
         shards_.release(name, offset, length);
@@ -64,6 +95,8 @@ private:
     safetensors::sharded_reader shards_;
     json config_;
     std::vector<source_tensor> tensors_;
+    fp8_source fp8_;
+    std::map<std::string, source_scale, std::less<>> scales_;
 };
 
 }  // namespace qforge

@@ -354,12 +354,15 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     std::vector<detail::planned_tensor> plan;
     std::int64_t n_vocab = 0;
     std::map<std::string, std::size_t> stacked;  // GGUF name -> its entry in `plan`
-    for (const auto& t : src.tensors()) {
+    // An FP8 source (convert/fp8_source.hpp) is read through its decoded weights: the scale
+    // tensors are folded in, the first malformed one refuses the conversion.
+    if (!src.fp8().refusals.empty()) fail<unsupported_error>({}, {}, src.fp8().refusals.front().substr(8));
+    for (const auto& t : src.model_tensors()) {
         if (t.name.ends_with("rotary_emb.inv_freq")) continue;  // convert_hf_to_gguf skips it
         const std::string where = src_dir + "/" + t.file;
         auto m = map_hf_name(t.name, arch, static_cast<int>(n_head), static_cast<int>(n_head_kv));
         if (!m) fail<unsupported_error>(where, t.name, "tensor has no GGUF name for " + arch_name);
-        if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32)
+        if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32 && !t.scale)
             fail<unsupported_error>(where, t.name, "source dtype " + std::string(dtype_name(t.type)) + " cannot be converted");
         if (t.shape.empty() || t.shape.size() > 2)
             fail<shape_error>(where, t.name, "expected a 1-D or 2-D tensor");
@@ -475,7 +478,9 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
         // dimension): one source tensor is mapped at a time, never the whole stack
         for (std::int64_t part = 0; part < n_parts; ++part) {
             const std::string& hf = p.parts[static_cast<std::size_t>(part)];
-            const tensor_view v = src.view(hf);
+            owned_tensor decoded;  // an FP8 weight's float32 values (convert/fp8_source.hpp), this part only
+            if (src.scale_of(hf)) decoded = src.decode(hf);
+            const tensor_view v = decoded.bytes.empty() ? src.view(hf) : decoded.view();
             const float* imr = im.data(part);
             for (std::int64_t r0 = 0; r0 < nrows; r0 += opt.chunk_rows) {
                 const std::int64_t n = std::min(opt.chunk_rows, nrows - r0);
