@@ -1,8 +1,14 @@
 // Rules and plans: selectors, last-match-wins, defaults, split/untie/rename, every refusal.
 #include <doctest/doctest.h>
 
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <span>
 #include <sstream>
 
+#include "qforge/convert/fp8_source.hpp"
 #include "qforge/convert/plan.hpp"
 
 using namespace qforge;
@@ -171,4 +177,187 @@ TEST_CASE("plan refusals") {
         plan p = make_plan(h, llama_cfg(), rules, output_format::gptq);
         CHECK(p.refused());
     }
+}
+
+// ---- FP8 sources: every malformed scale is a refusal naming file, tensor and reason -------
+
+namespace {
+
+json fp8_native_config(json block = json::array({128, 128})) {
+    return json::object({{"torch_dtype", "bfloat16"},
+                         {"quantization_config", json::object({{"quant_method", "fp8"},
+                                                               {"fmt", "e4m3"},
+                                                               {"activation_scheme", "dynamic"},
+                                                               {"weight_block_size", std::move(block)}})}});
+}
+
+json fp8_ct_config(const char* strategy) {
+    json w = json::object({{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", strategy}});
+    if (std::string_view(strategy) == "block") w.set("block_structure", json::array({128, 128}));
+    return json::object({{"quantization_config",
+                          json::object({{"quant_method", "compressed-tensors"},
+                                        {"format", "float-quantized"},
+                                        {"config_groups", json::object({{"group_0", json::object({{"weights", w}})}})},
+                                        {"ignore", json::array({"lm_head"})}})}});
+}
+
+const std::string w576 = "model.layers.0.self_attn.kv_a_proj_with_mqa.weight";
+
+/// The one refusal of `f`, which must name `file`, `tensor` and contain `why`.
+void check_one_refusal(const fp8_source& f, const std::string& file, const std::string& tensor, const std::string& why) {
+    REQUIRE(f.refusals.size() == 1);
+    const std::string& r = f.refusals.front();
+    CAPTURE(r);
+    CHECK(r.starts_with("qforge: " + file + ": "));
+    if (!tensor.empty()) CHECK(r.find("tensor '" + tensor + "'") != std::string::npos);
+    CHECK(r.find(why) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("FP8 source: DeepSeek's ragged [576, 7168] with its [5, 56] F32 scale_inv folds in; the scale is gone") {
+    const std::vector<source_tensor> t{{w576, dtype::F8_E4M3, {576, 7168}, "s1.safetensors"},
+                                       {w576 + "_scale_inv", dtype::F32, {5, 56}, "s1.safetensors"},
+                                       {"model.layers.0.mlp.gate.weight", dtype::BF16, {8, 7168}, "s1.safetensors"}};
+    const fp8_source f = read_fp8_source(fp8_native_config(), "m/config.json", t, "m");
+    CHECK(f.refusals.empty());
+    CHECK(f.kind == fp8_source_kind::native_fp8);
+    REQUIRE(f.tensors.size() == 2);
+    REQUIRE(f.tensors[0].scale);
+    CHECK(f.tensors[0].scale->name == w576 + "_scale_inv");
+    CHECK(f.tensors[0].scale->block_rows == 128);
+    CHECK(f.tensors[0].scale->block_cols == 128);
+    CHECK(f.tensors[0].scale->dequantized_type == dtype::BF16);
+    CHECK(f.kept_dense == std::vector<std::string>{"model.layers.0.mlp.gate.weight"});
+    // The plan quantizes the decoded weight as F32 values and never sees the scale tensor.
+    rule_set rules;
+    rules.default_scheme = quant_spec{4, 128, true, scale_method::minmax, std::nullopt};
+    model_config c;
+    c.num_experts = 8;
+    const plan p = make_plan(f.tensors, c, rules, output_format::compressed_tensors);
+    CHECK_FALSE(p.refused());
+    REQUIRE(p.items.size() == 2);
+    CHECK(p.items[0].action == plan_action::quantize);
+    CHECK(p.items[0].value_type() == dtype::F32);
+    CHECK(p.items[0].model_type() == dtype::BF16);
+    CHECK(p.items[0].scheme.scale_dtype == dtype::BF16);
+}
+
+TEST_CASE("FP8 source refusals: scales missing, orphaned, of the wrong dtype or shape; bad configs; other FP8 types") {
+    const std::string F = "m/s1.safetensors";
+    auto native = [&](std::vector<source_tensor> t, json cfg = fp8_native_config()) { return read_fp8_source(cfg, "m/config.json", t, "m"); };
+    SUBCASE("missing scale") {
+        check_one_refusal(native({{w576, dtype::F8_E4M3, {576, 7168}, "s1.safetensors"}}), F, w576,
+                          "F8_E4M3 weight without its scale '" + w576 + "_scale_inv'");
+    }
+    SUBCASE("scale grid not ceil-padded (floor instead)") {
+        check_one_refusal(native({{w576, dtype::F8_E4M3, {576, 7168}, "s1.safetensors"},
+                                  {w576 + "_scale_inv", dtype::F32, {4, 56}, "s1.safetensors"}}),
+                          F, w576 + "_scale_inv", "scale shape [4, 56] does not fit weight [576, 7168]: expected [5, 56] (block 128x128)");
+    }
+    SUBCASE("scale dtype") {
+        check_one_refusal(native({{w576, dtype::F8_E4M3, {576, 7168}, "s1.safetensors"},
+                                  {w576 + "_scale_inv", dtype::I32, {5, 56}, "s1.safetensors"}}),
+                          F, w576 + "_scale_inv", "scale dtype is I32, expected F32, BF16 or F16");
+    }
+    SUBCASE("orphaned scale") {
+        check_one_refusal(native({{w576 + "_scale_inv", dtype::F32, {5, 56}, "s1.safetensors"}}), F, w576 + "_scale_inv",
+                          "scale tensor without an F8_E4M3 weight '" + w576 + "' to apply to");
+    }
+    SUBCASE("an F8 tensor that is not a 2-D weight") {
+        check_one_refusal(native({{"model.layers.0.x.weight", dtype::F8_E4M3, {7}, "s1.safetensors"}}), F,
+                          "model.layers.0.x.weight", "an F8_E4M3 tensor must be a 2-D linear weight");
+    }
+    SUBCASE("E5M2 weights") {
+        check_one_refusal(native({{w576, dtype::F8_E5M2, {576, 7168}, "s1.safetensors"}}), F, w576,
+                          "F8_E5M2 weights are not read (F8_E4M3 only)");
+    }
+    SUBCASE("weight_block_size not two positive integers, or absent; fmt not e4m3") {
+        check_one_refusal(native({}, fp8_native_config(json::array({128}))), "m/config.json", {},
+                          "weight_block_size: the block size must be two positive integers");
+        check_one_refusal(native({}, fp8_native_config(json::array({128, 0}))), "m/config.json", {},
+                          "weight_block_size: the block size must be two positive integers");
+        check_one_refusal(native({}, fp8_native_config(json())), "m/config.json", {},
+                          "quant_method \"fp8\" without weight_block_size");
+        json cfg = fp8_native_config();
+        cfg.at("quantization_config").set("fmt", "e5m2");
+        check_one_refusal(native({}, cfg), "m/config.json", {}, "quantization_config.fmt must be \"e4m3\"");
+    }
+    SUBCASE("compressed-tensors: channel scale [N, 1] expected, zero points refused, input_scale dropped") {
+        const std::string w = "model.layers.0.mlp.up_proj.weight";
+        const fp8_source ok = read_fp8_source(fp8_ct_config("channel"), "m/config.json",
+                                              {{w, dtype::F8_E4M3, {320, 192}, "s1.safetensors"},
+                                               {w + "_scale", dtype::BF16, {320, 1}, "s1.safetensors"},
+                                               {"model.layers.0.mlp.up_proj.input_scale", dtype::F32, {1}, "s1.safetensors"}},
+                                              "m");
+        CHECK(ok.refusals.empty());
+        CHECK(ok.kind == fp8_source_kind::compressed_tensors);
+        REQUIRE(ok.tensors.size() == 1);
+        CHECK(ok.tensors[0].scale->block_rows == 1);
+        CHECK(ok.tensors[0].scale->block_cols == 192);
+        CHECK(ok.not_converted == std::vector<std::string>{"lm_head"});
+        check_one_refusal(read_fp8_source(fp8_ct_config("channel"), "m/config.json",
+                                          {{w, dtype::F8_E4M3, {320, 192}, "s1.safetensors"},
+                                           {w + "_scale", dtype::BF16, {1, 320}, "s1.safetensors"}},
+                                          "m"),
+                          F, w + "_scale", "expected [320, 1] (channel)");
+        check_one_refusal(read_fp8_source(fp8_ct_config("block"), "m/config.json",
+                                          {{w, dtype::F8_E4M3, {320, 192}, "s1.safetensors"},
+                                           {w + "_scale", dtype::BF16, {3, 2}, "s1.safetensors"},
+                                           {"model.layers.0.mlp.up_proj.weight_zero_point", dtype::I8, {3, 2}, "s1.safetensors"}},
+                                          "m"),
+                          F, "model.layers.0.mlp.up_proj.weight_zero_point", "asymmetric FP8 (a zero point) is not read");
+        json cfg = fp8_ct_config("group");
+        check_one_refusal(read_fp8_source(cfg, "m/config.json", {}, "m"), "m/config.json", {},
+                          "FP8 weight strategy \"group\" is not read");
+    }
+    SUBCASE("an integer compressed-tensors checkpoint and a bf16 one are not FP8 sources") {
+        const fp8_source none = read_fp8_source(json::object({{"torch_dtype", "bfloat16"}}), "m/config.json",
+                                                {{"model.layers.0.mlp.up_proj.weight", dtype::BF16, {4, 4}, "s"}}, "m");
+        CHECK(none.kind == fp8_source_kind::none);
+        CHECK(none.tensors.size() == 1);
+        CHECK(none.kept_dense.empty());
+    }
+}
+
+TEST_CASE("FP8 decode: every non-NaN code times its block's scale, ragged blocks; NaN codes and non-finite scales refused") {
+    // A [3, 254] weight holding every non-NaN code in row 0 and 1 (row 1 reversed); blocks of 2 x 128
+    // give a [2, 2] scale grid whose last block row and column are ragged.
+    std::vector<std::uint8_t> codes;
+    for (unsigned c = 0; c < 256; ++c)
+        if ((c & 0x7F) != 0x7F) codes.push_back(static_cast<std::uint8_t>(c));
+    REQUIRE(codes.size() == 254);
+    std::vector<std::uint8_t> w(codes);
+    w.insert(w.end(), codes.rbegin(), codes.rend());
+    w.insert(w.end(), codes.begin(), codes.end());
+    const float scales[4] = {0.5f, 0x1.8p-3f, 3.0f, 0x1.000002p0f};
+    const source_scale s{"x.weight_scale_inv", dtype::F32, {2, 2}, 2, 128, dtype::BF16};
+    const tensor_view wv{"x.weight", dtype::F8_E4M3, {3, 254}, std::as_bytes(std::span(w))};
+    const tensor_view sv{"x.weight_scale_inv", dtype::F32, {2, 2}, std::as_bytes(std::span(scales))};
+    const owned_tensor d = decode_fp8_weight(wv, sv, s, "f.safetensors", "f.safetensors");
+    REQUIRE(d.type == dtype::F32);
+    REQUIRE(d.bytes.size() == 3 * 254 * 4);
+    bool all = true;
+    for (int r = 0; r < 3; ++r)
+        for (int c = 0; c < 254; ++c) {
+            const std::uint8_t code = w[static_cast<std::size_t>(r * 254 + c)];
+            const int sign = code >> 7, e = (code >> 3) & 15, m = code & 7;  // the E4M3 definition
+            const double v = (sign ? -1 : 1) * (e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7));
+            const float want = static_cast<float>(v) * scales[(r / 2) * 2 + c / 128];
+            float got;
+            std::memcpy(&got, d.bytes.data() + 4 * static_cast<std::size_t>(r * 254 + c), 4);
+            all = all && std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want);
+        }
+    CHECK(all);
+
+    w[254 + 9] = 0xFF;  // row 1, column 9
+    CHECK_THROWS_WITH_AS(decode_fp8_weight(wv, sv, s, "f.safetensors", "f.safetensors"),
+                         "qforge: f.safetensors: tensor 'x.weight': E4M3 NaN code 0xFF at row 1, column 9", format_error);
+    w[254 + 9] = 0x00;
+    const float bad[4] = {0.5f, std::numeric_limits<float>::infinity(), 1.0f, 1.0f};
+    const tensor_view bv{"x.weight_scale_inv", dtype::F32, {2, 2}, std::as_bytes(std::span(bad))};
+    CHECK_THROWS_WITH_AS(decode_fp8_weight(wv, bv, s, "f.safetensors", "g.safetensors"),
+                         "qforge: g.safetensors: tensor 'x.weight_scale_inv': scale at block [0, 1] is not finite", format_error);
+    const tensor_view short_scale{"x.weight_scale_inv", dtype::F32, {2, 2}, std::as_bytes(std::span(scales)).first(12)};
+    CHECK_THROWS_AS(decode_fp8_weight(wv, short_scale, s, "f.safetensors", "g.safetensors"), format_error);
 }

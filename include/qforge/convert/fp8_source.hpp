@@ -181,6 +181,7 @@ inline fp8_source read_fp8_source(const json& config, const std::string& config_
             grids.push_back(*g);
         } else {
             refuse(config_file, {}, "weight_block_size: " + why);
+            why.clear();
         }
         detail::string_list(qc->find("modules_to_not_convert"), "modules_to_not_convert", out.not_converted, why);
     } else if (method->as_string() == "compressed-tensors") {
