@@ -15,6 +15,7 @@
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
+#include "support/fp8_checkpoint.hpp"
 
 using namespace qforge;
 using namespace qforge::gguf;
@@ -961,4 +962,61 @@ TEST_CASE("HF -> GGUF: Q4_K_M on the two-shard demo checkpoint, read back and un
     CHECK(io::read_file(out_path("demo_mt")) == io::read_file(out_path("demo")));
     REQUIRE(rep3.tensors.size() == rep.tensors.size());
     for (std::size_t i = 0; i < rep.tensors.size(); ++i) CHECK(rep3.tensors[i].snr_db == rep.tensors[i].snr_db);
+}
+
+TEST_CASE("HF -> GGUF from FP8 sources: the bytes of the dequantized twin; a malformed scale is refused, nothing written") {
+    // The twin holds e4m3(code) * scale as F32 (tests/support/fp8_checkpoint.hpp, from the E4M3
+    // definition): llama.cpp's converter dequantizes FP8 the same way before it quantizes
+    // (LC convert_hf_to_gguf.py dequant_model, dequant_simple).
+    const testing::fp8_layout layouts[] = {testing::fp8_layout::native_block, testing::fp8_layout::ct_channel};
+    int n = 0;
+    for (const auto layout : layouts) {
+        CAPTURE(n);
+        testing::fp8_fixture f;
+        f.layout = layout;
+        f.scale_type = layout == testing::fp8_layout::native_block ? dtype::F32 : dtype::BF16;
+        const std::string src = std::string(QFORGE_BINARY_DIR) + "/gguf_fp8_src" + std::to_string(n);
+        const std::string twin = std::string(QFORGE_BINARY_DIR) + "/gguf_fp8_twin" + std::to_string(n);
+        for (const auto& d : {src, twin})
+            if (io::path_exists(d)) io::remove_tree(d);
+        testing::write_fp8_checkpoint(src, f);
+        f.twin = true;
+        testing::write_fp8_checkpoint(twin, f);
+        convert_options o;
+        o.type = *parse_file_type("Q8_0");
+        o.allow_no_vocab = true;
+        o.model_name = "fp8";
+        const auto a = out_path(n == 0 ? "fp8_a0" : "fp8_a1"), b = out_path(n == 0 ? "fp8_b0" : "fp8_b1");
+        const auto rep = convert_hf_to_gguf(src, a, o);
+        convert_hf_to_gguf(twin, b, o);
+        CHECK(rep.tensors.size() == 12);  // 5 dense + 7 linears: no scale tensor
+        // Same metadata, same tensors; the order follows each source file's data order, which
+        // the safetensors writer sorts by dtype.
+        const reader r(a), t(b);
+        CHECK(r.metadata().size() == t.metadata().size());
+        REQUIRE(r.tensors().size() == t.tensors().size());
+        for (const auto& e : r.tensors()) {
+            CAPTURE(e.name);
+            const tensor_entry* same = t.find_tensor(e.name);
+            REQUIRE(same);
+            CHECK(same->type == e.type);
+            CHECK(same->ne == e.ne);
+            CHECK(r.read_bytes(e) == t.read_bytes(*same));
+        }
+        CHECK(r.find_tensor("blk.0.attn_q.weight")->type == ggml_type::q8_0);
+        ++n;
+    }
+    testing::fp8_fixture f;
+    const std::string bad = std::string(QFORGE_BINARY_DIR) + "/gguf_fp8_bad";
+    if (io::path_exists(bad)) io::remove_tree(bad);
+    testing::write_fp8_checkpoint(bad, f);
+    json cfg = json::parse(io::read_file(bad + "/config.json"));
+    cfg.at("quantization_config").set("weight_block_size", json::array({128, 64}));  // the scales no longer fit
+    io::write_config(bad, cfg);
+    convert_options o;
+    o.allow_no_vocab = true;
+    CHECK_THROWS_WITH_AS(convert_hf_to_gguf(bad, out_path("fp8_bad"), o),
+                         doctest::Contains("model.layers.0.mlp.down_proj.weight_scale_inv': scale shape [2, 3] does not fit weight [192, 320]"),
+                         unsupported_error);
+    CHECK_FALSE(io::path_exists(out_path("fp8_bad")));
 }
