@@ -357,7 +357,7 @@ TEST_CASE("FP8 decode: every non-NaN code times its block's scale, ragged blocks
     const float bad[4] = {0.5f, std::numeric_limits<float>::infinity(), 1.0f, 1.0f};
     const tensor_view bv{"x.weight_scale_inv", dtype::F32, {2, 2}, std::as_bytes(std::span(bad))};
     CHECK_THROWS_WITH_AS(decode_fp8_weight(wv, bv, s, "f.safetensors", "g.safetensors"),
-                         "qforge: g.safetensors: tensor 'x.weight_scale_inv': scale at block [0, 1] is not finite", format_error);
+                         "qforge: g.safetensors: tensor 'x.weight_scale_inv': scale at block [0, 1] is not finite or overflows the weights", format_error);
     const tensor_view short_scale{"x.weight_scale_inv", dtype::F32, {2, 2}, std::as_bytes(std::span(scales)).first(12)};
     CHECK_THROWS_AS(decode_fp8_weight(wv, short_scale, s, "f.safetensors", "g.safetensors"), format_error);
 }

@@ -247,6 +247,32 @@ void imatrix_seeds() {
     i32(9);
     dat += "wiki.text";
     put("imatrix", "legacy.dat", dat);
+/// fuzz_fp8_source: config.json, one NUL, a safetensors file: native 128x128 blocks with a
+/// ragged edge, compressed-tensors per channel, and near-misses (a floor-sized grid, a NaN code).
+void fp8_source_seeds() {
+    using qforge::json;
+    const json native = json::object({{"torch_dtype", "bfloat16"},
+                                      {"quantization_config", json::object({{"quant_method", "fp8"},
+                                                                            {"fmt", "e4m3"},
+                                                                            {"activation_scheme", "dynamic"},
+                                                                            {"weight_block_size", json::array({128, 128})},
+                                                                            {"modules_to_not_convert", json::array({"lm_head"})}})}});
+    json w = json::object({{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", "channel"}});
+    const json ct = json::object({{"quantization_config",
+                                   json::object({{"quant_method", "compressed-tensors"},
+                                                 {"format", "float-quantized"},
+                                                 {"config_groups", json::object({{"group_0", json::object({{"weights", w}})}})},
+                                                 {"ignore", json::array({"lm_head"})}})}});
+    auto seed = [](const json& cfg, const std::vector<st::tensor_spec>& specs) {
+        return cfg.dump() + std::string(1, '\0') + safetensors_file(specs);
+    };
+    const std::string l = "model.layers.0.mlp.up_proj.weight";
+    put("fp8_source", "native_ragged", seed(native, {{l, dtype::F8_E4M3, {130, 129}}, {l + "_scale_inv", dtype::F32, {2, 2}},
+                                                     {"lm_head.weight", dtype::BF16, {4, 129}}}));
+    put("fp8_source", "native_floor_grid", seed(native, {{l, dtype::F8_E4M3, {130, 129}}, {l + "_scale_inv", dtype::F32, {1, 1}}}));
+    put("fp8_source", "ct_channel", seed(ct, {{l, dtype::F8_E4M3, {6, 40}}, {l + "_scale", dtype::BF16, {6, 1}},
+                                              {"model.layers.0.mlp.up_proj.input_scale", dtype::F32, {1}}}));
+    put("fp8_source", "ct_orphan", seed(ct, {{l + "_scale", dtype::BF16, {6, 1}}}));
 }
 
 }  // namespace
@@ -262,5 +288,6 @@ int main(int argc, char** argv) {
     index_seeds();
     gguf_seeds();
     imatrix_seeds();
+    fp8_source_seeds();
     return 0;
 }

@@ -34,6 +34,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -324,10 +325,11 @@ inline owned_tensor decode_fp8_weight(const tensor_view& w, const tensor_view& s
     std::vector<float> sv(static_cast<std::size_t>(srows * scols));
     for (std::size_t i = 0; i < sv.size(); ++i) {
         sv[i] = detail::scale_value(scale.bytes.data() + i * dtype_size(scale.type), scale.type);
-        if (!std::isfinite(sv[i]))
+        // 448 * scale must stay finite: an infinite weight would reach no file anyway.
+        if (!std::isfinite(sv[i]) || std::fabs(sv[i]) > std::numeric_limits<float>::max() / e4m3_max)
             fail<format_error>(scale_file, scale.name, "scale at block [" + std::to_string(static_cast<std::int64_t>(i) / scols) +
                                                            ", " + std::to_string(static_cast<std::int64_t>(i) % scols) +
-                                                           "] is not finite");
+                                                           "] is not finite or overflows the weights");
     }
     owned_tensor out{w.name, dtype::F32, w.shape, {}};
     out.bytes.resize(static_cast<std::size_t>(n * k) * sizeof(float));
