@@ -1,5 +1,5 @@
-// qforge-convert: a bf16/fp16 Hugging Face checkpoint in, a GPTQ / AWQ / compressed-tensors
-// checkpoint out.
+// qforge-convert: a bf16/fp16 (or FP8 block-scaled) Hugging Face checkpoint in, a GPTQ / AWQ /
+// compressed-tensors (integer or FP8) / native FP8 / GGUF checkpoint out.
 //
 //   qforge-convert SRC DST --preset w4a8-cpu
 //   qforge-convert SRC DST --format compressed-tensors --bits 4 --group 128 --asym --dry-run
@@ -75,6 +75,10 @@ const std::vector<preset>& presets() {
          "AutoGPTQ/GPTQModel-style 4-bit g128 v1 checkpoint (RTN, no calibration)"},
         {"awq-w4g128", output_format::awq, {4, 128, false, scale_method::minmax, dtype::F16}, false,
          "AutoAWQ GEMM 4-bit g128 (zero points, no activation scaling)"},
+        {"fp8-dynamic", output_format::compressed_tensors_fp8, {8, -1, true, scale_method::minmax, std::nullopt}, false,
+         "llm-compressor FP8_DYNAMIC: E4M3 per channel, dynamic per-token FP8 activations (vLLM W8A8Fp8)"},
+        {"fp8-block", output_format::compressed_tensors_fp8, {8, 128, true, scale_method::minmax, std::nullopt}, false,
+         "llm-compressor FP8_BLOCK: E4M3 128x128 blocks, dynamic group-128 FP8 activations"},
     };
     return p;
 }
@@ -82,14 +86,15 @@ const std::vector<preset>& presets() {
 /// Bits per weight a scheme costs on a large layer (codes + 16-bit scales + packed zeros).
 double nominal_bpw(output_format f, const quant_spec& s) {
     const double g = s.group_size > 0 ? static_cast<double>(s.group_size) : 4096.0;
+    if (is_float_format(f)) return 8.0 + 16.0 / (s.group_size > 0 ? g * g : g);  // one scale per row or B x B block
     const bool zeros = f != output_format::compressed_tensors || !s.symmetric;
     return s.bits + 16.0 / g + (zeros ? s.bits / g : 0.0);
 }
 
 void list_presets() {
-    std::printf("%-12s %-19s %4s %6s %6s  %s\n", "preset", "format", "bits", "group", "bpw", "for");
+    std::printf("%-12s %-22s %4s %6s %6s  %s\n", "preset", "format", "bits", "group", "bpw", "for");
     for (const preset& p : presets())
-        std::printf("%-12.*s %-19.*s %4d %6s %6.2f  %.*s\n", static_cast<int>(p.name.size()), p.name.data(),
+        std::printf("%-12.*s %-22.*s %4d %6s %6.2f  %.*s\n", static_cast<int>(p.name.size()), p.name.data(),
                     static_cast<int>(format_name(p.format).size()), format_name(p.format).data(), p.scheme.bits,
                     p.scheme.group_size > 0 ? std::to_string(p.scheme.group_size).c_str() : "chan",
                     nominal_bpw(p.format, p.scheme), static_cast<int>(p.purpose.size()), p.purpose.data());
@@ -150,7 +155,7 @@ struct option {
 
 const std::vector<option>& options() {
     static const std::vector<option> o{
-        {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors | gguf",
+        {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors | compressed-tensors-fp8 | fp8 | gguf",
          [](settings& s, const std::string& v) {
              s.gguf = v == "gguf";
              if (s.gguf) return;
@@ -158,7 +163,7 @@ const std::vector<option>& options() {
              if (!s.format) usage_error("unknown format '" + v + "'");
          }},
         {"--bits", "N", "bits per weight, 2..8 (default 4)", [](settings& s, const std::string& v) { s.scheme.bits = parse_int(v, "bit width"); }},
-        {"--group", "G", "group size, a power of two, or -1 for per channel (default 128)",
+        {"--group", "G", "group size, a power of two, or -1 for per channel (default 128); FP8 formats: B x B blocks",
          [](settings& s, const std::string& v) { s.scheme.group_size = parse_int(v, "group size"); }},
         {"--sym", "", "symmetric grid, zero pinned at 2^(bits-1) (default)", [](settings& s, const std::string&) { s.scheme.symmetric = true; }},
         {"--asym", "", "asymmetric grid with integer zero points", [](settings& s, const std::string&) { s.scheme.symmetric = false; }},
@@ -239,7 +244,7 @@ const std::vector<option>& options() {
          [](settings& s, const std::string&) { s.activation_scaling = true; }},
         {"--read-copy", "", "read each source tensor with pread instead of quantizing from the mapping: a file truncated underneath is an error, never a SIGBUS",
          [](settings& s, const std::string&) { s.read_copy = true; }},
-        {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT): move its codes into --format bit for bit, or refuse with the reason",
+        {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT, FP8): move its codes into --format bit for bit, or refuse with the reason",
          [](settings& s, const std::string&) { s.repack = true; }},
         {"--requantize", "", "with --repack: dequantize and quantize again the layers --format cannot hold exactly (SNR reported)",
          [](settings& s, const std::string&) { s.requantize = true; }},
@@ -445,7 +450,9 @@ int run_gguf(const settings& s) {
 int main(int argc, char** argv) {
     const settings s = parse(argc, argv);
     try {
-        if (s.repack) return run_repack(s);
+        // An FP8 source "repacks" through the converter: on the same grid its codes and scales
+        // are copied bit for bit (convert/fp8_source.hpp fp8_copy_applies), else requantized.
+        if (s.repack && checkpoint_source(s.src).fp8().kind == fp8_source_kind::none) return run_repack(s);
         if (s.gguf) return run_gguf(s);
         const auto t0 = std::chrono::steady_clock::now();
         checkpoint_source src(s.src);

@@ -18,6 +18,7 @@
 #include "qforge/io/gguf/writer.hpp"
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
+#include "qforge/layout/fp8.hpp"
 #include "qforge/layout/gptq.hpp"
 #include "qforge/layout/quantize_packed.hpp"
 #include "qforge/quant/quantize.hpp"
@@ -958,4 +959,222 @@ TEST_CASE("per-layer schemes: GPTQ `dynamic`, compressed-tensors groups, AWQ ref
     const plan a = plan_conversion(checkpoint_source(demo_dir()), awq);
     REQUIRE(a.refused());
     CHECK(a.refusals[0].find("AutoAWQ and vLLM's AutoAWQConfig read one bits/group_size/zero_point") != std::string::npos);
+}
+
+// ---- FP8 outputs (issue 17 item 2; layout/fp8.hpp) ----------------------------------------
+
+namespace {
+
+/// The E4M3 code nearest to x by real distance (ties to the even code), saturating at 448:
+/// computed from the definition (testing::e4m3_by_definition), not by qforge's encoder.
+std::uint8_t nearest_e4m3(float x) {
+    const double a = std::fabs(static_cast<double>(x));
+    unsigned best = 0;
+    for (unsigned c = 1; c <= 0x7E; ++c) {
+        const double dc = std::fabs(testing::e4m3_by_definition(static_cast<std::uint8_t>(c)) - a);
+        const double db = std::fabs(testing::e4m3_by_definition(static_cast<std::uint8_t>(best)) - a);
+        if (dc < db || (dc == db && c % 2 == 0)) best = c;
+    }
+    return static_cast<std::uint8_t>((std::signbit(x) ? 0x80u : 0u) | best);
+}
+
+float bf16_at(const tensor_view& v, std::size_t i) {
+    std::uint16_t h;
+    std::memcpy(&h, v.bytes.data() + 2 * i, 2);
+    return bf16_to_float(h);
+}
+
+float scale_at(const tensor_view& v, std::size_t i) {
+    if (v.type == dtype::F32) {
+        float f;
+        std::memcpy(&f, v.bytes.data() + 4 * i, 4);
+        return f;
+    }
+    return bf16_at(v, i);
+}
+
+/// vLLM's CompressedTensorsW8A8Fp8 selection, as vllm-project/vllm
+/// vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py
+/// `_is_fp8_w8a8` reads a config group: float weights and float input activations, symmetric
+/// static weights, strategy tensor / channel / block (dynamic inputs always accepted).
+bool vllm_is_fp8_w8a8(const json& group) {
+    const json& w = group.at("weights");
+    const json& in = group.at("input_activations");
+    if (w.is_null() || in.is_null()) return false;
+    const std::string strategy = w.at("strategy").as_string();
+    return w.at("type").as_string() == "float" && in.at("type").as_string() == "float" && w.at("symmetric").as_bool() &&
+           !w.at("dynamic").as_bool() && (strategy == "tensor" || strategy == "channel" || strategy == "block") &&
+           in.at("dynamic").as_bool();
+}
+
+}  // namespace
+
+TEST_CASE("FP8 outputs from bf16: fp8-dynamic (per channel), fp8-block (128x128) and native fp8, every code and scale re-derived") {
+    struct fp8_case {
+        output_format f;
+        std::int64_t block;
+        const char* scale_suffix;
+        dtype scale_type;
+    };
+    const fp8_case cases[] = {{output_format::compressed_tensors_fp8, -1, ".weight_scale", dtype::BF16},
+                              {output_format::compressed_tensors_fp8, 128, ".weight_scale", dtype::BF16},
+                              {output_format::fp8, 128, ".weight_scale_inv", dtype::F32}};
+    int n = 0;
+    for (const auto& c : cases) {
+        CAPTURE(format_name(c.f));
+        CAPTURE(c.block);
+        convert_options o;
+        o.format = c.f;
+        o.rules.default_scheme = quant_spec{8, c.block, true, scale_method::minmax, std::nullopt};
+        o.threads = 2;
+        const std::string out = scratch("fp8-out" + std::to_string(n++));
+        const conversion_result r = convert(demo_dir(), out, o);
+        CHECK(r.report.tensors.size() == 14);
+        checkpoint_source src(demo_dir()), written(out);
+        const auto t = tensors_of(out);
+        CHECK(t.at("model.embed_tokens.weight").first == dtype::BF16);  // dense as for the integer formats
+        CHECK(t.at("model.norm.weight").first == dtype::BF16);
+        std::size_t layers = 0;
+        for (const auto& rt : r.report.tensors) {
+            CAPTURE(rt.name);
+            const tensor_view x = src.view(rt.name + ".weight");
+            const tensor_view w = written.view(rt.name + ".weight");
+            const tensor_view s = written.view(rt.name + c.scale_suffix);
+            const std::int64_t rows = x.shape[0], cols = x.shape[1];
+            const std::int64_t br = c.block > 0 ? c.block : 1, bc = c.block > 0 ? c.block : cols;
+            const std::int64_t sc = (cols + bc - 1) / bc;
+            REQUIRE(w.type == dtype::F8_E4M3);
+            REQUIRE(w.shape == x.shape);
+            REQUIRE(s.type == c.scale_type);
+            REQUIRE(s.shape == shape_t{(rows + br - 1) / br, sc});
+            bool scales_ok = true, codes_ok = true;
+            double sig = 0, err = 0;
+            for (std::int64_t b = 0; b < s.shape[0]; ++b)
+                for (std::int64_t j = 0; j < sc; ++j) {
+                    // compressed-tensors calculate_qparams: amax / ((448 - -448) / 2) in the scale dtype
+                    float amax = 0;
+                    for (std::int64_t rr = b * br; rr < std::min(rows, (b + 1) * br); ++rr)
+                        for (std::int64_t cc = j * bc; cc < std::min(cols, (j + 1) * bc); ++cc)
+                            amax = std::max(amax, std::fabs(bf16_at(x, static_cast<std::size_t>(rr * cols + cc))));
+                    float want = amax / 448.0f;
+                    if (c.scale_type == dtype::BF16) want = bf16_to_float(float_to_bf16(want));
+                    const float got = scale_at(s, static_cast<std::size_t>(b * sc + j));
+                    scales_ok = scales_ok && got == want;
+                    for (std::int64_t rr = b * br; rr < std::min(rows, (b + 1) * br); ++rr)
+                        for (std::int64_t cc = j * bc; cc < std::min(cols, (j + 1) * bc); ++cc) {
+                            const auto i = static_cast<std::size_t>(rr * cols + cc);
+                            const float xv = bf16_at(x, i);
+                            // forward.py _quantize: x / scale in the weight dtype (bf16), then to E4M3
+                            const std::uint8_t code = nearest_e4m3(bf16_to_float(float_to_bf16(xv / got)));
+                            const auto stored = static_cast<std::uint8_t>(w.bytes[i]);
+                            codes_ok = codes_ok && stored == code;
+                            const double e = static_cast<double>(xv) - testing::e4m3_by_definition(stored) * static_cast<double>(got);
+                            sig += static_cast<double>(xv) * xv;
+                            err += e * e;
+                        }
+                }
+            CHECK(scales_ok);
+            CHECK(codes_ok);
+            CHECK(rt.snr_db == doctest::Approx(10 * std::log10(sig / err)).epsilon(1e-6));  // summed in another order
+            ++layers;
+        }
+        CHECK(layers == 14);
+        const json qc = json::parse(io::read_file(out + "/config.json")).at("quantization_config");
+        if (c.f == output_format::fp8) {
+            // What vLLM's Fp8Config and llama.cpp's dequant_model read (field-2026.md 1.1).
+            CHECK(qc.at("quant_method").as_string() == "fp8");
+            CHECK(qc.at("fmt").as_string() == "e4m3");
+            CHECK(qc.at("activation_scheme").as_string() == "dynamic");
+            CHECK(qc.at("weight_block_size") == json::array({128, 128}));
+            CHECK(qc.at("modules_to_not_convert") == json::array({"lm_head"}));
+        } else {
+            CHECK(qc.at("quant_method").as_string() == "compressed-tensors");
+            CHECK(qc.at("format").as_string() == "float-quantized");
+            const json& g = qc.at("config_groups").at("group_0");
+            CHECK(vllm_is_fp8_w8a8(g));
+            CHECK(g.at("targets").size() == 14);
+            CHECK(g.at("weights").at("num_bits").as_int() == 8);
+            // quant_scheme.py FP8_DYNAMIC / FP8_BLOCK
+            CHECK(g.at("weights").at("strategy").as_string() == (c.block > 0 ? "block" : "channel"));
+            CHECK(g.at("weights").at("block_structure") == (c.block > 0 ? json::array({128, 128}) : json()));
+            CHECK(g.at("input_activations").at("strategy").as_string() == (c.block > 0 ? "group" : "token"));
+            CHECK(g.at("input_activations").at("group_size") == (c.block > 0 ? json(128) : json()));
+            CHECK(qc.at("ignore") == json::array({"lm_head"}));
+        }
+    }
+}
+
+TEST_CASE("FP8 outputs from an FP8 source: fp8-block and native fp8 decode close to the dequantized source") {
+    const std::string src = fp8_checkpoint({}, "fp8-to-fp8");
+    testing::fp8_fixture f;
+    f.twin = true;
+    const std::string twin = fp8_checkpoint(f, "fp8-to-fp8-twin");
+    for (output_format fmt : {output_format::compressed_tensors_fp8, output_format::fp8}) {
+        CAPTURE(format_name(fmt));
+        convert_options o;
+        o.format = fmt;
+        o.rules.default_scheme = quant_spec{8, 128, true, scale_method::minmax, std::nullopt};
+        const std::string out = scratch(std::string("fp8-to-fp8-out-") + std::string(format_name(fmt)));
+        const conversion_result r = convert(src, out, o);
+        REQUIRE(r.report.tensors.size() == 7);
+        checkpoint_source written(out), expected(twin), source(src);
+        const fp8_layout layout(fp8_options_for(fmt, {8, 128, true, scale_method::minmax,
+                                                      fmt == output_format::fp8 ? dtype::F32 : dtype::BF16}, dtype::F32));
+        for (const auto& rt : r.report.tensors) {
+            CAPTURE(rt.name);
+            const std::vector<tensor_view> views{written.view(rt.name + ".weight"),
+                                                 written.view(rt.name + std::string(layout.scale_suffix()))};
+            const std::vector<float> dq = layout.decode(views, rt.name);
+            const tensor_view x = expected.view(rt.name + ".weight");
+            double sig = 0, err = 0;
+            for (std::size_t i = 0; i < dq.size(); ++i) {
+                float xv;
+                std::memcpy(&xv, x.bytes.data() + 4 * i, 4);
+                sig += static_cast<double>(xv) * xv;
+                err += (static_cast<double>(xv) - dq[i]) * (static_cast<double>(xv) - dq[i]);
+            }
+            if (fmt == output_format::fp8) {
+                // Same 128x128 grid, same F32 scale dtype: a copy of the source's codes and scales.
+                CHECK(std::isinf(rt.snr_db));
+                CHECK(err == 0);
+                const tensor_view a = source.view(rt.name + ".weight"), b = written.view(rt.name + ".weight");
+                const tensor_view sa = source.view(rt.name + ".weight_scale_inv"), sb = written.view(rt.name + ".weight_scale_inv");
+                CHECK(std::equal(a.bytes.begin(), a.bytes.end(), b.bytes.begin(), b.bytes.end()));
+                CHECK(std::equal(sa.bytes.begin(), sa.bytes.end(), sb.bytes.begin(), sb.bytes.end()));
+            } else {
+                // BF16 scales (the model dtype): requantized from the decoded values.
+                CHECK(rt.snr_db == doctest::Approx(10 * std::log10(sig / err)).epsilon(1e-6));
+                CHECK(rt.snr_db > 25.0);
+            }
+        }
+    }
+}
+
+TEST_CASE("FP8 outputs refuse what they cannot hold, naming the tensor") {
+    auto refusal = [&](output_format f, quant_spec s) {
+        convert_options o;
+        o.format = f;
+        o.rules.default_scheme = s;
+        checkpoint_source src(demo_dir());
+        const plan p = plan_conversion(src, o);
+        return p.refusals.empty() ? std::string() : p.refusals.front();
+    };
+    CHECK(refusal(output_format::compressed_tensors_fp8, {4, -1, true, scale_method::minmax, std::nullopt})
+              .find("FP8 weights are 8 bits (E4M3), not 4") != std::string::npos);
+    CHECK(refusal(output_format::compressed_tensors_fp8, {8, -1, false, scale_method::minmax, std::nullopt})
+              .find("FP8 weights are symmetric") != std::string::npos);
+    CHECK(refusal(output_format::compressed_tensors_fp8, {8, -1, true, scale_method::search, std::nullopt})
+              .find("FP8 scales are amax / 448 (minmax), not search") != std::string::npos);
+    CHECK(refusal(output_format::compressed_tensors_fp8, {8, -1, true, scale_method::minmax, dtype::F16})
+              .find("compressed-tensors keeps scales in the checkpoint dtype (BF16)") != std::string::npos);
+    const std::string native = refusal(output_format::fp8, {8, -1, true, scale_method::minmax, std::nullopt});
+    CHECK(native.find("model.layers.0.") != std::string::npos);
+    CHECK(native.find("block scales only") != std::string::npos);
+    convert_options o;
+    o.format = output_format::fp8;
+    o.rules.default_scheme = quant_spec{8, 128, true, scale_method::minmax, std::nullopt};
+    o.hessians = "/nonexistent.safetensors";
+    const std::string out = scratch("fp8-hessians");
+    CHECK_THROWS_AS(convert(demo_dir(), out, o), error);
+    CHECK_FALSE(io::path_exists(out));
 }

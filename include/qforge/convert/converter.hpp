@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
@@ -216,6 +217,8 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         fail<unsupported_error>(src_dir, {}, "activation scaling needs the input statistics of an imatrix (--imatrix)");
     if (opt.activation_scaling && hessians)
         fail<unsupported_error>(opt.hessians, {}, "activation scaling with GPTQ Hessians is not supported: GPTQ already uses the full input statistics");
+    if (hessians && is_float_format(p.format))
+        fail<unsupported_error>(opt.hessians, {}, std::string(format_name(p.format)) + " has no integer grid for the GPTQ solver");
 
     io::atomic_output_dir out(dst_dir, opt.overwrite);
     std::vector<safetensors::tensor_spec> all;
@@ -262,13 +265,14 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         }
         src.verify_unchanged();  // a shard truncated underneath us: an io_error, not a SIGBUS
         // An FP8 weight is decoded into float32 once (split parts share it), like a copied read.
-        const bool buffered = opt.read == source_read::copied || it.scale;
+        const bool copy_fp8 = !folds && it.scale && it.whole_source() && fp8_copy_applies(*it.scale, p.format, it.scheme, it.shape[1]);
+        const bool buffered = opt.read == source_read::copied || (it.scale && !copy_fp8);
         if (buffered && copied.name != it.source) {
             behind.drain();           // a job behind may still be writing from the buffer
             copied = owned_tensor{};  // the previous source's buffer goes before the next is read
             copied = it.scale ? src.decode(it.source, opt.read == source_read::copied) : src.read_tensor(it.source);
         }
-        const tensor_view whole = buffered ? copied.view() : src.view(it.source);
+        const tensor_view whole = buffered && !copy_fp8 ? copied.view() : src.view(it.source);
         // One expert of a fused 3-D tensor: its matrix gathered on its own (one expert in memory).
         owned_tensor expert;
         if (it.cut) {
@@ -352,7 +356,13 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         std::optional<quantized_tensor> solved;
         std::vector<owned_tensor> packed;
         double snr = 0;
-        if (h) {
+        if (copy_fp8) {  // already on the output's grid: codes and scales copied, nothing rounded
+            for (const planned_tensor& t : it.outputs) {
+                const tensor_view from = t.type == dtype::F8_E4M3 ? v : src.view(it.scale->name);
+                packed.push_back({t.name, t.type, t.shape, std::vector<std::byte>(from.bytes.begin(), from.bytes.end())});
+            }
+            snr = std::numeric_limits<double>::infinity();
+        } else if (h) {
             detail::quantize_result q =
                 detail::quantize_rows_gptq(qv, qb, qe, it.scheme, p.format, run, it.name, *h, opt.gptq, imp);
             solved = std::move(q.q);

@@ -41,6 +41,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qforge/convert/format.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
@@ -357,6 +358,16 @@ inline owned_tensor decode_fp8_weight(const tensor_view& w, const tensor_view& s
                                                          " at row " + std::to_string(r) + ", column " + std::to_string(c));
     }
     return out;
+}
+
+/// True when an FP8 source weight's codes and scales are already what `format` would store
+/// for scheme `s` (same grid, same scale dtype): the converter then copies them bit for bit
+/// instead of quantizing the decoded values again (issue 17: "FP8 source -> FP8 output with
+/// the same block grid is a copy of codes and scales").
+inline bool fp8_copy_applies(const source_scale& src, output_format format, const quant_spec& s, std::int64_t cols) {
+    if (!is_float_format(format) || !s.scale_dtype || src.type != *s.scale_dtype) return false;
+    const std::int64_t br = s.group_size > 0 ? s.group_size : 1, bc = s.group_size > 0 ? s.group_size : cols;
+    return src.block_rows == br && src.block_cols == bc;
 }
 
 }  // namespace qforge

@@ -573,11 +573,15 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
         for (const auto& it : p.items)
             if (it.action == plan_action::quantize) model_type = it.model_type();
         try {
-            p.quantization_config = with_layout(format, scheme.bits, *scheme.scale_dtype, model_type, [&](const auto& layout) {
-                if constexpr (requires { ct_config(p.linears, layout.options()); })
-                    if (format == output_format::compressed_tensors) return ct_config(p.linears, layout.options());
-                return layout.config(p.linears);
-            });
+            if (is_float_format(format))
+                p.quantization_config = fp8_config(p.linears, fp8_options_for(format, scheme, model_type));
+            else
+                p.quantization_config =
+                    with_layout(format, scheme.bits, *scheme.scale_dtype, model_type, [&](const auto& layout) {
+                        if constexpr (requires { ct_config(p.linears, layout.options()); })
+                            if (format == output_format::compressed_tensors) return ct_config(p.linears, layout.options());
+                        return layout.config(p.linears);
+                    });
         } catch (const error& e) {
             p.refusals.push_back(e.what());
         }

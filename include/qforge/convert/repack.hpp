@@ -100,6 +100,9 @@ inline std::vector<owned_tensor> repack_pack(const quantized_tensor& q, const st
         }
         case output_format::awq:
             return with_awq_layout(q.bits, [&](const auto& layout) { return layout.pack(q, prefix); });
+        case output_format::compressed_tensors_fp8:
+        case output_format::fp8:
+            fail<unsupported_error>({}, prefix, std::string(format_name(t.format)) + " holds E4M3 codes: integer codes do not repack into it");
         case output_format::compressed_tensors: {
             // The layout writes contiguous groups; act-order is the same words plus
             // `weight_g_idx` (compressed-tensors actorder "group", formats.md 4.1), which the

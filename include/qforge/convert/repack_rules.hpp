@@ -101,6 +101,10 @@ inline std::optional<std::string> repack_refusal(const quantized_tensor& q, cons
             break;
         case output_format::compressed_tensors:
             break;
+        case output_format::compressed_tensors_fp8:
+        case output_format::fp8:
+            return fmt + " holds E4M3 codes, which integer codes of " + q.name +
+                   " do not map onto bit for bit; convert the float checkpoint instead";
     }
     quant_spec s;
     s.bits = q.bits;

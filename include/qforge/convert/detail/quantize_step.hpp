@@ -92,10 +92,15 @@ inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row
                                           const executor& run, const std::string& name, const std::string& module,
                                           std::span<const float> importance = {}) {
     const tensor_view rows = row_slice(v, row_begin, row_end, name);
-    quant_options o = options_for(scheme, f);
-    o.importance = importance;
     snr_sums sums;
     packed_result r;
+    if (is_float_format(f)) {  // E4M3 codes: no integer grid, its own quantizer (layout/fp8.hpp)
+        r.tensors = fp8_layout(fp8_options_for(f, scheme, v.type)).quantize(rows, module, run, &sums);
+        r.snr_db = sums.db();
+        return r;
+    }
+    quant_options o = options_for(scheme, f);
+    o.importance = importance;
     r.tensors = with_layout(f, scheme.bits, *scheme.scale_dtype, checkpoint,
                             [&](const auto& layout) { return quantize_packed(rows, o, layout, module, run, &sums); });
     r.snr_db = sums.db();
