@@ -119,3 +119,26 @@ TEST_CASE("stories260k: a per-layer scheme from the command line makes g32 compr
     CHECK(groups.at("group_1").at("targets").size() == 5);
     CHECK(groups.at("group_1").at("targets").at(0).as_string() == "model.layers.0.mlp.down_proj");
 }
+
+TEST_CASE("stories260k: FP8 per channel and 128x128 blocks against INT8 per channel, same weights") {
+    // The issue asks FP8 block/channel to beat INT8 per channel on SNR, or say why not. It does
+    // not, by construction: E4M3 keeps 3 mantissa bits, so every weight is stored with a
+    // relative error of up to 2^-4 whatever the scale (about 31 dB on any bell-shaped row),
+    // while INT8 per channel spends 255 uniform steps on [-amax, amax] of each row (about 40 dB
+    // unless a row's amax is far beyond its spread). FP8 wins only on rows dominated by
+    // outliers, and a 128x128 block (one scale for many rows) gives up even that margin. What
+    // FP8 buys is the activation side (vLLM's FP8 GEMM, dynamic per-token scales), not weight SNR.
+    const fresh int8_out("int8"), chan_out("fp8chan"), block_out("fp8block");
+    const auto int8 = convert(stories, int8_out, with(output_format::compressed_tensors, {8, -1, true, scale_method::minmax, std::nullopt}));
+    const auto chan = convert(stories, chan_out, with(output_format::compressed_tensors_fp8, {8, -1, true, scale_method::minmax, std::nullopt}));
+    const auto block = convert(stories, block_out, with(output_format::compressed_tensors_fp8, {8, 128, true, scale_method::minmax, std::nullopt}));
+    REQUIRE(chan.report.tensors.size() == 35);
+    REQUIRE(block.report.tensors.size() == 35);
+    MESSAGE("stories260k SNR mean / min dB: INT8 per channel " << int8.report.snr_mean() << " / " << int8.report.snr_min()
+            << "; FP8 per channel " << chan.report.snr_mean() << " / " << chan.report.snr_min() << "; FP8 128x128 "
+            << block.report.snr_mean() << " / " << block.report.snr_min());
+    CHECK(chan.report.snr_min() > 28.0);  // E4M3's relative precision, whatever the scale
+    CHECK(block.report.snr_min() > 28.0);
+    CHECK(int8.report.snr_mean() > chan.report.snr_mean());  // the explanation above, measured
+    CHECK(chan.report.snr_mean() >= block.report.snr_mean() - 0.5);
+}
