@@ -77,6 +77,8 @@ const std::vector<preset>& presets() {
          "AutoAWQ GEMM 4-bit g128 (zero points, no activation scaling)"},
         {"fp8-dynamic", output_format::compressed_tensors_fp8, {8, -1, true, scale_method::minmax, std::nullopt}, false,
          "llm-compressor FP8_DYNAMIC: E4M3 per channel, dynamic per-token FP8 activations (vLLM W8A8Fp8)"},
+        {"w8a8-int8", output_format::compressed_tensors_w8a8, {8, -1, true, scale_method::minmax, std::nullopt}, false,
+         "llm-compressor W8A8 (INT8): int8 sym per channel, dynamic per-token int8 activations (vLLM W8A8Int8)"},
         {"fp8-block", output_format::compressed_tensors_fp8, {8, 128, true, scale_method::minmax, std::nullopt}, false,
          "llm-compressor FP8_BLOCK: E4M3 128x128 blocks, dynamic group-128 FP8 activations"},
     };
@@ -87,7 +89,7 @@ const std::vector<preset>& presets() {
 double nominal_bpw(output_format f, const quant_spec& s) {
     const double g = s.group_size > 0 ? static_cast<double>(s.group_size) : 4096.0;
     if (is_float_format(f)) return 8.0 + 16.0 / (s.group_size > 0 ? g * g : g);  // one scale per row or B x B block
-    const bool zeros = f != output_format::compressed_tensors || !s.symmetric;
+    const bool zeros = (f != output_format::compressed_tensors && f != output_format::compressed_tensors_w8a8) || !s.symmetric;
     return s.bits + 16.0 / g + (zeros ? s.bits / g : 0.0);
 }
 
@@ -155,7 +157,7 @@ struct option {
 
 const std::vector<option>& options() {
     static const std::vector<option> o{
-        {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors | compressed-tensors-fp8 | fp8 | gguf",
+        {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors | compressed-tensors-w8a8 | compressed-tensors-fp8 | fp8 | gguf",
          [](settings& s, const std::string& v) {
              s.gguf = v == "gguf";
              if (s.gguf) return;

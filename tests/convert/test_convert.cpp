@@ -1178,3 +1178,55 @@ TEST_CASE("FP8 outputs refuse what they cannot hold, naming the tensor") {
     CHECK_THROWS_AS(convert(demo_dir(), out, o), error);
     CHECK_FALSE(io::path_exists(out));
 }
+
+TEST_CASE("W8A8 int8 (compressed-tensors int-quantized): I8 codes and model-dtype scales of the int8 quantizer; dynamic per-token activations") {
+    convert_options o;
+    o.format = output_format::compressed_tensors_w8a8;
+    const quant_spec scheme{8, -1, true, scale_method::minmax, std::nullopt};
+    o.rules.default_scheme = scheme;
+    const std::string out = scratch("w8a8");
+    const conversion_result r = convert(demo_dir(), out, o);
+    REQUIRE(r.report.tensors.size() == 14);
+    checkpoint_source src(demo_dir()), written(out);
+    quant_spec resolved = scheme;
+    resolved.scale_dtype = dtype::BF16;
+    for (const auto& rt : r.report.tensors) {
+        CAPTURE(rt.name);
+        // compressed-tensors calculate_qparams for int8: scale = amax / (255 / 2), q = code - 128.
+        const quantized_tensor q = quantize(src.view(rt.name + ".weight"), detail::options_for(resolved, output_format::compressed_tensors));
+        const tensor_view w = written.view(rt.name + ".weight"), s = written.view(rt.name + ".weight_scale");
+        REQUIRE(w.type == dtype::I8);
+        REQUIRE(s.type == dtype::BF16);
+        REQUIRE(s.shape == shape_t{q.rows, 1});
+        bool same = true;
+        for (std::size_t i = 0; i < q.codes.size(); ++i)
+            same = same && static_cast<int>(static_cast<std::int8_t>(w.bytes[i])) == static_cast<int>(q.codes[i]) - 128;
+        CHECK(same);
+        CHECK(std::memcmp(s.bytes.data(), q.scales.data(), s.bytes.size()) == 0);
+        CHECK(written.contains(rt.name + ".weight_zero_point") == false);
+    }
+    const json qc = json::parse(io::read_file(out + "/config.json")).at("quantization_config");
+    CHECK(qc.at("format").as_string() == "int-quantized");
+    const json& g = qc.at("config_groups").at("group_0");
+    // vLLM vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py
+    // `_is_dynamic_token_w8a8`: 8-bit weights and inputs, weight strategy tensor or channel,
+    // input strategy token, both symmetric, static weights and dynamic inputs.
+    const json& w = g.at("weights");
+    const json& in = g.at("input_activations");
+    CHECK(w.at("num_bits").as_int() == 8);
+    CHECK(in.at("num_bits").as_int() == 8);
+    CHECK(w.at("strategy").as_string() == "channel");
+    CHECK(in.at("strategy").as_string() == "token");
+    CHECK(w.at("symmetric").as_bool());
+    CHECK(in.at("symmetric").as_bool());
+    CHECK_FALSE(w.at("dynamic").as_bool());
+    CHECK(in.at("dynamic").as_bool());
+    CHECK(w.at("type").as_string() == "int");
+    CHECK(qc.at("ignore") == json::array({"lm_head"}));
+
+    convert_options bad = o;
+    bad.rules.default_scheme = quant_spec{4, -1, true, scale_method::minmax, std::nullopt};
+    const plan p = plan_conversion(src, bad);
+    REQUIRE(p.refused());
+    CHECK(p.refusals.front().find("W8A8 holds 8-bit symmetric weights, not 4-bit sym") != std::string::npos);
+}

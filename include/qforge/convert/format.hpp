@@ -19,6 +19,7 @@
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/awq.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
+#include "qforge/layout/ct_int8.hpp"
 #include "qforge/layout/fp8.hpp"
 #include "qforge/layout/gptq.hpp"
 
@@ -27,7 +28,9 @@ namespace qforge {
 /// compressed_tensors_fp8 is compressed-tensors `float-quantized` (FP8_DYNAMIC with group -1,
 /// FP8_BLOCK with group B = B x B tiles); fp8 is the native `quant_method: "fp8"` block layout
 /// (layout/fp8.hpp). Both hold E4M3 codes, not integer codes: is_float_format().
-enum class output_format { gptq, gptq_v2, awq, compressed_tensors, compressed_tensors_fp8, fp8 };
+/// compressed_tensors_w8a8 is compressed-tensors `int-quantized` (int8 weights unpacked, dynamic
+/// per-token int8 activations: layout/ct_int8.hpp).
+enum class output_format { gptq, gptq_v2, awq, compressed_tensors, compressed_tensors_fp8, fp8, compressed_tensors_w8a8 };
 
 inline std::string_view format_name(output_format f) noexcept {
     switch (f) {
@@ -37,6 +40,7 @@ inline std::string_view format_name(output_format f) noexcept {
         case output_format::compressed_tensors: return "compressed-tensors";
         case output_format::compressed_tensors_fp8: return "compressed-tensors-fp8";
         case output_format::fp8: return "fp8";
+        case output_format::compressed_tensors_w8a8: return "compressed-tensors-w8a8";
     }
     return "?";
 }
@@ -47,7 +51,8 @@ constexpr bool is_float_format(output_format f) noexcept {
 
 inline std::optional<output_format> parse_format(std::string_view s) noexcept {
     for (auto f : {output_format::gptq, output_format::gptq_v2, output_format::awq,
-                   output_format::compressed_tensors, output_format::compressed_tensors_fp8, output_format::fp8})
+                   output_format::compressed_tensors, output_format::compressed_tensors_fp8, output_format::fp8,
+                   output_format::compressed_tensors_w8a8})
         if (format_name(f) == s) return f;
     if (s == "gptq_v2") return output_format::gptq_v2;
     if (s == "ct" || s == "compressed_tensors") return output_format::compressed_tensors;
@@ -73,7 +78,8 @@ struct planned_tensor {
 inline dtype default_scale_dtype(output_format f, dtype checkpoint) noexcept {
     if (f == output_format::compressed_tensors_fp8) return checkpoint;
     if (f == output_format::fp8) return dtype::F32;
-    if (f == output_format::compressed_tensors && (checkpoint == dtype::BF16 || checkpoint == dtype::F16))
+    if ((f == output_format::compressed_tensors || f == output_format::compressed_tensors_w8a8) &&
+        (checkpoint == dtype::BF16 || checkpoint == dtype::F16))
         return checkpoint;
     return dtype::F16;
 }
@@ -135,6 +141,13 @@ inline std::optional<std::string> format_refusal(output_format f, std::int64_t r
                 return "vLLM's WNA16 kernels need whole groups: K=" + K + " is not a multiple of group " +
                        std::to_string(g) + " (use --group -1 for per-channel)";
             return std::nullopt;
+        case output_format::compressed_tensors_w8a8:
+            if (s.bits != 8 || !s.symmetric) return "W8A8 holds 8-bit symmetric weights, not " + b + "-bit " + (s.symmetric ? "sym" : "asym");
+            if (*s.scale_dtype != checkpoint)
+                return std::string("compressed-tensors keeps scales in the checkpoint dtype (") +
+                       std::string(dtype_name(checkpoint)) + "), not " + std::string(dtype_name(*s.scale_dtype));
+            if (cols % g != 0) return "W8A8 needs whole groups: K=" + K + " is not a multiple of group " + std::to_string(g);
+            return std::nullopt;
         case output_format::compressed_tensors_fp8:
         case output_format::fp8:
             break;  // checked above
@@ -155,6 +168,9 @@ decltype(auto) with_layout(output_format f, int bits, dtype scale_dtype, dtype c
                                     std::forward<F>(fn));
         case output_format::awq:
             return with_awq_layout(bits, std::forward<F>(fn));
+        case output_format::compressed_tensors_w8a8:
+            if (bits != 8) fail<unsupported_error>({}, {}, "W8A8 holds 8 bits, got " + std::to_string(bits));
+            return fn(ct_int8_layout(ct_options{ct_packing::padded_v0_12, checkpoint}));
         case output_format::compressed_tensors:
             break;
         case output_format::compressed_tensors_fp8:

@@ -100,6 +100,8 @@ inline std::vector<owned_tensor> repack_pack(const quantized_tensor& q, const st
         }
         case output_format::awq:
             return with_awq_layout(q.bits, [&](const auto& layout) { return layout.pack(q, prefix); });
+        case output_format::compressed_tensors_w8a8:
+            return ct_int8_layout(ct_options{t.packing, q.scale_dtype}).pack(q, prefix);
         case output_format::compressed_tensors_fp8:
         case output_format::fp8:
             fail<unsupported_error>({}, prefix, std::string(format_name(t.format)) + " holds E4M3 codes: integer codes do not repack into it");

@@ -216,6 +216,8 @@ inline json repack_quantization_config(const repack_target& t, const std::vector
         }
         case output_format::awq:
             return with_awq_layout(first->bits, [&](const auto& layout) { return layout.config(linears); });
+        case output_format::compressed_tensors_w8a8:
+            return ct_int8_layout(ct_options{t.packing, target_scale_dtype(t)}).config(linears);
         case output_format::compressed_tensors_fp8:
         case output_format::fp8:
             fail<unsupported_error>({}, {}, std::string(format_name(t.format)) + " holds E4M3 codes: integer codes do not repack into it");

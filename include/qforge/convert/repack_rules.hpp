@@ -101,6 +101,10 @@ inline std::optional<std::string> repack_refusal(const quantized_tensor& q, cons
             break;
         case output_format::compressed_tensors:
             break;
+        case output_format::compressed_tensors_w8a8:
+            if (q.bits != 8 || !q.symmetric) return "W8A8 stores 8-bit symmetric weights; " + q.name + " has " + b + "-bit codes";
+            if (!repack_detail::g_idx_is_contiguous(q)) return "W8A8 has no g_idx, but " + q.name + " is act-order";
+            break;
         case output_format::compressed_tensors_fp8:
         case output_format::fp8:
             return fmt + " holds E4M3 codes, which integer codes of " + q.name +

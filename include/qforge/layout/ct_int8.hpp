@@ -1,0 +1,131 @@
+// compressed-tensors `int-quantized` W8A8 checkpoints (llm-compressor W8A8 / INT8 preset, vLLM
+// CompressedTensorsW8A8Int8): int8 symmetric weights with dynamic per-token int8 activations.
+// Per linear:
+//   <p>.weight        I8 [N, K]           the signed code q = code - 128, unpacked
+//   <p>.weight_scale  checkpoint dtype [N, G] (G = 1 per channel, the W8A8 preset)
+// w = q * scale, q in [-128, 127]; the scale is amax / 127.5 (CTn `quantization/utils/helpers.py
+// calculate_qparams`, `calculate_range`: 255 / 2 for 8 bits), which is qforge's gptq_absmax
+// policy (`--scale minmax`). The naive compressor stores the quantized weight as is
+// (CTn `compressors/naive_quantized`, formats.md 4.2, 4.6); the reader is
+// convert/repack_ct_naive.hpp. Config: one group, weights {int, 8, channel (or group),
+// symmetric, static}, input_activations {int, 8, token, symmetric, dynamic} as the INT8_W8A8
+// preset sets them (CTn `quantization/quant_scheme.py`); vLLM picks W8A8Int8 for 8-bit weights
+// and inputs, weight strategy tensor or channel, input token, symmetric, static weights and
+// dynamic inputs (`compressed_tensors.py _is_dynamic_token_w8a8`).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/error.hpp"
+#include "qforge/core/tensor_view.hpp"
+#include "qforge/io/json.hpp"
+#include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/layout/compressed_tensors.hpp"
+#include "qforge/layout/layout_traits.hpp"
+#include "qforge/quant/quantized_tensor.hpp"
+
+namespace qforge {
+
+class ct_int8_layout {
+public:
+    static constexpr std::string_view format_name = "compressed-tensors-w8a8";
+    static constexpr int bits = 8;
+
+    explicit ct_int8_layout(ct_options options = {}) : opt_(options) {}
+    const ct_options& options() const noexcept { return opt_; }
+
+    std::vector<tensor_spec> specs(std::int64_t n, std::int64_t k, std::int64_t group, bool) const {
+        return {{".weight", dtype::I8, {n, k}},
+                {".weight_scale", opt_.checkpoint_dtype, {n, detail::ceil_div(k, detail::effective_group(group, k))}}};
+    }
+
+    void check(const quantized_tensor& q) const {
+        detail::check_common(q, format_name);
+        if (q.bits != 8) fail<unsupported_error>({}, q.name, "W8A8 stores 8-bit weights, not " + std::to_string(q.bits));
+        if (!q.symmetric) fail<unsupported_error>({}, q.name, "W8A8 weights are symmetric (vLLM W8A8Int8 has no weight zero point)");
+        if (!q.g_idx.empty()) fail<unsupported_error>({}, q.name, "W8A8: contiguous groups only (no weight_g_idx)");
+        detail::check_scale_dtype(q, opt_.checkpoint_dtype, format_name);
+    }
+
+    std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix) const {
+        check(q);
+        const std::string p(prefix);
+        std::vector<owned_tensor> out;
+        out.push_back(detail::alloc_tensor(p + ".weight", dtype::I8, {q.rows, q.cols}));
+        auto* w = reinterpret_cast<std::int8_t*>(out.back().bytes.data());
+        for (std::size_t i = 0; i < q.codes.size(); ++i) w[i] = static_cast<std::int8_t>(static_cast<int>(q.codes[i]) - 128);
+        out.push_back(detail::make_tensor(p + ".weight_scale", q.scale_dtype, {q.rows, q.groups()}, q.scales));
+        return out;
+    }
+
+    quantized_tensor unpack(std::span<const tensor_view> views, std::string_view prefix, layer_params params) const {
+        const std::string p(prefix);
+        const tensor_view& w = detail::find_view(views, p + ".weight");
+        if (w.type != dtype::I8 || w.rank() != 2 || w.shape[0] <= 0 || w.shape[1] <= 0)
+            fail<format_error>({}, w.name, "expected a 2-D I8 weight");
+        const std::int64_t n = w.shape[0], k = w.shape[1];
+        detail::expect_view(w, dtype::I8, {n, k});
+        const std::int64_t group = detail::effective_group(params.group_size, k);
+        const tensor_view& sc = detail::find_view(views, p + ".weight_scale");
+        if (sc.type != dtype::F16 && sc.type != dtype::BF16)
+            fail<unsupported_error>({}, sc.name, "weight_scale must be F16 or BF16 for qforge");
+        detail::expect_view(sc, sc.type, {n, detail::ceil_div(k, group)});
+        quantized_tensor q = detail::unpacked_header(p, 8, n, k, group, true, sc.type);
+        const auto* c = reinterpret_cast<const std::int8_t*>(w.bytes.data());
+        for (std::size_t i = 0; i < q.codes.size(); ++i) q.codes[i] = static_cast<std::uint8_t>(c[i] + 128);
+        q.scales = detail::copy_elements<std::uint16_t>(sc);
+        q.zeros.assign(static_cast<std::size_t>(n * q.groups()), 128);
+        q.validate();
+        return q;
+    }
+
+    json config(std::span<const linear_entry> linears) const {
+        check_untied(linears, format_name);
+        check_fused_share_scheme(linears, format_name);
+        const linear_entry& first = common_scheme(linears, format_name);
+        if (first.bits != 8 || !first.symmetric)
+            fail<unsupported_error>({}, first.name, "W8A8: 8-bit symmetric weights only");
+        const std::int64_t g = common_group_size(linears, format_name);
+        json targets = json::array();
+        for (const linear_entry& e : linears)
+            if (e.quantized) targets.push_back(e.name);
+        auto args = [](bool dynamic, const char* strategy, json group, json observer) {
+            return json::object({{"actorder", nullptr},
+                                 {"block_structure", nullptr},
+                                 {"dynamic", dynamic},
+                                 {"group_size", std::move(group)},
+                                 {"num_bits", 8},
+                                 {"observer", std::move(observer)},
+                                 {"observer_kwargs", json::object()},
+                                 {"strategy", strategy},
+                                 {"symmetric", true},
+                                 {"type", "int"}});
+        };
+        json group = json::object({{"format", "int-quantized"},
+                                   {"input_activations", args(true, "token", json(), json())},
+                                   {"output_activations", nullptr},
+                                   {"targets", std::move(targets)},
+                                   {"weights", args(false, g > 0 ? "group" : "channel", g > 0 ? json(g) : json(), "minmax")}});
+        return json::object({{"config_groups", json::object({{"group_0", std::move(group)}})},
+                             {"format", "int-quantized"},
+                             {"global_compression_ratio", nullptr},
+                             {"ignore", unquantized_names(linears)},
+                             {"kv_cache_scheme", nullptr},
+                             {"quant_method", "compressed-tensors"},
+                             {"quantization_status", "compressed"},
+                             {"sparsity_config", json::object()},
+                             {"transform_config", json::object()},
+                             {"version", "0.12.2"}});
+    }
+
+private:
+    ct_options opt_;
+};
+
+}  // namespace qforge
