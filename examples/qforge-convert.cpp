@@ -51,6 +51,7 @@ struct settings {
     std::vector<std::string> schemes;  // --scheme SEL=SPEC, resolved against the final scheme
     std::vector<int> tp;               // --tp 1,2,4,8: the serving check's degrees
     bool require_w4a8_cpu = false;     // the w4a8-cpu preset
+    bool bits_given = false;  // --bits on the command line (the 8-bit formats default to 8)
 };
 
 struct preset {
@@ -164,7 +165,11 @@ const std::vector<option>& options() {
              s.format = parse_format(v);
              if (!s.format) usage_error("unknown format '" + v + "'");
          }},
-        {"--bits", "N", "bits per weight, 2..8 (default 4)", [](settings& s, const std::string& v) { s.scheme.bits = parse_int(v, "bit width"); }},
+        {"--bits", "N", "bits per weight, 2..8 (default 4; 8 for the FP8 and W8A8 formats)",
+         [](settings& s, const std::string& v) {
+             s.scheme.bits = parse_int(v, "bit width");
+             s.bits_given = true;
+         }},
         {"--group", "G", "group size, a power of two, or -1 for per channel (default 128); FP8 formats: B x B blocks",
          [](settings& s, const std::string& v) { s.scheme.group_size = parse_int(v, "group size"); }},
         {"--sym", "", "symmetric grid, zero pinned at 2^(bits-1) (default)", [](settings& s, const std::string&) { s.scheme.symmetric = true; }},
@@ -322,6 +327,8 @@ settings parse(int argc, char** argv) {
     if (!s.imatrix.empty() && !s.gguf && s.scheme.scale != scale_method::search && s.scheme.scale != scale_method::mse &&
         s.scheme.scale != scale_method::lsq)
         usage_error("--imatrix weights the errors of a scale search: use --scale search, mse or lsq");
+    if (s.format && (is_float_format(*s.format) || *s.format == output_format::compressed_tensors_w8a8) && !s.bits_given)
+        s.scheme.bits = 8;
     return s;
 }
 
