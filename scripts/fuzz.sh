@@ -5,6 +5,7 @@
 #
 #   scripts/fuzz.sh [seconds] [target...]      e.g. scripts/fuzz.sh 5   or   scripts/fuzz.sh 300 json
 #   scripts/fuzz.sh --runs N [target...]       e.g. scripts/fuzz.sh --runs 10000000 json gguf
+#   QFORGE_FUZZ_MAX_SECONDS=S caps each --runs target at S seconds too (a campaign's deadline)
 #
 # The summary gives, per target, the executions, wall time, libFuzzer's final cov / ft (edge and
 # feature coverage), the corpus size (libFuzzer's corp: inputs/bytes, and the files it saved in
@@ -52,6 +53,11 @@ fi
 if [[ -n "$runs" ]]; then
     budget=(-runs="$runs")
     what="$runs executions"
+    # A campaign with a deadline: stop at N executions or after this many seconds, whichever first.
+    if [[ -n "${QFORGE_FUZZ_MAX_SECONDS:-}" ]]; then
+        budget+=(-max_total_time="$QFORGE_FUZZ_MAX_SECONDS")
+        what+=" or ${QFORGE_FUZZ_MAX_SECONDS}s"
+    fi
 else
     budget=(-max_total_time="$seconds")
     what="${seconds}s"
