@@ -47,7 +47,7 @@ struct settings {
     bool activation_scaling = false;
     std::vector<std::string> gguf_overrides;
     bool no_vocab = false;
-    bool read_copy = false;
+    bool read_copy = false, read_mapped = false;
     std::vector<std::string> schemes;  // --scheme SEL=SPEC, resolved against the final scheme
     std::vector<int> tp;               // --tp 1,2,4,8: the serving check's degrees
     bool require_w4a8_cpu = false;     // the w4a8-cpu preset
@@ -249,8 +249,10 @@ const std::vector<option>& options() {
          [](settings& s, const std::string& v) { s.imatrix = v; }},
         {"--activation-scaling", "", "with --imatrix: per-layer power-of-two input scales (AWQ's idea), folded exactly into the norms and producing rows",
          [](settings& s, const std::string&) { s.activation_scaling = true; }},
-        {"--read-copy", "", "read each source tensor with pread instead of quantizing from the mapping: a file truncated underneath is an error, never a SIGBUS",
+        {"--read-copy", "", "read each source tensor whole with pread before quantizing it (the default reads it band by band, also with pread; both turn a file truncated underneath into an error, never a SIGBUS)",
          [](settings& s, const std::string&) { s.read_copy = true; }},
+        {"--read-mapped", "", "quantize straight from the memory mapping (zero-copy; a source truncated while it is read can kill the process with SIGBUS)",
+         [](settings& s, const std::string&) { s.read_mapped = true; }},
         {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT, FP8): move its codes into --format bit for bit, or refuse with the reason",
          [](settings& s, const std::string&) { s.repack = true; }},
         {"--requantize", "", "with --repack: dequantize and quantize again the layers --format cannot hold exactly (SNR reported)",
@@ -362,7 +364,7 @@ convert_options to_options(const settings& s, const checkpoint_source& src) {
     o.threads = s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency());
     o.max_shard_bytes = s.max_shard;
     o.overwrite = s.overwrite;
-    o.read = s.read_copy ? source_read::copied : source_read::mapped;
+    o.read = s.read_copy ? source_read::copied : s.read_mapped ? source_read::mapped : source_read::pread;
     o.hessians = s.hessians;
     o.gptq = s.gptq;
     o.imatrix = s.imatrix;
@@ -432,6 +434,7 @@ int run_gguf(const settings& s) {
     o.pre_tokenizer = s.pre_tokenizer;
     o.allow_no_vocab = s.no_vocab;
     o.imatrix_file = s.imatrix;
+    o.read_mapped = s.read_mapped;
     thread_pool pool(s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency()));
     o.exec = pool.executor();
     gguf::progress_fn progress;

@@ -157,17 +157,46 @@ TEST_CASE("output bytes do not depend on the thread count") {
     }
 }
 
-TEST_CASE("reading sources through pread copies gives the same bytes as the mapping") {
-    convert_options o = w4a8_cpu();
-    const std::string a = scratch("mapped"), b = scratch("copied");
-    convert(demo_dir(), a, o);
-    o.read = source_read::copied;
-    convert(demo_dir(), b, o);
-    const auto files = io::list_directory(a);
-    CHECK(files.size() >= 6);
-    for (const auto& f : files) {
-        CAPTURE(f);
-        CHECK(io::read_file(a + "/" + f) == io::read_file(b + "/" + f));
+TEST_CASE("every source_read mode (pread bands, whole copies, the mapping) writes the same bytes") {
+    CHECK(convert_options{}.read == source_read::pread);  // the default never reads the mapping
+    // The seed model too: fused q_k_v_proj split (bands read from a row offset of the source),
+    // a kept tensor cast (read and cast in chunks), two formats (GPTQ and AWQ layouts).
+    demo_options d = small_demo();
+    d.seed_naming = true;
+    const std::string seed = scratch("seed-modes");
+    write_demo_checkpoint(seed, d);
+    for (const output_format f : {output_format::gptq, output_format::awq}) {
+        for (const bool seeded : {false, true}) {
+            CAPTURE(static_cast<int>(f));
+            CAPTURE(seeded);
+            const quant_spec scheme = f == output_format::awq ? quant_spec{4, 64, false, scale_method::minmax, dtype::F16} : w4a8();
+            convert_options o;
+            o.format = f;
+            o.threads = 2;
+            o.rules.default_scheme = scheme;
+            if (seeded) {
+                o.rules.split_qkv("q_k_v_proj").untie("model.embedding.weight").quantize("lm_head", scheme);
+                o.rules.keep("re:.*norm.*", dtype::F32);
+            } else {
+                o.rules.untie("model.embed_tokens.weight").quantize("lm_head", scheme);
+            }
+            const std::string src = seeded ? seed : demo_dir();
+            const std::string a = scratch("mapped"), b = scratch("copied"), c = scratch("pread");
+            o.read = source_read::mapped;
+            convert(src, a, o);
+            o.read = source_read::copied;
+            convert(src, b, o);
+            o.read = source_read::pread;
+            convert(src, c, o);
+            const auto files = io::list_directory(a);
+            CHECK(files.size() >= 5);
+            for (const auto& file : files) {
+                CAPTURE(file);
+                const std::string bytes = io::read_file(a + "/" + file);
+                CHECK(io::read_file(b + "/" + file) == bytes);
+                CHECK(io::read_file(c + "/" + file) == bytes);
+            }
+        }
     }
 }
 

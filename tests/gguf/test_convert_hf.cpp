@@ -184,6 +184,20 @@ TEST_CASE("HF -> GGUF: Q4_K_M on a model whose rows are too short falls back and
         if (t.chosen != t.requested) CHECK_FALSE(t.fallback.empty());
 }
 
+TEST_CASE("HF -> GGUF: reading chunks with pread (the default) writes the bytes of reading the mapping") {
+    // Q8_0 with attn_q/attn_k permuted (rows read one by one from their source rows) and the rest
+    // in chunks smaller than the tensors (a chunk starts at a row offset of the source).
+    convert_options o;
+    o.type = *parse_file_type("Q8_0");
+    o.allow_no_vocab = true;
+    o.chunk_rows = 48;
+    CHECK_FALSE(o.read_mapped);
+    convert_hf_to_gguf(fixture, out_path("pread"), o);
+    o.read_mapped = true;
+    convert_hf_to_gguf(fixture, out_path("mapped"), o);
+    CHECK(qforge::io::read_file(out_path("pread")) == qforge::io::read_file(out_path("mapped")));
+}
+
 TEST_CASE("HF -> GGUF refuses what it cannot convert") {
     convert_options o;
     CHECK_THROWS_AS(convert_hf_to_gguf(fixture, out_path("none"), o), unsupported_error);  // no tokenizer

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "hostile/alloc_probe.hpp"
 #include "hostile/hostile_support.hpp"
@@ -124,6 +125,89 @@ TEST_CASE("limits: deeply nested JSON in a header is refused without exhausting 
                          doctest::Contains("exceeds the limit of 3"), qforge::limit_error);
 }
 
+namespace {
+
+// Peak live heap bytes of parsing `text` (whether it parses or is refused), over its size.
+double parse_memory_ratio(const std::string& text) {
+    alloc_probe probe;
+    try {
+        const qforge::json v = qforge::json::parse(text, "hostile.json");
+        (void)v;
+    } catch (const qforge::error&) {
+    }
+    return static_cast<double>(probe.peak()) / static_cast<double>(text.size());
+}
+
+std::string repeated(const std::string& open, const std::string& item, std::size_t n,
+                     const std::string& sep, const std::string& close) {
+    std::string s = open;
+    for (std::size_t k = 0; k < n; ++k) s += (k ? sep : "") + item;
+    return s + close;
+}
+
+// Distinct keys of minimal length: base-90 digits from printable ASCII except '"' and '\'.
+std::string short_key(std::size_t k) {
+    std::string key;
+    do {
+        char c = static_cast<char>(' ' + 1 + k % 90);
+        if (c == '"' || c == '\\') c = static_cast<char>('~' - (c == '"'));
+        key += c;
+        k /= 90;
+    } while (k);
+    return key;
+}
+
+}  // namespace
+
+TEST_CASE("limits: JSON parsing holds at most 24 bytes of heap per byte of input, valid or not") {
+    // The constant stated in json_limits: 40-byte values, each taking >= 2 bytes of text.
+    constexpr double bound = 24.0;
+    constexpr std::size_t n = 200'000;
+    std::string keys = "{";
+    for (std::size_t k = 0; k < n; ++k) keys += (k ? ",\"" : "\"") + short_key(k) + "\":0";
+    keys += "}";
+    std::string deep = std::string(127, '[') + repeated("", "{}", n, ",", "") + std::string(127, ']');
+    const std::pair<const char*, std::string> cases[] = {
+        {"tiny numbers [0,0,...]", repeated("[", "0", n, ",", "]")},
+        {"empty arrays [[],[],...]", repeated("[", "[]", n, ",", "]")},
+        {"empty objects [{},{},...]", repeated("[", "{}", n, ",", "]")},
+        {"127 arrays deep, then empty objects", deep},
+        {"empty strings", repeated("[", "\"\"", n, ",", "]")},
+        {"one-character strings", repeated("[", "\"a\"", n, ",", "]")},
+        {"many short keys", keys},
+        {"a long string", "[\"" + std::string(4'000'000, 'x') + "\"]"},
+        {"a long string of escapes", "[\"" + repeated("", "\\u00e9", 500'000, "", "") + "\"]"},
+        {"17-byte strings (just past SSO)", repeated("[", "\"" + std::string(17, 's') + "\"", n, ",", "]")},
+        {"nested pairs [[0,0],[0,0],...]", repeated("[", "[0,0]", n, ",", "]")},
+        {"nested singles [[0],[0],...]", repeated("[", "[0]", n, ",", "]")},
+        {"strings of backslashes", repeated("[", "\"" + std::string(64, '\\') + "\"", n / 16, ",", "]")},
+        // Invalid inputs that a naive pre-count would size from: commas, juxtaposed values,
+        // keys without values, then a syntax error at the very end.
+        {"commas only [,,,]", repeated("[", "", n, ",", "]")},
+        {"juxtaposed [0 0 0", repeated("[", "0", n, " ", "")},
+        {"juxtaposed [0\"\"0\"\"", repeated("[", "0\"\"", n, "", "")},
+        {"keys without values", repeated("{", "\"\":", n, ",", "}")},
+        {"valid until the last byte", repeated("[", "0", n, ",", "]x")},
+    };
+    for (const auto& [name, text] : cases) {
+        CAPTURE(name);
+        const double ratio = parse_memory_ratio(text);
+        MESSAGE(std::string(name) << ": " << text.size() << " bytes, peak heap " << ratio << "x");
+        CHECK(ratio <= bound);
+    }
+}
+
+TEST_CASE("limits: json_limits::max_values caps the tree, as a limit_error naming the file") {
+    CHECK_NOTHROW(qforge::json::parse("[1,2]", "x.json", {.max_values = 3}));
+    CHECK_THROWS_WITH_AS(qforge::json::parse("[1,2,3]", "x.json", {.max_values = 3}),
+                         doctest::Contains("x.json: more than 3 JSON values at byte 5 (json_limits::max_values)"),
+                         qforge::limit_error);
+    // Keys are not values; the object and its two values are.
+    CHECK_NOTHROW(qforge::json::parse(R"({"a":1,"b":[]})", "x.json", {.max_values = 3}));
+    CHECK_THROWS_AS(qforge::json::parse(R"({"a":1,"b":[0]})", "x.json", {.max_values = 3}),
+                    qforge::limit_error);
+}
+
 TEST_CASE("limits: files too small or empty are refused (HeaderTooSmall)") {
     scratch_dir dir;
     refused_in_both_modes<qforge::format_error>(dir, "", "HeaderTooSmall");
@@ -135,5 +219,6 @@ TEST_CASE("limits: the allocation probe itself sees large allocations (so the ch
     alloc_probe probe;
     std::string big(8 * one_mib, 'x');
     CHECK(probe.largest() >= 8 * one_mib);
+    CHECK(probe.peak() >= 8 * one_mib);
     CHECK(big.size() == 8 * one_mib);
 }

@@ -4,8 +4,13 @@
 // must name the weight's row, not the band's.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -43,6 +48,23 @@ void expect_same_as_pack(const Layout& layout, const tensor_view& v, quant_optio
         }
         CHECK(snr.signal == ref_snr.signal);
         CHECK(snr.error == ref_snr.error);
+
+        // The same bytes when every band's rows come through a band_source (the converter's
+        // pread), each row read exactly once.
+        std::atomic<std::int64_t> rows_read{0};
+        const auto row_bytes = v.bytes.size() / static_cast<std::size_t>(v.shape[0]);
+        const band_source copy_rows = [&](std::int64_t r0, std::int64_t r1, std::span<std::byte> into) {
+            if (into.size() != static_cast<std::size_t>(r1 - r0) * row_bytes) throw std::logic_error("wrong band size");
+            std::memcpy(into.data(), v.bytes.data() + static_cast<std::size_t>(r0) * row_bytes, into.size());
+            rows_read += r1 - r0;
+        };
+        snr_sums sourced_snr;
+        const auto sourced = quantize_packed(v, o, layout, "m.proj", ex, &sourced_snr, copy_rows);
+        CHECK(rows_read.load() == v.shape[0]);
+        REQUIRE(sourced.size() == ref.size());
+        for (std::size_t i = 0; i < ref.size(); ++i) CHECK(sourced[i].bytes == ref[i].bytes);
+        CHECK(sourced_snr.signal == ref_snr.signal);
+        CHECK(sourced_snr.error == ref_snr.error);
     }
 }
 
@@ -166,6 +188,28 @@ void ct_sweep(const tensor_view& v, std::initializer_list<std::int64_t> groups, 
 }
 
 }  // namespace
+
+TEST_CASE("quantize_packed with a band_source: its errors pass through, refusals name the weight's row") {
+    const std::int64_t rows = 288, cols = 2048;
+    std::vector<float> w(static_cast<std::size_t>(rows * cols), 0.25f);
+    w[static_cast<std::size_t>(200 * cols + 5)] = std::numeric_limits<float>::quiet_NaN();  // in the second band
+    const tensor_view v = testing::view_of(w, rows, cols, dtype::F32, "nan.weight");
+    quant_options o;
+    o.bits = 4;
+    o.group_size = 128;
+    o.symmetric = true;
+    o.policy = scale_policy::gptq_absmax;
+    const band_source copy_rows = [&](std::int64_t r0, std::int64_t, std::span<std::byte> into) {
+        std::memcpy(into.data(), v.bytes.data() + static_cast<std::size_t>(r0 * cols) * 4, into.size());
+    };
+    CHECK_THROWS_WITH_AS((void)quantize_packed(v, o, gptq_layout<4>{}, "nan", {}, nullptr, copy_rows),
+                         doctest::Contains("(row 200, column 5)"), unsupported_error);
+    const band_source failing = [](std::int64_t, std::int64_t, std::span<std::byte>) {
+        fail<io_error>("src.safetensors", "nan.weight", "unexpected end of file");
+    };
+    CHECK_THROWS_WITH_AS((void)quantize_packed(v, o, gptq_layout<4>{}, "nan", {}, nullptr, failing),
+                         doctest::Contains("src.safetensors: tensor 'nan.weight': unexpected end of file"), io_error);
+}
 
 TEST_CASE("quantize_packed equals pack(quantize) for compressed-tensors: 2-8 bits, both packings, odd N") {
     // 2048 columns -> bands of 128 rows; 291 rows: two full bands and a 35-row tail. 128 is no

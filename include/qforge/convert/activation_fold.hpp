@@ -118,8 +118,12 @@ inline activation_folds plan_activation_folds(const checkpoint_source& src, cons
                 else mean_sq.assign(m.begin(), m.end());
             }
             if (rec.skipped.empty()) {
+                // Read with pread, not viewed in the mapping: a source truncated meanwhile is an
+                // io_error naming file and tensor, never a SIGBUS (the converter's default read).
+                std::vector<owned_tensor> parts;
+                for (const auto& n : g.parts) parts.push_back(src.read_tensor(n));
                 std::vector<tensor_view> views;
-                for (const auto& n : g.parts) views.push_back(src.view(n));
+                for (const auto& t : parts) views.push_back(t.view());
                 activation_scaling_options o;
                 o.quant = detail::options_for(first->scheme, p.format);
                 o.quant.importance = mean_sq;  // the search policies see E[x^2] / s^2, as the converter will

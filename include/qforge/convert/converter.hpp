@@ -71,17 +71,22 @@ struct progress_event {
     std::optional<double> snr_db;  ///< quantized tensors only
 };
 
-/// How source tensors are read. `mapped` (the default) quantizes straight from the memory
-/// mapping, with every shard's size re-checked before each tensor; a file truncated *while* a
-/// tensor is being read can still raise SIGBUS. `copied` reads each source tensor with pread
-/// into one buffer first: truncation at any moment becomes an io_error naming the file and
-/// tensor, at the cost of one memcpy-speed copy of the tensor (peak memory still follows the
-/// largest tensor, not the model).
-enum class source_read { mapped, copied };
+/// How source tensors are read.
+/// `pread` (the default) never reads the memory mapping: each band of rows the quantizer
+/// works on is read with pread into that task's buffer, which is still in cache when it is
+/// quantized (as fast as the mapping, bench/convert.cpp); tensors kept as they are go to the
+/// output in 4 MiB pread chunks, and GPTQ-solved ones (which need the whole weight) are read
+/// whole. A source truncated (or unreadable) at any moment is an io_error naming the file and
+/// tensor, never a SIGBUS.
+/// `mapped` quantizes straight from the mapping, with every shard's size re-checked before
+/// each tensor; a file truncated *while* a tensor is being read can raise SIGBUS.
+/// `copied` reads each source tensor whole with pread into one buffer first (SIGBUS-free too,
+/// at one copy of the tensor and its memory).
+enum class source_read { pread, mapped, copied };
 
 struct convert_options {
     output_format format = output_format::gptq;
-    source_read read = source_read::mapped;
+    source_read read = source_read::pread;
     rule_set rules;
     unsigned threads = std::max(1u, std::thread::hardware_concurrency());
     std::uint64_t max_shard_bytes = 5'000'000'000;  ///< huggingface_hub's default
@@ -187,6 +192,23 @@ inline std::vector<std::byte> cast_floats(std::span<const std::byte> in, dtype f
     return out;
 }
 
+/// Copies bytes [offset, offset + length) of source tensor `name` to output tensor `out_name`
+/// in pread chunks (cast to `to` when it differs from `from`): no mapping is read, and memory
+/// is one chunk.
+template <class Source, class Writer>
+void copy_through_pread(const Source& src, const std::string& name, std::uint64_t offset, std::uint64_t length,
+                        dtype from, dtype to, Writer& writer, const std::string& out_name) {
+    constexpr std::uint64_t chunk = std::uint64_t{4} << 20;  // a multiple of every dtype size
+    std::vector<std::byte> buf(static_cast<std::size_t>(std::min(chunk, length)));
+    for (std::uint64_t done = 0; done < length;) {
+        const std::span<std::byte> b(buf.data(), static_cast<std::size_t>(std::min(chunk, length - done)));
+        src.read_tensor_range(name, offset + done, b);
+        if (from == to) writer.write(out_name, b);
+        else writer.write(out_name, cast_floats(b, from, to));
+        done += b.size();
+    }
+}
+
 inline std::string out_type_text(const plan& p, const plan_item& it) {
     if (it.action == plan_action::keep) return std::string(dtype_name(it.out_type));
     return std::string(format_name(p.format)) + " " + scheme_to_string(it.scheme);
@@ -256,36 +278,54 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         if (opt.progress && !opt.progress(e)) fail<error>(dst_dir, e.item->name, "conversion cancelled");
     };
 
-    owned_tensor copied;  // source_read::copied: the current source tensor (split parts share it)
+    // source_read::copied, and pread for GPTQ-solved or folded weights: the current source
+    // tensor, read whole (split parts share it).
+    owned_tensor copied;
+    const bool by_pread = opt.read == source_read::pread;
     for (std::size_t i = 0; i < p.items.size(); ++i) {
         const plan_item& it = p.items[i];
         if (opt.before_tensor) {
             behind.drain();  // the hook sees nothing in flight (it may truncate the shards, as a test does)
             opt.before_tensor(i);
         }
-        src.verify_unchanged();  // a shard truncated underneath us: an io_error, not a SIGBUS
-        // An FP8 weight is decoded into float32 once (split parts share it), like a copied read.
+        src.verify_unchanged(it.source);  // a shard truncated underneath us: an io_error, not a SIGBUS
+        const std::string module(module_of(it.name));
+        std::optional<tensor_view> h;
+        if (hessians && it.action != plan_action::keep) {
+            h = hessians->find(module, it.shape[1]);
+            if (!h) h = hessians->find(module_of(it.source), it.shape[1]);  // a fused source's input
+            (h ? result.gptq_layers : result.rtn_layers).push_back(module);
+        }
+        // An FP8 weight already on the output's grid is copied (codes and scales); any other FP8
+        // weight is decoded into float32 once (split parts share it). A weight folded by
+        // activation scaling, solved by GPTQ, or quantized into a float format is read whole.
         const bool copy_fp8 = !folds && it.scale && it.whole_source() && fp8_copy_applies(*it.scale, p.format, it.scheme, it.shape[1]);
-        const bool buffered = opt.read == source_read::copied || (it.scale && !copy_fp8);
-        if (buffered && copied.name != it.source) {
+        const bool decode_fp8 = it.scale && !copy_fp8;
+        const bool folded_here = folds && (folds->row_scale(it.name) || folds->column_scale(it.name));
+        const bool whole = decode_fp8 || opt.read == source_read::copied ||
+                           (by_pread && (h || folded_here || copy_fp8 || (is_float_format(p.format) && it.action != plan_action::keep)));
+        if (copied.name != it.source && !copied.name.empty()) {
             behind.drain();           // a job behind may still be writing from the buffer
             copied = owned_tensor{};  // the previous source's buffer goes before the next is read
-            copied = it.scale ? src.decode(it.source, opt.read == source_read::copied) : src.read_tensor(it.source);
         }
-        const tensor_view whole = buffered && !copy_fp8 ? copied.view() : src.view(it.source);
+        if (whole && copied.name != it.source)
+            copied = decode_fp8 ? src.decode(it.source, opt.read != source_read::mapped) : src.read_tensor(it.source);
+        // Under pread without `whole`, full's bytes (the mapping) only give sizes and offsets,
+        // except for one expert of a fused 3-D tensor, still gathered from the mapping (one
+        // expert in memory): the one read under pread that can SIGBUS on a truncated source.
+        const tensor_view full = whole ? copied.view() : src.view(it.source);
         // One expert of a fused 3-D tensor: its matrix gathered on its own (one expert in memory).
         owned_tensor expert;
         if (it.cut) {
-            expert = gather_expert(whole, *it.cut, it.name, it.shape);
+            expert = gather_expert(full, *it.cut, it.name, it.shape);
             // The expert's block of the fused tensor is copied out: once its last piece is, drop
             // its pages, so resident memory follows one expert, not the whole fused tensor.
             const plan_item* next = i + 1 < p.items.size() ? &p.items[i + 1] : nullptr;
-            if (opt.read == source_read::mapped &&
-                (!next || !next->cut || next->source != it.source || next->cut->expert != it.cut->expert))
-                src.release(it.source, expert_block_bytes(whole) * static_cast<std::uint64_t>(it.cut->expert),
-                            expert_block_bytes(whole));
+            if (!whole && (!next || !next->cut || next->source != it.source || next->cut->expert != it.cut->expert))
+                src.release(it.source, expert_block_bytes(full) * static_cast<std::uint64_t>(it.cut->expert),
+                            expert_block_bytes(full));
         }
-        const tensor_view v = it.cut ? expert.view() : whole;
+        const tensor_view v = it.cut ? expert.view() : full;
         progress_event ev{i + 1, p.items.size(), &it, std::string(dtype_name(it.source_type)),
                           detail::out_type_text(p, it), it.in_bytes(), it.out_bytes(), std::nullopt};
         if (it.action == plan_action::keep && it.cut) {
@@ -309,6 +349,18 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
                              ? v.bytes
                              : v.bytes.subspan(static_cast<std::size_t>(it.row_begin) * row_bytes,
                                                static_cast<std::size_t>(it.row_end - it.row_begin) * row_bytes);
+            if (by_pread && !whole) {
+                const auto offset = static_cast<std::uint64_t>(slice.data() - v.bytes.data());
+                behind.submit(
+                    [&src, &writer, &writeback, &shard_path, &it, offset, length = std::uint64_t{slice.size()},
+                     release = last_use[it.source] == i] {
+                        detail::copy_through_pread(src, it.source, offset, length, it.source_type, it.out_type, writer, it.name);
+                        if (release) src.release(it.source);
+                        writeback.start(shard_path.find(it.name)->second);
+                    },
+                    [&emit, ev = std::move(ev)] { emit(ev); });
+                continue;
+            }
             std::vector<std::byte> folded;  // a norm weight divided by its layer's activation scales
             if (const std::vector<float>* r = folds ? folds->row_scale(it.name) : nullptr) {
                 folded = unscale_rows(v, *r).bytes;
@@ -324,19 +376,13 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
                 [&emit, ev = std::move(ev)] { emit(ev); });
             continue;
         }
-        const std::string module(module_of(it.name));
-        std::optional<tensor_view> h;
-        if (hessians) {
-            h = hessians->find(module, it.shape[1]);
-            if (!h) h = hessians->find(module_of(it.source), it.shape[1]);  // a fused source's input
-            (h ? result.gptq_layers : result.rtn_layers).push_back(module);
-        }
         std::span<const float> imp;  // valid until the next lookup: the quantizer is done with it by then
         if (importance) {
             imp = importance->find(it.name, it.shape[1]);
             (imp.empty() ? result.layers_without_imatrix : result.imatrix_layers).push_back(module);
         }
         // Activation scaling: the quantizer takes diag(1/r) W diag(s) and meets inputs x / s.
+        // (A folded weight is read whole, so v holds its bytes: see `whole`.)
         tensor_view qv = v;
         std::int64_t qb = it.row_begin, qe = it.row_end;
         owned_tensor folded;
@@ -358,8 +404,13 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         double snr = 0;
         if (copy_fp8) {  // already on the output's grid: codes and scales copied, nothing rounded
             for (const planned_tensor& t : it.outputs) {
-                const tensor_view from = t.type == dtype::F8_E4M3 ? v : src.view(it.scale->name);
-                packed.push_back({t.name, t.type, t.shape, std::vector<std::byte>(from.bytes.begin(), from.bytes.end())});
+                if (t.type == dtype::F8_E4M3) {
+                    packed.push_back({t.name, t.type, t.shape, std::vector<std::byte>(v.bytes.begin(), v.bytes.end())});
+                } else {
+                    owned_tensor scale = by_pread ? src.read_tensor(it.scale->name) : owned_tensor{};
+                    const tensor_view from = by_pread ? scale.view() : src.view(it.scale->name);
+                    packed.push_back({t.name, t.type, t.shape, std::vector<std::byte>(from.bytes.begin(), from.bytes.end())});
+                }
             }
             snr = std::numeric_limits<double>::infinity();
         } else if (h) {
@@ -368,8 +419,16 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             solved = std::move(q.q);
             snr = q.snr_db;
         } else {
+            band_source rows;
+            if (by_pread && !whole && !it.cut) {  // qv is v, the mapping, used for its sizes only
+                const std::uint64_t row_bytes = static_cast<std::uint64_t>(v.shape.at(1)) * dtype_size(v.type);
+                rows = [&src, &it, row_bytes](std::int64_t r0, std::int64_t r1, std::span<std::byte> into) {
+                    (void)r1;  // `into` holds exactly rows [r0, r1)
+                    src.read_tensor_range(it.source, static_cast<std::uint64_t>(it.row_begin + r0) * row_bytes, into);
+                };
+            }
             detail::packed_result q = detail::quantize_rows_packed(qv, qb, qe, it.scheme, p.format, it.model_type(), run,
-                                                                   it.name, module, imp);
+                                                                   it.name, module, imp, rows);
             packed = std::move(q.tensors);
             snr = q.snr_db;
         }

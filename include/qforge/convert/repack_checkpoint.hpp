@@ -14,7 +14,9 @@
 // dequantized and quantized again and their SNR against the input's decoded weights reported.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -22,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -108,7 +111,13 @@ struct open_checkpoint {
     safetensors::sharded_reader reader;
     json config;
     repack_scheme scheme;
-    std::shared_ptr<std::map<std::string, tensor_view>> cache = std::make_shared<std::map<std::string, tensor_view>>();
+    // A module's tensors are read with pread (never from the mapping: a source truncated
+    // underneath is an io_error naming file and tensor, not a SIGBUS) and kept until release().
+    struct cached_tensor {
+        owned_tensor data;
+        tensor_view view;
+    };
+    std::shared_ptr<std::map<std::string, cached_tensor>> cache = std::make_shared<std::map<std::string, cached_tensor>>();
 
     open_checkpoint(const std::string& dir, int fake_bits)
         : folder(dir), reader(dir), config(io::read_config(dir)) {
@@ -123,9 +132,12 @@ struct open_checkpoint {
         const safetensors::sharded_reader* r = &reader;
         s.find = [c, r](const std::string& name) -> const tensor_view* {
             auto it = c->find(name);
-            if (it != c->end()) return &it->second;
+            if (it != c->end()) return &it->second.view;
             if (!r->contains(name)) return nullptr;
-            return &c->emplace(name, r->view(name)).first->second;
+            cached_tensor& e = (*c)[name];
+            e.data = r->read_tensor(name);
+            e.view = e.data.view();  // map nodes do not move: the view stays valid
+            return &e.view;
         };
         return s;
     }
@@ -320,7 +332,15 @@ inline repack_report repack_checkpoint(const std::string& src_dir, const std::st
     std::size_t done = 0;
     for (const auto& [is_module, name] : order) {
         if (!is_module) {
-            writer.write(name, in.reader.view(name).bytes);
+            // In pread chunks, never from the mapping (see open_checkpoint::cached_tensor).
+            const std::uint64_t size = in.reader.find(name)->size();
+            constexpr std::uint64_t chunk = std::uint64_t{4} << 20;
+            std::vector<std::byte> buf(static_cast<std::size_t>(std::min(chunk, size)));
+            for (std::uint64_t at = 0; at < size; at += chunk) {
+                const std::span<std::byte> b(buf.data(), static_cast<std::size_t>(std::min(chunk, size - at)));
+                in.reader.read_tensor_range(name, at, b);
+                writer.write(name, b);
+            }
             in.reader.release(name);
             report.copied_tensors.push_back(name);
             continue;

@@ -6,8 +6,11 @@
 //   for (const auto& t : src.tensors()) { auto v = src.view(t.name); ...; src.release(t.name); }
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,6 +74,11 @@ public:
     /// A copy of the tensor read with pread: a file truncated underneath gives an io_error
     /// naming file and tensor instead of a SIGBUS (the cost is one copy of the tensor).
     owned_tensor read_tensor(std::string_view name) const { return shards_.read_tensor(name); }
+    /// Bytes [offset, offset + out.size()) of a tensor (a band of its rows) read with pread
+    /// into `out`: an io_error naming file and tensor if the file shrank, never a SIGBUS.
+    void read_tensor_range(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const {
+        shards_.read_tensor_range(name, offset, out);
+    }
     /// Drops the mapped pages of a tensor we are done with, so resident memory stays flat.
     void release(std::string_view name) const {
         shards_.release(name);
@@ -82,7 +90,7 @@ public:
     }
     /// io_error if a shard changed size since it was opened: a view into a file that shrank
     /// would SIGBUS when touched, so the converter checks before taking each view.
-    void verify_unchanged() const { shards_.verify_unchanged(); }
+    void verify_unchanged(std::string_view tensor = {}) const { shards_.verify_unchanged(tensor); }
 
 private:
     static std::string check_dir(std::string d) {

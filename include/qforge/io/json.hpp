@@ -11,8 +11,8 @@
 // (an integer literal beyond int64 becomes a double); doubles round-trip (shortest digits,
 // written the way Python's repr writes them, e.g. 1e-05, 10000.0); strings are validated UTF-8
 // with \u escapes and surrogate pairs decoded. Parsing refuses duplicate keys, lone surrogates,
-// NaN/Infinity, trailing garbage, nesting deeper than json_limits::max_depth and inputs larger
-// than json_limits::max_bytes; every refusal is a format_error (limit_error for the limits)
+// NaN/Infinity, trailing garbage, nesting deeper than json_limits::max_depth, inputs larger
+// than json_limits::max_bytes and more values than json_limits::max_values; every refusal is a format_error (limit_error for the limits)
 // naming the file, the byte offset and what was expected.
 #pragma once
 
@@ -44,9 +44,19 @@ struct basic_json_member {
 using json_member = basic_json_member<json>;
 
 /// Hostile-input limits for json::parse. Defaults fit every real checkpoint file.
+///
+/// Memory: whatever the limits, parsing N bytes never holds more than 24 N bytes of heap (+ a
+/// few KiB): containers are sized exactly from a structural pre-scan (no growth slack), strings
+/// are reserved at their raw length, and each value costs sizeof(json) = 40 bytes against the
+/// at least 2 bytes of text ("0,") it takes, so a hostile header cannot make the parser allocate
+/// more than a small multiple of what was read (tests/hostile/test_limits.cpp measures it).
+/// max_values caps the absolute size of the tree on top of that.
 struct json_limits {
     std::size_t max_depth = 128;                   // serde_json's recursion limit
     std::size_t max_bytes = std::size_t{1} << 30;  // 1 GiB of text
+    /// Values in the document (scalars, strings, arrays, objects; object keys not counted).
+    /// 16 Mi values: the largest tokenizer.json files (256k vocab + merges) hold ~2 Mi.
+    std::size_t max_values = std::size_t{1} << 24;
 };
 
 /// Output shape for json::dump. indent < 0: compact, byte-identical to serde_json::to_string

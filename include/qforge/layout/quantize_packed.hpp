@@ -15,10 +15,17 @@
 //
 // Layouts opt in with pack_band() (band_packing_layout); any other layout_policy goes
 // through quantize() + pack() with the same result.
+//
+// With a band_source, each task reads its band's rows through it (the converter: pread from
+// the source file) into a buffer of its own instead of from weight.bytes, which is then never
+// touched: a file truncated underneath is the source's io_error, never a SIGBUS, and the band
+// is in cache when quantized.
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -42,6 +49,9 @@ concept band_packing_layout = layout_policy<L> && requires(const L& l, const qua
     l.pack_band(band, n, n, out);
 };
 
+/// Fills `into` with rows [row_begin, row_end) of the weight (its dtype, row-major), or throws.
+using band_source = std::function<void(std::int64_t row_begin, std::int64_t row_end, std::span<std::byte> into)>;
+
 namespace detail {
 
 /// Rows per band: a multiple of 32 (so every layout's words along N close inside a band), at
@@ -55,35 +65,47 @@ inline std::int64_t band_rows(std::int64_t cols) noexcept {
     return std::max<std::int64_t>(128, 32 * units);
 }
 
+/// What one task works in: the band's codes and, with a band_source, its source rows.
+struct band_work {
+    quantized_tensor codes;
+    std::vector<std::byte> rows;
+};
+
 /// Band buffers handed from task to task, so each thread reuses one instead of allocating.
 class band_buffers {
 public:
-    std::unique_ptr<quantized_tensor> take() {
+    std::unique_ptr<band_work> take() {
         std::lock_guard<std::mutex> lock(m_);
-        if (free_.empty()) return std::make_unique<quantized_tensor>();
+        if (free_.empty()) return std::make_unique<band_work>();
         auto b = std::move(free_.back());
         free_.pop_back();
         return b;
     }
-    void give(std::unique_ptr<quantized_tensor> b) {
+    void give(std::unique_ptr<band_work> b) {
         std::lock_guard<std::mutex> lock(m_);
         free_.push_back(std::move(b));
     }
 
 private:
     std::mutex m_;
-    std::vector<std::unique_ptr<quantized_tensor>> free_;
+    std::vector<std::unique_ptr<band_work>> free_;
 };
 
 }  // namespace detail
 
 /// The tensors of `layout.pack(quantize(weight, opt, ex), prefix)`, made band by band (see the
 /// top of this header). With `snr`, the SNR sums of what a loader decodes against `weight`.
+/// With `source`, the rows are read through it (weight's bytes are only sized, never read).
 template <layout_policy L>
 std::vector<owned_tensor> quantize_packed(const tensor_view& weight, const quant_options& opt, const L& layout,
-                                          std::string_view prefix, const executor& ex = {}, snr_sums* snr = nullptr) {
+                                          std::string_view prefix, const executor& ex = {}, snr_sums* snr = nullptr,
+                                          const band_source& source = {}) {
     if constexpr (!band_packing_layout<L>) {
-        return layout.pack(quantize(weight, opt, ex, snr), prefix);
+        if (!source) return layout.pack(quantize(weight, opt, ex, snr), prefix);
+        detail::check_options(weight, opt);
+        std::vector<std::byte> rows(weight.bytes.size());  // no bands here: the whole weight at once
+        source(0, weight.shape[0], rows);
+        return layout.pack(quantize(tensor_view{weight.name, weight.type, weight.shape, rows}, opt, ex, snr), prefix);
     } else {
         detail::check_options(weight, opt);
         const simd::group_kernels& k = simd::kernels(opt.isa ? *opt.isa : simd::active_isa());
@@ -98,8 +120,16 @@ std::vector<owned_tensor> quantize_packed(const tensor_view& weight, const quant
         parallel_for(ex, 0, static_cast<std::size_t>(n), static_cast<std::size_t>(band), [&](std::size_t lo, std::size_t hi) {
             auto b = buffers.take();
             const auto r0 = static_cast<std::int64_t>(lo), r1 = static_cast<std::int64_t>(hi);
-            detail::quantize_band(weight, opt, k, r0, r1, *b, snr ? rows_snr.data() + r0 : nullptr);
-            layout.pack_band(*b, r0, n, out);
+            snr_sums* band_snr = snr ? rows_snr.data() + r0 : nullptr;
+            if (source) {
+                b->rows.resize(static_cast<std::size_t>((r1 - r0) * cols) * dtype_size(weight.type));
+                source(r0, r1, b->rows);
+                const tensor_view rows{weight.name, weight.type, {r1 - r0, cols}, b->rows};
+                detail::quantize_band(rows, opt, k, 0, r1 - r0, b->codes, band_snr, r0);
+            } else {
+                detail::quantize_band(weight, opt, k, r0, r1, b->codes, band_snr);
+            }
+            layout.pack_band(b->codes, r0, n, out);
             buffers.give(std::move(b));
         });
         if (snr) {

@@ -275,10 +275,14 @@ inline void set_quantized_header(quantized_tensor& q, const tensor_view& w, cons
 }
 
 /// The refusal for a non-finite weight at flat index `bad`.
-[[noreturn]] inline void refuse_non_finite(const tensor_view& w, const simd::group_kernels& k, std::int64_t bad) {
+// `bad` indexes w's elements; the message counts from element `base` of the weight w is a band
+// of (0 when w is the whole weight).
+[[noreturn]] inline void refuse_non_finite(const tensor_view& w, const simd::group_kernels& k, std::int64_t bad,
+                                           std::int64_t base = 0) {
     float v = 0;
     const std::int64_t cols = w.shape[1];
     k.to_f32(w.bytes.data() + static_cast<std::size_t>(bad) * dtype_size(w.type), w.type, 1, &v);
+    bad += base;
     fail<unsupported_error>({}, w.name,
                             std::string(v != v ? "NaN" : "infinity") + " at element " + std::to_string(bad) +
                                 " (row " + std::to_string(bad / cols) + ", column " + std::to_string(bad % cols) +
@@ -287,9 +291,11 @@ inline void set_quantized_header(quantized_tensor& q, const tensor_view& w, cons
 
 /// Quantizes rows [row_lo, row_hi) of `weight` into `band` (resized, reusing its storage) on
 /// the calling thread, with each row's SNR sums in rows_snr[r - row_lo] when given. The
-/// options must have passed check_options(weight, opt).
+/// options must have passed check_options(weight, opt). `weight` may itself be a band of a
+/// larger weight starting at row `first_row` of it: a refusal then names the larger weight's row.
 inline void quantize_band(const tensor_view& weight, const quant_options& opt, const simd::group_kernels& k,
-                          std::int64_t row_lo, std::int64_t row_hi, quantized_tensor& band, snr_sums* rows_snr) {
+                          std::int64_t row_lo, std::int64_t row_hi, quantized_tensor& band, snr_sums* rows_snr,
+                          std::int64_t first_row = 0) {
     set_quantized_header(band, weight, opt, row_hi - row_lo);
     band.g_idx.clear();
     band.size_storage(quantized_tensor::storage::codes_scales_zeros);  // every element is overwritten
@@ -297,7 +303,7 @@ inline void quantize_band(const tensor_view& weight, const quant_options& opt, c
     with_scheme(opt.bits, opt.group_size, opt.symmetric, [&](auto s) {
         quantize_rows<decltype(s)>(weight, opt, k, row_target{&band, row_lo, rows_snr}, row_lo, row_hi, first_bad);
     });
-    if (first_bad >= 0) refuse_non_finite(weight, k, first_bad);
+    if (first_bad >= 0) refuse_non_finite(weight, k, first_bad, first_row * weight.shape[1]);
 }
 
 }  // namespace detail

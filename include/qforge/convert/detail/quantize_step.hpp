@@ -86,23 +86,25 @@ struct packed_result {
 /// layout.pack(quantize(rows), module); the SNR is the one the quantizer measures while it
 /// encodes (a second pass over the tensor cost more than the scale search itself).
 /// `importance` (one weight per input column, or empty) weights the errors of the search
-/// policies (search, mse, lsq).
+/// policies (search, mse, lsq). With `source`, band k's rows (counted from row_begin) are
+/// read through it instead of from v.
 inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
                                           const quant_spec& scheme, output_format f, dtype checkpoint,
                                           const executor& run, const std::string& name, const std::string& module,
-                                          std::span<const float> importance = {}) {
+                                          std::span<const float> importance = {}, const band_source& source = {}) {
     const tensor_view rows = row_slice(v, row_begin, row_end, name);
     snr_sums sums;
     packed_result r;
-    if (is_float_format(f)) {  // E4M3 codes: no integer grid, its own quantizer (layout/fp8.hpp)
+    if (is_float_format(f)) {  // E4M3 codes: no integer grid, its own quantizer (layout/fp8.hpp); reads v whole
         r.tensors = fp8_layout(fp8_options_for(f, scheme, v.type)).quantize(rows, module, run, &sums);
         r.snr_db = sums.db();
         return r;
     }
     quant_options o = options_for(scheme, f);
     o.importance = importance;
-    r.tensors = with_layout(f, scheme.bits, *scheme.scale_dtype, checkpoint,
-                            [&](const auto& layout) { return quantize_packed(rows, o, layout, module, run, &sums); });
+    r.tensors = with_layout(f, scheme.bits, *scheme.scale_dtype, checkpoint, [&](const auto& layout) {
+        return quantize_packed(rows, o, layout, module, run, &sums, source);
+    });
     r.snr_db = sums.db();
     return r;
 }

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -63,6 +64,11 @@ struct convert_options {
     /// quantize.imatrix.{file,dataset,entries_count,chunks_count}.
     std::string imatrix_file;
     std::int64_t chunk_rows = 256;
+    /// false (the default): each chunk's source rows are read with pread into a buffer, so a
+    /// source truncated or unreadable during the conversion is an io_error naming the file and
+    /// tensor. true: rows are read straight from the memory mapping (zero-copy; a source
+    /// truncated meanwhile can kill the process with SIGBUS).
+    bool read_mapped = false;
     /// Runs the rows of a chunk in parallel (e.g. thread_pool::executor()); null: this thread.
     /// The output bytes never depend on it (rows are independent).
     executor exec;
@@ -465,6 +471,7 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     std::vector<float> rows, back;
     std::vector<double> row_x2, row_e2;
     std::vector<std::uint16_t> out;  // 2-byte aligned block storage (every row size is even)
+    std::vector<std::byte> chunk_src;  // the chunk's source rows, read with pread
     for (std::size_t ti = 0; ti < plan.size(); ++ti) {
         const auto& p = plan[ti];
         const std::int64_t cols = p.decl.ne[0];
@@ -479,7 +486,8 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
         for (std::int64_t part = 0; part < n_parts; ++part) {
             const std::string& hf = p.parts[static_cast<std::size_t>(part)];
             owned_tensor decoded;  // an FP8 weight's float32 values (convert/fp8_source.hpp), this part only
-            if (src.scale_of(hf)) decoded = src.decode(hf);
+            if (src.scale_of(hf)) decoded = src.decode(hf, !opt.read_mapped);
+            const bool in_memory = opt.read_mapped || !decoded.bytes.empty();  // else v gives sizes only
             const tensor_view v = decoded.bytes.empty() ? src.view(hf) : decoded.view();
             const float* imr = im.data(part);
             for (std::int64_t r0 = 0; r0 < nrows; r0 += opt.chunk_rows) {
@@ -488,6 +496,20 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
                 back.resize(rows.size());
                 out.resize(row_size * static_cast<std::size_t>(n) / 2 + 1);
                 auto* dst = reinterpret_cast<std::byte*>(out.data());
+                // Row ri of the chunk is row ri of `chunk` (pread), or row srow of the mapping.
+                tensor_view chunk = v;
+                if (!in_memory) {
+                    const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(v.type);
+                    chunk_src.resize(row_bytes * static_cast<std::size_t>(n));
+                    if (p.map.permute_heads > 0) {
+                        for (std::int64_t ri = 0; ri < n; ++ri)
+                            src.read_tensor_range(hf, static_cast<std::uint64_t>(permuted_source_row(r0 + ri, nrows, p.map.permute_heads)) * row_bytes,
+                                                  std::span<std::byte>(chunk_src.data() + static_cast<std::size_t>(ri) * row_bytes, row_bytes));
+                    } else {
+                        src.read_tensor_range(hf, static_cast<std::uint64_t>(r0) * row_bytes, chunk_src);
+                    }
+                    chunk = tensor_view{hf, v.type, {n, cols}, chunk_src};
+                }
                 row_x2.assign(static_cast<std::size_t>(n), 0.0);
                 row_e2.assign(static_cast<std::size_t>(n), 0.0);
                 parallel_for(opt.exec, 0, static_cast<std::size_t>(n), 8, [&](std::size_t lo, std::size_t hi) {
@@ -496,7 +518,7 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
                         const std::int64_t srow =
                             p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, nrows, p.map.permute_heads) : r0 + ri;
                         float* xr = rows.data() + ri * cols;
-                        detail::load_row(v, srow, cols, xr);
+                        detail::load_row(chunk, in_memory ? srow : ri, cols, xr);
                         for (std::int64_t c = 0; c < cols; ++c)
                             if (!std::isfinite(xr[c])) fail<format_error>(src_dir, hf, "tensor holds NaN or infinity");
                         std::byte* qr = dst + r * row_size;

@@ -1,14 +1,17 @@
 // Recursive-descent JSON parser behind json::parse (RFC 8259, strict). Depth is bounded by
-// json_limits::max_depth so hostile nesting cannot exhaust the stack.
+// json_limits::max_depth so hostile nesting cannot exhaust the stack, and memory by the input:
+// a structural pre-scan counts each container's children so every array and object is
+// allocated once at its exact size (vector doubling alone would cost up to 3x more).
 #pragma once
 
 #include <charconv>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <unordered_set>
+#include <vector>
 
 #include "qforge/core/error.hpp"
 
@@ -75,6 +78,8 @@ public:
                               "JSON text of " + std::to_string(s_.size()) +
                                   " bytes exceeds the limit of " +
                                   std::to_string(limits_.max_bytes));
+        scan_shape();
+        children_.shrink_to_fit();  // 4 bytes per container while the tree is built
         skip_ws();
         json v = parse_value(0);
         skip_ws();
@@ -115,8 +120,80 @@ private:
         return true;
     }
 
+    // The pre-scan: children_[k] is the number of elements (array) or members (object) of the
+    // k-th container in document order, counted without validating. For valid JSON it is exact;
+    // for invalid JSON every counted child still needs 2 bytes of its own text (an element: the
+    // ',' or '[' before it and its first byte; a member: ',' or '{', a key of >= 2 bytes and
+    // its ':'), so the reservations made from it stay within 20 bytes per byte of input.
+    void scan_shape() {
+        std::vector<std::uint32_t> open;  // children_ indices of the open containers
+        std::vector<bool> in_object;
+        bool expecting = false;           // just after '[' / '{' / ','
+        const std::size_t n = s_.size();
+        auto count_child = [&] {
+            if (!open.empty() && expecting) ++children_[open.back()];
+            expecting = false;
+        };
+        for (std::size_t i = 0; i < n; ++i) {
+            const char c = s_[i];
+            switch (c) {
+                case ' ': case '\t': case '\n': case '\r': break;
+                case '"':
+                    if (open.empty() || !in_object.back()) count_child();
+                    i = raw_string_end(i + 1);
+                    break;
+                case ':':
+                    if (!open.empty() && in_object.back()) count_child();
+                    break;
+                case ',': expecting = true; break;
+                case '[': case '{':
+                    if (open.empty() || !in_object.back()) count_child();
+                    // Deeper than the limit: the parser refuses there, nothing further to size.
+                    if (open.size() >= limits_.max_depth) return;
+                    open.push_back(static_cast<std::uint32_t>(children_.size()));
+                    in_object.push_back(c == '{');
+                    children_.push_back(0);
+                    expecting = true;
+                    break;
+                case ']': case '}':
+                    if (!open.empty()) {
+                        open.pop_back();
+                        in_object.pop_back();
+                    }
+                    expecting = false;
+                    break;
+                default:
+                    if (open.empty() || !in_object.back()) count_child();
+                    while (i + 1 < n && !is_structural(s_[i + 1])) ++i;
+            }
+        }
+    }
+
+    static bool is_structural(char c) noexcept {
+        switch (c) {
+            case ' ': case '\t': case '\n': case '\r': case '"': case ':': case ',':
+            case '[': case ']': case '{': case '}': return true;
+            default: return false;
+        }
+    }
+
+    // The reserve for the next container the parser opens (containers open in document order
+    // in both passes, so the k-th one opened is children_[k]).
+    std::size_t next_container_size() noexcept {
+        return next_container_ < children_.size() ? children_[next_container_++] : 0;
+    }
+
+    void count_value() {
+        if (++values_ > limits_.max_values)
+            fail<limit_error>(std::string(file_), {},
+                              "more than " + std::to_string(limits_.max_values) +
+                                  " JSON values at byte " + std::to_string(i_) +
+                                  " (json_limits::max_values)");
+    }
+
     json parse_value(std::size_t depth) {
         if (i_ >= s_.size()) error("a value");
+        count_value();
         switch (s_[i_]) {
             case '{': return parse_object(depth + 1);
             case '[': return parse_array(depth + 1);
@@ -141,7 +218,8 @@ private:
         check_depth(depth);
         ++i_;  // '{'
         json::object_t members;
-        std::unordered_set<std::string> seen;  // only filled for large objects
+        members.reserve(next_container_size());
+        key_index seen;  // only filled for large objects
         skip_ws();
         if (i_ < s_.size() && s_[i_] == '}') {
             ++i_;
@@ -174,8 +252,42 @@ private:
         }
     }
 
-    // Linear search while small (config objects), a hash set once large (weight_map).
-    static bool is_duplicate(const json::object_t& members, std::unordered_set<std::string>& seen,
+    // Member indices by key hash (open addressing, load <= 1/2): 4-8 bytes per member where a
+    // node-based set of copied keys cost 50-100, so a large object's duplicate check stays
+    // within the input's memory bound.
+    class key_index {
+    public:
+        // Whether `key` is already among members[0..size); if not, records index size() for it.
+        bool insert(const json::object_t& members, const std::string& key) {
+            if ((members.size() + 1) * 2 > slots_.size()) rebuild(members, (members.size() + 1) * 2);
+            for (std::size_t h = slot_of(key);; h = (h + 1) & (slots_.size() - 1)) {
+                if (slots_[h] == 0) {
+                    slots_[h] = static_cast<std::uint32_t>(members.size() + 1);
+                    return false;
+                }
+                if (members[slots_[h] - 1].key == key) return true;
+            }
+        }
+
+    private:
+        std::size_t slot_of(std::string_view key) const noexcept {
+            return std::hash<std::string_view>{}(key) & (slots_.size() - 1);
+        }
+        void rebuild(const json::object_t& members, std::size_t at_least) {
+            std::size_t size = 64;
+            while (size < at_least) size *= 2;
+            slots_.assign(size, 0);
+            for (std::size_t m = 0; m < members.size(); ++m) {
+                std::size_t h = slot_of(members[m].key);
+                while (slots_[h] != 0) h = (h + 1) & (size - 1);
+                slots_[h] = static_cast<std::uint32_t>(m + 1);
+            }
+        }
+        std::vector<std::uint32_t> slots_;  // member index + 1; 0 = empty
+    };
+
+    // Linear search while small (config objects), the index once large (weight_map).
+    static bool is_duplicate(const json::object_t& members, key_index& seen,
                              const std::string& key) {
         constexpr std::size_t linear_limit = 16;
         if (members.size() < linear_limit) {
@@ -183,15 +295,14 @@ private:
                 if (m.key == key) return true;
             return false;
         }
-        if (seen.empty())
-            for (const auto& m : members) seen.insert(m.key);
-        return !seen.insert(key).second;
+        return seen.insert(members, key);
     }
 
     json parse_array(std::size_t depth) {
         check_depth(depth);
         ++i_;  // '['
         json::array_t items;
+        items.reserve(next_container_size());
         skip_ws();
         if (i_ < s_.size() && s_[i_] == ']') {
             ++i_;
@@ -230,6 +341,8 @@ private:
     std::string parse_string() {
         ++i_;  // opening quote
         std::string out;
+        // Decoded text is never longer than the raw text: one exact allocation, no doubling.
+        out.reserve(raw_string_end(i_) - i_);
         for (;;) {
             if (i_ >= s_.size()) error("'\"' closing the string");
             const auto c = static_cast<unsigned char>(s_[i_]);
@@ -252,6 +365,20 @@ private:
             out.append(s_.substr(i_, n));
             i_ += n;
         }
+    }
+
+    // Index of the quote closing a string whose text starts at `from` (the input's size when
+    // unterminated): the first '"' not preceded by an odd run of backslashes.
+    std::size_t raw_string_end(std::size_t from) const noexcept {
+        for (std::size_t at = from; at < s_.size(); ++at) {
+            const void* q = std::memchr(s_.data() + at, '"', s_.size() - at);
+            if (!q) break;
+            at = static_cast<std::size_t>(static_cast<const char*>(q) - s_.data());
+            std::size_t slashes = 0;
+            while (at - slashes > from && s_[at - slashes - 1] == '\\') ++slashes;
+            if (slashes % 2 == 0) return at;
+        }
+        return s_.size();
     }
 
     void parse_escape(std::string& out) {
@@ -342,6 +469,9 @@ private:
     std::string_view file_;
     json_limits limits_;
     std::size_t i_ = 0;
+    std::vector<std::uint32_t> children_;  // from scan_shape
+    std::size_t next_container_ = 0;
+    std::size_t values_ = 0;
 };
 
 }  // namespace qforge::detail

@@ -84,13 +84,16 @@ public:
     void read_tensor_into(std::string_view name, std::span<std::byte> out) const {
         holder(name).read_tensor_into(name, out);
     }
+    void read_tensor_range(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const {
+        holder(name).read_tensor_range(name, offset, out);
+    }
     void release(std::string_view name) const { holder(name).release(name); }
     void release(std::string_view name, std::uint64_t offset, std::uint64_t length) const {
         holder(name).release(name, offset, length);
     }
     /// io_error if any shard changed size since it was validated.
-    void verify_unchanged() const {
-        for (const auto& r : shards_) r->verify_unchanged();
+    void verify_unchanged(std::string_view tensor = {}) const {
+        for (const auto& r : shards_) r->verify_unchanged(tensor);
     }
 
 private:

@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -126,6 +125,17 @@ public:
         in_.read_at(data_offset() + t.begin, out, t.name);
     }
 
+    /// Copies bytes [offset, offset + out.size()) of the tensor with pread into `out` (a band
+    /// of rows): io_error naming the file and tensor if the file got shorter, never a signal.
+    void read_tensor_range(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const {
+        const tensor_info& t = info(name);
+        if (offset > t.size() || out.size() > t.size() - offset)
+            fail<shape_error>(path(), t.name, "bytes [" + std::to_string(offset) + ", " +
+                                                  std::to_string(offset + out.size()) + ") are outside the " +
+                                                  std::to_string(t.size()) + "-byte tensor");
+        in_.read_at(data_offset() + t.begin + offset, out, t.name);
+    }
+
     /// Copies the tensor into an owned buffer via pread (io_error if the file got shorter).
     owned_tensor read_tensor(std::string_view name) const {
         const tensor_info& t = info(name);
@@ -148,10 +158,11 @@ public:
     }
 
     /// io_error if the file's size is no longer what was validated (truncated or grown since).
-    void verify_unchanged() const {
+    /// `tensor`: the one about to be read, named in the error.
+    void verify_unchanged(std::string_view tensor = {}) const {
         const std::uint64_t now = io::file_size_of(in_.fd(), path());
         if (now != file_size_)
-            fail<io_error>(path(), {}, "file changed size from " + std::to_string(file_size_) +
+            fail<io_error>(path(), std::string(tensor), "file changed size from " + std::to_string(file_size_) +
                                            " to " + std::to_string(now) + " bytes while open");
     }
 
@@ -160,14 +171,11 @@ private:
         fail<format_error>(path(), tensor, reason);
     }
 
+    // Always pread, in mmap mode too: a file truncated while it is being opened is then an
+    // io_error, where a copy out of the mapping would SIGBUS.
     std::string read_header_bytes(std::uint64_t offset, std::uint64_t n) const {
         std::string text(static_cast<std::size_t>(n), '\0');
-        if (mode_ == read_mode::mmap) {
-            const auto all = map_.bytes();
-            std::memcpy(text.data(), all.data() + offset, text.size());
-        } else {
-            in_.read_at(offset, std::as_writable_bytes(std::span<char>(text)));
-        }
+        in_.read_at(offset, std::as_writable_bytes(std::span<char>(text)));
         return text;
     }
 
