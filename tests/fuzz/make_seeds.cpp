@@ -247,6 +247,8 @@ void imatrix_seeds() {
     i32(9);
     dat += "wiki.text";
     put("imatrix", "legacy.dat", dat);
+}
+
 /// fuzz_fp8_source: config.json, one NUL, a safetensors file: native 128x128 blocks with a
 /// ragged edge, compressed-tensors per channel, and near-misses (a floor-sized grid, a NaN code).
 void fp8_source_seeds() {

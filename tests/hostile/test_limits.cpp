@@ -189,7 +189,9 @@ TEST_CASE("limits: JSON parsing holds at most 24 bytes of heap per byte of input
         {"keys without values", repeated("{", "\"\":", n, ",", "}")},
         {"valid until the last byte", repeated("[", "0", n, ",", "]x")},
     };
-    for (const auto& [name, text] : cases) {
+    for (const auto& c : cases) {  // not a structured binding: clang 14 cannot capture one in CAPTURE's lambda
+        const auto& name = c.first;
+        const auto& text = c.second;
         CAPTURE(name);
         const double ratio = parse_memory_ratio(text);
         MESSAGE(std::string(name) << ": " << text.size() << " bytes, peak heap " << ratio << "x");
