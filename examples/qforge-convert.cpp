@@ -44,6 +44,7 @@ struct settings {
     bool gguf = false;  // --format gguf (issue 6): one streaming pass HF -> GGUF
     std::string gguf_type = "Q4_K_M", tokenizer_from, pre_tokenizer;
     std::string imatrix;  // llama-imatrix output
+    std::vector<std::string> imatrix_layers;
     bool activation_scaling = false;
     std::vector<std::string> gguf_overrides;
     bool no_vocab = false;
@@ -247,6 +248,8 @@ const std::vector<option>& options() {
          [](settings& s, const std::string&) { s.no_vocab = true; }},
         {"--imatrix", "FILE", "a llama-imatrix file (GGUF or .dat): GGUF uses it as llama-quantize --imatrix does; the other formats weight the scale search (--scale search|mse|lsq) by it",
          [](settings& s, const std::string& v) { s.imatrix = v; }},
+        {"--imatrix-layers", "SEL", "with --imatrix: only these layers (a name, a substring or re:REGEX; repeatable) are weighted by it",
+         [](settings& s, const std::string& v) { s.imatrix_layers.push_back(v); }},
         {"--activation-scaling", "", "with --imatrix: per-layer power-of-two input scales (AWQ's idea), folded exactly into the norms and producing rows",
          [](settings& s, const std::string&) { s.activation_scaling = true; }},
         {"--read-copy", "", "read each source tensor whole with pread before quantizing it (the default reads it band by band, also with pread; both turn a file truncated underneath into an error, never a SIGBUS)",
@@ -368,6 +371,7 @@ convert_options to_options(const settings& s, const checkpoint_source& src) {
     o.hessians = s.hessians;
     o.gptq = s.gptq;
     o.imatrix = s.imatrix;
+    for (const auto& sel : s.imatrix_layers) o.imatrix_layers.emplace_back(sel);
     o.activation_scaling = s.activation_scaling;
     for (const auto& f : s.split_qkv) o.rules.split_qkv(f);
     for (const auto& f : s.split_gate_up) o.rules.split_gate_up(f);

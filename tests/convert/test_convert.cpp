@@ -333,6 +333,17 @@ TEST_CASE("--imatrix: each layer's scale search is weighted by its imatrix entry
     const auto kw = with.view("model.layers.0.self_attn.k_proj.qweight").bytes;
     const auto ko = without.view("model.layers.0.self_attn.k_proj.qweight").bytes;
     CHECK(std::equal(kw.begin(), kw.end(), ko.begin(), ko.end()));  // no entry: unweighted
+
+    // imatrix_layers selects which layers it weights: q_proj left out is the unweighted search.
+    o.imatrix_layers = {selector("k_proj")};
+    const std::string out_selected = scratch("out-imatrix-k-only");
+    const auto sel = convert(demo_dir(), out_selected, o);
+    CHECK(sel.imatrix_layers.empty());
+    CHECK(sel.layers_without_imatrix ==
+          std::vector<std::string>{"model.layers.0.self_attn.k_proj", "model.layers.1.self_attn.k_proj"});
+    const checkpoint_source selected(out_selected);
+    const auto qs = selected.view("model.layers.0.self_attn.q_proj.scales").bytes;
+    CHECK(std::equal(qs.begin(), qs.end(), so.begin(), so.end()));
 }
 
 namespace {

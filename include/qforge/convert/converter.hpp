@@ -24,6 +24,7 @@
 //  - the library prints nothing: progress goes to the callback.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -108,6 +109,10 @@ struct convert_options {
     /// the search policies (search, mse, lsq) look at errors; under GPTQ the same weights
     /// choose each group's grid. conversion_result lists the layers with and without an entry.
     std::string imatrix;
+    /// Which layers the imatrix weights, by weight name (a name, a substring, or "re:" a regex,
+    /// as rules select): empty is every layer it has an entry for. The others are quantized as
+    /// without an imatrix and listed in neither list of conversion_result.
+    std::vector<selector> imatrix_layers;
     /// Activation-aware scaling from the imatrix (convert/activation_fold.hpp): per decoder
     /// layer, power-of-two input-column scales searched on the imatrix-weighted output error and
     /// folded exactly into the norm weights or producing rows; every group's alpha (0 when it
@@ -377,7 +382,10 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
             continue;
         }
         std::span<const float> imp;  // valid until the next lookup: the quantizer is done with it by then
-        if (importance) {
+        const bool imatrix_selected =
+            opt.imatrix_layers.empty() ||
+            std::any_of(opt.imatrix_layers.begin(), opt.imatrix_layers.end(), [&](const selector& s) { return s.matches(it.name); });
+        if (importance && imatrix_selected) {
             imp = importance->find(it.name, it.shape[1]);
             (imp.empty() ? result.layers_without_imatrix : result.imatrix_layers).push_back(module);
         }
