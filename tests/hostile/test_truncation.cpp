@@ -38,6 +38,11 @@ using namespace qforge::hostile;
 
 namespace {
 
+/// In a forked child: a SIGBUS kills it with SIGBUS, as it would kill a user's converter.
+/// (AddressSanitizer installs a SIGBUS handler that aborts instead, which the parent would
+/// see as SIGABRT.)
+void default_sigbus() { (void)std::signal(SIGBUS, SIG_DFL); }
+
 std::string two_tensor_file(const scratch_dir& dir) {
     const auto path = (dir / "m.safetensors").string();
     st::writer w(path, {{"a", qforge::dtype::F32, {256}}, {"b", qforge::dtype::F32, {256}}}, st::default_metadata(),
@@ -110,6 +115,7 @@ TEST_CASE("truncation: source shards truncated before any tensor of a conversion
         const pid_t child = ::fork();
         REQUIRE(child >= 0);
         if (child == 0) {
+            default_sigbus();
             auto opts = tiny_gptq();
             opts.before_tensor = [&](std::size_t i) {
                 if (i == k)
@@ -182,6 +188,7 @@ cut_outcomes truncate_while_converting(const fs::path& root, const fs::path& src
         const pid_t child = ::fork();
         REQUIRE(child >= 0);
         if (child == 0) {
+            default_sigbus();
             const rlimit no_core{0, 0};
             (void)::setrlimit(RLIMIT_CORE, &no_core);  // a SIGBUS must not leave a core file
             std::thread cutter([&] {
@@ -258,6 +265,7 @@ TEST_CASE("truncation: the harness sees a SIGBUS from a truncated mapping (so th
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) {
+        default_sigbus();
         const rlimit no_core{0, 0};
         (void)::setrlimit(RLIMIT_CORE, &no_core);
         const st::reader r(path, st::read_mode::mmap);
