@@ -53,9 +53,10 @@ TEST_CASE("QFORGE_FORCE_ISA values: known and available, or a loud error") {
     CHECK(resolve_isa(nullptr) == best_available());
     CHECK(resolve_isa("") == best_available());
     CHECK(resolve_isa("scalar") == isa::scalar);
-    CHECK_THROWS_WITH_AS(resolve_isa("sse9"), doctest::Contains("not one of scalar, avx2, avx512, neon"),
+    // The message lists every ISA of the one list, best first.
+    CHECK_THROWS_WITH_AS(resolve_isa("sse9"), doctest::Contains("not one of avx512, avx2, neon, scalar"),
                          qforge::unsupported_error);
-    for (isa i : {isa::avx512, isa::avx2, isa::neon}) {
+    for (isa i : all_isas) {
         const std::string name(isa_name(i));
         if (available(i)) CHECK(resolve_isa(name.c_str()) == i);
         else CHECK_THROWS_WITH_AS(resolve_isa(name.c_str()), doctest::Contains(("lacks " + name).c_str()),
@@ -67,4 +68,33 @@ TEST_CASE("QFORGE_FORCE_ISA values: known and available, or a loud error") {
         ++calls;
     });
     CHECK(calls == 1);
+}
+
+TEST_CASE("the ISA list: names, availability and dispatch all derive from all_tags") {
+    CHECK(all_isas.size() == 4);
+    CHECK(all_isas.front() == isa::avx512);
+    CHECK(all_isas.back() == isa::scalar);
+    all_tags::for_each([](auto tag) {
+        CHECK(isa_name(tag.id) == tag.name());
+        CHECK(available(tag.id) == tag.available());
+        const auto seen = dispatch(tag.id, [](auto t) { return decltype(t)::id; });
+        CHECK(seen == tag.id);
+    });
+    CHECK(isa_name(best_available()) != "?");
+}
+
+TEST_CASE("kernels_of records the ISA each family last ran with, and refuses an unavailable one") {
+    forget_last_isa<group_kernels>();
+    CHECK_FALSE(last_isa_of<group_kernels>().has_value());
+    CHECK(kernels_of<group_kernels>(isa::scalar).id == isa::scalar);
+    CHECK(last_isa_of<group_kernels>() == isa::scalar);
+    for (isa i : all_isas) {
+        if (available(i)) {
+            CHECK(kernels_of<group_kernels>(i).id == i);
+            CHECK(last_isa_of<group_kernels>() == i);
+        } else {
+            CHECK_THROWS_WITH_AS(kernels_of<group_kernels>(i), doctest::Contains("group kernels is not available"),
+                                 qforge::unsupported_error);
+        }
+    }
 }

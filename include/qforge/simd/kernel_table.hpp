@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/simd/detail/no_contract.hpp"
@@ -69,6 +70,7 @@ inline void group_range(float mn, float mx, float& lo, float& hi) noexcept {
 inline constexpr std::size_t max_search_candidates = 128;
 
 struct group_kernels {
+    static constexpr std::string_view family_name = "group";
     isa id = isa::scalar;
 
     /// Converts n elements of F32, F16 or BF16 (any alignment) to float, exactly. Returns the

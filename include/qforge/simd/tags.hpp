@@ -9,6 +9,7 @@
 // build of a consumer still contains the AVX2 and AVX-512 paths and picks them at run time.
 #pragma once
 
+#include <array>
 #include <concepts>
 #include <string_view>
 
@@ -38,18 +39,9 @@
 
 namespace qforge::simd {
 
-/// Runtime names of the tags, in the order dispatch prefers them (best first).
+/// Runtime names of the tags. The order of `all_tags` below, not this enum, is the order
+/// dispatch prefers them.
 enum class isa { avx512, avx2, neon, scalar };
-
-constexpr std::string_view isa_name(isa i) noexcept {
-    switch (i) {
-        case isa::avx512: return "avx512";
-        case isa::avx2: return "avx2";
-        case isa::neon: return "neon";
-        case isa::scalar: return "scalar";
-    }
-    return "?";
-}
 
 /// Portable C++: the reference definition every other tag must reproduce bit for bit.
 struct scalar_tag {
@@ -97,23 +89,45 @@ concept simd_tag = requires {
 /// A list of tags, best first; `for_each` visits them in order.
 template <simd_tag... Tags>
 struct tag_list {
+    static constexpr std::array<isa, sizeof...(Tags)> ids{Tags::id...};
     template <class F>
-    static void for_each(F&& f) {
+    static constexpr void for_each(F&& f) {
         (f(Tags{}), ...);
     }
 };
 
+/// Where each ISA's kernel tables live: simd/arch/<isa>.hpp specializes arch_of<its tag> with
+/// `template <class Table> static const Table& table()`, which returns the table that
+/// simd/detail/instantiate.ipp compiled for that ISA.
+template <class Tag>
+struct arch_of;
+
+// The one ISA list, best first. Names, availability, the best-ISA choice, QFORGE_FORCE_ISA
+// parsing (simd/dispatch.hpp), every kernel family's dispatch (simd/family.hpp) and the tests'
+// ISA lists all derive from it. Adding an ISA: its tag here and in this list, its feature probe
+// in cpu_features.hpp, its primitives in simd/arch/<isa>.hpp and its block in
+// simd/detail/instantiate.ipp.
 using all_tags = tag_list<avx512_tag, avx2_tag, neon_tag, scalar_tag>;
 
-/// Is `i` available on this CPU?
-inline bool available(isa i) noexcept {
-    switch (i) {
-        case isa::avx512: return avx512_tag::available();
-        case isa::avx2: return avx2_tag::available();
-        case isa::neon: return neon_tag::available();
-        case isa::scalar: return true;
-    }
-    return false;
+/// The name of `i` ("avx512", "avx2", "neon", "scalar").
+constexpr std::string_view isa_name(isa i) noexcept {
+    std::string_view name = "?";
+    all_tags::for_each([&](auto tag) {
+        if (tag.id == i) name = tag.name();
+    });
+    return name;
 }
+
+/// Is `i` compiled into this build and available on this CPU?
+inline bool available(isa i) noexcept {
+    bool yes = false;
+    all_tags::for_each([&](auto tag) {
+        if (tag.id == i) yes = tag.available();
+    });
+    return yes;
+}
+
+/// Every ISA of the list, best first (available or not).
+inline constexpr auto all_isas = all_tags::ids;
 
 }  // namespace qforge::simd

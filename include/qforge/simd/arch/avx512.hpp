@@ -126,13 +126,22 @@ QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
 
 #undef QFORGE_P
 
-#define QFORGE_KFN QFORGE_TARGET_AVX512 inline
-#define QFORGE_KERNEL_ISA ::qforge::simd::isa::avx512
-#include "qforge/simd/kernels/group_kernels.ipp"
-#undef QFORGE_KERNEL_ISA
-#undef QFORGE_KFN
+/// The kernel tables of this ISA: each family's .ipp, compiled here by
+/// simd/detail/instantiate.ipp, specializes this for its table.
+template <class Table>
+const Table& family_table() noexcept;
 
 }  // namespace qforge::simd::detail::avx512_isa
+
+namespace qforge::simd {
+template <>
+struct arch_of<avx512_tag> {
+    template <class Table>
+    static const Table& table() noexcept {
+        return detail::avx512_isa::family_table<Table>();
+    }
+};
+}  // namespace qforge::simd
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

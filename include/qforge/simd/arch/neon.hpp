@@ -156,12 +156,21 @@ inline snr_acc snr_add4(snr_acc a, float32x4_t w, float32x4_t dq) noexcept {
 }
 inline snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept { return snr_add4(snr_add4(a, w.a, dq.a), w.b, dq.b); }
 
-#define QFORGE_KFN inline
-#define QFORGE_KERNEL_ISA ::qforge::simd::isa::neon
-#include "qforge/simd/kernels/group_kernels.ipp"
-#undef QFORGE_KERNEL_ISA
-#undef QFORGE_KFN
+/// The kernel tables of this ISA: each family's .ipp, compiled here by
+/// simd/detail/instantiate.ipp, specializes this for its table.
+template <class Table>
+const Table& family_table() noexcept;
 
 }  // namespace qforge::simd::detail::neon_isa
+
+namespace qforge::simd {
+template <>
+struct arch_of<neon_tag> {
+    template <class Table>
+    static const Table& table() noexcept {
+        return detail::neon_isa::family_table<Table>();
+    }
+};
+}  // namespace qforge::simd
 
 #endif  // QFORGE_SIMD_NEON

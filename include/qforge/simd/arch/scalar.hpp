@@ -166,10 +166,19 @@ inline snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
     return a;
 }
 
-#define QFORGE_KFN inline
-#define QFORGE_KERNEL_ISA ::qforge::simd::isa::scalar
-#include "qforge/simd/kernels/group_kernels.ipp"
-#undef QFORGE_KERNEL_ISA
-#undef QFORGE_KFN
+/// The kernel tables of this ISA: each family's .ipp, compiled here by
+/// simd/detail/instantiate.ipp, specializes this for its table.
+template <class Table>
+const Table& family_table() noexcept;
 
 }  // namespace qforge::simd::detail::scalar_isa
+
+namespace qforge::simd {
+template <>
+struct arch_of<scalar_tag> {
+    template <class Table>
+    static const Table& table() noexcept {
+        return detail::scalar_isa::family_table<Table>();
+    }
+};
+}  // namespace qforge::simd

@@ -1,8 +1,8 @@
 // Group kernels, written once over one ISA's primitives.
 //
-// No include guard on purpose: each simd/arch/<isa>.hpp includes this file inside its own
-// namespace, after defining that ISA's primitives (vf, lanes, acc8, vload, vmul...) and
-// QFORGE_KFN (the ISA's target attribute + inline). The same text thus becomes one set of
+// No include guard on purpose: simd/group_kernels.hpp has simd/detail/instantiate.ipp compile
+// it inside each ISA's namespace, over that ISA's primitives (vf, lanes, acc8, vload, vmul...),
+// with QFORGE_KFN the ISA's target attribute + inline. The same text thus becomes one set of
 // kernels per ISA, and the scalar instance is the reference the others must reproduce.
 //
 // Two rules keep the ISAs bit-identical:
@@ -723,7 +723,8 @@ QFORGE_KFN std::int64_t k_to_f32_min_max_groups(const std::byte* src, dtype type
     return bad ? k_to_f32(src, type, n, dst) : -1;
 }
 
-inline const group_kernels& kernel_table() noexcept {
+template <>
+inline const group_kernels& family_table<group_kernels>() noexcept {
     static constexpr group_kernels table{QFORGE_KERNEL_ISA, &k_to_f32, &k_min_max, &k_error, &k_encode, &k_errors,
                                              &k_min_max_groups, &k_make_grids, &k_encode_groups,
                                              &k_to_f32_min_max_groups, &k_search_groups};
