@@ -121,6 +121,60 @@ QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
     return snr_add4(a, _mm256_extractf128_ps(w, 1), _mm256_extractf128_ps(dq, 1));
 }
 
+// ---- shared integer primitives ----
+// (semantics: simd/arch/scalar.hpp)
+using vi128 = __m128i;
+QFORGE_P void transpose4x4_u32(vi128& a, vi128& b, vi128& c, vi128& d) noexcept {
+    const __m128i t0 = _mm_unpacklo_epi32(a, b), t1 = _mm_unpacklo_epi32(c, d);
+    const __m128i t2 = _mm_unpackhi_epi32(a, b), t3 = _mm_unpackhi_epi32(c, d);
+    a = _mm_unpacklo_epi64(t0, t1);
+    b = _mm_unpackhi_epi64(t0, t1);
+    c = _mm_unpacklo_epi64(t2, t3);
+    d = _mm_unpackhi_epi64(t2, t3);
+}
+// ---- end shared integer primitives ----
+
+// ---- pack kernels (simd/kernels/pack_kernels.ipp): integer primitives ----
+// (semantics: simd/arch/scalar.hpp; AVX2's 256-bit packs and unpacks already work per block)
+using pk_u8x32 = __m256i;
+QFORGE_P vi128 pk_load16(const void* p) noexcept { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+QFORGE_P void pk_store16(void* p, vi128 a) noexcept { _mm_storeu_si128(static_cast<__m128i*>(p), a); }
+QFORGE_P vi128 pk_splat8(std::uint8_t x) noexcept { return _mm_set1_epi8(static_cast<char>(x)); }
+QFORGE_P vi128 pk_and(vi128 a, vi128 b) noexcept { return _mm_and_si128(a, b); }
+QFORGE_P vi128 pk_or(vi128 a, vi128 b) noexcept { return _mm_or_si128(a, b); }
+template <int N>
+QFORGE_P vi128 pk_shl16(vi128 a) noexcept { return _mm_slli_epi16(a, N); }
+QFORGE_P vi128 pk_join_nibbles16(vi128 a) noexcept { return _mm_maddubs_epi16(a, _mm_set1_epi16(0x1001)); }
+QFORGE_P vi128 pk_packus16(vi128 a, vi128 b) noexcept { return _mm_packus_epi16(a, b); }
+QFORGE_P vi128 pk_zip8_lo(vi128 a, vi128 b) noexcept { return _mm_unpacklo_epi8(a, b); }
+QFORGE_P vi128 pk_zip8_hi(vi128 a, vi128 b) noexcept { return _mm_unpackhi_epi8(a, b); }
+QFORGE_P vi128 pk_zip16_lo(vi128 a, vi128 b) noexcept { return _mm_unpacklo_epi16(a, b); }
+QFORGE_P vi128 pk_zip16_hi(vi128 a, vi128 b) noexcept { return _mm_unpackhi_epi16(a, b); }
+QFORGE_P vi128 pk_zip32_lo(vi128 a, vi128 b) noexcept { return _mm_unpacklo_epi32(a, b); }
+QFORGE_P vi128 pk_zip32_hi(vi128 a, vi128 b) noexcept { return _mm_unpackhi_epi32(a, b); }
+
+QFORGE_P pk_u8x32 pk_load32(const void* p) noexcept { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+QFORGE_P void pk_store32(void* p, pk_u8x32 a) noexcept { _mm256_storeu_si256(static_cast<__m256i*>(p), a); }
+QFORGE_P pk_u8x32 pk_splat8x32(std::uint8_t x) noexcept { return _mm256_set1_epi8(static_cast<char>(x)); }
+QFORGE_P pk_u8x32 pk_and(pk_u8x32 a, pk_u8x32 b) noexcept { return _mm256_and_si256(a, b); }
+QFORGE_P pk_u8x32 pk_or(pk_u8x32 a, pk_u8x32 b) noexcept { return _mm256_or_si256(a, b); }
+// bytes (lo, hi) times (1, 16), pairs added: lo + 16 hi, never saturating.
+QFORGE_P pk_u8x32 pk_join_nibbles16(pk_u8x32 a) noexcept { return _mm256_maddubs_epi16(a, _mm256_set1_epi16(0x1001)); }
+QFORGE_P pk_u8x32 pk_packus16(pk_u8x32 a, pk_u8x32 b) noexcept { return _mm256_packus_epi16(a, b); }
+QFORGE_P pk_u8x32 pk_zip32_lo(pk_u8x32 a, pk_u8x32 b) noexcept { return _mm256_unpacklo_epi32(a, b); }
+QFORGE_P pk_u8x32 pk_zip32_hi(pk_u8x32 a, pk_u8x32 b) noexcept { return _mm256_unpackhi_epi32(a, b); }
+QFORGE_P pk_u8x32 pk_low_blocks(pk_u8x32 a, pk_u8x32 b) noexcept { return _mm256_permute2x128_si256(a, b, 0x20); }
+QFORGE_P pk_u8x32 pk_high_blocks(pk_u8x32 a, pk_u8x32 b) noexcept { return _mm256_permute2x128_si256(a, b, 0x31); }
+QFORGE_P std::uint8_t pk_or_reduce(pk_u8x32 a) noexcept {
+    __m128i x = _mm_or_si128(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    x = _mm_or_si128(x, _mm_srli_si128(x, 8));
+    x = _mm_or_si128(x, _mm_srli_si128(x, 4));
+    x = _mm_or_si128(x, _mm_srli_si128(x, 2));
+    x = _mm_or_si128(x, _mm_srli_si128(x, 1));
+    return static_cast<std::uint8_t>(_mm_cvtsi128_si32(x));
+}
+// ---- end pack kernels primitives ----
+
 #undef QFORGE_P
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by

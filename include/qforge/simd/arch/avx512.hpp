@@ -15,6 +15,7 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/half.hpp"
+#include "qforge/simd/arch/avx2.hpp"
 #include "qforge/simd/arch/detail/x86_snr.hpp"
 #include "qforge/simd/kernel_table.hpp"
 
@@ -123,6 +124,37 @@ QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
     a = snr_add4(a, _mm512_extractf32x4_ps(w, 2), _mm512_extractf32x4_ps(dq, 2));
     return snr_add4(a, _mm512_extractf32x4_ps(w, 3), _mm512_extractf32x4_ps(dq, 3));
 }
+
+// ---- shared integer primitives ----
+// AVX-512 reuses AVX2's (a subset of its target, so they inline into AVX-512 kernels).
+using avx2_isa::transpose4x4_u32;
+using avx2_isa::vi128;
+// ---- end shared integer primitives ----
+
+// ---- pack kernels (simd/kernels/pack_kernels.ipp): integer primitives ----
+// The packers are bound by memory and shuffles at 256 bits: AVX-512 runs AVX2's primitives.
+using avx2_isa::pk_and;
+using avx2_isa::pk_join_nibbles16;
+using avx2_isa::pk_load16;
+using avx2_isa::pk_load32;
+using avx2_isa::pk_low_blocks;
+using avx2_isa::pk_high_blocks;
+using avx2_isa::pk_or;
+using avx2_isa::pk_or_reduce;
+using avx2_isa::pk_packus16;
+using avx2_isa::pk_shl16;
+using avx2_isa::pk_splat8;
+using avx2_isa::pk_splat8x32;
+using avx2_isa::pk_store16;
+using avx2_isa::pk_store32;
+using avx2_isa::pk_u8x32;
+using avx2_isa::pk_zip16_hi;
+using avx2_isa::pk_zip16_lo;
+using avx2_isa::pk_zip32_hi;
+using avx2_isa::pk_zip32_lo;
+using avx2_isa::pk_zip8_hi;
+using avx2_isa::pk_zip8_lo;
+// ---- end pack kernels primitives ----
 
 #undef QFORGE_P
 

@@ -156,6 +156,85 @@ inline snr_acc snr_add4(snr_acc a, float32x4_t w, float32x4_t dq) noexcept {
 }
 inline snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept { return snr_add4(snr_add4(a, w.a, dq.a), w.b, dq.b); }
 
+// ---- shared integer primitives ----
+// (semantics: simd/arch/scalar.hpp; bytes, u16 and u32 lanes are little-endian as on x86)
+using vi128 = uint8x16_t;
+inline void transpose4x4_u32(vi128& a, vi128& b, vi128& c, vi128& d) noexcept {
+    const uint32x4_t t0 = vzip1q_u32(vreinterpretq_u32_u8(a), vreinterpretq_u32_u8(b));
+    const uint32x4_t t1 = vzip1q_u32(vreinterpretq_u32_u8(c), vreinterpretq_u32_u8(d));
+    const uint32x4_t t2 = vzip2q_u32(vreinterpretq_u32_u8(a), vreinterpretq_u32_u8(b));
+    const uint32x4_t t3 = vzip2q_u32(vreinterpretq_u32_u8(c), vreinterpretq_u32_u8(d));
+    a = vreinterpretq_u8_u64(vzip1q_u64(vreinterpretq_u64_u32(t0), vreinterpretq_u64_u32(t1)));
+    b = vreinterpretq_u8_u64(vzip2q_u64(vreinterpretq_u64_u32(t0), vreinterpretq_u64_u32(t1)));
+    c = vreinterpretq_u8_u64(vzip1q_u64(vreinterpretq_u64_u32(t2), vreinterpretq_u64_u32(t3)));
+    d = vreinterpretq_u8_u64(vzip2q_u64(vreinterpretq_u64_u32(t2), vreinterpretq_u64_u32(t3)));
+}
+// ---- end shared integer primitives ----
+
+// ---- pack kernels (simd/kernels/pack_kernels.ipp): integer primitives ----
+// (semantics: simd/arch/scalar.hpp) pk_u8x32 is a pair of q registers, one per block.
+struct pk_u8x32 {
+    uint8x16_t lo, hi;
+};
+inline vi128 pk_load16(const void* p) noexcept { return vld1q_u8(static_cast<const std::uint8_t*>(p)); }
+inline void pk_store16(void* p, vi128 a) noexcept { vst1q_u8(static_cast<std::uint8_t*>(p), a); }
+inline vi128 pk_splat8(std::uint8_t x) noexcept { return vdupq_n_u8(x); }
+inline vi128 pk_and(vi128 a, vi128 b) noexcept { return vandq_u8(a, b); }
+inline vi128 pk_or(vi128 a, vi128 b) noexcept { return vorrq_u8(a, b); }
+template <int N>
+inline vi128 pk_shl16(vi128 a) noexcept { return vreinterpretq_u8_u16(vshlq_n_u16(vreinterpretq_u16_u8(a), N)); }
+inline vi128 pk_join_nibbles16(vi128 a) noexcept {
+    const uint16x8_t u = vreinterpretq_u16_u8(a);
+    return vreinterpretq_u8_u16(vaddq_u16(vandq_u16(u, vdupq_n_u16(0xFF)), vshlq_n_u16(vshrq_n_u16(u, 8), 4)));
+}
+inline vi128 pk_packus16(vi128 a, vi128 b) noexcept {
+    return vcombine_u8(vqmovun_s16(vreinterpretq_s16_u8(a)), vqmovun_s16(vreinterpretq_s16_u8(b)));
+}
+inline vi128 pk_zip8_lo(vi128 a, vi128 b) noexcept { return vzip1q_u8(a, b); }
+inline vi128 pk_zip8_hi(vi128 a, vi128 b) noexcept { return vzip2q_u8(a, b); }
+inline vi128 pk_zip16_lo(vi128 a, vi128 b) noexcept {
+    return vreinterpretq_u8_u16(vzip1q_u16(vreinterpretq_u16_u8(a), vreinterpretq_u16_u8(b)));
+}
+inline vi128 pk_zip16_hi(vi128 a, vi128 b) noexcept {
+    return vreinterpretq_u8_u16(vzip2q_u16(vreinterpretq_u16_u8(a), vreinterpretq_u16_u8(b)));
+}
+inline vi128 pk_zip32_lo(vi128 a, vi128 b) noexcept {
+    return vreinterpretq_u8_u32(vzip1q_u32(vreinterpretq_u32_u8(a), vreinterpretq_u32_u8(b)));
+}
+inline vi128 pk_zip32_hi(vi128 a, vi128 b) noexcept {
+    return vreinterpretq_u8_u32(vzip2q_u32(vreinterpretq_u32_u8(a), vreinterpretq_u32_u8(b)));
+}
+
+inline pk_u8x32 pk_load32(const void* p) noexcept {
+    const auto* u = static_cast<const std::uint8_t*>(p);
+    return {vld1q_u8(u), vld1q_u8(u + 16)};
+}
+inline void pk_store32(void* p, pk_u8x32 a) noexcept {
+    auto* u = static_cast<std::uint8_t*>(p);
+    vst1q_u8(u, a.lo);
+    vst1q_u8(u + 16, a.hi);
+}
+inline pk_u8x32 pk_splat8x32(std::uint8_t x) noexcept { return {vdupq_n_u8(x), vdupq_n_u8(x)}; }
+inline pk_u8x32 pk_and(pk_u8x32 a, pk_u8x32 b) noexcept { return {vandq_u8(a.lo, b.lo), vandq_u8(a.hi, b.hi)}; }
+inline pk_u8x32 pk_or(pk_u8x32 a, pk_u8x32 b) noexcept { return {vorrq_u8(a.lo, b.lo), vorrq_u8(a.hi, b.hi)}; }
+inline pk_u8x32 pk_join_nibbles16(pk_u8x32 a) noexcept { return {pk_join_nibbles16(a.lo), pk_join_nibbles16(a.hi)}; }
+inline pk_u8x32 pk_packus16(pk_u8x32 a, pk_u8x32 b) noexcept {
+    return {pk_packus16(a.lo, b.lo), pk_packus16(a.hi, b.hi)};
+}
+inline pk_u8x32 pk_zip32_lo(pk_u8x32 a, pk_u8x32 b) noexcept { return {pk_zip32_lo(a.lo, b.lo), pk_zip32_lo(a.hi, b.hi)}; }
+inline pk_u8x32 pk_zip32_hi(pk_u8x32 a, pk_u8x32 b) noexcept { return {pk_zip32_hi(a.lo, b.lo), pk_zip32_hi(a.hi, b.hi)}; }
+inline pk_u8x32 pk_low_blocks(pk_u8x32 a, pk_u8x32 b) noexcept { return {a.lo, b.lo}; }
+inline pk_u8x32 pk_high_blocks(pk_u8x32 a, pk_u8x32 b) noexcept { return {a.hi, b.hi}; }
+inline std::uint8_t pk_or_reduce(pk_u8x32 a) noexcept {
+    const uint64x2_t x = vreinterpretq_u64_u8(vorrq_u8(a.lo, a.hi));
+    std::uint64_t v = vgetq_lane_u64(x, 0) | vgetq_lane_u64(x, 1);
+    v |= v >> 32;
+    v |= v >> 16;
+    v |= v >> 8;
+    return static_cast<std::uint8_t>(v);
+}
+// ---- end pack kernels primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

@@ -166,6 +166,126 @@ inline snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
     return a;
 }
 
+// ---- shared integer primitives ----
+// A 128-bit integer vector as sixteen bytes (byte j = the lowest-addressed byte j, as on every
+// little-endian ISA qforge runs). Lanes of 16, 32 or 64 bits are read little-endian from it.
+struct vi128 {
+    std::uint8_t b[16];
+};
+// transpose4x4_u32: rows a..d of a 4x4 matrix of u32 lanes become its columns (a = lanes 0 of
+// a, b, c, d; b = lanes 1; ...).
+inline void transpose4x4_u32(vi128& a, vi128& b, vi128& c, vi128& d) noexcept {
+    std::uint32_t m[4][4];
+    std::memcpy(m[0], a.b, 16);
+    std::memcpy(m[1], b.b, 16);
+    std::memcpy(m[2], c.b, 16);
+    std::memcpy(m[3], d.b, 16);
+    std::uint32_t t[4][4];
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) t[i][j] = m[j][i];
+    std::memcpy(a.b, t[0], 16);
+    std::memcpy(b.b, t[1], 16);
+    std::memcpy(c.b, t[2], 16);
+    std::memcpy(d.b, t[3], 16);
+}
+// ---- end shared integer primitives ----
+
+// ---- pack kernels (simd/kernels/pack_kernels.ipp): integer primitives ----
+// vi128 as above; pk_u8x32 is two 128-bit blocks, and every lane-crossing operation on it
+// (packs, interleaves) works within each block, as AVX2's do. Shifts are per u16 lane.
+struct pk_u8x32 {
+    vi128 lo, hi;
+};
+inline vi128 pk_load16(const void* p) noexcept {
+    vi128 r;
+    std::memcpy(r.b, p, 16);
+    return r;
+}
+inline void pk_store16(void* p, vi128 a) noexcept { std::memcpy(p, a.b, 16); }
+inline vi128 pk_splat8(std::uint8_t x) noexcept {
+    vi128 r;
+    for (auto& v : r.b) v = x;
+    return r;
+}
+inline vi128 pk_and(vi128 a, vi128 b) noexcept {
+    for (int j = 0; j < 16; ++j) a.b[j] &= b.b[j];
+    return a;
+}
+inline vi128 pk_or(vi128 a, vi128 b) noexcept {
+    for (int j = 0; j < 16; ++j) a.b[j] |= b.b[j];
+    return a;
+}
+// pk_shl16<n>: each u16 lane shifted left by n (zeros in).
+template <int N>
+inline vi128 pk_shl16(vi128 a) noexcept {
+    std::uint16_t u[8];
+    std::memcpy(u, a.b, 16);
+    for (auto& v : u) v = static_cast<std::uint16_t>(v << N);
+    std::memcpy(a.b, u, 16);
+    return a;
+}
+// pk_join_nibbles16: each u16 lane (bytes lo, hi) -> lo + 16 * hi (exact: at most 4335).
+inline vi128 pk_join_nibbles16(vi128 a) noexcept {
+    std::uint16_t u[8];
+    std::memcpy(u, a.b, 16);
+    for (auto& v : u) v = static_cast<std::uint16_t>((v & 0xFFu) + 16u * (v >> 8));
+    std::memcpy(a.b, u, 16);
+    return a;
+}
+// pk_packus16: the i16 lanes of a then b, each saturated to 0..255, as 16 bytes.
+inline vi128 pk_packus16(vi128 a, vi128 b) noexcept {
+    std::int16_t s[16];
+    std::memcpy(s, a.b, 16);
+    std::memcpy(s + 8, b.b, 16);
+    vi128 r;
+    for (int j = 0; j < 16; ++j) r.b[j] = static_cast<std::uint8_t>(s[j] < 0 ? 0 : s[j] > 255 ? 255 : s[j]);
+    return r;
+}
+// pk_zip<W>_lo / _hi: the W-byte lanes of the low (high) halves of a and b, interleaved
+// a0 b0 a1 b1 ... (x86 unpacklo/unpackhi, NEON zip1/zip2).
+template <int W>
+inline vi128 pk_zip(vi128 a, vi128 b, int half) noexcept {
+    vi128 r;
+    for (int i = 0; i < 8 / W; ++i) {
+        std::memcpy(r.b + 2 * i * W, a.b + half * 8 + i * W, W);
+        std::memcpy(r.b + (2 * i + 1) * W, b.b + half * 8 + i * W, W);
+    }
+    return r;
+}
+inline vi128 pk_zip8_lo(vi128 a, vi128 b) noexcept { return pk_zip<1>(a, b, 0); }
+inline vi128 pk_zip8_hi(vi128 a, vi128 b) noexcept { return pk_zip<1>(a, b, 1); }
+inline vi128 pk_zip16_lo(vi128 a, vi128 b) noexcept { return pk_zip<2>(a, b, 0); }
+inline vi128 pk_zip16_hi(vi128 a, vi128 b) noexcept { return pk_zip<2>(a, b, 1); }
+inline vi128 pk_zip32_lo(vi128 a, vi128 b) noexcept { return pk_zip<4>(a, b, 0); }
+inline vi128 pk_zip32_hi(vi128 a, vi128 b) noexcept { return pk_zip<4>(a, b, 1); }
+
+inline pk_u8x32 pk_load32(const void* p) noexcept {
+    return {pk_load16(p), pk_load16(static_cast<const std::uint8_t*>(p) + 16)};
+}
+inline void pk_store32(void* p, pk_u8x32 a) noexcept {
+    pk_store16(p, a.lo);
+    pk_store16(static_cast<std::uint8_t*>(p) + 16, a.hi);
+}
+inline pk_u8x32 pk_splat8x32(std::uint8_t x) noexcept { return {pk_splat8(x), pk_splat8(x)}; }
+inline pk_u8x32 pk_and(pk_u8x32 a, pk_u8x32 b) noexcept { return {pk_and(a.lo, b.lo), pk_and(a.hi, b.hi)}; }
+inline pk_u8x32 pk_or(pk_u8x32 a, pk_u8x32 b) noexcept { return {pk_or(a.lo, b.lo), pk_or(a.hi, b.hi)}; }
+inline pk_u8x32 pk_join_nibbles16(pk_u8x32 a) noexcept { return {pk_join_nibbles16(a.lo), pk_join_nibbles16(a.hi)}; }
+inline pk_u8x32 pk_packus16(pk_u8x32 a, pk_u8x32 b) noexcept {
+    return {pk_packus16(a.lo, b.lo), pk_packus16(a.hi, b.hi)};
+}
+inline pk_u8x32 pk_zip32_lo(pk_u8x32 a, pk_u8x32 b) noexcept { return {pk_zip32_lo(a.lo, b.lo), pk_zip32_lo(a.hi, b.hi)}; }
+inline pk_u8x32 pk_zip32_hi(pk_u8x32 a, pk_u8x32 b) noexcept { return {pk_zip32_hi(a.lo, b.lo), pk_zip32_hi(a.hi, b.hi)}; }
+// pk_low_blocks(a, b) = [a.lo, b.lo], pk_high_blocks(a, b) = [a.hi, b.hi].
+inline pk_u8x32 pk_low_blocks(pk_u8x32 a, pk_u8x32 b) noexcept { return {a.lo, b.lo}; }
+inline pk_u8x32 pk_high_blocks(pk_u8x32 a, pk_u8x32 b) noexcept { return {a.hi, b.hi}; }
+// pk_or_reduce: the OR of all 32 bytes.
+inline std::uint8_t pk_or_reduce(pk_u8x32 a) noexcept {
+    std::uint8_t r = 0;
+    for (int j = 0; j < 16; ++j) r = static_cast<std::uint8_t>(r | a.lo.b[j] | a.hi.b[j]);
+    return r;
+}
+// ---- end pack kernels primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>
