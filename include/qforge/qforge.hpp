@@ -29,6 +29,7 @@
 #include "qforge/simd/cpu_features.hpp"
 #include "qforge/simd/dispatch.hpp"
 #include "qforge/simd/kernel_table.hpp"
+#include "qforge/simd/pack_kernels.hpp"
 #include "qforge/simd/tags.hpp"
 
 #include "qforge/layout/awq.hpp"
