@@ -43,9 +43,10 @@ public:
     }
 
     /// Every refusal, before anything is packed. `first_row` is the weight row of q's row 0
-    /// when q is a band of a larger weight (messages name the weight's rows).
-    void check(const quantized_tensor& q, std::int64_t first_row = 0) const {
-        detail::check_common(q, "AWQ", first_row);
+    /// when q is a band of a larger weight (messages name the weight's rows). `isa`: the pack
+    /// kernels the code scan runs on (simd/pack_kernels.hpp).
+    void check(const quantized_tensor& q, std::int64_t first_row = 0, simd::isa isa = simd::active_isa()) const {
+        detail::check_common(q, "AWQ", first_row, isa);
         if (q.bits != Bits)
             fail<unsupported_error>({}, q.name, "AWQ packs 4 bits only; got a " +
                                                     std::to_string(q.bits) + "-bit weight");
@@ -59,17 +60,19 @@ public:
                                             std::to_string(q.group_of(k)));
     }
 
-    std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix) const {
-        check(q);
+    /// The tensors of one linear; the packers run on the pack kernels of `isa`.
+    std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix,
+                                   simd::isa isa = simd::active_isa()) const {
+        check(q, 0, isa);
         const std::string p(prefix);
         const std::int64_t n = q.rows, k = q.cols, groups = q.groups();
         // qweight row k gathers column k of every code row: the source is read transposed.
         std::vector<owned_tensor> out;
         out.push_back(detail::alloc_tensor(p + ".qweight", dtype::I32, {k, n / 8}));
-        detail::pack_awq4(q.codes.data(), 1, k, k, n, detail::words_of(out.back()));
+        detail::pack_awq4(q.codes.data(), 1, k, k, n, detail::words_of(out.back()), isa);
         std::vector<std::uint8_t> zeros(q.zeros.begin(), q.zeros.end());  // [n][groups], 0..15
         out.push_back(detail::alloc_tensor(p + ".qzeros", dtype::I32, {groups, n / 8}));
-        detail::pack_awq4(zeros.data(), 1, groups, groups, n, detail::words_of(out.back()));
+        detail::pack_awq4(zeros.data(), 1, groups, groups, n, detail::words_of(out.back()), isa);
         const auto scales = detail::transpose_scales(q.scales, n, groups);
         out.push_back(detail::make_tensor(p + ".scales", dtype::F16, {groups, n}, scales));
         return out;
@@ -81,14 +84,14 @@ public:
     /// 32 rows owns word columns first_row/8 .. of qweight and qzeros outright, and its scales
     /// columns: bands may be packed in any order or at once on different threads.
     void pack_band(const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
-                   std::span<owned_tensor> out) const {
+                   std::span<owned_tensor> out, simd::isa isa = simd::active_isa()) const {
         check_shape(band.name, n, band.cols, band.group_size);  // the whole weight's N, as pack() words it
-        check(band, first_row);
+        check(band, first_row, isa);
         detail::check_band_bounds(band, first_row, n, "AWQ");
         const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows;
-        detail::pack_awq4_band(band.codes.data(), rows, k, detail::words_of(out[0]) + first_row / 8, n / 8);
+        detail::pack_awq4_band(band.codes.data(), rows, k, detail::words_of(out[0]) + first_row / 8, n / 8, isa);
         const std::vector<std::uint8_t> zeros(band.zeros.begin(), band.zeros.end());  // [rows][groups], 0..15
-        detail::pack_awq4_band(zeros.data(), rows, groups, detail::words_of(out[1]) + first_row / 8, n / 8);
+        detail::pack_awq4_band(zeros.data(), rows, groups, detail::words_of(out[1]) + first_row / 8, n / 8, isa);
         detail::transpose_into(band.scales.data(), rows, groups,
                                reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n);
     }

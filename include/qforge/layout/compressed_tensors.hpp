@@ -77,9 +77,10 @@ public:
     }
 
     /// Every refusal, before anything is packed. `first_row` is the weight row of q's row 0
-    /// when q is a band of a larger weight (messages name the weight's rows).
-    void check(const quantized_tensor& q, std::int64_t first_row = 0) const {
-        detail::check_common(q, "compressed-tensors", first_row);
+    /// when q is a band of a larger weight (messages name the weight's rows). `isa`: the pack
+    /// kernels the code scan runs on (simd/pack_kernels.hpp).
+    void check(const quantized_tensor& q, std::int64_t first_row = 0, simd::isa isa = simd::active_isa()) const {
+        detail::check_common(q, "compressed-tensors", first_row, isa);
         if (q.bits != Bits)
             fail<unsupported_error>({}, q.name, "compressed-tensors layout for " + std::to_string(Bits) +
                                                     " bits given a " + std::to_string(q.bits) +
@@ -95,8 +96,10 @@ public:
                                                 std::to_string(q.group_of(k)));
     }
 
-    std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix) const {
-        check(q);
+    /// The tensors of one linear; the packers run on the pack kernels of `isa`.
+    std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix,
+                                   simd::isa isa = simd::active_isa()) const {
+        check(q, 0, isa);
         const std::string p(prefix);
         const std::int64_t n = q.rows, k = q.cols, groups = q.groups();
         const std::int64_t wk = words(k);
@@ -124,8 +127,8 @@ public:
     /// fields go in atomically (detail::pack_padded_part). Bands may be packed in any order or
     /// at once on different threads.
     void pack_band(const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
-                   std::span<owned_tensor> out) const {
-        check(band, first_row);
+                   std::span<owned_tensor> out, simd::isa isa = simd::active_isa()) const {
+        check(band, first_row, isa);
         detail::check_band_bounds(band, first_row, n, "compressed-tensors");
         const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows, wk = words(k);
         std::uint32_t* packed = detail::words_of(out[0]) + first_row * wk;

@@ -170,9 +170,10 @@ public:
     }
 
     /// Every refusal, before anything is packed. `first_row` is the weight row of q's row 0
-    /// when q is a band of a larger weight (messages name the weight's rows).
-    void check(const quantized_tensor& q, std::int64_t first_row = 0) const {
-        detail::check_common(q, "GPTQ", first_row);
+    /// when q is a band of a larger weight (messages name the weight's rows). `isa`: the pack
+    /// kernels the code scan runs on (simd/pack_kernels.hpp).
+    void check(const quantized_tensor& q, std::int64_t first_row = 0, simd::isa isa = simd::active_isa()) const {
+        detail::check_common(q, "GPTQ", first_row, isa);
         if (q.bits != Bits)
             fail<unsupported_error>({}, q.name, "GPTQ layout for " + std::to_string(Bits) +
                                                     " bits given a " + std::to_string(q.bits) +
@@ -200,15 +201,17 @@ public:
                             "; write gptq_v2 or quantize without a zero of 0");
     }
 
-    std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix) const {
-        check(q);
+    /// The tensors of one linear; the packers run on the pack kernels of `isa`.
+    std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix,
+                                   simd::isa isa = simd::active_isa()) const {
+        check(q, 0, isa);
         const std::string p(prefix);
         const std::int64_t n = q.rows, k = q.cols, groups = q.groups();
 
         std::vector<owned_tensor> out;
         // qweight[w][n]: row n of the codes is one dense stream along K, written down column n.
         out.push_back(detail::alloc_tensor(p + ".qweight", dtype::I32, {k * Bits / 32, n}));
-        detail::pack_dense_transposed(q.codes.data(), n, k, Bits, detail::words_of(out.back()));
+        detail::pack_dense_transposed(q.codes.data(), n, k, Bits, detail::words_of(out.back()), isa);
 
         // qzeros[g][c]: the stored zeros of group g along N.
         const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
@@ -232,11 +235,11 @@ public:
     /// it, quantized. Bands start on a multiple of 32 rows, so their qzeros fill whole words,
     /// and may be packed in any order or at once on different threads (they share no word).
     void pack_band(const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
-                   std::span<owned_tensor> out) const {
+                   std::span<owned_tensor> out, simd::isa isa = simd::active_isa()) const {
         check_shape(band.name, n, band.cols, band.group_size);
-        check(band, first_row);
+        check(band, first_row, isa);
         const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows;
-        detail::pack_dense_transposed(band.codes.data(), rows, k, Bits, detail::words_of(out[0]) + first_row, true, n);
+        detail::pack_dense_transposed(band.codes.data(), rows, k, Bits, detail::words_of(out[0]) + first_row, isa, n);
         const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
         std::vector<std::uint8_t> stored(band.zeros.size()), by_group(band.zeros.size());
         for (std::size_t i = 0; i < stored.size(); ++i) stored[i] = static_cast<std::uint8_t>(band.zeros[i] - offset);

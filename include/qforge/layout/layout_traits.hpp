@@ -29,6 +29,7 @@
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
+#include "qforge/simd/family.hpp"
 
 namespace qforge {
 
@@ -129,11 +130,11 @@ inline std::uint32_t* words_of(owned_tensor& t) noexcept {
 
 /// quantized_tensor::validate(), with the one pass over every code done as one OR of them
 /// all (or_bytes: a code fits b bits iff it has no bit above them); on any doubt the full
-/// validate() runs and words the refusal.
-inline void validate_fast(const quantized_tensor& q) {
+/// validate() runs and words the refusal. The OR runs on the pack kernels of `isa`.
+inline void validate_fast(const quantized_tensor& q, simd::isa isa = simd::active_isa()) {
     const bool sizes_ok = q.bits >= 2 && q.bits <= 8 && q.rows > 0 && q.cols > 0 && q.group_size > 0 &&
                           q.group_size <= q.cols && q.codes.size() == static_cast<std::size_t>(q.rows * q.cols);
-    const std::uint8_t any = sizes_ok ? or_bytes(q.codes.data(), q.codes.size()) : 0;
+    const std::uint8_t any = sizes_ok ? or_bytes(q.codes.data(), q.codes.size(), isa) : 0;
     if (!sizes_ok || (any & static_cast<std::uint8_t>(~((1u << q.bits) - 1u))) != 0) {
         q.validate();  // throws, naming the element
         fail<shape_error>({}, q.name, "inconsistent quantized tensor");
@@ -152,8 +153,9 @@ inline void validate_fast(const quantized_tensor& q) {
 }
 
 /// Shape checks every layout shares (the quantized_tensor itself must be consistent).
-inline void check_common(const quantized_tensor& q, std::string_view format, std::int64_t first_row = 0) {
-    validate_fast(q);
+inline void check_common(const quantized_tensor& q, std::string_view format, std::int64_t first_row = 0,
+                         simd::isa isa = simd::active_isa()) {
+    validate_fast(q, isa);
     if (q.symmetric) {
         const std::int32_t mid = 1 << (q.bits - 1);
         for (std::size_t i = 0; i < q.zeros.size(); ++i)

@@ -91,24 +91,43 @@ private:
     std::vector<std::unique_ptr<band_work>> free_;
 };
 
+/// layout.pack(q, prefix), on the pack kernels of `isa` when the layout takes one (the
+/// in-tree layouts do; a user's layout_policy need not).
+template <layout_policy L>
+std::vector<owned_tensor> pack_on(const L& layout, const quantized_tensor& q, std::string_view prefix, simd::isa isa) {
+    if constexpr (requires { layout.pack(q, prefix, isa); }) return layout.pack(q, prefix, isa);
+    else return layout.pack(q, prefix);
+}
+
+/// layout.pack_band(...), on the pack kernels of `isa` when the layout takes one.
+template <band_packing_layout L>
+void pack_band_on(const L& layout, const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
+                  std::span<owned_tensor> out, simd::isa isa) {
+    if constexpr (requires { layout.pack_band(band, first_row, n, out, isa); }) layout.pack_band(band, first_row, n, out, isa);
+    else layout.pack_band(band, first_row, n, out);
+}
+
 }  // namespace detail
 
 /// The tensors of `layout.pack(quantize(weight, opt, ex), prefix)`, made band by band (see the
 /// top of this header). With `snr`, the SNR sums of what a loader decodes against `weight`.
 /// With `source`, the rows are read through it (weight's bytes are only sized, never read).
+/// Quantizing and packing run on opt.isa (else simd::active_isa()).
 template <layout_policy L>
 std::vector<owned_tensor> quantize_packed(const tensor_view& weight, const quant_options& opt, const L& layout,
                                           std::string_view prefix, const executor& ex = {}, snr_sums* snr = nullptr,
                                           const band_source& source = {}) {
+    const simd::isa isa = opt.isa ? *opt.isa : simd::active_isa();
     if constexpr (!band_packing_layout<L>) {
-        if (!source) return layout.pack(quantize(weight, opt, ex, snr), prefix);
+        if (!source) return detail::pack_on(layout, quantize(weight, opt, ex, snr), prefix, isa);
         detail::check_options(weight, opt);
         std::vector<std::byte> rows(weight.bytes.size());  // no bands here: the whole weight at once
         source(0, weight.shape[0], rows);
-        return layout.pack(quantize(tensor_view{weight.name, weight.type, weight.shape, rows}, opt, ex, snr), prefix);
+        return detail::pack_on(layout, quantize(tensor_view{weight.name, weight.type, weight.shape, rows}, opt, ex, snr),
+                               prefix, isa);
     } else {
         detail::check_options(weight, opt);
-        const simd::group_kernels& k = simd::kernels(opt.isa ? *opt.isa : simd::active_isa());
+        const simd::group_kernels& k = simd::kernels(isa);
         const std::int64_t n = weight.shape[0], cols = weight.shape[1];
         const std::string p(prefix);
         std::vector<owned_tensor> out;
@@ -129,7 +148,7 @@ std::vector<owned_tensor> quantize_packed(const tensor_view& weight, const quant
             } else {
                 detail::quantize_band(weight, opt, k, r0, r1, b->codes, band_snr);
             }
-            layout.pack_band(b->codes, r0, n, out);
+            detail::pack_band_on(layout, b->codes, r0, n, out, isa);
             buffers.give(std::move(b));
         });
         if (snr) {

@@ -17,6 +17,11 @@
 // noexcept (the transposed ones only allocate a small buffer) and never branch on bad input: callers validate ranges first; bits above b in a
 // code are masked off so an out-of-range code can never spill into a neighbour's field.
 // See formats.md 2.2 and 4.3.
+//
+// The vector parts (the OR scan, GPTQ's 4-bit transposed rows, AWQ's transposed gather) are
+// the kernel family simd/pack_kernels.hpp; the functions here that use it take the ISA to run
+// (`simd::isa`, default simd::active_isa(), so QFORGE_FORCE_ISA=scalar runs the scalar
+// kernels) or, as before, `bool simd_ok` (false = the scalar kernels).
 #pragma once
 
 #include <bit>
@@ -26,14 +31,8 @@
 #include <memory>
 #include <vector>
 
-#include "qforge/simd/tags.hpp"
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-#if QFORGE_SIMD_X86
-#include <immintrin.h>
-#endif
+#include "qforge/simd/family.hpp"
+#include "qforge/simd/pack_kernels.hpp"
 
 namespace qforge::detail {
 
@@ -231,148 +230,34 @@ inline bool dense_has_stray_bits(const std::uint32_t* src, std::ptrdiff_t src_st
 // ran 10x slower than a memcpy; gathering columns across many rows was slower still.
 inline constexpr std::int64_t tile_rows = 16;
 
-#if defined(__SSE2__)
-// pack4_rows4_sse2: four rows of 4-bit codes, 32 codes each step -> four words per row, 4x4
-// transposed so each 16-byte store holds one word index of the four rows (tmp[w][tile_rows] layout).
-// Returns the codes done (a multiple of 32); the scalar loop finishes the rest.
-inline std::int64_t pack4_rows4_sse2(const std::uint8_t* p, std::int64_t cols, std::uint32_t* tmp) noexcept {
-    const __m128i lo = _mm_set1_epi8(0x0F), low_bytes = _mm_set1_epi16(0x00FF);
-    auto row_words = [&](const std::uint8_t* q) {  // 32 codes -> 4 words (8 codes per word)
-        const __m128i x0 = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), lo);
-        const __m128i x1 = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)), lo);
-        const __m128i y0 = _mm_and_si128(_mm_or_si128(x0, _mm_srli_epi16(x0, 4)), low_bytes);
-        const __m128i y1 = _mm_and_si128(_mm_or_si128(x1, _mm_srli_epi16(x1, 4)), low_bytes);
-        return _mm_packus_epi16(y0, y1);
-    };
-    std::int64_t k = 0;
-    for (; k + 32 <= cols; k += 32) {
-        const __m128i m0 = row_words(p + k), m1 = row_words(p + cols + k);
-        const __m128i m2 = row_words(p + 2 * cols + k), m3 = row_words(p + 3 * cols + k);
-        const __m128i t0 = _mm_unpacklo_epi32(m0, m1), t1 = _mm_unpacklo_epi32(m2, m3);
-        const __m128i t2 = _mm_unpackhi_epi32(m0, m1), t3 = _mm_unpackhi_epi32(m2, m3);
-        std::uint32_t* o = tmp + (k / 8) * tile_rows;
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi64(t0, t1));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + tile_rows), _mm_unpackhi_epi64(t0, t1));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * tile_rows), _mm_unpacklo_epi64(t2, t3));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * tile_rows), _mm_unpackhi_epi64(t2, t3));
-    }
-    return k;
-}
-#endif
-
-#if QFORGE_SIMD_X86 && (defined(__GNUC__) || defined(__clang__))
-QFORGE_TARGET_AVX2 inline std::uint8_t or_bytes_avx2(const std::uint8_t* c, std::size_t n) noexcept {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    std::size_t i = 0;
-    for (; i + 128 <= n; i += 128) {
-        a0 = _mm256_or_si256(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + i)));
-        a1 = _mm256_or_si256(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + i + 32)));
-        a2 = _mm256_or_si256(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + i + 64)));
-        a3 = _mm256_or_si256(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + i + 96)));
-    }
-    alignas(32) std::uint8_t lane[32];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lane), _mm256_or_si256(_mm256_or_si256(a0, a1), _mm256_or_si256(a2, a3)));
-    std::uint8_t any = 0;
-    for (std::uint8_t b : lane) any |= b;
-    for (; i < n; ++i) any |= c[i];
-    return any;
-}
-#endif
-
 /// The OR of the bytes c[0..n): whether any code has a bit above b set, in one read of the
 /// codes (a weight's worth of codes is validated before every pack).
-inline std::uint8_t or_bytes(const std::uint8_t* c, std::size_t n) noexcept {
-#if QFORGE_SIMD_X86 && (defined(__GNUC__) || defined(__clang__))
-    if (simd::available(simd::isa::avx2)) return or_bytes_avx2(c, n);
-#endif
-    std::uint64_t acc[4] = {0, 0, 0, 0};
-    std::size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (std::size_t j = 0; j < 4; ++j) acc[j] |= load_u64(c + i + 8 * j);
-    std::uint64_t any = acc[0] | acc[1] | acc[2] | acc[3];
-    any |= any >> 32;
-    any |= any >> 16;
-    any |= any >> 8;
-    auto out = static_cast<std::uint8_t>(any);
-    for (; i < n; ++i) out |= c[i];
-    return out;
-}
-
-#if QFORGE_SIMD_X86 && (defined(__GNUC__) || defined(__clang__))
-// pack4_rows8_avx2: eight rows of 4-bit codes, 32 codes each step -> four words per row,
-// stored as tmp[w][r..r+7] (the tmp[w][tile_rows] layout). maddubs joins code pairs into
-// bytes (c0 + 16 c1), one pack makes two rows' words, and two rounds of dword unpacks plus a
-// 128-bit permute transpose the 8 x 4 words. Returns the codes done (a multiple of 32).
-QFORGE_TARGET_AVX2 inline __m256i pack4_pairs_avx2(const std::uint8_t* q) noexcept {
-    const __m256i x = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), _mm256_set1_epi8(0x0F));
-    return _mm256_maddubs_epi16(x, _mm256_set1_epi16(0x1001));  // bytes 1, 16: c0 + 16 c1 as u16 <= 255
-}
-
-QFORGE_TARGET_AVX2 inline std::int64_t pack4_rows8_avx2(const std::uint8_t* p, std::int64_t cols,
-                                                        std::uint32_t* tmp) noexcept {
-    std::int64_t k = 0;
-    for (; k + 32 <= cols; k += 32) {
-        const __m256i ab = _mm256_packus_epi16(pack4_pairs_avx2(p + k), pack4_pairs_avx2(p + cols + k));  // [A0 A1 B0 B1 | A2 A3 B2 B3]
-        const __m256i cd = _mm256_packus_epi16(pack4_pairs_avx2(p + 2 * cols + k), pack4_pairs_avx2(p + 3 * cols + k));
-        const __m256i ef = _mm256_packus_epi16(pack4_pairs_avx2(p + 4 * cols + k), pack4_pairs_avx2(p + 5 * cols + k));
-        const __m256i gh = _mm256_packus_epi16(pack4_pairs_avx2(p + 6 * cols + k), pack4_pairs_avx2(p + 7 * cols + k));
-        const __m256i u1 = _mm256_unpacklo_epi32(ab, cd), u2 = _mm256_unpackhi_epi32(ab, cd);
-        const __m256i v1 = _mm256_unpacklo_epi32(ef, gh), v2 = _mm256_unpackhi_epi32(ef, gh);
-        const __m256i x0 = _mm256_unpacklo_epi32(u1, u2), x1 = _mm256_unpackhi_epi32(u1, u2);  // [w0 | w2], [w1 | w3] of A-D
-        const __m256i y0 = _mm256_unpacklo_epi32(v1, v2), y1 = _mm256_unpackhi_epi32(v1, v2);  // same for E-H
-        std::uint32_t* o = tmp + (k / 8) * tile_rows;
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_permute2x128_si256(x0, y0, 0x20));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + tile_rows), _mm256_permute2x128_si256(x1, y1, 0x20));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * tile_rows), _mm256_permute2x128_si256(x0, y0, 0x31));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 3 * tile_rows), _mm256_permute2x128_si256(x1, y1, 0x31));
-    }
-    return k;
-}
-#endif
-
-/// Rows [r, nr) of a tile (codes [nr][cols] from `tile`) through a 4-bit SIMD row packer,
-/// `Step` rows a call, into tmp [words][tile_rows]; the columns past what the packer takes
-/// go through the scalar stream. Returns the first row left (fewer than Step remain).
-template <std::int64_t Step, class RowPacker>
-std::int64_t pack4_tile_rows(const std::uint8_t* tile, std::int64_t cols, std::int64_t r, std::int64_t nr,
-                             std::uint32_t* tmp, RowPacker pack_rows) {
-    for (; r + Step <= nr; r += Step) {
-        const std::uint8_t* p = tile + r * cols;
-        const std::int64_t done = pack_rows(p, cols, tmp + r);
-        for (std::int64_t j = 0; j < Step; ++j)
-            pack_dense(p + j * cols + done, 1, cols - done, 4, tmp + (done / 8) * tile_rows + r + j, tile_rows);
-    }
-    return r;
+inline std::uint8_t or_bytes(const std::uint8_t* c, std::size_t n, simd::isa isa = simd::active_isa()) {
+    return simd::kernels_of<simd::pack_kernels>(isa).or_bytes(c, n);
 }
 
 /// GPTQ qweight: codes [rows][cols] (row-major) -> words [dense_words(cols)][rows], each row a
 /// dense stream along cols written down its column. cols*bits must fill whole words.
-/// Allocates a dense_words(cols) x tile_rows word buffer (may throw std::bad_alloc). `simd_ok = false`
-/// forces the portable scalar path (the tests compare both). `dst_stride` (default `rows`) is
-/// the distance between word rows of dst, so a band of rows can go into a wider matrix.
-inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols,
-                                  int bits, std::uint32_t* dst, bool simd_ok = true, std::int64_t dst_stride = -1) {
+/// Allocates a dense_words(cols) x tile_rows word buffer (may throw std::bad_alloc). 4-bit rows
+/// go through the pack kernels of `isa`. `dst_stride` (default `rows`) is the distance between
+/// word rows of dst, so a band of rows can go into a wider matrix.
+inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols, int bits,
+                                  std::uint32_t* dst, simd::isa isa, std::int64_t dst_stride = -1) {
     if (dst_stride < 0) dst_stride = rows;
+    const simd::pack_kernels* k = bits == 4 ? &simd::kernels_of<simd::pack_kernels>(isa) : nullptr;
     const std::int64_t words = dense_words(cols, bits);
     // Uninitialised: every word of it a tile reads back is packed first. Zero-filling it
     // cost as much as writing the output (one band of a wide layer calls this once).
     const std::unique_ptr<std::uint32_t[]> buffer(new std::uint32_t[static_cast<std::size_t>(words * tile_rows)]);
     std::uint32_t* const tmp = buffer.get();
-    [[maybe_unused]] const bool use_avx2 = simd_ok && bits == 4 && simd::available(simd::isa::avx2);
     for (std::int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
         const std::int64_t nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
-        std::int64_t r = 0;
-#if QFORGE_SIMD_X86 && (defined(__GNUC__) || defined(__clang__))
-        if (simd_ok && bits == 4 && use_avx2) r = pack4_tile_rows<8>(codes + r0 * cols, cols, r, nr, tmp, pack4_rows8_avx2);
-#endif
-#if defined(__SSE2__)
-        if (simd_ok && bits == 4) r = pack4_tile_rows<4>(codes + r0 * cols, cols, r, nr, tmp, pack4_rows4_sse2);
-#else
-        (void)simd_ok;
-#endif
-        for (; r < nr; ++r)
-            pack_dense(codes + (r0 + r) * cols, 1, cols, bits, tmp + r, tile_rows);
-        if (nr == tile_rows) {
+        if (k != nullptr) {
+            k->pack4_rows(codes + r0 * cols, nr, cols, tmp, tile_rows);
+        } else {
+            for (std::int64_t r = 0; r < nr; ++r) pack_dense(codes + (r0 + r) * cols, 1, cols, bits, tmp + r, tile_rows);
+        }
+        if (nr == tile_rows) {  // a constant size: the copy compiles to four vector moves
             for (std::int64_t w = 0; w < words; ++w)
                 std::memcpy(dst + w * dst_stride + r0, tmp + w * tile_rows, tile_rows * sizeof(std::uint32_t));
         } else {
@@ -381,6 +266,12 @@ inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, 
                             static_cast<std::size_t>(nr) * sizeof(std::uint32_t));
         }
     }
+}
+
+/// pack_dense_transposed with `simd_ok = false` forcing the scalar kernels, true the active ISA's.
+inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols, int bits,
+                                  std::uint32_t* dst, bool simd_ok = true, std::int64_t dst_stride = -1) {
+    pack_dense_transposed(codes, rows, cols, bits, dst, simd_ok ? simd::active_isa() : simd::isa::scalar, dst_stride);
 }
 
 /// Reverse of pack_dense_transposed: words [dense_words(cols)][rows] -> codes [rows][cols].
@@ -417,127 +308,12 @@ inline std::uint32_t awq_word_from_bytes(std::uint64_t x) noexcept {
     return four(x) | (four(x >> 8) << 16);
 }
 
-// awq4_gather8: eight output words (rows r..r+7 of output column c) from eight source rows
-// of eight codes each. Nibble-merging the AWQ pairs (columns 0|2, 4|6, 1|3, 5|7) leaves four
-// u64 whose byte t is byte 0..3 of output word t; a 4x8 byte transpose (two swap stages)
-// lays out the words, written at o[t * ostride].
-inline void awq4_gather8(const std::uint8_t* p, std::ptrdiff_t stride, std::uint32_t* o,
-                         std::ptrdiff_t ostride) noexcept {
-    constexpr std::uint64_t lo = 0x0F0F0F0F0F0F0F0FULL;
-    std::uint64_t x[8];
-    for (int j = 0; j < 8; ++j) x[j] = load_u64(p + j * stride);
-    std::uint64_t a = (x[0] & lo) | ((x[2] & lo) << 4);
-    std::uint64_t b = (x[4] & lo) | ((x[6] & lo) << 4);
-    std::uint64_t c = (x[1] & lo) | ((x[3] & lo) << 4);
-    std::uint64_t d = (x[5] & lo) | ((x[7] & lo) << 4);
-    std::uint64_t t = ((a >> 8) ^ b) & 0x00FF00FF00FF00FFULL;
-    a ^= t << 8;  // a0 b0 a2 b2 a4 b4 a6 b6
-    b ^= t;       // a1 b1 a3 b3 a5 b5 a7 b7
-    t = ((c >> 8) ^ d) & 0x00FF00FF00FF00FFULL;
-    c ^= t << 8;
-    d ^= t;
-    t = ((a >> 16) ^ c) & 0x0000FFFF0000FFFFULL;
-    a ^= t << 16;  // words 0 and 4
-    c ^= t;        // words 2 and 6
-    t = ((b >> 16) ^ d) & 0x0000FFFF0000FFFFULL;
-    b ^= t << 16;  // words 1 and 5
-    d ^= t;        // words 3 and 7
-    o[0 * ostride] = static_cast<std::uint32_t>(a);
-    o[4 * ostride] = static_cast<std::uint32_t>(a >> 32);
-    o[1 * ostride] = static_cast<std::uint32_t>(b);
-    o[5 * ostride] = static_cast<std::uint32_t>(b >> 32);
-    o[2 * ostride] = static_cast<std::uint32_t>(c);
-    o[6 * ostride] = static_cast<std::uint32_t>(c >> 32);
-    o[3 * ostride] = static_cast<std::uint32_t>(d);
-    o[7 * ostride] = static_cast<std::uint32_t>(d >> 32);
-}
-
-// awq4_transposed: output [rows][cols/8] from a source whose output row r is source column r
-// (source [cols][rows] row-major). Eight output columns' worth of source rows are read in
-// order into a [rows][8] buffer, then flushed 32 bytes per output row (same reasoning as
-// pack_dense_transposed). rows % 8 == 0.
-inline void awq4_transposed(const std::uint8_t* src, std::int64_t rows, std::int64_t cols,
-                            std::uint32_t* dst) {
-    constexpr std::int64_t block = 8;
-    const std::int64_t words = cols / 8;
-    std::vector<std::uint32_t> tmp(static_cast<std::size_t>(rows * block));
-    for (std::int64_t c0 = 0; c0 < words; c0 += block) {
-        const std::int64_t nb = words - c0 < block ? words - c0 : block;
-        for (std::int64_t cb = 0; cb < nb; ++cb)
-            for (std::int64_t r = 0; r < rows; r += 8)
-                awq4_gather8(src + 8 * (c0 + cb) * rows + r, rows, tmp.data() + r * block + cb, block);
-        for (std::int64_t r = 0; r < rows; ++r)
-            std::memcpy(dst + r * words + c0, tmp.data() + r * block, static_cast<std::size_t>(nb) * sizeof(std::uint32_t));
-    }
-}
-
-#if defined(__SSE2__)
-// awq4_transposed_sse2: the same words as awq4_transposed with SSE2 (baseline on x86-64, so
-// no dispatch is needed). Sixteen codes of each of eight source rows per step: nibble-merge
-// the AWQ pairs, interleave bytes then 16-bit lanes, and four stores hold sixteen words of
-// one output column in a [8][rows] buffer; 4x4 word transposes then write each output row
-// 32 contiguous bytes. Tested byte-identical to the scalar path (test_pack_bits.cpp).
-inline void awq4_transposed_sse2(const std::uint8_t* src, std::int64_t rows, std::int64_t cols,
-                                 std::uint32_t* dst) {
-    constexpr std::int64_t block = 8;
-    const std::int64_t words = cols / 8;
-    std::vector<std::uint32_t> tmp(static_cast<std::size_t>(block * rows));  // [cb][row]
-    const __m128i lo = _mm_set1_epi8(0x0F);
-    auto load = [&](const std::uint8_t* p) {
-        return _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), lo);
-    };
-    for (std::int64_t c0 = 0; c0 < words; c0 += block) {
-        const std::int64_t nb = words - c0 < block ? words - c0 : block;
-        for (std::int64_t cb = 0; cb < nb; ++cb) {
-            const std::uint8_t* base = src + 8 * (c0 + cb) * rows;
-            std::uint32_t* t = tmp.data() + cb * rows;
-            std::int64_t r = 0;
-            for (; r + 16 <= rows; r += 16) {
-                const __m128i a = _mm_or_si128(load(base + r), _mm_slli_epi16(load(base + 2 * rows + r), 4));
-                const __m128i b = _mm_or_si128(load(base + 4 * rows + r), _mm_slli_epi16(load(base + 6 * rows + r), 4));
-                const __m128i c = _mm_or_si128(load(base + 1 * rows + r), _mm_slli_epi16(load(base + 3 * rows + r), 4));
-                const __m128i d = _mm_or_si128(load(base + 5 * rows + r), _mm_slli_epi16(load(base + 7 * rows + r), 4));
-                const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
-                const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(t + r), _mm_unpacklo_epi16(ab0, cd0));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(t + r + 4), _mm_unpackhi_epi16(ab0, cd0));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(t + r + 8), _mm_unpacklo_epi16(ab1, cd1));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(t + r + 12), _mm_unpackhi_epi16(ab1, cd1));
-            }
-            for (; r < rows; r += 8) awq4_gather8(base + r, rows, t + r, 1);
-        }
-        if (nb == block) {
-            for (std::int64_t r = 0; r < rows; r += 4)
-                for (std::int64_t half = 0; half < block; half += 4) {
-                    const std::uint32_t* t = tmp.data() + half * rows + r;
-                    const __m128i m0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
-                    const __m128i m1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + rows));
-                    const __m128i m2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 2 * rows));
-                    const __m128i m3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 3 * rows));
-                    const __m128i t0 = _mm_unpacklo_epi32(m0, m1), t1 = _mm_unpacklo_epi32(m2, m3);
-                    const __m128i t2 = _mm_unpackhi_epi32(m0, m1), t3 = _mm_unpackhi_epi32(m2, m3);
-                    std::uint32_t* o = dst + r * words + c0 + half;
-                    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi64(t0, t1));
-                    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + words), _mm_unpackhi_epi64(t0, t1));
-                    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * words), _mm_unpacklo_epi64(t2, t3));
-                    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * words), _mm_unpackhi_epi64(t2, t3));
-                }
-        } else {
-            for (std::int64_t r = 0; r < rows; ++r)
-                for (std::int64_t cb = 0; cb < nb; ++cb)
-                    dst[r * words + c0 + cb] = tmp[static_cast<std::size_t>(cb * rows + r)];
-        }
-    }
-}
-#endif
-
 /// Packs 4-bit codes [rows][cols] (row-major, cols % 8 == 0) along the columns in AWQ order:
 /// dst [rows][cols/8]. `src_col_stride` / `src_row_stride` let the caller pack a transposed
-/// source (AWQ packs along N while qforge holds codes [N][K]).
-/// `simd_ok = false` forces the portable scalar path (the tests compare both).
-inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride,
-                      std::ptrdiff_t src_col_stride, std::int64_t rows, std::int64_t cols,
-                      std::uint32_t* dst, bool simd_ok = true) {
+/// source (AWQ packs along N while qforge holds codes [N][K]); that case, with rows % 8 == 0,
+/// goes through the pack kernels of `isa`.
+inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride, std::ptrdiff_t src_col_stride,
+                      std::int64_t rows, std::int64_t cols, std::uint32_t* dst, simd::isa isa) {
     const std::int64_t words = cols / 8;
     if (src_col_stride == 1) {
         for (std::int64_t r = 0; r < rows; ++r)
@@ -545,22 +321,15 @@ inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride,
                 dst[r * words + c] = awq_word_from_bytes(load_u64(src + r * src_row_stride + 8 * c));
         return;
     }
-    // Transposed source: gather eight columns (rows of the source) at a time. The tile keeps
-    // the eight source rows' cache lines hot across 64 consecutive output rows.
-    std::int64_t done = 0;
     if (src_row_stride == 1 && src_col_stride == rows && rows % 8 == 0) {
-#if defined(__SSE2__)
-        if (simd_ok) awq4_transposed_sse2(src, rows, cols, dst);
-        else awq4_transposed(src, rows, cols, dst);
-#else
-        (void)simd_ok;
-        awq4_transposed(src, rows, cols, dst);
-#endif
-        done = rows;
+        const auto& k = simd::kernels_of<simd::pack_kernels>(isa);
+        // Eight output columns' worth of source rows at a time (see the kernel).
+        const std::unique_ptr<std::uint32_t[]> tmp(new std::uint32_t[static_cast<std::size_t>(8 * rows)]);
+        k.awq4_transposed(src, rows, cols, dst, tmp.get());
+        return;
     }
-    src += done * src_row_stride;
-    dst += done * words;
-    rows -= done;
+    // Any other strides: one nibble at a time, 64 output rows a tile so the eight source rows'
+    // cache lines stay hot across them.
     constexpr std::int64_t tile = 64;
     for (std::int64_t r0 = 0; r0 < rows; r0 += tile) {
         const std::int64_t r1 = r0 + tile < rows ? r0 + tile : rows;
@@ -576,6 +345,12 @@ inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride,
             }
         }
     }
+}
+
+/// pack_awq4 with `simd_ok = false` forcing the scalar kernels, true the active ISA's.
+inline void pack_awq4(const std::uint8_t* src, std::ptrdiff_t src_row_stride, std::ptrdiff_t src_col_stride,
+                      std::int64_t rows, std::int64_t cols, std::uint32_t* dst, bool simd_ok = true) {
+    pack_awq4(src, src_row_stride, src_col_stride, rows, cols, dst, simd_ok ? simd::active_isa() : simd::isa::scalar);
 }
 
 /// Reverse of pack_awq4: dst[r * dst_row_stride + col * dst_col_stride] = code.
