@@ -123,6 +123,43 @@ QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
 
 #undef QFORGE_P
 
+// ---- gguf_kernels primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) --------------
+#define QFORGE_GG QFORGE_TARGET_AVX2 inline
+using gg_mask = __m256;
+QFORGE_GG gg_mask gg_lt(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+QFORGE_GG gg_mask gg_gt(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+QFORGE_GG gg_mask gg_eq(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+QFORGE_GG gg_mask gg_ne(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_NEQ_UQ); }
+QFORGE_GG gg_mask gg_and(gg_mask a, gg_mask b) noexcept { return _mm256_and_ps(a, b); }
+QFORGE_GG bool gg_any(gg_mask a) noexcept { return _mm256_movemask_ps(a) != 0; }
+QFORGE_GG int gg_first(gg_mask a) noexcept {
+    const int bits = _mm256_movemask_ps(a);
+    return bits == 0 ? -1 : __builtin_ctz(static_cast<unsigned>(bits));
+}
+QFORGE_GG vf gg_blend(gg_mask m, vf t, vf f) noexcept { return _mm256_blendv_ps(f, t, m); }
+QFORGE_GG vf gg_sqrt(vf a) noexcept { return _mm256_sqrt_ps(a); }
+QFORGE_GG vf gg_trunc(vf a) noexcept { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* dst, std::size_t dst_stride) noexcept {
+    __m256 r[8], t[8];
+    for (std::size_t i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (std::size_t i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+}
+#undef QFORGE_GG
+// ---- end of gguf_kernels primitives ---------------------------------------------------------
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

@@ -15,6 +15,7 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/half.hpp"
+#include "qforge/simd/arch/avx2.hpp"  // gg_transpose8
 #include "qforge/simd/arch/detail/x86_snr.hpp"
 #include "qforge/simd/kernel_table.hpp"
 
@@ -125,6 +126,26 @@ QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
 }
 
 #undef QFORGE_P
+
+// ---- gguf_kernels primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) --------------
+#define QFORGE_GG QFORGE_TARGET_AVX512 inline
+using gg_mask = __mmask16;
+QFORGE_GG gg_mask gg_lt(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+QFORGE_GG gg_mask gg_gt(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+QFORGE_GG gg_mask gg_eq(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+QFORGE_GG gg_mask gg_ne(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); }
+QFORGE_GG gg_mask gg_and(gg_mask a, gg_mask b) noexcept { return static_cast<gg_mask>(a & b); }
+QFORGE_GG bool gg_any(gg_mask a) noexcept { return a != 0; }
+QFORGE_GG int gg_first(gg_mask a) noexcept { return a == 0 ? -1 : __builtin_ctz(static_cast<unsigned>(a)); }
+QFORGE_GG vf gg_blend(gg_mask m, vf t, vf f) noexcept { return _mm512_mask_blend_ps(m, f, t); }
+QFORGE_GG vf gg_sqrt(vf a) noexcept { return _mm512_sqrt_ps(a); }
+QFORGE_GG vf gg_trunc(vf a) noexcept { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+// An 8x8 block is two 256-bit halves wide at most: the AVX2 shuffles are the right width.
+QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* dst, std::size_t dst_stride) noexcept {
+    avx2_isa::gg_transpose8(src, src_stride, dst, dst_stride);
+}
+#undef QFORGE_GG
+// ---- end of gguf_kernels primitives ---------------------------------------------------------
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
