@@ -51,6 +51,12 @@ struct gguf_kernels {
     /// << 4; for Q5_K, bit 4 of those codes go to bits 2c and 2c + 1 of qh[l].
     void (*pack_q45k)(const std::uint8_t* codes, bool five, std::uint8_t* qh, std::uint8_t* qs) noexcept;
 
+    /// ggml's Q6_K packing of one super-block's 256 codes (0..63): per 128-code half h and
+    /// l < 32, with a, b, c, e the codes 128 h + l + 0, 32, 64, 96: ql[64 h + l] = a & 15 |
+    /// (c & 15) << 4, ql[64 h + 32 + l] = b & 15 | (e & 15) << 4, qh[32 h + l] = a >> 4 |
+    /// (b >> 4) << 2 | (c >> 4) << 4 | (e >> 4) << 6.
+    void (*pack_q6k)(const std::uint8_t* codes, std::uint8_t* ql, std::uint8_t* qh) noexcept;
+
     /// quantize_row_q8_0_ref of nb 32-element blocks into nb ggml block_q8_0 (34 bytes: fp16 d,
     /// little-endian, then 32 int8 codes roundf(x / d)).
     void (*q8_0)(const float* x, std::int64_t nb, std::byte* blocks) noexcept;

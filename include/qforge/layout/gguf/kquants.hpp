@@ -371,7 +371,7 @@ inline void quantize_ref(const float* x, block_q6_k* y, std::int64_t k) noexcept
 // the searches fill their lanes.
 
 namespace detail {
-inline constexpr std::int64_t kernel_chunk = 16;  // super-blocks per kernel call
+inline constexpr std::int64_t kernel_chunk = 4;  // super-blocks per kernel call: the searches' lanes (<= 4 on AVX-512) fill, x stays in L1
 
 template <int Nmax, class Block>
 inline void qk45_ref_kernels(const simd::gguf_kernels& kern, const float* x, Block* y, std::int64_t nb) noexcept {
@@ -414,7 +414,7 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
             float d[16];
             if (!detail::q6k_scales(scales + 16 * h, y[i + h], d)) continue;
             kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -32.f, 31.f, 32.f, L + 256 * h);
-            detail::q6k_pack(reinterpret_cast<const std::int8_t*>(L + 256 * h), y[i + h]);
+            kern.pack_q6k(L + 256 * h, y[i + h].ql, y[i + h].qh);
         }
     }
 }

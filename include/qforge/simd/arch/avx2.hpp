@@ -157,8 +157,20 @@ QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* ds
         _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
     }
 }
-#undef QFORGE_GG
+QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
+    const __m256i i = _mm256_cvttps_epi32(q);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(w, w));
+}
+// The saturating packs interleave the 128-bit halves; one dword permute puts them in order.
+QFORGE_GG void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    const __m256i ab = _mm256_packs_epi32(_mm256_cvttps_epi32(a), _mm256_cvttps_epi32(b));
+    const __m256i cd = _mm256_packs_epi32(_mm256_cvttps_epi32(c), _mm256_cvttps_epi32(d));
+    const __m256i x = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), x);
+}
 // ---- end of gguf_kernels primitives ---------------------------------------------------------
+#undef QFORGE_GG
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.

@@ -144,8 +144,17 @@ QFORGE_GG vf gg_trunc(vf a) noexcept { return _mm512_roundscale_ps(a, _MM_FROUND
 QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* dst, std::size_t dst_stride) noexcept {
     avx2_isa::gg_transpose8(src, src_stride, dst, dst_stride);
 }
-#undef QFORGE_GG
+QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q)));
+}
+QFORGE_GG void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    gg_store_i8(out, a);
+    gg_store_i8(out + 16, b);
+    gg_store_i8(out + 32, c);
+    gg_store_i8(out + 48, d);
+}
 // ---- end of gguf_kernels primitives ---------------------------------------------------------
+#undef QFORGE_GG
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.

@@ -197,6 +197,16 @@ inline void gg_transpose8(const float* src, std::size_t src_stride, float* dst, 
     for (std::size_t r = 0; r < 8; r += 4)
         for (std::size_t c = 0; c < 8; c += 4) gg_transpose4(src + r * src_stride + c, src_stride, dst + c * dst_stride + r, dst_stride);
 }
+inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
+    const int16x8_t w = vcombine_s16(vmovn_s32(vcvtq_s32_f32(q.a)), vmovn_s32(vcvtq_s32_f32(q.b)));
+    vst1_s8(reinterpret_cast<std::int8_t*>(out), vmovn_s16(w));
+}
+inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    gg_store_i8(out, a);
+    gg_store_i8(out + 8, b);
+    gg_store_i8(out + 16, c);
+    gg_store_i8(out + 24, d);
+}
 // ---- end of gguf_kernels primitives ---------------------------------------------------------
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by

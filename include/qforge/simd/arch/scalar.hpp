@@ -215,6 +215,16 @@ inline void gg_transpose8(const float* src, std::size_t src_stride, float* dst, 
     for (std::size_t r = 0; r < 8; ++r)
         for (std::size_t c = 0; c < 8; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
 }
+/// Integral floats in -128..127 as their int8 bytes (lanes of them; x4: four vectors in order).
+inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
+    for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(static_cast<std::int32_t>(q.v[j])));
+}
+inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    gg_store_i8(out, a);
+    gg_store_i8(out + 8, b);
+    gg_store_i8(out + 16, c);
+    gg_store_i8(out + 24, d);
+}
 // ---- end of gguf_kernels primitives ---------------------------------------------------------
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by

@@ -60,6 +60,15 @@ QFORGE_KFN wv wround_clamp(wv f, wv lo, wv hi) noexcept {
     return {round_clamp<Lo, Hi>(f.a, lo.a, hi.a), round_clamp<Lo, Hi>(f.b, lo.b, hi.b)};
 }
 
+/// n integral floats 0..255 (n a multiple of lanes) as n codes: four vectors per store where
+/// n allows (one 32-byte store on AVX2).
+QFORGE_KFN void store_codes(std::uint8_t* out, const float* f, std::size_t n) noexcept {
+    std::size_t i = 0;
+    for (; i + 4 * lanes <= n; i += 4 * lanes)
+        vstore_codes4(out + i, vload(f + i), vload(f + i + lanes), vload(f + i + 2 * lanes), vload(f + i + 3 * lanes));
+    for (; i < n; i += lanes) vstore_codes(out + i, vload(f + i));
+}
+
 /// Loads W sub-blocks of `len` floats starting at sub-block `first` of x (count in all, a
 /// multiple of 8) transposed: xt[i][lane] = element i of sub-block first + lane. Lanes past
 /// the end repeat the last 8 sub-blocks.
@@ -77,7 +86,7 @@ QFORGE_KFN void store_lanes(const float* lf, std::size_t count, std::size_t firs
     alignas(64) float rows[8 * 32];
     for (std::size_t h = 0; h < W && first + h < count; h += 8) {
         for (std::size_t e = 0; e < len; e += 8) gg_transpose8(lf + e * W + h, W, rows + e, len);
-        for (std::size_t i = 0; i < 8 * len; i += lanes) vstore_codes(codes + len * (first + h) + i, vload(rows + i));
+        store_codes(codes + len * (first + h), rows, 8 * len);
     }
 }
 
@@ -264,17 +273,27 @@ QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale, s
 
 // ---- requantization against the stored scales ----------------------------------------------
 template <bool WithMin>
+QFORGE_KFN vf requantize_step(const float* x, vf d, vf dm, vf lo, vf hi, vf offset) noexcept {
+    vf t = vload(x);
+    if constexpr (WithMin) t = vadd(t, dm);
+    return vadd(round_clamp(vdiv(t, d), lo, hi), offset);
+}
+
+template <bool WithMin>
 QFORGE_KFN void requantize_t(const float* x, std::size_t count, std::size_t len, const float* d, const float* dm,
                              float lo, float hi, float offset, std::uint8_t* codes) noexcept {
     const vf vlo = vset(lo), vhi = vset(hi), voff = vset(offset);
     for (std::size_t j = 0; j < count; ++j) {
         if (d[j] == 0) continue;  // ggml keeps the search's codes
         const vf vd = vset(d[j]), vdm = vset(WithMin ? dm[j] : 0.f);
-        for (std::size_t i = len * j; i < len * (j + 1); i += lanes) {
-            vf t = vload(x + i);
-            if constexpr (WithMin) t = vadd(t, vdm);
-            vstore_codes(codes + i, vadd(round_clamp(vdiv(t, vd), vlo, vhi), voff));
-        }
+        std::size_t i = len * j;
+        for (; i + 4 * lanes <= len * (j + 1); i += 4 * lanes)
+            vstore_codes4(codes + i, requantize_step<WithMin>(x + i, vd, vdm, vlo, vhi, voff),
+                          requantize_step<WithMin>(x + i + lanes, vd, vdm, vlo, vhi, voff),
+                          requantize_step<WithMin>(x + i + 2 * lanes, vd, vdm, vlo, vhi, voff),
+                          requantize_step<WithMin>(x + i + 3 * lanes, vd, vdm, vlo, vhi, voff));
+        for (; i < len * (j + 1); i += lanes)
+            vstore_codes(codes + i, requantize_step<WithMin>(x + i, vd, vdm, vlo, vhi, voff));
     }
 }
 
@@ -307,12 +326,29 @@ QFORGE_KFN void k_pack_q45k(const std::uint8_t* codes, bool five, std::uint8_t* 
     if (five) std::memcpy(qh, h, sizeof h);
 }
 
+QFORGE_KFN void k_pack_q6k(const std::uint8_t* codes, std::uint8_t* ql, std::uint8_t* qh) noexcept {
+    constexpr std::uint64_t two_bits = 0x0303030303030303ull;
+    for (unsigned h = 0; h < 2; ++h) {
+        for (unsigned w = 0; w < 4; ++w) {
+            const std::uint8_t* p = codes + 128 * h + 8 * w;
+            const std::uint64_t a = load8(p), b = load8(p + 32), c = load8(p + 64), e = load8(p + 96);
+            const std::uint64_t lo = (a & nibbles) | ((c & nibbles) << 4), hi = (b & nibbles) | ((e & nibbles) << 4);
+            const std::uint64_t top = ((a >> 4) & two_bits) | (((b >> 4) & two_bits) << 2) |
+                                      (((c >> 4) & two_bits) << 4) | (((e >> 4) & two_bits) << 6);
+            std::memcpy(ql + 64 * h + 8 * w, &lo, 8);
+            std::memcpy(ql + 64 * h + 32 + 8 * w, &hi, 8);
+            std::memcpy(qh + 32 * h + 8 * w, &top, 8);
+        }
+    }
+}
+
 // ---- Q8_0 / Q4_0: elementwise within a 32-element block -----------------------------------
 inline constexpr std::size_t block_steps = 32 / lanes;
 
 /// Loads one block and returns max |x| (order-free).
 QFORGE_KFN float block_absmax(const float* x, vf* v) noexcept {
     vf amax = vset(0.f);
+#pragma GCC unroll 4
     for (std::size_t k = 0; k < block_steps; ++k) {
         v[k] = vload(x + lanes * k);
         amax = vmax(amax, vabs(v[k]));
@@ -325,25 +361,37 @@ QFORGE_KFN void store_fp16(std::byte* p, float f) noexcept {
     std::memcpy(p, &h, 2);
 }
 
+/// One block's 32 codes (integral floats 0..255, block_steps vectors) as 32 bytes.
+QFORGE_KFN void store_block_codes(std::byte* out, const vf* c) noexcept {
+    auto* p = reinterpret_cast<std::uint8_t*>(out);
+    if constexpr (block_steps == 4) {
+        vstore_codes4(p, c[0], c[1], c[2], c[3]);
+    } else {
+        for (std::size_t k = 0; k < block_steps; ++k) vstore_codes(p + lanes * k, c[k]);
+    }
+}
+
 QFORGE_KFN void k_q8_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    const vf half = vset(0.5f), zero = vset(0.f), one = vset(1.f), minus_one = vset(-1.f), bias = vset(128.f);
+    const vf half = vset(0.5f), zero = vset(0.f), one = vset(1.f), minus_one = vset(-1.f);
     for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 34) {
         vf v[block_steps];
         const float d = block_absmax(x, v) / 127;
         const float id = d != 0 ? 1.0f / d : 0.0f;
         store_fp16(blocks, d);
         const vf vid = vset(id);
-        alignas(8) std::uint8_t q[32];
+        vf c[block_steps];
+#pragma GCC unroll 4
         for (std::size_t k = 0; k < block_steps; ++k) {
             // roundf: truncate, then step away from zero when the dropped part is >= 0.5 (exact)
             const vf p = vmul(v[k], vid);
             const vf t = gg_trunc(p);
-            const vf step = vsel_ge(vabs(vsub(p, t)), half, vsel_ge(p, zero, one, minus_one), zero);
-            vstore_codes(q + lanes * k, vadd(vadd(t, step), bias));  // -127..127 as 1..255
+            c[k] = vadd(t, vsel_ge(vabs(vsub(p, t)), half, vsel_ge(p, zero, one, minus_one), zero));
         }
-        for (std::size_t k = 0; k < 32; k += 8) {
-            const std::uint64_t s = load8(q + k) ^ (low_bits << 7);  // back to two's complement
-            std::memcpy(blocks + 2 + k, &s, 8);
+        auto* q = reinterpret_cast<std::uint8_t*>(blocks + 2);
+        if constexpr (block_steps == 4) {
+            gg_store_i8x4(q, c[0], c[1], c[2], c[3]);
+        } else {
+            for (std::size_t k = 0; k < block_steps; ++k) gg_store_i8(q + lanes * k, c[k]);
         }
     }
 }
@@ -366,9 +414,12 @@ QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
         const float id = d != 0 ? 1.0f / d : 0.0f;
         store_fp16(blocks, d);
         const vf vid = vset(id);
-        alignas(8) std::uint8_t q[32];
+        vf c[block_steps];
+#pragma GCC unroll 4
         for (std::size_t k = 0; k < block_steps; ++k)  // MIN(15, (int8_t)(x * id + 8.5f)), >= 0
-            vstore_codes(q + lanes * k, vmin(gg_trunc(vadd(vmul(v[k], vid), bias)), top));
+            c[k] = vmin(gg_trunc(vadd(vmul(v[k], vid), bias)), top);
+        alignas(8) std::uint8_t q[32];
+        store_block_codes(reinterpret_cast<std::byte*>(q), c);
         for (std::size_t k = 0; k < 16; k += 8) {
             const std::uint64_t s = load8(q + k) | (load8(q + 16 + k) << 4);  // codes <= 15: no carry
             std::memcpy(blocks + 2 + k, &s, 8);
@@ -382,7 +433,8 @@ template <>
 inline const gguf_kernels& family_table<gguf_kernels>() noexcept {
     static constexpr gguf_kernels table{QFORGE_KERNEL_ISA,          &gguf_family::k_qkx2_search,
                                         &gguf_family::k_qx32_search, &gguf_family::k_requantize,
-                                        &gguf_family::k_pack_q45k,   &gguf_family::k_q8_0,
+                                        &gguf_family::k_pack_q45k,   &gguf_family::k_pack_q6k,
+                                        &gguf_family::k_q8_0,
                                         &gguf_family::k_q4_0};
     return table;
 }
