@@ -34,6 +34,12 @@ struct gguf_kernels {
     void (*qkx2_search)(const float* x, std::size_t count, int nmax, float rmin, int nstep, float* scale,
                         float* neg_min, std::uint8_t* codes) noexcept;
 
+    /// ggml make_qkx2_quants(16, 3, x, weights, L, &min, Laux, -0.5f, 0.1f, 15, true) with
+    /// weights[i] = |x[i]| (quantize_row_q2_K_ref's sub-block search), for each of the `count`
+    /// consecutive 16-element sub-blocks of x (count a multiple of 8): scale[j], neg_min[j] and
+    /// codes[16 j + i] (0..3).
+    void (*q2k_search)(const float* x, std::size_t count, float* scale, float* neg_min, std::uint8_t* codes) noexcept;
+
     /// ggml make_qx_quants(16, 32, x, L, 1, NULL) (quantize_row_q6_K_ref's sub-block search)
     /// for each of the `count` consecutive 16-element sub-blocks of x (count a multiple of 8):
     /// scale[j] and codes[16 j + i] (L: code + 32, 0..63).

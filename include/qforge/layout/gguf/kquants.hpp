@@ -38,17 +38,52 @@ inline float sum_squares(const float* x, int n) noexcept {
 }
 
 // ---- Q2_K ----
-inline void q2k_finish(const float* x, block_q2_k& y, std::uint8_t* L) noexcept {
+/// The sub-block scales a Q2_K super-block stores: d[j] = d * (sc_j & 15), dm[j] = dmin * (sc_j >> 4).
+inline void q2k_sub_scales(const block_q2_k& y, float* d, float* dm) noexcept {
     const float dd = fp16_to_float(y.d);
     const float dmin = fp16_to_float(y.dmin);
     for (int j = 0; j < 16; ++j) {
-        const float d = dd * static_cast<float>(y.scales[j] & 0xF);
-        if (d == 0) continue;
-        const float dm = dmin * static_cast<float>(y.scales[j] >> 4);
+        d[j] = dd * static_cast<float>(y.scales[j] & 0xF);
+        dm[j] = dmin * static_cast<float>(y.scales[j] >> 4);
+    }
+}
+
+inline void q2k_finish(const float* x, block_q2_k& y, std::uint8_t* L) noexcept {
+    float d[16], dm[16];
+    q2k_sub_scales(y, d, dm);
+    for (int j = 0; j < 16; ++j) {
+        if (d[j] == 0) continue;
         for (int ii = 0; ii < 16; ++ii)
-            L[16 * j + ii] = static_cast<std::uint8_t>(clamp_int(nearest_int((x[16 * j + ii] + dm) / d), 0, 3));
+            L[16 * j + ii] = static_cast<std::uint8_t>(clamp_int(nearest_int((x[16 * j + ii] + dm[j]) / d[j]), 0, 3));
     }
     pack_2bit(L, y.qs);
+}
+
+/// quantize_row_q2_K_ref's super-block step: 4-bit scales and mins against the largest.
+inline void q2k_scales(const float* scales, const float* mins, block_q2_k& y) noexcept {
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; ++j) {
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    if (max_scale > 0) {
+        const float iscale = 15.f / max_scale;
+        for (int j = 0; j < 16; ++j) y.scales[j] = static_cast<std::uint8_t>(nearest_int(iscale * scales[j]));
+        y.d = float_to_fp16(max_scale / 15.f);
+    } else {
+        for (int j = 0; j < 16; ++j) y.scales[j] = 0;
+        y.d = float_to_fp16(0.f);
+    }
+    if (max_min > 0) {
+        const float iscale = 15.f / max_min;
+        for (int j = 0; j < 16; ++j) {
+            const int l = nearest_int(iscale * mins[j]);
+            y.scales[j] = static_cast<std::uint8_t>(y.scales[j] | (l << 4));
+        }
+        y.dmin = float_to_fp16(max_min / 15.f);
+    } else {
+        y.dmin = float_to_fp16(0.f);
+    }
 }
 
 // ---- Q3_K ----
@@ -275,32 +310,12 @@ inline void quantize_ref(const float* x, block_q2_k* y, std::int64_t k) noexcept
     std::uint8_t L[256], Laux[16];
     float weights[16], mins[16], scales[16];
     for (std::int64_t i = 0; i < k / 256; ++i, x += 256) {
-        float max_scale = 0, max_min = 0;
         for (int j = 0; j < 16; ++j) {
             for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
             scales[j] = detail::make_qkx_quants<false>(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux,
                                                        -0.5f, 0.1f, 15, true);
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
         }
-        if (max_scale > 0) {
-            const float iscale = 15.f / max_scale;
-            for (int j = 0; j < 16; ++j) y[i].scales[j] = static_cast<std::uint8_t>(detail::nearest_int(iscale * scales[j]));
-            y[i].d = float_to_fp16(max_scale / 15.f);
-        } else {
-            for (int j = 0; j < 16; ++j) y[i].scales[j] = 0;
-            y[i].d = float_to_fp16(0.f);
-        }
-        if (max_min > 0) {
-            const float iscale = 15.f / max_min;
-            for (int j = 0; j < 16; ++j) {
-                const int l = detail::nearest_int(iscale * mins[j]);
-                y[i].scales[j] = static_cast<std::uint8_t>(y[i].scales[j] | (l << 4));
-            }
-            y[i].dmin = float_to_fp16(max_min / 15.f);
-        } else {
-            y[i].dmin = float_to_fp16(0.f);
-        }
+        detail::q2k_scales(scales, mins, y[i]);
         detail::q2k_finish(x, y[i], L);
     }
 }
@@ -401,6 +416,23 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
 
 inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q5_k* y, std::int64_t k) noexcept {
     detail::qk45_ref_kernels<31>(kern, x, y, k / 256);
+}
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q2_k* y, std::int64_t k) noexcept {
+    constexpr std::int64_t chunk = detail::kernel_chunk;
+    float scales[16 * chunk], mins[16 * chunk];
+    std::uint8_t L[256 * chunk];
+    for (std::int64_t i = 0; i < k / 256; i += chunk) {
+        const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
+        kern.q2k_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, mins, L);
+        for (std::int64_t h = 0; h < n; ++h) {
+            float d[16], dm[16];
+            detail::q2k_scales(scales + 16 * h, mins + 16 * h, y[i + h]);
+            detail::q2k_sub_scales(y[i + h], d, dm);
+            kern.requantize(x + 256 * (i + h), 16, 16, d, dm, 0.f, 3.f, 0.f, L + 256 * h);
+            detail::pack_2bit(L + 256 * h, y[i + h].qs);
+        }
+    }
 }
 
 inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q6_k* y, std::int64_t k) noexcept {

@@ -90,13 +90,13 @@ QFORGE_KFN void store_lanes(const float* lf, std::size_t count, std::size_t firs
     }
 }
 
-// ---- make_qkx2_quants, one 32-element sub-block per lane (Q4_K, Q5_K) ----------------------
+// ---- make_qkx2_quants, one sub-block per lane (Q4_K, Q5_K: 32 elements; Q2_K: 16) ---------
 /// One search step: this iscale's codes and their weighted sums.
-template <bool Lo, bool Hi>
+template <int N, bool Lo, bool Hi>
 QFORGE_KFN void qkx2_step(const float (*xm)[W], const float (*wt)[W], const float (*xt)[W], float (*laux)[W], wv iscale,
                           wv fmax, wv& sum_l, wv& sum_l2, wv& sum_xl) noexcept {
     const wv zero = wset(0.f);
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < N; ++i) {
         const wv l = wround_clamp<Lo, Hi>(iscale * wload(xm[i]), zero, fmax);
         wstore(laux[i], l);
         const wv wl = wload(wt[i]) * l;
@@ -106,17 +106,23 @@ QFORGE_KFN void qkx2_step(const float (*xm)[W], const float (*wt)[W], const floa
     }
 }
 
-/// ggml's weights av_x + |x| and the sums before the search: min, max, sum_w, sum_x.
+/// ggml's weights (Q4_K/Q5_K: av_x + |x|, av_x = sqrt(sum x^2 / N); Q2_K: |x|) and the sums
+/// before the search: min, max, sum_w, sum_x.
+template <int N, bool AvX>
 QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& max, wv& sum_w, wv& sum_x) noexcept {
-    wv sum_x2 = wload(xt[0]) * wload(xt[0]);
-    for (int i = 1; i < 32; ++i) sum_x2 = sum_x2 + wload(xt[i]) * wload(xt[i]);
-    const wv av_x = wsqrt(sum_x2 / wset(32.f));
-    for (int i = 0; i < 32; ++i) wstore(wt[i], av_x + wabs(wload(xt[i])));
+    if constexpr (AvX) {
+        wv sum_x2 = wload(xt[0]) * wload(xt[0]);
+        for (int i = 1; i < N; ++i) sum_x2 = sum_x2 + wload(xt[i]) * wload(xt[i]);
+        const wv av_x = wsqrt(sum_x2 / wset(static_cast<float>(N)));
+        for (int i = 0; i < N; ++i) wstore(wt[i], av_x + wabs(wload(xt[i])));
+    } else {
+        for (int i = 0; i < N; ++i) wstore(wt[i], wabs(wload(xt[i])));
+    }
     min = wload(xt[0]);
     max = min;
     sum_w = wload(wt[0]);
     sum_x = sum_w * wload(xt[0]);
-    for (int i = 1; i < 32; ++i) {
+    for (int i = 1; i < N; ++i) {
         const wv x = wload(xt[i]), w = wload(wt[i]);
         min = wmin(x, min);
         max = wmax(x, max);
@@ -126,25 +132,34 @@ QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& ma
     min = wmin(wset(0.f), min);
 }
 
-/// The search of W sub-blocks (xt transposed); lf receives the codes, scale and min the results.
+/// The error of one element: squared, or absolute (ggml's use_mad, Q2_K).
+template <bool Mad>
+QFORGE_KFN wv qkx2_err(wv diff) noexcept {
+    if constexpr (Mad) return wabs(diff);
+    else return diff * diff;
+}
+
+/// The search of W sub-blocks of N elements (xt transposed); lf receives the codes, scale and min
+/// the results.
+template <int N, bool AvX, bool Mad>
 QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nstep, float (*lf)[W], wv& scale_out,
                            wv& min_out) noexcept {
     alignas(64) float wt[32][W], xm[32][W], laux[32][W];  // weights, x - min, this step's codes
     wv min, max, sum_w, sum_x;
-    qkx2_setup(xt, wt, min, max, sum_w, sum_x);
+    qkx2_setup<N, AvX>(xt, wt, min, max, sum_w, sum_x);
     const wv min0 = min, top = wset(fmax), zero = wset(0.f);
     const wm degenerate = weq(max, min);
     wv iscale = top / (max - min);
     wv scale = wset(1.f) / iscale;
     wv best_error = zero;
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < N; ++i) {
         const wv x = wload(xt[i]);
         const wv d = x - min;
         wstore(xm[i], d);
         const wv l = wround_clamp(iscale * d, zero, top);
         wstore(lf[i], l);
         const wv diff = scale * l + min - x;
-        best_error = best_error + wload(wt[i]) * (diff * diff);
+        best_error = best_error + wload(wt[i]) * qkx2_err<Mad>(diff);
     }
     bool below_min = false;  // some x - min < 0 (never before a min is accepted)
     for (int is = 0; is <= nstep; ++is) {
@@ -155,11 +170,11 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
         // round above fmax, and the lower one only once an accepted min left some x below it.
         const bool hi = c >= fmax + 0.499f;
         if (below_min) {
-            if (hi) qkx2_step<true, true>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
-            else qkx2_step<true, false>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
+            if (hi) qkx2_step<N, true, true>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
+            else qkx2_step<N, true, false>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
         } else {
-            if (hi) qkx2_step<false, true>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
-            else qkx2_step<false, false>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
+            if (hi) qkx2_step<N, false, true>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
+            else qkx2_step<N, false, false>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
         }
         const wv D = sum_w * sum_l2 - sum_l * sum_l;
         const wm d_pos = wgt(D, zero);
@@ -170,9 +185,9 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
         this_min = wblend(min_pos, zero, this_min);
         this_scale = wblend(min_pos, sum_xl / sum_l2, this_scale);
         wv cur_error = zero;
-        for (int i = 0; i < 32; ++i) {
+        for (int i = 0; i < N; ++i) {
             const wv diff = this_scale * wload(laux[i]) + this_min - wload(xt[i]);
-            cur_error = cur_error + wload(wt[i]) * (diff * diff);
+            cur_error = cur_error + wload(wt[i]) * qkx2_err<Mad>(diff);
         }
         const wm accept = wand(d_pos, wlt(cur_error, best_error));
         if (!wany(accept)) continue;
@@ -180,7 +195,7 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
         scale = wblend(accept, this_scale, scale);
         min = wblend(accept, this_min, min);
         wv lowest = zero;
-        for (int i = 0; i < 32; ++i) {
+        for (int i = 0; i < N; ++i) {
             wstore(lf[i], wblend(accept, wload(laux[i]), wload(lf[i])));
             const wv d = wload(xt[i]) - min;
             wstore(xm[i], d);
@@ -189,26 +204,36 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
         below_min = wany(wlt(lowest, zero));
     }
     // ggml returns early for max == min: codes 0, scale 0, min untouched
-    for (int i = 0; i < 32; ++i) wstore(lf[i], wblend(degenerate, zero, wload(lf[i])));
+    for (int i = 0; i < N; ++i) wstore(lf[i], wblend(degenerate, zero, wload(lf[i])));
     scale_out = wblend(degenerate, zero, scale);
     min_out = wblend(degenerate, min0, min);
 }
 
-QFORGE_KFN void k_qkx2_search(const float* x, std::size_t count, int nmax, float rmin, int nstep, float* scale,
-                              float* neg_min, std::uint8_t* codes) noexcept {
-    alignas(64) float xt[32][W], lf[32][W], s[W], m[W];
+template <int N, bool AvX, bool Mad>
+QFORGE_KFN void qkx_search_t(const float* x, std::size_t count, float nmax, float rmin, int nstep, float* scale,
+                             float* neg_min, std::uint8_t* codes) noexcept {
+    alignas(64) float xt[N][W], lf[N][W], s[W], m[W];
     for (std::size_t first = 0; first < count; first += W) {
-        load_lanes(x, count, first, 32, &xt[0][0]);
+        load_lanes(x, count, first, N, &xt[0][0]);
         wv vs, vm;
-        qkx2_lanes(xt, static_cast<float>(nmax), rmin, nstep, lf, vs, vm);
+        qkx2_lanes<N, AvX, Mad>(xt, nmax, rmin, nstep, lf, vs, vm);
         wstore(s, vs);
         wstore(m, wset(-0.f) - vm);  // -min, exactly
         for (std::size_t l = 0; l < W && first + l < count; ++l) {
             scale[first + l] = s[l];
             neg_min[first + l] = m[l];
         }
-        store_lanes(&lf[0][0], count, first, 32, codes);
+        store_lanes(&lf[0][0], count, first, N, codes);
     }
+}
+
+QFORGE_KFN void k_qkx2_search(const float* x, std::size_t count, int nmax, float rmin, int nstep, float* scale,
+                              float* neg_min, std::uint8_t* codes) noexcept {
+    qkx_search_t<32, true, false>(x, count, static_cast<float>(nmax), rmin, nstep, scale, neg_min, codes);
+}
+
+QFORGE_KFN void k_q2k_search(const float* x, std::size_t count, float* scale, float* neg_min, std::uint8_t* codes) noexcept {
+    qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min, codes);
 }
 
 // ---- make_qx_quants(16, 32, x, L, 1, NULL), one 16-element sub-block per lane (Q6_K) --------
@@ -431,7 +456,7 @@ QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
 
 template <>
 inline const gguf_kernels& family_table<gguf_kernels>() noexcept {
-    static constexpr gguf_kernels table{QFORGE_KERNEL_ISA,          &gguf_family::k_qkx2_search,
+    static constexpr gguf_kernels table{QFORGE_KERNEL_ISA,          &gguf_family::k_qkx2_search, &gguf_family::k_q2k_search,
                                         &gguf_family::k_qx32_search, &gguf_family::k_requantize,
                                         &gguf_family::k_pack_q45k,   &gguf_family::k_pack_q6k,
                                         &gguf_family::k_q8_0,
