@@ -17,6 +17,7 @@
 #include "qforge/layout/gguf/blocks.hpp"
 #include "qforge/layout/gguf/detail/fp.hpp"
 #include "qforge/layout/gguf/detail/search.hpp"
+#include "qforge/simd/gguf_kernels.hpp"
 
 namespace qforge::gguf {
 
@@ -37,17 +38,52 @@ inline float sum_squares(const float* x, int n) noexcept {
 }
 
 // ---- Q2_K ----
-inline void q2k_finish(const float* x, block_q2_k& y, std::uint8_t* L) noexcept {
+/// The sub-block scales a Q2_K super-block stores: d[j] = d * (sc_j & 15), dm[j] = dmin * (sc_j >> 4).
+inline void q2k_sub_scales(const block_q2_k& y, float* d, float* dm) noexcept {
     const float dd = fp16_to_float(y.d);
     const float dmin = fp16_to_float(y.dmin);
     for (int j = 0; j < 16; ++j) {
-        const float d = dd * static_cast<float>(y.scales[j] & 0xF);
-        if (d == 0) continue;
-        const float dm = dmin * static_cast<float>(y.scales[j] >> 4);
+        d[j] = dd * static_cast<float>(y.scales[j] & 0xF);
+        dm[j] = dmin * static_cast<float>(y.scales[j] >> 4);
+    }
+}
+
+inline void q2k_finish(const float* x, block_q2_k& y, std::uint8_t* L) noexcept {
+    float d[16], dm[16];
+    q2k_sub_scales(y, d, dm);
+    for (int j = 0; j < 16; ++j) {
+        if (d[j] == 0) continue;
         for (int ii = 0; ii < 16; ++ii)
-            L[16 * j + ii] = static_cast<std::uint8_t>(clamp_int(nearest_int((x[16 * j + ii] + dm) / d), 0, 3));
+            L[16 * j + ii] = static_cast<std::uint8_t>(clamp_int(nearest_int((x[16 * j + ii] + dm[j]) / d[j]), 0, 3));
     }
     pack_2bit(L, y.qs);
+}
+
+/// quantize_row_q2_K_ref's super-block step: 4-bit scales and mins against the largest.
+inline void q2k_scales(const float* scales, const float* mins, block_q2_k& y) noexcept {
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; ++j) {
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    if (max_scale > 0) {
+        const float iscale = 15.f / max_scale;
+        for (int j = 0; j < 16; ++j) y.scales[j] = static_cast<std::uint8_t>(nearest_int(iscale * scales[j]));
+        y.d = float_to_fp16(max_scale / 15.f);
+    } else {
+        for (int j = 0; j < 16; ++j) y.scales[j] = 0;
+        y.d = float_to_fp16(0.f);
+    }
+    if (max_min > 0) {
+        const float iscale = 15.f / max_min;
+        for (int j = 0; j < 16; ++j) {
+            const int l = nearest_int(iscale * mins[j]);
+            y.scales[j] = static_cast<std::uint8_t>(y.scales[j] | (l << 4));
+        }
+        y.dmin = float_to_fp16(max_min / 15.f);
+    } else {
+        y.dmin = float_to_fp16(0.f);
+    }
 }
 
 // ---- Q3_K ----
@@ -90,20 +126,29 @@ inline void q3k_finish(const float* x, block_q3_k& y, std::int8_t* L) noexcept {
 }
 
 // ---- Q4_K / Q5_K ----
-/// Requantize each 32-sub-block against the stored 6-bit scale/min and fp16 d/dmin.
-template <int Nmax>
-inline void qk45_requantize(const float* x, const std::uint8_t* scales, std::uint16_t d16,
-                            std::uint16_t dmin16, std::uint8_t* L) noexcept {
+/// The sub-block scales a Q4_K/Q5_K super-block stores: d[j] = d * sc_j, dm[j] = dmin * m_j.
+inline void qk45_sub_scales(const std::uint8_t* scales, std::uint16_t d16, std::uint16_t dmin16, float* d,
+                            float* dm) noexcept {
     const float dd = fp16_to_float(d16);
     const float dmin = fp16_to_float(dmin16);
     for (int j = 0; j < 8; ++j) {
         std::uint8_t sc, m;
         get_scale_min_k4(j, scales, sc, m);
-        const float d = dd * static_cast<float>(sc);
-        if (d == 0) continue;
-        const float dm = dmin * static_cast<float>(m);
+        d[j] = dd * static_cast<float>(sc);
+        dm[j] = dmin * static_cast<float>(m);
+    }
+}
+
+/// Requantize each 32-sub-block against the stored 6-bit scale/min and fp16 d/dmin.
+template <int Nmax>
+inline void qk45_requantize(const float* x, const std::uint8_t* scales, std::uint16_t d16,
+                            std::uint16_t dmin16, std::uint8_t* L) noexcept {
+    float d[8], dm[8];
+    qk45_sub_scales(scales, d16, dmin16, d, dm);
+    for (int j = 0; j < 8; ++j) {
+        if (d[j] == 0) continue;
         for (int ii = 0; ii < 32; ++ii)
-            L[32 * j + ii] = static_cast<std::uint8_t>(clamp_int(nearest_int((x[32 * j + ii] + dm) / d), 0, Nmax));
+            L[32 * j + ii] = static_cast<std::uint8_t>(clamp_int(nearest_int((x[32 * j + ii] + dm[j]) / d[j]), 0, Nmax));
     }
 }
 
@@ -218,8 +263,10 @@ inline void q6k_pack(const std::int8_t* L, block_q6_k& y) noexcept {
     }
 }
 
-/// Everything after the 16 sub-block searches of Q6_K (shared by ref and weighted paths).
-inline void q6k_finish(const float* x, const float* scales, block_q6_k& y, std::int8_t* L) noexcept {
+/// Q6_K's super-block step: the fp16 d and the 8-bit sub-block scales against the largest
+/// |scale|, and d[j] = d * scale_j to requantize with. Returns false (y all zero) when every
+/// sub-block scale is below GROUP_MAX_EPS.
+inline bool q6k_scales(const float* scales, block_q6_k& y, float* d) noexcept {
     float max_scale = 0, max_abs_scale = 0;
     for (int ib = 0; ib < 16; ++ib) {
         const float a = std::fabs(scales[ib]);
@@ -230,7 +277,7 @@ inline void q6k_finish(const float* x, const float* scales, block_q6_k& y, std::
     }
     if (max_abs_scale < group_max_eps) {
         std::memset(&y, 0, sizeof y);
-        return;
+        return false;
     }
     const float iscale = -128.f / max_scale;
     y.d = float_to_fp16(1 / iscale);
@@ -239,11 +286,18 @@ inline void q6k_finish(const float* x, const float* scales, block_q6_k& y, std::
         y.scales[ib] = static_cast<std::int8_t>(v < 127 ? v : 127);
     }
     const float dd = fp16_to_float(y.d);
+    for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(y.scales[j]);
+    return true;
+}
+
+/// Everything after the 16 sub-block searches of Q6_K (shared by ref and weighted paths).
+inline void q6k_finish(const float* x, const float* scales, block_q6_k& y, std::int8_t* L) noexcept {
+    float d[16];
+    if (!q6k_scales(scales, y, d)) return;
     for (int j = 0; j < 16; ++j) {
-        const float d = dd * static_cast<float>(y.scales[j]);
-        if (d == 0) continue;
+        if (d[j] == 0) continue;
         for (int ii = 0; ii < 16; ++ii)
-            L[16 * j + ii] = static_cast<std::int8_t>(clamp_int(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
+            L[16 * j + ii] = static_cast<std::int8_t>(clamp_int(nearest_int(x[16 * j + ii] / d[j]), -32, 31) + 32);
     }
     q6k_pack(L, y);
 }
@@ -256,32 +310,12 @@ inline void quantize_ref(const float* x, block_q2_k* y, std::int64_t k) noexcept
     std::uint8_t L[256], Laux[16];
     float weights[16], mins[16], scales[16];
     for (std::int64_t i = 0; i < k / 256; ++i, x += 256) {
-        float max_scale = 0, max_min = 0;
         for (int j = 0; j < 16; ++j) {
             for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
             scales[j] = detail::make_qkx_quants<false>(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux,
                                                        -0.5f, 0.1f, 15, true);
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
         }
-        if (max_scale > 0) {
-            const float iscale = 15.f / max_scale;
-            for (int j = 0; j < 16; ++j) y[i].scales[j] = static_cast<std::uint8_t>(detail::nearest_int(iscale * scales[j]));
-            y[i].d = float_to_fp16(max_scale / 15.f);
-        } else {
-            for (int j = 0; j < 16; ++j) y[i].scales[j] = 0;
-            y[i].d = float_to_fp16(0.f);
-        }
-        if (max_min > 0) {
-            const float iscale = 15.f / max_min;
-            for (int j = 0; j < 16; ++j) {
-                const int l = detail::nearest_int(iscale * mins[j]);
-                y[i].scales[j] = static_cast<std::uint8_t>(y[i].scales[j] | (l << 4));
-            }
-            y[i].dmin = float_to_fp16(max_min / 15.f);
-        } else {
-            y[i].dmin = float_to_fp16(0.f);
-        }
+        detail::q2k_scales(scales, mins, y[i]);
         detail::q2k_finish(x, y[i], L);
     }
 }
@@ -343,6 +377,77 @@ inline void quantize_ref(const float* x, block_q6_k* y, std::int64_t k) noexcept
     for (std::int64_t i = 0; i < k / 256; ++i, x += 256) {
         for (int ib = 0; ib < 16; ++ib) scales[ib] = detail::make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1, nullptr);
         detail::q6k_finish(x, scales, y[i], L);
+    }
+}
+
+// ---- the reference quantizers on a SIMD path (simd/gguf_kernels.hpp) -------------------------
+// The same bytes as quantize_ref above: the sub-block searches and the requantization run in the
+// kernels of `kern`, the super-block scale steps here. Super-blocks go through in chunks, so
+// the searches fill their lanes.
+
+namespace detail {
+inline constexpr std::int64_t kernel_chunk = 4;  // super-blocks per kernel call: the searches' lanes (<= 4 on AVX-512) fill, x stays in L1
+
+template <int Nmax, class Block>
+inline void qk45_ref_kernels(const simd::gguf_kernels& kern, const float* x, Block* y, std::int64_t nb) noexcept {
+    constexpr float rmin = Nmax == 15 ? -1.f : -0.5f;
+    constexpr int nstep = Nmax == 15 ? 20 : 15;
+    float scales[8 * kernel_chunk], mins[8 * kernel_chunk];
+    std::uint8_t L[256 * kernel_chunk];
+    for (std::int64_t i = 0; i < nb; i += kernel_chunk) {
+        const std::int64_t n = nb - i < kernel_chunk ? nb - i : kernel_chunk;
+        kern.qkx2_search(x + 256 * i, static_cast<std::size_t>(8 * n), Nmax, rmin, nstep, scales, mins, L);
+        for (std::int64_t h = 0; h < n; ++h) {
+            Block& b = y[i + h];
+            float d[8], dm[8];
+            qk45_ref_scales(scales + 8 * h, mins + 8 * h, b.scales, b.d, b.dmin);
+            qk45_sub_scales(b.scales, b.d, b.dmin, d, dm);
+            kern.requantize(x + 256 * (i + h), 8, 32, d, dm, 0.f, static_cast<float>(Nmax), 0.f, L + 256 * h);
+            if constexpr (Nmax == 15) kern.pack_q45k(L + 256 * h, false, nullptr, b.qs);
+            else kern.pack_q45k(L + 256 * h, true, b.qh, b.qs);
+        }
+    }
+}
+}  // namespace detail
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q4_k* y, std::int64_t k) noexcept {
+    detail::qk45_ref_kernels<15>(kern, x, y, k / 256);
+}
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q5_k* y, std::int64_t k) noexcept {
+    detail::qk45_ref_kernels<31>(kern, x, y, k / 256);
+}
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q2_k* y, std::int64_t k) noexcept {
+    constexpr std::int64_t chunk = detail::kernel_chunk;
+    float scales[16 * chunk], mins[16 * chunk];
+    std::uint8_t L[256 * chunk];
+    for (std::int64_t i = 0; i < k / 256; i += chunk) {
+        const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
+        kern.q2k_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, mins, L);
+        for (std::int64_t h = 0; h < n; ++h) {
+            float d[16], dm[16];
+            detail::q2k_scales(scales + 16 * h, mins + 16 * h, y[i + h]);
+            detail::q2k_sub_scales(y[i + h], d, dm);
+            kern.requantize(x + 256 * (i + h), 16, 16, d, dm, 0.f, 3.f, 0.f, L + 256 * h);
+            detail::pack_2bit(L + 256 * h, y[i + h].qs);
+        }
+    }
+}
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q6_k* y, std::int64_t k) noexcept {
+    constexpr std::int64_t chunk = detail::kernel_chunk;
+    float scales[16 * chunk];
+    std::uint8_t L[256 * chunk];
+    for (std::int64_t i = 0; i < k / 256; i += chunk) {
+        const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
+        kern.qx32_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, L);
+        for (std::int64_t h = 0; h < n; ++h) {
+            float d[16];
+            if (!detail::q6k_scales(scales + 16 * h, y[i + h], d)) continue;
+            kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -32.f, 31.f, 32.f, L + 256 * h);
+            kern.pack_q6k(L + 256 * h, y[i + h].ql, y[i + h].qh);
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cfloat>
+#include <cstddef>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "qforge/layout/gguf/blocks.hpp"
 #include "qforge/layout/gguf/detail/fp.hpp"
 #include "qforge/layout/gguf/detail/search.hpp"
+#include "qforge/simd/gguf_kernels.hpp"
 
 namespace qforge::gguf {
 
@@ -151,6 +153,19 @@ inline void quantize_ref(const float* x, block_q8_0* y, std::int64_t k) noexcept
         y[i].d = float_to_fp16(d);
         for (int j = 0; j < 32; ++j) y[i].qs[j] = detail::trunc_to_i8(std::round(x[j] * id));
     }
+}
+
+// ---- the reference quantizers on a SIMD path (simd/gguf_kernels.hpp): the same bytes --------
+// The kernels write whole blocks in the byte layout the table documents, which is these structs'.
+static_assert(offsetof(block_q8_0, d) == 0 && offsetof(block_q8_0, qs) == 2, "block_q8_0 as gguf_kernels::q8_0 writes it");
+static_assert(offsetof(block_q4_0, d) == 0 && offsetof(block_q4_0, qs) == 2, "block_q4_0 as gguf_kernels::q4_0 writes it");
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q8_0* y, std::int64_t k) noexcept {
+    kern.q8_0(x, k / 32, reinterpret_cast<std::byte*>(y));
+}
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q4_0* y, std::int64_t k) noexcept {
+    kern.q4_0(x, k / 32, reinterpret_cast<std::byte*>(y));
 }
 
 // ---- importance-weighted: quantize_row_<t>_impl(x, y, n_per_row, quant_weights) -------------

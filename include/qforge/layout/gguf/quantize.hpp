@@ -6,9 +6,11 @@
 // it, as ggml does). `quantize_rows_ref` always runs `quantize_row_<t>_ref`.
 // F32/F16/BF16 are passthrough conversions (ggml's fp16 and bf16 rounding: RNE).
 //
-// Every call takes an optional SIMD tag (simd::scalar_tag, simd::avx2_tag, ...); without one
-// it uses simd::active_isa() (QFORGE_FORCE_ISA or the best the CPU has). The AVX2 paths
-// (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 reference quantizers) give the scalar path's bytes exactly.
+// Every call takes an optional SIMD path (a simd::isa or tag: simd::scalar_tag, simd::avx2_tag,
+// ...); without one it uses simd::active_isa() (QFORGE_FORCE_ISA or the best the CPU has). The
+// path chooses the table of the gguf kernel family (simd/gguf_kernels.hpp), through which the
+// Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0 reference quantizers run; every ISA's table gives the scalar
+// table's bytes, and those are the scalar port's (kquants.hpp, legacy.hpp) and ggml's.
 #pragma once
 
 #include <cstddef>
@@ -20,10 +22,10 @@
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/layout/gguf/blocks.hpp"
-#include "qforge/layout/gguf/detail/avx2.hpp"
 #include "qforge/layout/gguf/kquants.hpp"
 #include "qforge/layout/gguf/legacy.hpp"
-#include "qforge/simd/dispatch.hpp"
+#include "qforge/simd/family.hpp"
+#include "qforge/simd/gguf_kernels.hpp"
 #include "qforge/simd/tags.hpp"
 
 namespace qforge::gguf {
@@ -54,32 +56,25 @@ inline void check_rows(ggml_type t, std::int64_t nrow, std::int64_t n_per_row, c
         fail<unsupported_error>("", "", "GGUF block buffer is not 2-byte aligned");
 }
 
-/// quantize_row_<t>_ref over k elements, on the SIMD path of `tag` where there is one.
-template <class Block, class Tag>
-inline void quantize_ref_tag(const float* src, Block* y, std::int64_t k, Tag) {
-#if QFORGE_GGUF_HAVE_AVX2
-    if constexpr (std::is_base_of_v<simd::avx2_tag, Tag>) {
-        if constexpr (std::is_same_v<Block, block_q4_k>) return avx2::quantize_qk45_ref<15>(src, y, k / 256);
-        if constexpr (std::is_same_v<Block, block_q5_k>) return avx2::quantize_qk45_ref<31>(src, y, k / 256);
-        if constexpr (std::is_same_v<Block, block_q6_k>) return avx2::quantize_q6k_ref(src, y, k / 256);
-        if constexpr (std::is_same_v<Block, block_q8_0>) return avx2::quantize_q8_0_ref(src, y, k / 32);
-        if constexpr (std::is_same_v<Block, block_q4_0>) return avx2::quantize_q4_0_ref(src, y, k / 32);
-    }
-#endif
-    quantize_ref(src, y, k);
+/// quantize_row_<t>_ref over k elements: through the kernels of `kern` where the type has
+/// them (an overload of quantize_ref taking the table), else the scalar port itself.
+template <class Block>
+inline void quantize_ref_with(const simd::gguf_kernels& kern, const float* src, Block* y, std::int64_t k) {
+    if constexpr (requires { quantize_ref(kern, src, y, k); }) quantize_ref(kern, src, y, k);
+    else quantize_ref(src, y, k);
 }
 
-template <class Block, std::int64_t Elems, class Tag>
+template <class Block, std::int64_t Elems>
 inline void quantize_blocks(const float* src, std::byte* dst, std::int64_t nrow, std::int64_t n_per_row,
-                            const float* imatrix, Tag tag, bool ref_only) {
+                            const float* imatrix, const simd::gguf_kernels& kern, bool ref_only) {
     auto* y = reinterpret_cast<Block*>(dst);
     if constexpr (std::is_same_v<Block, block_q8_0>) {
-        quantize_ref_tag(src, y, nrow * n_per_row, tag);  // quantize_q8_0 ignores the imatrix
+        quantize_ref_with(kern, src, y, nrow * n_per_row);  // quantize_q8_0 ignores the imatrix
     } else {
         // quantize_iq4_nl searches (ntry 7) with or without an imatrix; only _ref does not
         const bool weighted_path = imatrix != nullptr || (std::is_same_v<Block, block_iq4_nl> && !ref_only);
         if (ref_only || !weighted_path) {
-            quantize_ref_tag(src, y, nrow * n_per_row, tag);
+            quantize_ref_with(kern, src, y, nrow * n_per_row);
             return;
         }
         const std::int64_t blocks_per_row = n_per_row / Elems;
@@ -149,33 +144,38 @@ inline std::int64_t quantized_size(ggml_type t, std::int64_t nrow, std::int64_t 
 }
 
 /// llama-quantize's quantize_<t>: `imatrix` (n_per_row floats, the same for every row) or null.
-/// dst must hold quantized_size(t, nrow, n_per_row) bytes, 2-byte aligned. `isa_tag` picks the
-/// SIMD path (a simd::*_tag that must be available on this CPU).
-template <simd::simd_tag Tag>
+/// dst must hold quantized_size(t, nrow, n_per_row) bytes, 2-byte aligned. `i` picks the SIMD
+/// path of the gguf kernels (simd/gguf_kernels.hpp), which must be available on this CPU.
 inline void quantize_rows(ggml_type t, const float* src, std::int64_t nrow, std::int64_t n_per_row,
-                          const float* imatrix, std::byte* dst, Tag isa_tag, bool ref_only = false) {
+                          const float* imatrix, std::byte* dst, simd::isa i, bool ref_only = false) {
     detail::check_rows(t, nrow, n_per_row, dst);
-    if (!Tag::available())
-        fail<unsupported_error>("", "", "SIMD path " + std::string(Tag::name()) + " is not available on this CPU");
+    const auto& kern = simd::kernels_of<simd::gguf_kernels>(i);
     if (detail::passthrough(t)) return detail::convert_out(t, src, dst, nrow * n_per_row);
     detail::with_block_type(t, [&](auto block) {
         using block_t = decltype(block);
-        detail::quantize_blocks<typename block_t::block, block_t::elems>(src, dst, nrow, n_per_row, imatrix, isa_tag,
+        detail::quantize_blocks<typename block_t::block, block_t::elems>(src, dst, nrow, n_per_row, imatrix, kern,
                                                                          ref_only);
     });
+}
+
+/// As above, on the path of a tag (simd::scalar_tag, simd::avx2_tag, ...).
+template <simd::simd_tag Tag>
+inline void quantize_rows(ggml_type t, const float* src, std::int64_t nrow, std::int64_t n_per_row,
+                          const float* imatrix, std::byte* dst, Tag, bool ref_only = false) {
+    quantize_rows(t, src, nrow, n_per_row, imatrix, dst, Tag::id, ref_only);
 }
 
 /// As above, on simd::active_isa()'s path.
 inline void quantize_rows(ggml_type t, const float* src, std::int64_t nrow, std::int64_t n_per_row,
                           const float* imatrix, std::byte* dst) {
-    simd::dispatch([&](auto tag) { quantize_rows(t, src, nrow, n_per_row, imatrix, dst, tag); });
+    quantize_rows(t, src, nrow, n_per_row, imatrix, dst, simd::active_isa());
 }
 
 /// ggml's quantize_row_<t>_ref over nrow*n_per_row elements (differs from quantize_rows
 /// without an imatrix only for IQ4_NL, whose _ref skips the scale search).
 inline void quantize_rows_ref(ggml_type t, const float* src, std::int64_t nrow, std::int64_t n_per_row,
                               std::byte* dst) {
-    simd::dispatch([&](auto tag) { quantize_rows(t, src, nrow, n_per_row, nullptr, dst, tag, true); });
+    quantize_rows(t, src, nrow, n_per_row, nullptr, dst, simd::active_isa(), true);
 }
 
 /// ggml's dequantize_row_<t> (bit-identical float32), n elements (a multiple of the block size).

@@ -177,6 +177,55 @@ QFORGE_P std::uint8_t pk_or_reduce(pk_u8x32 a) noexcept {
 
 #undef QFORGE_P
 
+// ---- gguf_kernels primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) --------------
+#define QFORGE_GG QFORGE_TARGET_AVX2 inline
+using gg_mask = __m256;
+QFORGE_GG gg_mask gg_lt(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+QFORGE_GG gg_mask gg_gt(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+QFORGE_GG gg_mask gg_eq(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+QFORGE_GG gg_mask gg_ne(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_NEQ_UQ); }
+QFORGE_GG gg_mask gg_and(gg_mask a, gg_mask b) noexcept { return _mm256_and_ps(a, b); }
+QFORGE_GG bool gg_any(gg_mask a) noexcept { return _mm256_movemask_ps(a) != 0; }
+QFORGE_GG int gg_first(gg_mask a) noexcept {
+    const int bits = _mm256_movemask_ps(a);
+    return bits == 0 ? -1 : __builtin_ctz(static_cast<unsigned>(bits));
+}
+QFORGE_GG vf gg_blend(gg_mask m, vf t, vf f) noexcept { return _mm256_blendv_ps(f, t, m); }
+QFORGE_GG vf gg_sqrt(vf a) noexcept { return _mm256_sqrt_ps(a); }
+QFORGE_GG vf gg_trunc(vf a) noexcept { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* dst, std::size_t dst_stride) noexcept {
+    __m256 r[8], t[8];
+    for (std::size_t i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (std::size_t i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+}
+QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
+    const __m256i i = _mm256_cvttps_epi32(q);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(w, w));
+}
+// The saturating packs interleave the 128-bit halves; one dword permute puts them in order.
+QFORGE_GG void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    const __m256i ab = _mm256_packs_epi32(_mm256_cvttps_epi32(a), _mm256_cvttps_epi32(b));
+    const __m256i cd = _mm256_packs_epi32(_mm256_cvttps_epi32(c), _mm256_cvttps_epi32(d));
+    const __m256i x = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), x);
+}
+// ---- end of gguf_kernels primitives ---------------------------------------------------------
+#undef QFORGE_GG
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

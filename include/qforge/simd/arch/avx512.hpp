@@ -15,7 +15,7 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/half.hpp"
-#include "qforge/simd/arch/avx2.hpp"
+#include "qforge/simd/arch/avx2.hpp"  // gg_transpose8
 #include "qforge/simd/arch/detail/x86_snr.hpp"
 #include "qforge/simd/kernel_table.hpp"
 
@@ -157,6 +157,35 @@ using avx2_isa::pk_zip8_lo;
 // ---- end pack kernels primitives ----
 
 #undef QFORGE_P
+
+// ---- gguf_kernels primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) --------------
+#define QFORGE_GG QFORGE_TARGET_AVX512 inline
+using gg_mask = __mmask16;
+QFORGE_GG gg_mask gg_lt(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+QFORGE_GG gg_mask gg_gt(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+QFORGE_GG gg_mask gg_eq(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+QFORGE_GG gg_mask gg_ne(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); }
+QFORGE_GG gg_mask gg_and(gg_mask a, gg_mask b) noexcept { return static_cast<gg_mask>(a & b); }
+QFORGE_GG bool gg_any(gg_mask a) noexcept { return a != 0; }
+QFORGE_GG int gg_first(gg_mask a) noexcept { return a == 0 ? -1 : __builtin_ctz(static_cast<unsigned>(a)); }
+QFORGE_GG vf gg_blend(gg_mask m, vf t, vf f) noexcept { return _mm512_mask_blend_ps(m, f, t); }
+QFORGE_GG vf gg_sqrt(vf a) noexcept { return _mm512_sqrt_ps(a); }
+QFORGE_GG vf gg_trunc(vf a) noexcept { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+// An 8x8 block is two 256-bit halves wide at most: the AVX2 shuffles are the right width.
+QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* dst, std::size_t dst_stride) noexcept {
+    avx2_isa::gg_transpose8(src, src_stride, dst, dst_stride);
+}
+QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q)));
+}
+QFORGE_GG void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    gg_store_i8(out, a);
+    gg_store_i8(out + 16, b);
+    gg_store_i8(out + 32, c);
+    gg_store_i8(out + 48, d);
+}
+// ---- end of gguf_kernels primitives ---------------------------------------------------------
+#undef QFORGE_GG
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.

@@ -234,6 +234,58 @@ inline std::uint8_t pk_or_reduce(pk_u8x32 a) noexcept {
     return static_cast<std::uint8_t>(v);
 }
 // ---- end pack kernels primitives ----
+// ---- gguf_kernels primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) --------------
+struct gg_mask {
+    uint32x4_t a, b;
+};
+inline gg_mask gg_lt(vf x, vf y) noexcept { return {vcltq_f32(x.a, y.a), vcltq_f32(x.b, y.b)}; }
+inline gg_mask gg_gt(vf x, vf y) noexcept { return {vcgtq_f32(x.a, y.a), vcgtq_f32(x.b, y.b)}; }
+inline gg_mask gg_eq(vf x, vf y) noexcept { return {vceqq_f32(x.a, y.a), vceqq_f32(x.b, y.b)}; }
+inline gg_mask gg_ne(vf x, vf y) noexcept { return {vmvnq_u32(vceqq_f32(x.a, y.a)), vmvnq_u32(vceqq_f32(x.b, y.b))}; }
+inline gg_mask gg_and(gg_mask x, gg_mask y) noexcept { return {vandq_u32(x.a, y.a), vandq_u32(x.b, y.b)}; }
+inline bool gg_any(gg_mask m) noexcept { return vmaxvq_u32(vorrq_u32(m.a, m.b)) != 0; }
+inline int gg_first(gg_mask m) noexcept {
+    // lane j's bit j, then the lowest set bit (vaddv of disjoint bits is their OR)
+    static constexpr std::uint32_t bit_lo[4] = {1, 2, 4, 8}, bit_hi[4] = {16, 32, 64, 128};
+    const std::uint32_t bits = vaddvq_u32(vandq_u32(m.a, vld1q_u32(bit_lo))) | vaddvq_u32(vandq_u32(m.b, vld1q_u32(bit_hi)));
+    return bits == 0 ? -1 : __builtin_ctz(bits);
+}
+inline vf gg_blend(gg_mask m, vf t, vf f) noexcept { return {vbslq_f32(m.a, t.a, f.a), vbslq_f32(m.b, t.b, f.b)}; }
+inline vf gg_sqrt(vf x) noexcept { return {vsqrtq_f32(x.a), vsqrtq_f32(x.b)}; }
+inline vf gg_trunc(vf x) noexcept { return {vrndq_f32(x.a), vrndq_f32(x.b)}; }
+// 4x4 transposes of the four quadrants (zip of 32-bit, then of 64-bit lanes), the off-diagonal
+// quadrants swapped.
+inline void gg_transpose4(const float* src, std::size_t ss, float* dst, std::size_t ds) noexcept {
+    const float32x4_t r0 = vld1q_f32(src), r1 = vld1q_f32(src + ss), r2 = vld1q_f32(src + 2 * ss),
+                      r3 = vld1q_f32(src + 3 * ss);
+    const float32x4_t t0 = vzip1q_f32(r0, r1), t1 = vzip2q_f32(r0, r1), t2 = vzip1q_f32(r2, r3),
+                      t3 = vzip2q_f32(r2, r3);
+    auto lo = [](float32x4_t a, float32x4_t b) {
+        return vreinterpretq_f32_f64(vzip1q_f64(vreinterpretq_f64_f32(a), vreinterpretq_f64_f32(b)));
+    };
+    auto hi = [](float32x4_t a, float32x4_t b) {
+        return vreinterpretq_f32_f64(vzip2q_f64(vreinterpretq_f64_f32(a), vreinterpretq_f64_f32(b)));
+    };
+    vst1q_f32(dst, lo(t0, t2));
+    vst1q_f32(dst + ds, hi(t0, t2));
+    vst1q_f32(dst + 2 * ds, lo(t1, t3));
+    vst1q_f32(dst + 3 * ds, hi(t1, t3));
+}
+inline void gg_transpose8(const float* src, std::size_t src_stride, float* dst, std::size_t dst_stride) noexcept {
+    for (std::size_t r = 0; r < 8; r += 4)
+        for (std::size_t c = 0; c < 8; c += 4) gg_transpose4(src + r * src_stride + c, src_stride, dst + c * dst_stride + r, dst_stride);
+}
+inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
+    const int16x8_t w = vcombine_s16(vmovn_s32(vcvtq_s32_f32(q.a)), vmovn_s32(vcvtq_s32_f32(q.b)));
+    vst1_s8(reinterpret_cast<std::int8_t*>(out), vmovn_s16(w));
+}
+inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    gg_store_i8(out, a);
+    gg_store_i8(out + 8, b);
+    gg_store_i8(out + 16, c);
+    gg_store_i8(out + 24, d);
+}
+// ---- end of gguf_kernels primitives ---------------------------------------------------------
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.

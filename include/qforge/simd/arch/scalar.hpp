@@ -285,6 +285,66 @@ inline std::uint8_t pk_or_reduce(pk_u8x32 a) noexcept {
     return r;
 }
 // ---- end pack kernels primitives ----
+// ---- gguf_kernels primitives (simd/kernels/gguf_kernels.ipp) ---------------------------
+// A lane mask, comparisons as x86's ordered predicates (false on NaN) except gg_ne (true on
+// NaN, as C's !=), a blend, and the float steps the GGUF searches need beyond the group
+// kernels': IEEE square root, truncation toward zero, and an 8x8 transpose through memory.
+struct gg_mask {
+    bool m[8];
+};
+#define QFORGE_GG_MASK(expr)                              \
+    gg_mask r;                                            \
+    for (std::size_t j = 0; j < 8; ++j) r.m[j] = (expr);  \
+    return r
+inline gg_mask gg_lt(vf a, vf b) noexcept { QFORGE_GG_MASK(a.v[j] < b.v[j]); }
+inline gg_mask gg_gt(vf a, vf b) noexcept { QFORGE_GG_MASK(a.v[j] > b.v[j]); }
+inline gg_mask gg_eq(vf a, vf b) noexcept { QFORGE_GG_MASK(a.v[j] == b.v[j]); }
+inline gg_mask gg_ne(vf a, vf b) noexcept { QFORGE_GG_MASK(a.v[j] != b.v[j]); }
+inline gg_mask gg_and(gg_mask a, gg_mask b) noexcept { QFORGE_GG_MASK(a.m[j] && b.m[j]); }
+#undef QFORGE_GG_MASK
+inline bool gg_any(gg_mask a) noexcept {
+    bool any = false;
+    for (std::size_t j = 0; j < 8; ++j) any = any || a.m[j];
+    return any;
+}
+/// The first lane set in `a`, or -1.
+inline int gg_first(gg_mask a) noexcept {
+    for (int j = 0; j < 8; ++j)
+        if (a.m[j]) return j;
+    return -1;
+}
+/// m ? t : f, lane by lane.
+inline vf gg_blend(gg_mask m, vf t, vf f) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = m.m[j] ? t.v[j] : f.v[j];
+    return r;
+}
+inline vf gg_sqrt(vf a) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = std::sqrt(a.v[j]);
+    return r;
+}
+inline vf gg_trunc(vf a) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = std::trunc(a.v[j]);
+    return r;
+}
+/// dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8.
+inline void gg_transpose8(const float* src, std::size_t src_stride, float* dst, std::size_t dst_stride) noexcept {
+    for (std::size_t r = 0; r < 8; ++r)
+        for (std::size_t c = 0; c < 8; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
+}
+/// Integral floats in -128..127 as their int8 bytes (lanes of them; x4: four vectors in order).
+inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
+    for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(static_cast<std::int32_t>(q.v[j])));
+}
+inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
+    gg_store_i8(out, a);
+    gg_store_i8(out + 8, b);
+    gg_store_i8(out + 16, c);
+    gg_store_i8(out + 24, d);
+}
+// ---- end of gguf_kernels primitives ---------------------------------------------------------
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.

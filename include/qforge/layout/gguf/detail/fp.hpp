@@ -6,40 +6,27 @@
 // for C) and fuses such pairs into FMA whenever the target has FMA (-march=native, aarch64, a
 // target("fma") function); clang fuses within one expression (-ffp-contract=on). Neither a
 // pragma nor splitting statements is reliable across both compilers and inlining, so every
-// product that feeds an add or a subtract goes through `mul()`, whose result passes an empty
-// asm statement: the compiler must materialise the rounded float product, and no FMA can be
-// formed across it. The asm emits no instruction.
+// product that feeds an add or a subtract goes through `mul()`, whose result passes
+// simd::detail::no_contract (the one anti-FMA helper, which the SIMD kernels' vmul mirrors): the
+// compiler must materialise the rounded float product, and no FMA can be formed across it.
 #pragma once
 
 #include <bit>
 #include <cstdint>
 #include <limits>
 
+#include "qforge/simd/detail/no_contract.hpp"
+
 namespace qforge::gguf::detail {
 
-/// Returns v unchanged, but opaque to the optimiser: nothing can be fused across it.
-[[gnu::always_inline]] inline float opaque(float v) noexcept {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    asm("" : "+x"(v));
-#elif defined(__GNUC__) && defined(__aarch64__)
-    asm("" : "+w"(v));
-#elif defined(__GNUC__)
-    asm("" : "+g"(v));
-#else
-    volatile float t = v;
-    v = t;
-#endif
-    return v;
-}
-
 /// A float product rounded to float, never contracted into a following add (see above).
-[[gnu::always_inline]] inline float mul(float a, float b) noexcept { return opaque(a * b); }
+inline float mul(float a, float b) noexcept { return simd::detail::no_contract(a * b); }
 
 /// ggml `nearest_int` (ggml-quants.c): round half to even by adding 1.5*2^23 and reading the
 /// mantissa. Defined for |f| <= 4194303; outside that (and for NaN) it returns what the same
 /// bit trick gives, as ggml does in a release build, instead of asserting.
 inline int nearest_int(float f) noexcept {
-    const float v = opaque(f) + 12582912.f;
+    const float v = simd::detail::no_contract(f) + 12582912.f;
     const auto i = std::bit_cast<std::int32_t>(v);
     return (i & 0x007fffff) - 0x00400000;
 }

@@ -1,0 +1,79 @@
+// The vector steps of the GGUF quantizers (layout/gguf/), as one kernel family.
+//
+// The kernels are written once (simd/kernels/gguf_kernels.ipp) over each ISA's primitives and
+// compiled once per ISA. layout/gguf looks the table up once per quantize_rows call
+// (kernels_of<gguf_kernels>) and calls it once per chunk of blocks, so no indirect call sits in
+// an element loop. Each entry repeats a piece of ggml's reference quantizer (ggml-quants.c,
+// llama.cpp c392e509, built with -ffp-contract=off) operation for operation, with every sum
+// in ggml's order and every product rounded before it is added; the scalar instance is the
+// definition and every other ISA gives its bytes. The parts of the quantizers that are plain
+// scalar bookkeeping (the super-block scale steps, Q6_K's packing) stay in layout/gguf.
+//
+// Codes are the float results of round-half-even (ggml's nearest_int: exact for |q| <= 2^22,
+// which ggml asserts) clamped to the grid, so they never leave the float domain.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "qforge/simd/family.hpp"
+#include "qforge/simd/tags.hpp"
+
+namespace qforge::simd {
+
+struct gguf_kernels {
+    static constexpr std::string_view family_name = "gguf";
+    isa id = isa::scalar;
+
+    /// ggml make_qkx2_quants(32, nmax, x, weights, L, &min, Laux, rmin, 0.1f, nstep, false)
+    /// with weights[i] = av_x + |x[i]|, av_x = sqrt(sum x^2 / 32) (quantize_row_q4_K_ref's and
+    /// q5_K's sub-block search), for each of the `count` consecutive 32-element sub-blocks of x
+    /// (count a multiple of 8): scale[j] (the return value), neg_min[j] (*the_min) and
+    /// codes[32 j + i] (L, 0..nmax).
+    void (*qkx2_search)(const float* x, std::size_t count, int nmax, float rmin, int nstep, float* scale,
+                        float* neg_min, std::uint8_t* codes) noexcept;
+
+    /// ggml make_qkx2_quants(16, 3, x, weights, L, &min, Laux, -0.5f, 0.1f, 15, true) with
+    /// weights[i] = |x[i]| (quantize_row_q2_K_ref's sub-block search), for each of the `count`
+    /// consecutive 16-element sub-blocks of x (count a multiple of 8): scale[j], neg_min[j] and
+    /// codes[16 j + i] (0..3).
+    void (*q2k_search)(const float* x, std::size_t count, float* scale, float* neg_min, std::uint8_t* codes) noexcept;
+
+    /// ggml make_qx_quants(16, 32, x, L, 1, NULL) (quantize_row_q6_K_ref's sub-block search)
+    /// for each of the `count` consecutive 16-element sub-blocks of x (count a multiple of 8):
+    /// scale[j] and codes[16 j + i] (L: code + 32, 0..63).
+    void (*qx32_search)(const float* x, std::size_t count, float* scale, std::uint8_t* codes) noexcept;
+
+    /// For each of the `count` consecutive sub-blocks j of `len` elements (len 16 or 32) whose
+    /// d[j] != 0: codes[len j + i] = clamp(nearest_int((x + dm[j]) / d[j]), lo, hi) + offset
+    /// (dm null: nearest_int(x / d[j])), which is 0..255. Sub-blocks with d[j] == 0 keep their
+    /// codes, as ggml keeps the search's there.
+    void (*requantize)(const float* x, std::size_t count, std::size_t len, const float* d, const float* dm,
+                       float lo, float hi, float offset, std::uint8_t* codes) noexcept;
+
+    /// ggml's Q4_K (five = false) or Q5_K packing of one super-block's 256 codes: per 64-code
+    /// chunk c, qs[32 c + l] = low nibble of code 64 c + l | low nibble of code 64 c + 32 + l
+    /// << 4; for Q5_K, bit 4 of those codes go to bits 2c and 2c + 1 of qh[l].
+    void (*pack_q45k)(const std::uint8_t* codes, bool five, std::uint8_t* qh, std::uint8_t* qs) noexcept;
+
+    /// ggml's Q6_K packing of one super-block's 256 codes (0..63): per 128-code half h and
+    /// l < 32, with a, b, c, e the codes 128 h + l + 0, 32, 64, 96: ql[64 h + l] = a & 15 |
+    /// (c & 15) << 4, ql[64 h + 32 + l] = b & 15 | (e & 15) << 4, qh[32 h + l] = a >> 4 |
+    /// (b >> 4) << 2 | (c >> 4) << 4 | (e >> 4) << 6.
+    void (*pack_q6k)(const std::uint8_t* codes, std::uint8_t* ql, std::uint8_t* qh) noexcept;
+
+    /// quantize_row_q8_0_ref of nb 32-element blocks into nb ggml block_q8_0 (34 bytes: fp16 d,
+    /// little-endian, then 32 int8 codes roundf(x / d)).
+    void (*q8_0)(const float* x, std::int64_t nb, std::byte* blocks) noexcept;
+
+    /// quantize_row_q4_0_ref of nb 32-element blocks into nb ggml block_q4_0 (18 bytes: fp16 d,
+    /// then 16 bytes, element j in the low and j + 16 in the high nibble of byte j).
+    void (*q4_0)(const float* x, std::int64_t nb, std::byte* blocks) noexcept;
+};
+
+}  // namespace qforge::simd
+
+#define QFORGE_FAMILY_IPP "qforge/simd/kernels/gguf_kernels.ipp"
+#include "qforge/simd/detail/instantiate.ipp"
+#undef QFORGE_FAMILY_IPP

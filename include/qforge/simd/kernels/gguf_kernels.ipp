@@ -1,0 +1,465 @@
+// GGUF quantizer kernels, written once over one ISA's primitives (contract: simd/gguf_kernels.hpp).
+//
+// No include guard on purpose: simd/gguf_kernels.hpp has simd/detail/instantiate.ipp compile it
+// inside each ISA's namespace. How the results stay ggml's bytes on every ISA:
+//  * the searches put one sub-block in each lane: W lanes (two vectors, whose sequential sums
+//    interleave to hide their latency) hold W sub-blocks, transposed so that row i holds
+//    element i of each. Each lane then runs ggml's scalar sequence for its sub-block, the same
+//    operations with every sum in element order, so each lane's result is the scalar one;
+//  * vmul launders its product (simd/arch/<isa>.hpp), so no product fuses into a later add;
+//    scalar products here go through no_contract;
+//  * elementwise steps (requantization, Q8_0/Q4_0 codes) are exact in any lane order, and the
+//    reductions in them (max |x|) are order-free.
+
+namespace gguf_family {
+
+inline constexpr std::size_t W = 2 * lanes;  // sub-blocks per search
+
+// ---- W-lane vectors: two vf ----------------------------------------------------------------
+struct wv {
+    vf a, b;
+};
+struct wm {
+    gg_mask a, b;
+};
+QFORGE_KFN wv wload(const float* p) noexcept { return {vload(p), vload(p + lanes)}; }
+QFORGE_KFN void wstore(float* p, wv v) noexcept {
+    vstore(p, v.a);
+    vstore(p + lanes, v.b);
+}
+QFORGE_KFN wv wset(float x) noexcept { return {vset(x), vset(x)}; }
+QFORGE_KFN wv operator+(wv x, wv y) noexcept { return {vadd(x.a, y.a), vadd(x.b, y.b)}; }
+QFORGE_KFN wv operator-(wv x, wv y) noexcept { return {vsub(x.a, y.a), vsub(x.b, y.b)}; }
+QFORGE_KFN wv operator*(wv x, wv y) noexcept { return {vmul(x.a, y.a), vmul(x.b, y.b)}; }
+QFORGE_KFN wv operator/(wv x, wv y) noexcept { return {vdiv(x.a, y.a), vdiv(x.b, y.b)}; }
+/// x < y ? x : y and x > y ? x : y: ggml's `if (x < m) m = x` exactly.
+QFORGE_KFN wv wmin(wv x, wv y) noexcept { return {vmin(x.a, y.a), vmin(x.b, y.b)}; }
+QFORGE_KFN wv wmax(wv x, wv y) noexcept { return {vmax(x.a, y.a), vmax(x.b, y.b)}; }
+QFORGE_KFN wv wabs(wv x) noexcept { return {vabs(x.a), vabs(x.b)}; }
+QFORGE_KFN wv wsqrt(wv x) noexcept { return {gg_sqrt(x.a), gg_sqrt(x.b)}; }
+QFORGE_KFN wm wlt(wv x, wv y) noexcept { return {gg_lt(x.a, y.a), gg_lt(x.b, y.b)}; }
+QFORGE_KFN wm wgt(wv x, wv y) noexcept { return {gg_gt(x.a, y.a), gg_gt(x.b, y.b)}; }
+QFORGE_KFN wm weq(wv x, wv y) noexcept { return {gg_eq(x.a, y.a), gg_eq(x.b, y.b)}; }
+QFORGE_KFN wm wne(wv x, wv y) noexcept { return {gg_ne(x.a, y.a), gg_ne(x.b, y.b)}; }
+QFORGE_KFN wm wand(wm x, wm y) noexcept { return {gg_and(x.a, y.a), gg_and(x.b, y.b)}; }
+QFORGE_KFN bool wany(wm m) noexcept { return gg_any(m.a) || gg_any(m.b); }
+/// m ? t : f
+QFORGE_KFN wv wblend(wm m, wv t, wv f) noexcept { return {gg_blend(m.a, t.a, f.a), gg_blend(m.b, t.b, f.b)}; }
+
+/// nearest_int(f) clamped to [lo, hi], as a float. Lo/Hi false: the caller knows that bound
+/// cannot be crossed.
+template <bool Lo = true, bool Hi = true>
+QFORGE_KFN vf round_clamp(vf f, vf lo, vf hi) noexcept {
+    vf r = vround(f);
+    if constexpr (Lo) r = vmax(r, lo);
+    if constexpr (Hi) r = vmin(r, hi);
+    return r;
+}
+template <bool Lo = true, bool Hi = true>
+QFORGE_KFN wv wround_clamp(wv f, wv lo, wv hi) noexcept {
+    return {round_clamp<Lo, Hi>(f.a, lo.a, hi.a), round_clamp<Lo, Hi>(f.b, lo.b, hi.b)};
+}
+
+/// n integral floats 0..255 (n a multiple of lanes) as n codes: four vectors per store where
+/// n allows (one 32-byte store on AVX2).
+QFORGE_KFN void store_codes(std::uint8_t* out, const float* f, std::size_t n) noexcept {
+    std::size_t i = 0;
+    for (; i + 4 * lanes <= n; i += 4 * lanes)
+        vstore_codes4(out + i, vload(f + i), vload(f + i + lanes), vload(f + i + 2 * lanes), vload(f + i + 3 * lanes));
+    for (; i < n; i += lanes) vstore_codes(out + i, vload(f + i));
+}
+
+/// Loads W sub-blocks of `len` floats starting at sub-block `first` of x (count in all, a
+/// multiple of 8) transposed: xt[i][lane] = element i of sub-block first + lane. Lanes past
+/// the end repeat the last 8 sub-blocks.
+QFORGE_KFN void load_lanes(const float* x, std::size_t count, std::size_t first, std::size_t len, float* xt) noexcept {
+    for (std::size_t h = 0; h < W; h += 8) {
+        const std::size_t sb = first + h < count ? first + h : count - 8;
+        for (std::size_t e = 0; e < len; e += 8) gg_transpose8(x + len * sb + e, len, xt + e * W + h, W);
+    }
+}
+
+/// The inverse for codes: lf[i][lane] (integral floats 0..255) as codes[len * (first + lane) + i]
+/// for the lanes that are sub-blocks of x.
+QFORGE_KFN void store_lanes(const float* lf, std::size_t count, std::size_t first, std::size_t len,
+                            std::uint8_t* codes) noexcept {
+    alignas(64) float rows[8 * 32];
+    for (std::size_t h = 0; h < W && first + h < count; h += 8) {
+        for (std::size_t e = 0; e < len; e += 8) gg_transpose8(lf + e * W + h, W, rows + e, len);
+        store_codes(codes + len * (first + h), rows, 8 * len);
+    }
+}
+
+// ---- make_qkx2_quants, one sub-block per lane (Q4_K, Q5_K: 32 elements; Q2_K: 16) ---------
+/// One search step: this iscale's codes and their weighted sums.
+template <int N, bool Lo, bool Hi>
+QFORGE_KFN void qkx2_step(const float (*xm)[W], const float (*wt)[W], const float (*xt)[W], float (*laux)[W], wv iscale,
+                          wv fmax, wv& sum_l, wv& sum_l2, wv& sum_xl) noexcept {
+    const wv zero = wset(0.f);
+    for (int i = 0; i < N; ++i) {
+        const wv l = wround_clamp<Lo, Hi>(iscale * wload(xm[i]), zero, fmax);
+        wstore(laux[i], l);
+        const wv wl = wload(wt[i]) * l;
+        sum_l = sum_l + wl;
+        sum_l2 = sum_l2 + wl * l;
+        sum_xl = sum_xl + wl * wload(xt[i]);
+    }
+}
+
+/// ggml's weights (Q4_K/Q5_K: av_x + |x|, av_x = sqrt(sum x^2 / N); Q2_K: |x|) and the sums
+/// before the search: min, max, sum_w, sum_x.
+template <int N, bool AvX>
+QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& max, wv& sum_w, wv& sum_x) noexcept {
+    if constexpr (AvX) {
+        wv sum_x2 = wload(xt[0]) * wload(xt[0]);
+        for (int i = 1; i < N; ++i) sum_x2 = sum_x2 + wload(xt[i]) * wload(xt[i]);
+        const wv av_x = wsqrt(sum_x2 / wset(static_cast<float>(N)));
+        for (int i = 0; i < N; ++i) wstore(wt[i], av_x + wabs(wload(xt[i])));
+    } else {
+        for (int i = 0; i < N; ++i) wstore(wt[i], wabs(wload(xt[i])));
+    }
+    min = wload(xt[0]);
+    max = min;
+    sum_w = wload(wt[0]);
+    sum_x = sum_w * wload(xt[0]);
+    for (int i = 1; i < N; ++i) {
+        const wv x = wload(xt[i]), w = wload(wt[i]);
+        min = wmin(x, min);
+        max = wmax(x, max);
+        sum_w = sum_w + w;
+        sum_x = sum_x + w * x;
+    }
+    min = wmin(wset(0.f), min);
+}
+
+/// The error of one element: squared, or absolute (ggml's use_mad, Q2_K).
+template <bool Mad>
+QFORGE_KFN wv qkx2_err(wv diff) noexcept {
+    if constexpr (Mad) return wabs(diff);
+    else return diff * diff;
+}
+
+/// The search of W sub-blocks of N elements (xt transposed); lf receives the codes, scale and min
+/// the results.
+template <int N, bool AvX, bool Mad>
+QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nstep, float (*lf)[W], wv& scale_out,
+                           wv& min_out) noexcept {
+    alignas(64) float wt[32][W], xm[32][W], laux[32][W];  // weights, x - min, this step's codes
+    wv min, max, sum_w, sum_x;
+    qkx2_setup<N, AvX>(xt, wt, min, max, sum_w, sum_x);
+    const wv min0 = min, top = wset(fmax), zero = wset(0.f);
+    const wm degenerate = weq(max, min);
+    wv iscale = top / (max - min);
+    wv scale = wset(1.f) / iscale;
+    wv best_error = zero;
+    for (int i = 0; i < N; ++i) {
+        const wv x = wload(xt[i]);
+        const wv d = x - min;
+        wstore(xm[i], d);
+        const wv l = wround_clamp(iscale * d, zero, top);
+        wstore(lf[i], l);
+        const wv diff = scale * l + min - x;
+        best_error = best_error + wload(wt[i]) * qkx2_err<Mad>(diff);
+    }
+    bool below_min = false;  // some x - min < 0 (never before a min is accepted)
+    for (int is = 0; is <= nstep; ++is) {
+        const float c = rmin + detail::no_contract(0.1f * static_cast<float>(is)) + fmax;
+        iscale = wset(c) / (max - min);  // min moves when a step is accepted, as in ggml
+        wv sum_l = zero, sum_l2 = zero, sum_xl = zero;
+        // t = iscale*(x - min) <= c (to a few ulp), so the upper clamp only matters when c can
+        // round above fmax, and the lower one only once an accepted min left some x below it.
+        const bool hi = c >= fmax + 0.499f;
+        if (below_min) {
+            if (hi) qkx2_step<N, true, true>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
+            else qkx2_step<N, true, false>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
+        } else {
+            if (hi) qkx2_step<N, false, true>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
+            else qkx2_step<N, false, false>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
+        }
+        const wv D = sum_w * sum_l2 - sum_l * sum_l;
+        const wm d_pos = wgt(D, zero);
+        if (!wany(d_pos)) continue;
+        wv this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+        wv this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        const wm min_pos = wgt(this_min, zero);
+        this_min = wblend(min_pos, zero, this_min);
+        this_scale = wblend(min_pos, sum_xl / sum_l2, this_scale);
+        wv cur_error = zero;
+        for (int i = 0; i < N; ++i) {
+            const wv diff = this_scale * wload(laux[i]) + this_min - wload(xt[i]);
+            cur_error = cur_error + wload(wt[i]) * qkx2_err<Mad>(diff);
+        }
+        const wm accept = wand(d_pos, wlt(cur_error, best_error));
+        if (!wany(accept)) continue;
+        best_error = wblend(accept, cur_error, best_error);
+        scale = wblend(accept, this_scale, scale);
+        min = wblend(accept, this_min, min);
+        wv lowest = zero;
+        for (int i = 0; i < N; ++i) {
+            wstore(lf[i], wblend(accept, wload(laux[i]), wload(lf[i])));
+            const wv d = wload(xt[i]) - min;
+            wstore(xm[i], d);
+            lowest = wmin(d, lowest);
+        }
+        below_min = wany(wlt(lowest, zero));
+    }
+    // ggml returns early for max == min: codes 0, scale 0, min untouched
+    for (int i = 0; i < N; ++i) wstore(lf[i], wblend(degenerate, zero, wload(lf[i])));
+    scale_out = wblend(degenerate, zero, scale);
+    min_out = wblend(degenerate, min0, min);
+}
+
+template <int N, bool AvX, bool Mad>
+QFORGE_KFN void qkx_search_t(const float* x, std::size_t count, float nmax, float rmin, int nstep, float* scale,
+                             float* neg_min, std::uint8_t* codes) noexcept {
+    alignas(64) float xt[N][W], lf[N][W], s[W], m[W];
+    for (std::size_t first = 0; first < count; first += W) {
+        load_lanes(x, count, first, N, &xt[0][0]);
+        wv vs, vm;
+        qkx2_lanes<N, AvX, Mad>(xt, nmax, rmin, nstep, lf, vs, vm);
+        wstore(s, vs);
+        wstore(m, wset(-0.f) - vm);  // -min, exactly
+        for (std::size_t l = 0; l < W && first + l < count; ++l) {
+            scale[first + l] = s[l];
+            neg_min[first + l] = m[l];
+        }
+        store_lanes(&lf[0][0], count, first, N, codes);
+    }
+}
+
+QFORGE_KFN void k_qkx2_search(const float* x, std::size_t count, int nmax, float rmin, int nstep, float* scale,
+                              float* neg_min, std::uint8_t* codes) noexcept {
+    qkx_search_t<32, true, false>(x, count, static_cast<float>(nmax), rmin, nstep, scale, neg_min, codes);
+}
+
+QFORGE_KFN void k_q2k_search(const float* x, std::size_t count, float* scale, float* neg_min, std::uint8_t* codes) noexcept {
+    qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min, codes);
+}
+
+// ---- make_qx_quants(16, 32, x, L, 1, NULL), one 16-element sub-block per lane (Q6_K) --------
+QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) noexcept {
+    constexpr float nmax = 32;
+    alignas(64) float w[16][W], wx[16][W], laux[16][W];  // x*x and (x*x)*x: the same every step
+    const wv zero = wset(0.f), lo = wset(-nmax), hi = wset(nmax - 1);
+    wv amax = zero, max = zero;
+    for (int i = 0; i < 16; ++i) {
+        const wv x = wload(xt[i]);
+        const wv ax = wabs(x);
+        const wm gt = wgt(ax, amax);
+        amax = wblend(gt, ax, amax);
+        max = wblend(gt, x, max);
+        const wv xx = x * x;
+        wstore(w[i], xx);
+        wstore(wx[i], xx * x);
+    }
+    const wm zero_lane = wlt(amax, wset(1e-15f));  // GROUP_MAX_EPS
+    wv iscale = wset(-nmax) / max;
+    wv sumlx = zero, suml2 = zero;
+    for (int i = 0; i < 16; ++i) {
+        const wv l = wround_clamp(iscale * wload(xt[i]), lo, hi);
+        wstore(lf[i], l);
+        sumlx = sumlx + wload(wx[i]) * l;
+        suml2 = suml2 + (wload(w[i]) * l) * l;
+    }
+    wv scale = wblend(wne(suml2, zero), sumlx / suml2, zero);
+    wv best = scale * sumlx;
+    for (int is = -9; is <= 9; ++is) {
+        if (is == 0) continue;
+        const float c = -(nmax + detail::no_contract(0.1f * static_cast<float>(is)));
+        iscale = wset(c) / max;
+        sumlx = suml2 = zero;
+        for (int i = 0; i < 16; ++i) {
+            const wv l = wround_clamp(iscale * wload(xt[i]), lo, hi);
+            wstore(laux[i], l);
+            sumlx = sumlx + wload(wx[i]) * l;
+            suml2 = suml2 + (wload(w[i]) * l) * l;
+        }
+        const wm accept = wand(wgt(suml2, zero), wgt(sumlx * sumlx, best * suml2));
+        if (!wany(accept)) continue;
+        for (int i = 0; i < 16; ++i) wstore(lf[i], wblend(accept, wload(laux[i]), wload(lf[i])));
+        scale = wblend(accept, sumlx / suml2, scale);
+        best = wblend(accept, scale * sumlx, best);
+    }
+    for (int i = 0; i < 16; ++i) wstore(lf[i], wblend(zero_lane, zero, wload(lf[i]) + wset(nmax)));
+    scale_out = wblend(zero_lane, zero, scale);
+}
+
+QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale, std::uint8_t* codes) noexcept {
+    alignas(64) float xt[16][W], lf[16][W], s[W];
+    for (std::size_t first = 0; first < count; first += W) {
+        load_lanes(x, count, first, 16, &xt[0][0]);
+        wv vs;
+        qx32_lanes(xt, lf, vs);
+        wstore(s, vs);
+        for (std::size_t l = 0; l < W && first + l < count; ++l) scale[first + l] = s[l];
+        store_lanes(&lf[0][0], count, first, 16, codes);
+    }
+}
+
+// ---- requantization against the stored scales ----------------------------------------------
+template <bool WithMin>
+QFORGE_KFN vf requantize_step(const float* x, vf d, vf dm, vf lo, vf hi, vf offset) noexcept {
+    vf t = vload(x);
+    if constexpr (WithMin) t = vadd(t, dm);
+    return vadd(round_clamp(vdiv(t, d), lo, hi), offset);
+}
+
+template <bool WithMin>
+QFORGE_KFN void requantize_t(const float* x, std::size_t count, std::size_t len, const float* d, const float* dm,
+                             float lo, float hi, float offset, std::uint8_t* codes) noexcept {
+    const vf vlo = vset(lo), vhi = vset(hi), voff = vset(offset);
+    for (std::size_t j = 0; j < count; ++j) {
+        if (d[j] == 0) continue;  // ggml keeps the search's codes
+        const vf vd = vset(d[j]), vdm = vset(WithMin ? dm[j] : 0.f);
+        std::size_t i = len * j;
+        for (; i + 4 * lanes <= len * (j + 1); i += 4 * lanes)
+            vstore_codes4(codes + i, requantize_step<WithMin>(x + i, vd, vdm, vlo, vhi, voff),
+                          requantize_step<WithMin>(x + i + lanes, vd, vdm, vlo, vhi, voff),
+                          requantize_step<WithMin>(x + i + 2 * lanes, vd, vdm, vlo, vhi, voff),
+                          requantize_step<WithMin>(x + i + 3 * lanes, vd, vdm, vlo, vhi, voff));
+        for (; i < len * (j + 1); i += lanes)
+            vstore_codes(codes + i, requantize_step<WithMin>(x + i, vd, vdm, vlo, vhi, voff));
+    }
+}
+
+QFORGE_KFN void k_requantize(const float* x, std::size_t count, std::size_t len, const float* d, const float* dm,
+                             float lo, float hi, float offset, std::uint8_t* codes) noexcept {
+    if (dm != nullptr) requantize_t<true>(x, count, len, d, dm, lo, hi, offset, codes);
+    else requantize_t<false>(x, count, len, d, dm, lo, hi, offset, codes);
+}
+
+// ---- packing: byte-parallel integer code, the same on every ISA --------------------------
+inline constexpr std::uint64_t nibbles = 0x0F0F0F0F0F0F0F0Full, low_bits = 0x0101010101010101ull;
+
+QFORGE_KFN std::uint64_t load8(const std::uint8_t* p) noexcept {
+    std::uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+}
+
+QFORGE_KFN void k_pack_q45k(const std::uint8_t* codes, bool five, std::uint8_t* qh, std::uint8_t* qs) noexcept {
+    std::uint64_t h[4] = {0, 0, 0, 0};
+    for (unsigned c = 0; c < 4; ++c) {
+        for (unsigned w = 0; w < 4; ++w) {
+            const std::uint64_t a = load8(codes + 64 * c + 8 * w), b = load8(codes + 64 * c + 32 + 8 * w);
+            // masked to 4 bits first, so the shift cannot carry into the next byte
+            const std::uint64_t q = (a & nibbles) | ((b & nibbles) << 4);
+            std::memcpy(qs + 32 * c + 8 * w, &q, 8);
+            h[w] |= (((a >> 4) & low_bits) << (2 * c)) | (((b >> 4) & low_bits) << (2 * c + 1));
+        }
+    }
+    if (five) std::memcpy(qh, h, sizeof h);
+}
+
+QFORGE_KFN void k_pack_q6k(const std::uint8_t* codes, std::uint8_t* ql, std::uint8_t* qh) noexcept {
+    constexpr std::uint64_t two_bits = 0x0303030303030303ull;
+    for (unsigned h = 0; h < 2; ++h) {
+        for (unsigned w = 0; w < 4; ++w) {
+            const std::uint8_t* p = codes + 128 * h + 8 * w;
+            const std::uint64_t a = load8(p), b = load8(p + 32), c = load8(p + 64), e = load8(p + 96);
+            const std::uint64_t lo = (a & nibbles) | ((c & nibbles) << 4), hi = (b & nibbles) | ((e & nibbles) << 4);
+            const std::uint64_t top = ((a >> 4) & two_bits) | (((b >> 4) & two_bits) << 2) |
+                                      (((c >> 4) & two_bits) << 4) | (((e >> 4) & two_bits) << 6);
+            std::memcpy(ql + 64 * h + 8 * w, &lo, 8);
+            std::memcpy(ql + 64 * h + 32 + 8 * w, &hi, 8);
+            std::memcpy(qh + 32 * h + 8 * w, &top, 8);
+        }
+    }
+}
+
+// ---- Q8_0 / Q4_0: elementwise within a 32-element block -----------------------------------
+inline constexpr std::size_t block_steps = 32 / lanes;
+
+/// Loads one block and returns max |x| (order-free).
+QFORGE_KFN float block_absmax(const float* x, vf* v) noexcept {
+    vf amax = vset(0.f);
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < block_steps; ++k) {
+        v[k] = vload(x + lanes * k);
+        amax = vmax(amax, vabs(v[k]));
+    }
+    return vhmax(amax);
+}
+
+QFORGE_KFN void store_fp16(std::byte* p, float f) noexcept {
+    const std::uint16_t h = float_to_fp16(f);
+    std::memcpy(p, &h, 2);
+}
+
+/// One block's 32 codes (integral floats 0..255, block_steps vectors) as 32 bytes.
+QFORGE_KFN void store_block_codes(std::byte* out, const vf* c) noexcept {
+    auto* p = reinterpret_cast<std::uint8_t*>(out);
+    if constexpr (block_steps == 4) {
+        vstore_codes4(p, c[0], c[1], c[2], c[3]);
+    } else {
+        for (std::size_t k = 0; k < block_steps; ++k) vstore_codes(p + lanes * k, c[k]);
+    }
+}
+
+QFORGE_KFN void k_q8_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
+    const vf half = vset(0.5f), zero = vset(0.f), one = vset(1.f), minus_one = vset(-1.f);
+    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 34) {
+        vf v[block_steps];
+        const float d = block_absmax(x, v) / 127;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        store_fp16(blocks, d);
+        const vf vid = vset(id);
+        vf c[block_steps];
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < block_steps; ++k) {
+            // roundf: truncate, then step away from zero when the dropped part is >= 0.5 (exact)
+            const vf p = vmul(v[k], vid);
+            const vf t = gg_trunc(p);
+            c[k] = vadd(t, vsel_ge(vabs(vsub(p, t)), half, vsel_ge(p, zero, one, minus_one), zero));
+        }
+        auto* q = reinterpret_cast<std::uint8_t*>(blocks + 2);
+        if constexpr (block_steps == 4) {
+            gg_store_i8x4(q, c[0], c[1], c[2], c[3]);
+        } else {
+            for (std::size_t k = 0; k < block_steps; ++k) gg_store_i8(q + lanes * k, c[k]);
+        }
+    }
+}
+
+QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
+    const vf bias = vset(8.5f), top = vset(15.f);
+    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 18) {
+        vf v[block_steps];
+        const float a = block_absmax(x, v);
+        // the first element whose |x| is the maximum gives the signed max (ties: first wins)
+        float max = 0.0f;
+        for (std::size_t k = 0; k < block_steps && a > 0; ++k) {
+            const int at = gg_first(gg_eq(vabs(v[k]), vset(a)));
+            if (at >= 0) {
+                max = x[lanes * k + static_cast<std::size_t>(at)];
+                break;
+            }
+        }
+        const float d = max / -8;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        store_fp16(blocks, d);
+        const vf vid = vset(id);
+        vf c[block_steps];
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < block_steps; ++k)  // MIN(15, (int8_t)(x * id + 8.5f)), >= 0
+            c[k] = vmin(gg_trunc(vadd(vmul(v[k], vid), bias)), top);
+        alignas(8) std::uint8_t q[32];
+        store_block_codes(reinterpret_cast<std::byte*>(q), c);
+        for (std::size_t k = 0; k < 16; k += 8) {
+            const std::uint64_t s = load8(q + k) | (load8(q + 16 + k) << 4);  // codes <= 15: no carry
+            std::memcpy(blocks + 2 + k, &s, 8);
+        }
+    }
+}
+
+}  // namespace gguf_family
+
+template <>
+inline const gguf_kernels& family_table<gguf_kernels>() noexcept {
+    static constexpr gguf_kernels table{QFORGE_KERNEL_ISA,          &gguf_family::k_qkx2_search, &gguf_family::k_q2k_search,
+                                        &gguf_family::k_qx32_search, &gguf_family::k_requantize,
+                                        &gguf_family::k_pack_q45k,   &gguf_family::k_pack_q6k,
+                                        &gguf_family::k_q8_0,
+                                        &gguf_family::k_q4_0};
+    return table;
+}

@@ -1,0 +1,98 @@
+// The gguf kernel family (simd/gguf_kernels.hpp): every ISA this machine (or qemu) runs gives,
+// for every GGUF type, the bytes of the scalar port of ggml's quantizers (layout/gguf's
+// quantize_ref, which the golden tests pin to llama.cpp) and of the scalar table; and a scalar
+// lookup is what quantize_rows runs. Rows: Student-t, then edge rows, with super-block counts
+// that leave the searches' lanes partly filled (1, 3, 5 and 11 super-blocks).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "qforge/layout/gguf/quantize.hpp"
+#include "qforge/simd/gguf_kernels.hpp"
+#include "support/synthetic.hpp"
+
+using namespace qforge;
+using namespace qforge::gguf;
+
+namespace {
+
+std::vector<float> kernel_rows(std::int64_t n_per_row) {
+    std::vector<float> x = testing::student_t_floats(static_cast<std::size_t>(3 * n_per_row), 20261202);
+    auto row = [&](auto f) {
+        for (std::int64_t i = 0; i < n_per_row; ++i) x.push_back(f(i));
+    };
+    row([](std::int64_t i) { return i < 32 ? 0.0f : 0.5f; });               // a zero sub-block
+    row([](std::int64_t i) { return i % 64 < 16 ? 1e-3f : -1e-30f; });     // tiny next to small
+    row([](std::int64_t i) { return i == 7 ? -3.0f : 0.001f * static_cast<float>(i % 9); });
+    row([](std::int64_t i) { return 0.125f * static_cast<float>(i % 16) - 1.0f; });  // exact ties
+    row([](std::int64_t i) { return i % 32 == 0 ? 2.5f : -2.5f; });
+    return x;
+}
+
+/// The scalar port (no kernels) of quantize_row_<t>_ref, or of quantize_<t> for IQ4_NL.
+void scalar_port(ggml_type t, const float* x, std::int64_t n, std::byte* out) {
+    gguf::detail::with_block_type(t, [&](auto block) {
+        using block_t = typename decltype(block)::block;
+        quantize_ref(x, reinterpret_cast<block_t*>(out), n);
+    });
+}
+
+constexpr ggml_type all_types[] = {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+                                   ggml_type::q8_0, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k,
+                                   ggml_type::q5_k, ggml_type::q6_k};
+
+}  // namespace
+
+TEST_CASE("gguf kernels: every ISA gives the scalar port's bytes for every GGUF type") {
+    int compared = 0;
+    for (simd::isa i : simd::all_isas) {
+        if (!simd::available(i)) {
+            MESSAGE("skipped: " << simd::isa_name(i) << " not available on this CPU");
+            continue;
+        }
+        CHECK(simd::kernels_of<simd::gguf_kernels>(i).id == i);
+        for (ggml_type t : all_types) {
+            for (std::int64_t n_per_row : {256, 768, 1280, 2816}) {
+                const auto x = kernel_rows(n_per_row);
+                const std::int64_t nrow = static_cast<std::int64_t>(x.size()) / n_per_row;
+                const auto size = static_cast<std::size_t>(quantized_size(t, nrow, n_per_row));
+                std::vector<std::uint16_t> port(size / 2 + 1), scalar(size / 2 + 1), ours(size / 2 + 1);
+                scalar_port(t, x.data(), nrow * n_per_row, reinterpret_cast<std::byte*>(port.data()));
+                quantize_rows(t, x.data(), nrow, n_per_row, nullptr, reinterpret_cast<std::byte*>(scalar.data()),
+                              simd::isa::scalar, true);
+                quantize_rows(t, x.data(), nrow, n_per_row, nullptr, reinterpret_cast<std::byte*>(ours.data()), i,
+                              true);
+                CAPTURE(simd::isa_name(i));
+                CAPTURE(type_name(t));
+                CAPTURE(n_per_row);
+                CHECK(std::memcmp(port.data(), scalar.data(), size) == 0);
+                CHECK(std::memcmp(port.data(), ours.data(), size) == 0);
+                ++compared;
+            }
+        }
+    }
+    CHECK(compared >= 40);  // scalar at least, every type and length
+}
+
+TEST_CASE("gguf kernels: a scalar lookup is the path quantize_rows runs") {
+    const auto x = kernel_rows(256);
+    std::vector<std::uint16_t> out(static_cast<std::size_t>(quantized_size(ggml_type::q8_0, 1, 256)));  // >= each type used
+    simd::forget_last_isa<simd::gguf_kernels>();
+    CHECK_FALSE(simd::last_isa_of<simd::gguf_kernels>().has_value());
+    quantize_rows(ggml_type::q4_k, x.data(), 1, 256, nullptr, reinterpret_cast<std::byte*>(out.data()), simd::scalar_tag{});
+    CHECK(simd::last_isa_of<simd::gguf_kernels>() == simd::isa::scalar);
+    quantize_rows(ggml_type::q8_0, x.data(), 1, 256, nullptr, reinterpret_cast<std::byte*>(out.data()), simd::isa::scalar);
+    CHECK(simd::last_isa_of<simd::gguf_kernels>() == simd::isa::scalar);
+    // without a path: active_isa(), i.e. scalar under QFORGE_FORCE_ISA=scalar
+    quantize_rows(ggml_type::q6_k, x.data(), 1, 256, nullptr, reinterpret_cast<std::byte*>(out.data()));
+    CHECK(simd::last_isa_of<simd::gguf_kernels>() == simd::active_isa());
+    for (simd::isa i : simd::all_isas) {
+        if (simd::available(i)) continue;
+        CHECK_THROWS_WITH_AS(quantize_rows(ggml_type::q4_k, x.data(), 1, 256, nullptr,
+                                           reinterpret_cast<std::byte*>(out.data()), i),
+                             doctest::Contains("gguf kernels is not available"), unsupported_error);
+    }
+}
