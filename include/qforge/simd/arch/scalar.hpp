@@ -14,6 +14,7 @@
 #include "qforge/core/half.hpp"
 #include "qforge/simd/detail/no_contract.hpp"
 #include "qforge/simd/kernel_table.hpp"
+#include "qforge/simd/rounding.hpp"
 
 namespace qforge::simd::detail::scalar_isa {
 
@@ -23,13 +24,7 @@ struct vf {
 };
 using acc8 = vf;
 
-// round_half_even: adding and removing 2^23 leaves the nearest integer (ties to even) for
-// |x| < 2^23; larger floats are integers already.
-inline float round_half_even(float x) noexcept {
-    if (!(std::fabs(x) < 0x1p23f)) return x;
-    const float big = x < 0 ? -0x1p23f : 0x1p23f;
-    return no_contract(x + big) - big;
-}
+using ::qforge::simd::round_half_even;  // simd/rounding.hpp: the one definition
 
 #define QFORGE_SCALAR_MAP(expr)       \
     vf r;                             \
