@@ -29,7 +29,10 @@
 #include "qforge/simd/cpu_features.hpp"
 #include "qforge/simd/dispatch.hpp"
 #include "qforge/simd/kernel_table.hpp"
+#include "qforge/simd/lsq_kernels.hpp"
+#include "qforge/simd/rounding.hpp"
 #include "qforge/simd/tags.hpp"
+#include "qforge/simd/transpose_kernels.hpp"
 
 #include "qforge/layout/awq.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
@@ -80,7 +83,6 @@
 #include "qforge/convert/repack_rules.hpp"
 #include "qforge/convert/repack_source.hpp"
 #include "qforge/convert/repack_transpose.hpp"
-#include "qforge/convert/repack_transpose_kernels.hpp"
 #include "qforge/convert/report.hpp"
 #include "qforge/convert/rule.hpp"
 #include "qforge/convert/serving_check.hpp"

@@ -15,6 +15,7 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/half.hpp"
+#include "qforge/simd/arch/avx2.hpp"  // the integer primitives it reuses
 #include "qforge/simd/arch/detail/x86_snr.hpp"
 #include "qforge/simd/kernel_table.hpp"
 
@@ -125,6 +126,27 @@ QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
 }
 
 #undef QFORGE_P
+
+// ---- shared integer primitives ----
+// The AVX2 ones (simd/arch/avx2.hpp), which inline here (their target is a subset of this one).
+using ::qforge::simd::detail::avx2_isa::u32x4;
+using ::qforge::simd::detail::avx2_isa::u32x4_load;
+using ::qforge::simd::detail::avx2_isa::u32x4_store;
+using ::qforge::simd::detail::avx2_isa::transpose4x4_u32;
+// ---- end of shared integer primitives ----
+
+// ---- transpose_kernels primitives (simd/kernels/transpose_kernels.ipp) ----
+// The AVX2 ones: the transposes stream whole 64-byte lines as two 32-byte stores, which is as
+// fast as one 64-byte store, and 512-bit shuffles would only add port pressure.
+using ::qforge::simd::detail::avx2_isa::tp_load8;
+using ::qforge::simd::detail::avx2_isa::tp_prefetch;
+using ::qforge::simd::detail::avx2_isa::tp_stream8;
+using ::qforge::simd::detail::avx2_isa::tp_stream_fence;
+using ::qforge::simd::detail::avx2_isa::tp_transpose8x8;
+using ::qforge::simd::detail::avx2_isa::tp_transpose8x8_load;
+using ::qforge::simd::detail::avx2_isa::tp_transpose8x8_u16;
+using ::qforge::simd::detail::avx2_isa::tp_u32x8;
+// ---- end of transpose_kernels primitives ----
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.

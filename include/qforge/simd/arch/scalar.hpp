@@ -161,6 +161,66 @@ inline snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
     return a;
 }
 
+// ---- shared integer primitives ----
+// Four 32-bit words, the unit of the integer transposes (a 128-bit register elsewhere).
+struct u32x4 {
+    std::uint32_t v[4];
+};
+inline u32x4 u32x4_load(const std::uint32_t* p) noexcept {  // any 4-byte alignment
+    u32x4 r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+}
+inline void u32x4_store(std::uint32_t* p, u32x4 a) noexcept { std::memcpy(p, a.v, sizeof a.v); }
+// Rows a, b, c, d of a 4 x 4 block of words become its columns, in place.
+inline void transpose4x4_u32(u32x4& a, u32x4& b, u32x4& c, u32x4& d) noexcept {
+    const u32x4 r[4] = {a, b, c, d};
+    u32x4* o[4] = {&a, &b, &c, &d};
+    for (int j = 0; j < 4; ++j)
+        for (int i = 0; i < 4; ++i) o[j]->v[i] = r[i].v[j];
+}
+// ---- end of shared integer primitives ----
+
+// ---- transpose_kernels primitives (simd/kernels/transpose_kernels.ipp) ----
+// Eight 32-bit words; a "stream" is a plain store here (portable C++ has no non-temporal
+// store), so the fence has nothing to order.
+struct tp_u32x8 {
+    std::uint32_t v[8];
+};
+inline tp_u32x8 tp_load8(const std::uint32_t* p) noexcept {
+    tp_u32x8 r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+}
+inline void tp_stream8(std::uint32_t* p, tp_u32x8 a) noexcept { std::memcpy(p, a.v, sizeof a.v); }
+inline void tp_stream_fence() noexcept {}
+inline void tp_prefetch(const void* p) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p);
+#else
+    (void)p;
+#endif
+}
+// o[j] = column j of the 8 x 8 words whose rows are a[0..8).
+inline void tp_transpose8x8(const tp_u32x8 a[8], tp_u32x8 o[8]) noexcept {
+    for (int j = 0; j < 8; ++j)
+        for (int i = 0; i < 8; ++i) o[j].v[i] = a[i].v[j];
+}
+// The same of the 8 x 8 words at s, rows ss words apart.
+inline void tp_transpose8x8_load(const std::uint32_t* s, std::int64_t ss, tp_u32x8 o[8]) noexcept {
+    tp_u32x8 a[8];
+    for (int i = 0; i < 8; ++i) a[i] = tp_load8(s + i * ss);
+    tp_transpose8x8(a, o);
+}
+// 8 x 8 16-bit patterns: rows s, s + ss bytes, ... (any alignment) -> rows d + j * ds.
+inline void tp_transpose8x8_u16(const std::byte* s, std::int64_t ss, std::uint16_t* d, std::int64_t ds) noexcept {
+    std::uint16_t a[8][8];
+    for (int i = 0; i < 8; ++i) std::memcpy(a[i], s + i * ss, sizeof a[i]);
+    for (int j = 0; j < 8; ++j)
+        for (int i = 0; i < 8; ++i) d[j * ds + i] = a[i][j];
+}
+// ---- end of transpose_kernels primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>
