@@ -63,7 +63,8 @@ const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
 
 TEST_CASE("transpose kernels: words, words_tiled and words_streamed of every ISA write the scalar bytes") {
     const transpose_kernels& ref = kernels_of<transpose_kernels>(isa::scalar);
-    for (const auto& [rows, cols] : shapes) {
+    for (const auto& shape : shapes) {
+        const std::int64_t rows = shape.first, cols = shape.second;
         const std::vector<std::uint32_t> src = source_words(rows, cols);
         for (std::size_t shift = 0; shift < 16; ++shift) {
             const std::vector<std::uint32_t> want = expected_words(src, rows, cols, shift);
@@ -86,7 +87,8 @@ TEST_CASE("transpose kernels: words, words_tiled and words_streamed of every ISA
 
 TEST_CASE("transpose kernels: words() streams large matrices, with the bytes of the tiled path") {
     // 2 MB: past transpose_stream_min_bytes; rows of 8 KB (passes of 16 rows) and of 1 KB (64).
-    for (const auto& [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{{256, 2048 + 8}, {2048, 260}}) {
+    for (const auto& shape : std::vector<std::pair<std::int64_t, std::int64_t>>{{256, 2048 + 8}, {2048, 260}}) {
+        const std::int64_t rows = shape.first, cols = shape.second;
         REQUIRE(rows * cols * 4 >= transpose_stream_min_bytes);
         const std::vector<std::uint32_t> src = source_words(rows, cols);
         for (std::size_t shift : {0, 5}) {
@@ -100,8 +102,9 @@ TEST_CASE("transpose kernels: words() streams large matrices, with the bytes of 
 }
 
 TEST_CASE("transpose kernels: 16-bit patterns from any byte offset, every ISA") {
-    for (const auto& [rows, cols] :
+    for (const auto& shape :
          std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {7, 9}, {8, 8}, {16, 24}, {9, 100}, {33, 17}, {32, 344}, {40, 8}}) {
+        const std::int64_t rows = shape.first, cols = shape.second;
         for (std::size_t offset : {0, 1, 2, 6}) {
             CAPTURE(rows);
             CAPTURE(cols);
