@@ -72,7 +72,10 @@ inline void transpose_words_stream_avx2(const std::uint32_t* src, std::int64_t r
 #endif
 
 /// Whether the repack transposes with the AVX2 kernels (which AVX-512 runs too).
-inline bool repack_use_avx2() { return transposes().id == simd::isa::avx2 || transposes().id == simd::isa::avx512; }
+inline bool repack_use_avx2() {
+    const simd::isa i = simd::active_isa();
+    return i == simd::isa::avx2 || i == simd::isa::avx512;
+}
 
 /// Writes the transpose of `v` into `out`, reusing its storage (a converter repacking layer
 /// after layer of one shape allocates the big buffer once).
