@@ -136,8 +136,8 @@ using ::qforge::simd::detail::avx2_isa::transpose4x4_u32;
 // ---- end of shared integer primitives ----
 
 // ---- transpose_kernels primitives (simd/kernels/transpose_kernels.ipp) ----
-// The AVX2 ones: the transposes stream whole 64-byte lines as two 32-byte stores, which is as
-// fast as one 64-byte store, and 512-bit shuffles would only add port pressure.
+// The AVX2 ones, so that the family's text compiles here; its table is the AVX2 instance's
+// (see the end of transpose_kernels.ipp).
 using ::qforge::simd::detail::avx2_isa::tp_load8;
 using ::qforge::simd::detail::avx2_isa::tp_prefetch;
 using ::qforge::simd::detail::avx2_isa::tp_stream8;

@@ -173,11 +173,25 @@ QFORGE_KFN void k_patterns16(const std::byte* src, i64 rows, i64 cols, std::uint
         }
 }
 
+// This ISA's table. AVX-512 takes the AVX2 instance's entries: compiled for AVX-512 the same
+// 256-bit code ran the GPTQ -> compressed-tensors repack 5-10% slower (bench/repack.cpp on a
+// Xeon), and 512-bit shuffles give a transpose of 64-byte lines nothing. A template so that
+// the branch not taken is never instantiated (no AVX2 namespace exists on other targets).
+template <class Avx2 = ::qforge::simd::avx2_tag>
+inline transpose_kernels this_table() noexcept {
+    if constexpr (QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx512) {
+        transpose_kernels t = ::qforge::simd::arch_of<Avx2>::template table<transpose_kernels>();
+        t.id = QFORGE_KERNEL_ISA;
+        return t;
+    } else {
+        return {QFORGE_KERNEL_ISA, &k_words, &k_words_tiled, &k_words_streamed, &k_patterns16};
+    }
+}
+
 }  // namespace transpose_family
 
 template <>
 inline const transpose_kernels& family_table<transpose_kernels>() noexcept {
-    static constexpr transpose_kernels t{QFORGE_KERNEL_ISA, &transpose_family::k_words, &transpose_family::k_words_tiled,
-                                         &transpose_family::k_words_streamed, &transpose_family::k_patterns16};
+    static const transpose_kernels t = transpose_family::this_table();
     return t;
 }
