@@ -27,12 +27,55 @@
 #include "qforge/convert/repack.hpp"
 #include "qforge/convert/repack_packed.hpp"
 #include "qforge/convert/repack_rules.hpp"
-#include "qforge/convert/repack_transpose_kernels.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/layout_traits.hpp"
+#include "qforge/simd/family.hpp"
+#include "qforge/simd/tags.hpp"
+#include "qforge/simd/transpose_kernels.hpp"
+
+// QFORGE_REPACK_AVX2: whether this build has the x86 transposes (tests/repack names it).
+#define QFORGE_REPACK_AVX2 QFORGE_SIMD_X86
 
 namespace qforge {
 namespace repack_detail {
+
+// ---------------------------------------------------------------------------------------------
+// The transposes (simd/transpose_kernels.hpp), of the ISA simd::active_isa() chose
+// (QFORGE_FORCE_ISA or the best this CPU has; an unknown or unavailable name throws).
+
+/// The transpose kernels a repack runs with.
+inline const simd::transpose_kernels& transposes() { return simd::kernels_of<simd::transpose_kernels>(simd::active_isa()); }
+
+/// dst[c][r] = src[r][c] for a rows x cols matrix of 32-bit words (dst 4-byte aligned): through
+/// the cache when small, streamed when large.
+inline void transpose_words(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
+    transposes().words(src, rows, cols, dst);
+}
+
+/// dst[c][r] = pattern (r, c) of the rows x cols matrix of 16-bit patterns at `src` (any alignment).
+inline void transpose_u16(const std::byte* src, std::int64_t rows, std::int64_t cols, std::uint16_t* dst) {
+    transposes().patterns16(src, rows, cols, dst);
+}
+
+// The names tests/repack checks each path by: the tiled and streamed transposes of the active
+// ISA, the streamed one of the scalar definition (once SSE2, the portable path) and of AVX2.
+inline void transpose_words_tiled(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
+    transposes().words_tiled(src, rows, cols, dst);
+}
+inline void transpose_words_stream_sse2(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
+    simd::kernels_of<simd::transpose_kernels>(simd::isa::scalar).words_streamed(src, rows, cols, dst);
+}
+#if QFORGE_REPACK_AVX2
+inline void transpose_words_stream_avx2(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
+    simd::kernels_of<simd::transpose_kernels>(simd::isa::avx2).words_streamed(src, rows, cols, dst);
+}
+#endif
+
+/// Whether the repack transposes with the AVX2 kernels (which AVX-512 runs too).
+inline bool repack_use_avx2() {
+    const simd::isa i = simd::active_isa();
+    return i == simd::isa::avx2 || i == simd::isa::avx512;
+}
 
 /// Writes the transpose of `v` into `out`, reusing its storage (a converter repacking layer
 /// after layer of one shape allocates the big buffer once).
@@ -43,7 +86,7 @@ inline void transposed_words(const tensor_view& v, std::string name, std::int64_
     out.type = dtype::I32;
     out.shape = {cols, rows};
     out.bytes.resize(static_cast<std::size_t>(rows * cols) * 4);
-    transpose_words(w.data(), rows, cols, reinterpret_cast<std::uint32_t*>(out.bytes.data()));
+    transposes().words(w.data(), rows, cols, reinterpret_cast<std::uint32_t*>(out.bytes.data()));
 }
 
 /// Keeps out[0] (the big packed tensor, reused) and drops the rest.
@@ -221,14 +264,15 @@ inline bool fast_gptq_to_ct(const repack_source& src, const std::string& prefix,
             if (f.any_field_is(zwords[i], f.every(maxq))) return false;
     }
 
+    const simd::transpose_kernels& tk = transposes();
     std::size_t slot = 1;
     auto* scales = reinterpret_cast<std::uint16_t*>(reuse_slot(out, slot++, prefix + ".weight_scale", sdt, {N, G}));
-    transpose_u16(sc->bytes.data(), G, N, scales);
+    tk.patterns16(sc->bytes.data(), G, N, scales);
     if (!convert_patterns_exactly(scales, static_cast<std::size_t>(N * G), sc->type, sdt)) return false;
-    transpose_words(words, W, N, word_ptr(reuse_slot(out, 0, prefix + ".weight_packed", dtype::I32, {N, W})));
+    tk.words(words, W, N, word_ptr(reuse_slot(out, 0, prefix + ".weight_packed", dtype::I32, {N, W})));
     if (!a.sym) {
         std::uint32_t* z = word_ptr(reuse_slot(out, slot++, prefix + ".weight_zero_point", dtype::I32, {NW, G}));
-        transpose_words(zwords, G, NW, z);
+        tk.words(zwords, G, NW, z);
         for (std::size_t i = 0; i < nz; ++i) z[i] += f.every(add);  // no carry: no field is 2^b - 1
     }
     const std::int64_t shape[2] = {N, K};
@@ -272,15 +316,16 @@ inline bool fast_ct_to_gptq(const repack_source& src, const std::string& prefix,
         for (std::size_t i = 0; i < nz; ++i)
             if (f.any_field_is(zwords[i], 0)) return false;
 
+    const simd::transpose_kernels& tk = transposes();
     auto* scales = reinterpret_cast<std::uint16_t*>(reuse_slot(out, 2, prefix + ".scales", sdt, {G, N}));
-    transpose_u16(sc->bytes.data(), N, G, scales);
+    tk.patterns16(sc->bytes.data(), N, G, scales);
     if (!convert_patterns_exactly(scales, static_cast<std::size_t>(N * G), sc->type, sdt)) return false;
-    transpose_words(words, N, W, word_ptr(reuse_slot(out, 0, prefix + ".qweight", dtype::I32, {W, N})));
+    tk.words(words, N, W, word_ptr(reuse_slot(out, 0, prefix + ".qweight", dtype::I32, {W, N})));
     std::uint32_t* z = word_ptr(reuse_slot(out, 1, prefix + ".qzeros", dtype::I32, {G, NW}));
     if (a.symmetric) {
         std::fill(z, z + nz, f.every(mid - offset));
     } else {
-        transpose_words(zwords, NW, G, z);
+        tk.words(zwords, NW, G, z);
         for (std::size_t i = 0; i < nz; ++i) z[i] -= f.every(offset);  // no borrow: no field is 0 for v1
     }
     auto* g = reinterpret_cast<std::int32_t*>(reuse_slot(out, 3, prefix + ".g_idx", dtype::I32, {K}));

@@ -10,7 +10,7 @@
 // grid, not by itself:
 //   1. the seeds, each a scale factor x the min/max scale (before it is stored) and a zero
 //      shift from the zero that scale gives (asymmetric), are scored in one pass over the
-//      group per 8 seeds, one seed per SIMD lane (detail::lsq_kernel_table::lanes); the
+//      group per 8 seeds, one seed per SIMD lane (simd::lsq_kernels::lanes); the
 //      largest A^2/B wins, the first on ties;
 //   2. its scale A/B is rounded to the storage dtype (the kernel rounds every lane's, in
 //      parallel), then `iterations` rounds of reassign + refit (alternating refinement; none
@@ -27,7 +27,7 @@
 // long side of the grid (-2^(bits-1) steps), as llama.cpp's q4_0 does with d = max / -8.
 //
 // Errors are weighted by an optional per-element importance (e.g. diag(H) of the columns).
-// Every sum has a fixed order (quant/detail/lsq_kernels.ipp), so the result is a pure
+// Every sum has a fixed order (simd/kernels/lsq_kernels.ipp), so the result is a pure
 // function of the group's values: identical for every SIMD tag and every thread count.
 #pragma once
 
@@ -42,10 +42,10 @@
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/quant/detail/lsq_grid.hpp"
-#include "qforge/quant/detail/lsq_simd.hpp"
 #include "qforge/quant/quantize.hpp"
 #include "qforge/quant/scale_policy.hpp"
 #include "qforge/simd/dispatch.hpp"
+#include "qforge/simd/lsq_kernels.hpp"
 
 namespace qforge {
 
@@ -80,6 +80,13 @@ struct lsq_options {
 };
 
 namespace detail {
+
+using simd::lsq_lane_fits;
+using simd::lsq_pass_lanes;
+
+/// The least-squares kernels of `i` (simd::kernels_of, which records the ISA the family ran
+/// with and throws when `i` cannot run here).
+inline const simd::lsq_kernels& lsq_kernels(simd::isa i) { return simd::kernels_of<simd::lsq_kernels>(i); }
 
 inline constexpr int lsq_max_iterations = 8;
 
@@ -138,7 +145,7 @@ inline simd::grid_params lsq_params(const group_grid& g, float rinv, int maxq) n
 /// scored with the kernels `k`; the fit is kept only where its exact error (simd error(), which
 /// k.errors2 reproduces bit for bit) is below min/max's, so it is never worse than min/max.
 inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, float mn, float mx, int bits, bool symmetric,
-                             dtype sd, const lsq_plan& plan, const lsq_kernel_table& k) {
+                             dtype sd, const lsq_plan& plan, const simd::lsq_kernels& k) {
     const int maxq = (1 << bits) - 1;
     if (n == 0) return symmetric ? sym_minmax_grid(mn, mx, bits, sd) : asym_minmax_grid(mn, mx, bits, sd);
     // The seeds are relative to the min/max scale before it is stored, and their zeros to the

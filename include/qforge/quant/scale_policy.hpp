@@ -50,6 +50,7 @@
 #include "qforge/core/half.hpp"
 #include "qforge/simd/detail/no_contract.hpp"
 #include "qforge/simd/kernel_table.hpp"
+#include "qforge/simd/rounding.hpp"
 
 namespace qforge {
 
@@ -132,12 +133,8 @@ inline std::optional<std::uint16_t> store_scale(float s, dtype d) noexcept {
     return bits;
 }
 
-/// round_half_even for the scalar formulas (|x| < 2^23 rounds, larger floats are integers).
-inline float round_half_even(float x) noexcept {
-    if (!(std::fabs(x) < 0x1p23f)) return x;
-    const float big = x < 0 ? -0x1p23f : 0x1p23f;
-    return simd::detail::no_contract(x + big) - big;
-}
+/// round_half_even for the scalar formulas: the kernels' own (simd/rounding.hpp).
+using simd::round_half_even;
 
 /// z = clamp(round_half_even(-lo / s), 0, maxq) against the stored scale s.
 inline std::int32_t zero_from_min(float lo, float s, int maxq) noexcept {

@@ -108,7 +108,10 @@ const Table& kernels_of(isa i) {
     if (table == nullptr)
         fail<unsupported_error>({}, {}, "SIMD path " + std::string(isa_name(i)) + " of the " +
                                             std::string(Table::family_name) + " kernels is not available on this CPU");
-    detail::family_last_isa<Table>.store(static_cast<int>(i), std::memory_order_relaxed);
+    // Written only when it changes: a family looked up once per group (the least-squares
+    // policy) from many threads would otherwise have them all write one cache line.
+    if (detail::family_last_isa<Table>.load(std::memory_order_relaxed) != static_cast<int>(i))
+        detail::family_last_isa<Table>.store(static_cast<int>(i), std::memory_order_relaxed);
     return *table;
 }
 

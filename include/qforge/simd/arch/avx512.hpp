@@ -16,6 +16,7 @@
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/simd/arch/avx2.hpp"  // gg_transpose8
+#include "qforge/simd/arch/avx2.hpp"  // the integer primitives it reuses
 #include "qforge/simd/arch/detail/x86_snr.hpp"
 #include "qforge/simd/kernel_table.hpp"
 
@@ -186,6 +187,25 @@ QFORGE_GG void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept
 }
 // ---- end of gguf_kernels primitives ---------------------------------------------------------
 #undef QFORGE_GG
+// ---- shared integer primitives ----
+// The AVX2 ones (simd/arch/avx2.hpp), which inline here (their target is a subset of this one).
+using ::qforge::simd::detail::avx2_isa::u32x4;
+using ::qforge::simd::detail::avx2_isa::u32x4_load;
+using ::qforge::simd::detail::avx2_isa::u32x4_store;
+// ---- end of shared integer primitives ----
+
+// ---- transpose_kernels primitives (simd/kernels/transpose_kernels.ipp) ----
+// The AVX2 ones, so that the family's text compiles here; its table is the AVX2 instance's
+// (see the end of transpose_kernels.ipp).
+using ::qforge::simd::detail::avx2_isa::tp_load8;
+using ::qforge::simd::detail::avx2_isa::tp_prefetch;
+using ::qforge::simd::detail::avx2_isa::tp_stream8;
+using ::qforge::simd::detail::avx2_isa::tp_stream_fence;
+using ::qforge::simd::detail::avx2_isa::tp_transpose8x8;
+using ::qforge::simd::detail::avx2_isa::tp_transpose8x8_load;
+using ::qforge::simd::detail::avx2_isa::tp_transpose8x8_u16;
+using ::qforge::simd::detail::avx2_isa::tp_u32x8;
+// ---- end of transpose_kernels primitives ----
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.

@@ -286,6 +286,72 @@ inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     gg_store_i8(out + 24, d);
 }
 // ---- end of gguf_kernels primitives ---------------------------------------------------------
+// Four 32-bit words in one register (see scalar.hpp).
+using u32x4 = uint32x4_t;
+inline u32x4 u32x4_load(const std::uint32_t* p) noexcept { return vld1q_u32(p); }
+inline void u32x4_store(std::uint32_t* p, u32x4 a) noexcept { vst1q_u32(p, a); }
+// The shared transpose (above), on word-typed registers.
+inline void transpose4x4_u32(u32x4& a, u32x4& b, u32x4& c, u32x4& d) noexcept {
+    vi128 x = vreinterpretq_u8_u32(a), y = vreinterpretq_u8_u32(b), z = vreinterpretq_u8_u32(c), w = vreinterpretq_u8_u32(d);
+    transpose4x4_u32(x, y, z, w);
+    a = vreinterpretq_u32_u8(x), b = vreinterpretq_u32_u8(y), c = vreinterpretq_u32_u8(z), d = vreinterpretq_u32_u8(w);
+}
+// ---- end of shared integer primitives ----
+
+// ---- transpose_kernels primitives (simd/kernels/transpose_kernels.ipp; see scalar.hpp) ----
+// Eight words as two registers. Stores are plain (ACLE has no non-temporal vector store), so
+// the fence has nothing to order.
+struct tp_u32x8 {
+    uint32x4_t lo, hi;
+};
+inline tp_u32x8 tp_load8(const std::uint32_t* p) noexcept { return {vld1q_u32(p), vld1q_u32(p + 4)}; }
+inline void tp_stream8(std::uint32_t* p, tp_u32x8 a) noexcept {
+    vst1q_u32(p, a.lo);
+    vst1q_u32(p + 4, a.hi);
+}
+inline void tp_stream_fence() noexcept {}
+inline void tp_prefetch(const void* p) noexcept { __builtin_prefetch(p); }
+// Four 4 x 4 blocks: rows 0-3 / 4-7 of columns 0-3 become the low / high halves of o[0..4),
+// those of columns 4-7 the halves of o[4..8).
+inline void tp_transpose8x8(const tp_u32x8 a[8], tp_u32x8 o[8]) noexcept {
+    for (int q = 0; q < 2; ++q) {  // q = 0: columns 0-3, q = 1: columns 4-7
+        u32x4 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = q == 0 ? a[i].lo : a[i].hi;
+        transpose4x4_u32(r[0], r[1], r[2], r[3]);
+        transpose4x4_u32(r[4], r[5], r[6], r[7]);
+        for (int j = 0; j < 4; ++j) o[4 * q + j] = {r[j], r[4 + j]};
+    }
+}
+inline void tp_transpose8x8_load(const std::uint32_t* s, std::int64_t ss, tp_u32x8 o[8]) noexcept {
+    tp_u32x8 a[8];
+    for (int i = 0; i < 8; ++i) a[i] = tp_load8(s + i * ss);
+    tp_transpose8x8(a, o);
+}
+// 8 x 8 16-bit patterns (any byte alignment): pairs of patterns, of words, of doublewords.
+inline void tp_transpose8x8_u16(const std::byte* s, std::int64_t ss, std::uint16_t* d, std::int64_t ds) noexcept {
+    const auto* b = reinterpret_cast<const std::uint8_t*>(s);
+    uint16x8_t a[8];
+    for (int i = 0; i < 8; ++i) a[i] = vreinterpretq_u16_u8(vld1q_u8(b + i * ss));
+    uint32x4_t t[8];  // t[2k] = columns 0,2,4,6 of rows 2k, 2k+1 as pairs; t[2k+1] = columns 1,3,5,7
+    for (int k = 0; k < 4; ++k) {
+        t[2 * k] = vreinterpretq_u32_u16(vtrn1q_u16(a[2 * k], a[2 * k + 1]));
+        t[2 * k + 1] = vreinterpretq_u32_u16(vtrn2q_u16(a[2 * k], a[2 * k + 1]));
+    }
+    // u[h][j]: rows 4h..4h+3 of columns j and j + 4 (j < 4) as two 64-bit halves.
+    uint64x2_t u[2][4];
+    for (int h = 0; h < 2; ++h) {
+        const uint32x4_t* p = t + 4 * h;  // rows 4h, 4h+1 (p[0], p[1]) and 4h+2, 4h+3 (p[2], p[3])
+        u[h][0] = vreinterpretq_u64_u32(vtrn1q_u32(p[0], p[2]));
+        u[h][1] = vreinterpretq_u64_u32(vtrn1q_u32(p[1], p[3]));
+        u[h][2] = vreinterpretq_u64_u32(vtrn2q_u32(p[0], p[2]));
+        u[h][3] = vreinterpretq_u64_u32(vtrn2q_u32(p[1], p[3]));
+    }
+    for (int j = 0; j < 4; ++j) {
+        vst1q_u16(d + j * ds, vreinterpretq_u16_u64(vtrn1q_u64(u[0][j], u[1][j])));
+        vst1q_u16(d + (j + 4) * ds, vreinterpretq_u16_u64(vtrn2q_u64(u[0][j], u[1][j])));
+    }
+}
+// ---- end of transpose_kernels primitives ----
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.

@@ -14,6 +14,7 @@
 #include "qforge/core/half.hpp"
 #include "qforge/simd/detail/no_contract.hpp"
 #include "qforge/simd/kernel_table.hpp"
+#include "qforge/simd/rounding.hpp"
 
 namespace qforge::simd::detail::scalar_isa {
 
@@ -23,13 +24,7 @@ struct vf {
 };
 using acc8 = vf;
 
-// round_half_even: adding and removing 2^23 leaves the nearest integer (ties to even) for
-// |x| < 2^23; larger floats are integers already.
-inline float round_half_even(float x) noexcept {
-    if (!(std::fabs(x) < 0x1p23f)) return x;
-    const float big = x < 0 ? -0x1p23f : 0x1p23f;
-    return no_contract(x + big) - big;
-}
+using ::qforge::simd::round_half_even;  // simd/rounding.hpp: the one definition
 
 #define QFORGE_SCALAR_MAP(expr)       \
     vf r;                             \
@@ -345,6 +340,64 @@ inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     gg_store_i8(out + 24, d);
 }
 // ---- end of gguf_kernels primitives ---------------------------------------------------------
+// Four 32-bit words, the unit of the integer transposes (a 128-bit register elsewhere).
+struct u32x4 {
+    std::uint32_t v[4];
+};
+inline u32x4 u32x4_load(const std::uint32_t* p) noexcept {  // any 4-byte alignment
+    u32x4 r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+}
+inline void u32x4_store(std::uint32_t* p, u32x4 a) noexcept { std::memcpy(p, a.v, sizeof a.v); }
+// The shared transpose (above), on word-typed vectors.
+inline void transpose4x4_u32(u32x4& a, u32x4& b, u32x4& c, u32x4& d) noexcept {
+    vi128 x, y, z, w;
+    std::memcpy(x.b, a.v, 16), std::memcpy(y.b, b.v, 16), std::memcpy(z.b, c.v, 16), std::memcpy(w.b, d.v, 16);
+    transpose4x4_u32(x, y, z, w);
+    std::memcpy(a.v, x.b, 16), std::memcpy(b.v, y.b, 16), std::memcpy(c.v, z.b, 16), std::memcpy(d.v, w.b, 16);
+}
+// ---- end of shared integer primitives ----
+
+// ---- transpose_kernels primitives (simd/kernels/transpose_kernels.ipp) ----
+// Eight 32-bit words; a "stream" is a plain store here (portable C++ has no non-temporal
+// store), so the fence has nothing to order.
+struct tp_u32x8 {
+    std::uint32_t v[8];
+};
+inline tp_u32x8 tp_load8(const std::uint32_t* p) noexcept {
+    tp_u32x8 r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+}
+inline void tp_stream8(std::uint32_t* p, tp_u32x8 a) noexcept { std::memcpy(p, a.v, sizeof a.v); }
+inline void tp_stream_fence() noexcept {}
+inline void tp_prefetch(const void* p) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p);
+#else
+    (void)p;
+#endif
+}
+// o[j] = column j of the 8 x 8 words whose rows are a[0..8).
+inline void tp_transpose8x8(const tp_u32x8 a[8], tp_u32x8 o[8]) noexcept {
+    for (int j = 0; j < 8; ++j)
+        for (int i = 0; i < 8; ++i) o[j].v[i] = a[i].v[j];
+}
+// The same of the 8 x 8 words at s, rows ss words apart.
+inline void tp_transpose8x8_load(const std::uint32_t* s, std::int64_t ss, tp_u32x8 o[8]) noexcept {
+    tp_u32x8 a[8];
+    for (int i = 0; i < 8; ++i) a[i] = tp_load8(s + i * ss);
+    tp_transpose8x8(a, o);
+}
+// 8 x 8 16-bit patterns: rows s, s + ss bytes, ... (any alignment) -> rows d + j * ds.
+inline void tp_transpose8x8_u16(const std::byte* s, std::int64_t ss, std::uint16_t* d, std::int64_t ds) noexcept {
+    std::uint16_t a[8][8];
+    for (int i = 0; i < 8; ++i) std::memcpy(a[i], s + i * ss, sizeof a[i]);
+    for (int j = 0; j < 8; ++j)
+        for (int i = 0; i < 8; ++i) d[j * ds + i] = a[i][j];
+}
+// ---- end of transpose_kernels primitives ----
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
