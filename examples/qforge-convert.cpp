@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "qforge/convert/cluster.hpp"
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/gguf/converter.hpp"
@@ -539,6 +541,24 @@ int run_cluster(const std::string& mode, std::vector<std::string> args) {
     convert_options o = to_options(s, src);
     if (mode == "work") {
         const auto [i, n] = cluster::worker_from_environment(unit, of, p.units.size());
+        // Test hook (tests/cluster/slurm_test.sh): QFORGE_CONVERT_STALL=U:N stops the worker of
+        // unit U before its N-th tensor, once bytes are written and before its record, so a test
+        // can kill the task "midway" at a known point instead of racing a timer.
+        if (const char* stall = std::getenv("QFORGE_CONVERT_STALL")) {
+            const std::string v = stall;
+            const std::size_t colon = v.find(':');
+            if (colon == std::string::npos) usage_error("QFORGE_CONVERT_STALL is UNIT:TENSORS");
+            const std::size_t stall_unit = parse_count(v.substr(0, colon), "stall unit");
+            const std::size_t after = parse_count(v.substr(colon + 1), "stall count");
+            const auto [u0, u1] = cluster::units_of_worker(i, n, p.units.size());
+            if (stall_unit >= u0 && stall_unit < u1)
+                o.before_tensor = [after, seen = std::size_t{0}](std::size_t) mutable {
+                    if (seen++ == after) {
+                        std::fprintf(stderr, "qforge-convert work: stalled (QFORGE_CONVERT_STALL)\n");
+                        for (;;) ::pause();
+                    }
+                };
+        }
         const auto t0 = std::chrono::steady_clock::now();
         const cluster::work_report r = cluster::work(positional[0], i, n, o);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

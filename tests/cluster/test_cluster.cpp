@@ -327,6 +327,12 @@ void write_deepseek_v3_sparse(const std::string& dir) {
                    R"("tie_word_embeddings":false,"torch_dtype":"bfloat16"})");
 }
 
+double cpu_seconds() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 long peak_rss_kib() {
     rusage u{};
     ::getrusage(RUSAGE_SELF, &u);
@@ -343,20 +349,22 @@ TEST_CASE("cluster: a 671B DeepSeek-V3-shaped plan (tens of thousands of tensors
     o.rules.default_scheme = quant_spec{4, 128, true, scale_method::minmax, std::nullopt};
     const long rss0 = peak_rss_kib();
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = cpu_seconds();
     const cluster::plan_summary s = cluster::make_plan(src, dst, o, 64);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu = cpu_seconds() - cpu0;
     const long rss1 = peak_rss_kib();
     checkpoint_source in(src);
     std::size_t source_shards = 0;
     for (const auto& f : io::list_directory(src)) source_shards += f.ends_with(".safetensors");
     MESSAGE("671B plan: " << in.tensors().size() << " source tensors in " << source_shards << " shards -> " << s.tensors
                           << " output tensors in " << s.shard_files.size() << " shards, 64 units, imbalance (max/mean cost) "
-                          << s.imbalance() << ", " << secs << " s, peak RSS grew by " << (rss1 - rss0) / 1024 << " MiB");
+                          << s.imbalance() << ", " << secs << " s (" << cpu << " s of CPU), peak RSS grew by " << (rss1 - rss0) / 1024 << " MiB");
     CHECK(source_shards == 163);
     CHECK(in.tensors().size() > 40'000);
     CHECK(s.units.size() == 64);
     CHECK(s.imbalance() < 1.1);
-    CHECK(secs < 60);  // seconds at -O2; generous for sanitizer builds
+    CHECK(cpu < 60);  // about 2 s at -O2; generous for sanitizer builds (CPU time: CI machines are shared)
     CHECK(rss1 - rss0 < 1024 * 1024);  // < 1 GiB (no tensor data is read)
     std::uint64_t bytes = 0;
     for (auto b : s.shard_sizes) bytes += b;
