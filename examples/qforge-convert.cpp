@@ -507,7 +507,12 @@ int run_cluster(const std::string& mode, std::vector<std::string> args) {
         const convert_options o = to_options(s, src);
         json stored = json::array();
         for (const auto& a : kept) stored.push_back(json(a));
-        const cluster::plan_summary p = cluster::make_plan(s.src, s.dst, o, units, json::object({{"args", std::move(stored)}}));
+        // Workers start in other folders (a job's working directory, a pod's): relative paths
+        // in the stored command line are taken from the folder plan ran in.
+        std::vector<char> cwd(4096);
+        if (!::getcwd(cwd.data(), cwd.size())) usage_error("cannot read the current folder");
+        const cluster::plan_summary p = cluster::make_plan(
+            s.src, s.dst, o, units, json::object({{"args", std::move(stored)}, {"cwd", json(std::string(cwd.data()))}}));
         std::uint64_t mx = 0;
         for (const auto& u : p.units) mx = std::max(mx, u.cost);
         std::printf("planned %s: %zu tensors in %zu shard(s), %zu work units (largest/mean cost %.3f) in %s\n", s.dst.c_str(),
@@ -535,7 +540,9 @@ int run_cluster(const std::string& mode, std::vector<std::string> args) {
     if (!stored) usage_error("the plan of " + positional[0] + " was not made by qforge-convert plan");
     std::vector<std::string> args0;
     for (const json& a : stored->as_array()) args0.push_back(a.as_string());
-    settings s = parse_args(args0);
+    if (const json* cwd = p.extra.find("cwd"); cwd && ::chdir(cwd->as_string().c_str()) != 0)
+        throw io_error(cwd->as_string(), {}, "cannot enter the folder plan ran in");
+    settings s = parse_args(args0);  // from here on, paths are the plan's (s.dst is DST)
     if (threads) s.threads = threads;
     checkpoint_source src(s.src);
     convert_options o = to_options(s, src);
@@ -560,13 +567,13 @@ int run_cluster(const std::string& mode, std::vector<std::string> args) {
                 };
         }
         const auto t0 = std::chrono::steady_clock::now();
-        const cluster::work_report r = cluster::work(positional[0], i, n, o);
+        const cluster::work_report r = cluster::work(s.dst, i, n, o);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("worker %zu of %zu: %zu unit(s) converted, %zu already done, in %.2f s\n", i, n, r.converted.size(),
                     r.skipped.size(), secs);
         return 0;
     }
-    const conversion_result r = cluster::finalize(positional[0], o);
+    const conversion_result r = cluster::finalize(s.dst, o);
     for (const auto& w : r.the_plan.warnings) std::fprintf(stderr, "qforge-convert: warning: %s\n", w.c_str());
     std::cout << r.report.summary().dump({.indent = 2}) << "\n";
     std::fprintf(stderr, "wrote %s: %zu shard(s), %s of weights\n", positional[0].c_str(), r.shards.size(),

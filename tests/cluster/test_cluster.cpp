@@ -365,7 +365,18 @@ TEST_CASE("cluster: a 671B DeepSeek-V3-shaped plan (tens of thousands of tensors
     CHECK(s.units.size() == 64);
     CHECK(s.imbalance() < 1.1);
     CHECK(cpu < 60);  // about 2 s at -O2; generous for sanitizer builds (CPU time: CI machines are shared)
-    CHECK(rss1 - rss0 < 1024 * 1024);  // < 1 GiB (no tensor data is read)
+#if defined(__SANITIZE_ADDRESS__)
+    constexpr long rss_limit_kib = 3l << 20;  // AddressSanitizer's redzones and quarantine
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    constexpr long rss_limit_kib = 3l << 20;
+#else
+    constexpr long rss_limit_kib = 1l << 20;
+#endif
+#else
+    constexpr long rss_limit_kib = 1l << 20;
+#endif
+    CHECK(rss1 - rss0 < rss_limit_kib);  // < 1 GiB (no tensor data is read): 170 MiB at -O2
     std::uint64_t bytes = 0;
     for (auto b : s.shard_sizes) bytes += b;
     CHECK(bytes > 300'000'000'000ull);  // ~0.37 TB of int4 output, all of it holes

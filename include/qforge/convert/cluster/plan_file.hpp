@@ -38,6 +38,7 @@
 #include <vector>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "qforge/convert/converter.hpp"
 #include "qforge/core/error.hpp"
@@ -305,9 +306,17 @@ inline plan_summary read_plan(const std::string& destination) {
 
 namespace detail {
 
+/// ".tmp-<host>-<pid>": unique across the nodes that share the staging folder (a requeued task
+/// may run on two nodes at once for a moment, with the same pid by chance).
+inline std::string temp_suffix() {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    return ".tmp-" + std::string(host) + "-" + std::to_string(::getpid());
+}
+
 /// Writes a small file atomically: a temporary sibling, fsync, rename, fsync of the folder.
 inline void write_file_atomically(const std::string& path, std::string_view text) {
-    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+    const std::string tmp = path + temp_suffix();
     io::write_file(tmp, text);
     io::rename_path(tmp, path);
     io::sync_directory(path.substr(0, path.rfind('/')));
@@ -315,7 +324,7 @@ inline void write_file_atomically(const std::string& path, std::string_view text
 
 /// tensors.json, one line per output tensor, streamed (a 671B plan has ~10^5 of them: no tree).
 inline void write_tensor_table(const std::string& path, const plan& p, const output_layout& L) {
-    io::output_file out = io::output_file::create(path + ".tmp-" + std::to_string(::getpid()));
+    io::output_file out = io::output_file::create(path + temp_suffix());
     std::string buf = "[\n";
     for (std::size_t i = 0; i < p.items.size(); ++i) {
         const plan_item& it = p.items[i];
