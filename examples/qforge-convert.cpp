@@ -4,6 +4,11 @@
 //   qforge-convert SRC DST --preset w4a8-cpu
 //   qforge-convert SRC DST --format compressed-tensors --bits 4 --group 128 --asym --dry-run
 //
+// On a cluster (convert/cluster.hpp; README "Converting on a cluster"):
+//   qforge-convert plan SRC DST --units 64 --preset w4a16      # headers only: the plan file
+//   qforge-convert work DST [--unit I] [--of N] [--threads T]   # each worker (Slurm array / Indexed Job)
+//   qforge-convert finalize DST                                  # verify, headers, index, rename
+//
 // Options live in one table (name, argument, help, handler): a new option is one entry.
 // The library prints nothing; this program prints one progress line per tensor on stderr,
 // the report summary at the end, and on any refusal a single line and exit status 1.
@@ -20,6 +25,9 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
+#include "qforge/convert/cluster.hpp"
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/gguf/converter.hpp"
 #include "qforge/convert/repack_checkpoint.hpp"
@@ -269,6 +277,9 @@ const std::vector<option>& options() {
 void print_help() {
     std::printf(
         "usage: qforge-convert SRC DST [--preset NAME | --format F] [options]\n"
+        "       qforge-convert plan SRC DST --units N [options]   (cluster: then work, finalize)\n"
+        "       qforge-convert work DST [--unit I] [--of N] [--threads T]\n"
+        "       qforge-convert finalize DST [--threads T]\n"
         "Converts a bf16/fp16 Hugging Face checkpoint folder SRC into a quantized checkpoint DST.\n"
         "Defaults: the linears of the decoder blocks are quantized; embeddings, norms, biases, MoE\n"
         "routers and lm_head stay dense. Rules: last match wins; names are exact, dotted suffixes\n"
@@ -461,9 +472,130 @@ int run_gguf(const settings& s) {
     return 0;
 }
 
+
+// plan / work / finalize (issue 18). `plan` keeps its command line in the plan file, so that
+// `work DST` and `finalize DST` rebuild the very same options (only --threads may differ).
+std::size_t parse_count(const std::string& v, const char* what) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || v[0] == '-') usage_error(std::string("bad ") + what + " '" + v + "'");
+    return static_cast<std::size_t>(n);
+}
+
+settings parse_args(std::vector<std::string> args) {
+    std::vector<char*> argv{const_cast<char*>("qforge-convert")};
+    for (auto& a : args) argv.push_back(a.data());
+    return parse(static_cast<int>(argv.size()), argv.data());
+}
+
+int run_cluster(const std::string& mode, std::vector<std::string> args) {
+    if (mode == "plan") {
+        std::size_t units = 0;
+        std::vector<std::string> kept;
+        for (std::size_t i = 0; i < args.size(); ++i) {
+            if (args[i] == "--units") {
+                if (i + 1 >= args.size()) usage_error("--units needs a count");
+                units = parse_count(args[++i], "unit count");
+            } else {
+                kept.push_back(args[i]);
+            }
+        }
+        if (units == 0) usage_error("plan needs --units N (the number of work units: the size of the job array)");
+        const settings s = parse_args(kept);
+        if (s.gguf || s.repack || s.dry_run) usage_error("plan splits the safetensors formats (not --format gguf, --repack or --dry-run)");
+        checkpoint_source src(s.src);
+        const convert_options o = to_options(s, src);
+        json stored = json::array();
+        for (const auto& a : kept) stored.push_back(json(a));
+        // Workers start in other folders (a job's working directory, a pod's): relative paths
+        // in the stored command line are taken from the folder plan ran in.
+        std::vector<char> cwd(4096);
+        if (!::getcwd(cwd.data(), cwd.size())) usage_error("cannot read the current folder");
+        const cluster::plan_summary p = cluster::make_plan(
+            s.src, s.dst, o, units, json::object({{"args", std::move(stored)}, {"cwd", json(std::string(cwd.data()))}}));
+        std::uint64_t mx = 0;
+        for (const auto& u : p.units) mx = std::max(mx, u.cost);
+        std::printf("planned %s: %zu tensors in %zu shard(s), %zu work units (largest/mean cost %.3f) in %s\n", s.dst.c_str(),
+                    p.tensors, p.shard_files.size(), p.units.size(), p.imbalance(), p.staging.c_str());
+        return 0;
+    }
+    std::optional<std::size_t> unit, of;
+    unsigned threads = 0;
+    std::vector<std::string> positional;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        auto value = [&]() -> const std::string& {
+            if (i + 1 >= args.size()) usage_error(a + " needs a value");
+            return args[++i];
+        };
+        if (a == "--unit" && mode == "work") unit = parse_count(value(), "unit");
+        else if (a == "--of" && mode == "work") of = parse_count(value(), "worker count");
+        else if (a == "--threads") threads = static_cast<unsigned>(parse_count(value(), "thread count"));
+        else if (a.starts_with("--")) usage_error("unknown option " + a + " for " + mode);
+        else positional.push_back(a);
+    }
+    if (positional.size() != 1) usage_error(mode + " expects DST, the destination given to plan");
+    const cluster::plan_summary p = cluster::read_plan(positional[0]);
+    const json* stored = p.extra.is_object() ? p.extra.find("args") : nullptr;
+    if (!stored) usage_error("the plan of " + positional[0] + " was not made by qforge-convert plan");
+    std::vector<std::string> args0;
+    for (const json& a : stored->as_array()) args0.push_back(a.as_string());
+    if (const json* cwd = p.extra.find("cwd"); cwd && ::chdir(cwd->as_string().c_str()) != 0)
+        throw io_error(cwd->as_string(), {}, "cannot enter the folder plan ran in");
+    settings s = parse_args(args0);  // from here on, paths are the plan's (s.dst is DST)
+    if (threads) s.threads = threads;
+    checkpoint_source src(s.src);
+    convert_options o = to_options(s, src);
+    if (mode == "work") {
+        const auto [i, n] = cluster::worker_from_environment(unit, of, p.units.size());
+        // Test hook (tests/cluster/slurm_test.sh): QFORGE_CONVERT_STALL=U:N stops the worker of
+        // unit U before its N-th tensor, once bytes are written and before its record, so a test
+        // can kill the task "midway" at a known point instead of racing a timer.
+        if (const char* stall = std::getenv("QFORGE_CONVERT_STALL")) {
+            const std::string v = stall;
+            const std::size_t colon = v.find(':');
+            if (colon == std::string::npos) usage_error("QFORGE_CONVERT_STALL is UNIT:TENSORS");
+            const std::size_t stall_unit = parse_count(v.substr(0, colon), "stall unit");
+            const std::size_t after = parse_count(v.substr(colon + 1), "stall count");
+            const auto [u0, u1] = cluster::units_of_worker(i, n, p.units.size());
+            if (stall_unit >= u0 && stall_unit < u1)
+                o.before_tensor = [after, seen = std::size_t{0}](std::size_t) mutable {
+                    if (seen++ == after) {
+                        std::fprintf(stderr, "qforge-convert work: stalled (QFORGE_CONVERT_STALL)\n");
+                        for (;;) ::pause();
+                    }
+                };
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        const cluster::work_report r = cluster::work(s.dst, i, n, o);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("worker %zu of %zu: %zu unit(s) converted, %zu already done, in %.2f s\n", i, n, r.converted.size(),
+                    r.skipped.size(), secs);
+        return 0;
+    }
+    const conversion_result r = cluster::finalize(s.dst, o);
+    for (const auto& w : r.the_plan.warnings) std::fprintf(stderr, "qforge-convert: warning: %s\n", w.c_str());
+    std::cout << r.report.summary().dump({.indent = 2}) << "\n";
+    std::fprintf(stderr, "wrote %s: %zu shard(s), %s of weights\n", positional[0].c_str(), r.shards.size(),
+                 mib(r.the_plan.out_bytes()).c_str());
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc > 1 && (std::string_view(argv[1]) == "plan" || std::string_view(argv[1]) == "work" ||
+                     std::string_view(argv[1]) == "finalize")) {
+        try {
+            return run_cluster(argv[1], std::vector<std::string>(argv + 2, argv + argc));
+        } catch (const qforge::error& e) {
+            std::fprintf(stderr, "qforge-convert %s: %s\n", argv[1], std::string(e.what()).substr(8).c_str());
+            return 1;
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "qforge-convert %s: %s\n", argv[1], e.what());
+            return 1;
+        }
+    }
     const settings s = parse(argc, argv);
     try {
         // An FP8 source "repacks" through the converter: on the same grid its codes and scales

@@ -4,7 +4,9 @@
 #      two translation units), examples and benches compiled;
 #   2. meson + clang++ under AddressSanitizer + UBSan: the same unit tests;
 #   3. aarch64 cross build (NEON) of the core/quant/simd tests, run under qemu-user;
-#   4. every libFuzzer target briefly on its corpus.
+#   4. every libFuzzer target briefly on its corpus;
+#   5. converting on a cluster: a real single-node Slurm (job array, a task killed and
+#      resubmitted, finalize after afterok) and Kubernetes Indexed Job workers as processes.
 # Missing Debian packages are installed when run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +14,7 @@ ROOT=$PWD
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 packages=(g++ cmake ninja-build meson pkg-config doctest-dev libbenchmark-dev clang
-          libclang-rt-14-dev qemu-user g++-aarch64-linux-gnu)
+          libclang-rt-14-dev qemu-user g++-aarch64-linux-gnu slurm-wlm munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -61,6 +63,10 @@ if [[ -x scripts/fuzz.sh ]]; then
   scripts/fuzz.sh 5
 fi
 
+step "cluster: Slurm job array on a single-node Slurm, Indexed Job workers (tests/cluster/*.sh)"
+tests/cluster/slurm_test.sh build/test-gcc/examples
+tests/cluster/indexed_job_test.sh build/test-gcc/examples
+
 echo
 echo "== all qforge tests passed"
-echo "suites: 4 passed, 0 failed"
+echo "suites: 5 passed, 0 failed"

@@ -64,6 +64,10 @@
 #include "qforge/io/safetensors/writer.hpp"
 
 #include "qforge/convert/activation_fold.hpp"
+#include "qforge/convert/cluster.hpp"
+#include "qforge/convert/cluster/finalize.hpp"
+#include "qforge/convert/cluster/plan_file.hpp"
+#include "qforge/convert/cluster/work.hpp"
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/convert/format.hpp"

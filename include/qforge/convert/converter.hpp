@@ -221,62 +221,79 @@ inline std::string out_type_text(const plan& p, const plan_item& it) {
 
 }  // namespace detail
 
-/// Converts the checkpoint folder `src_dir` into `dst_dir` (see the file comment).
-inline conversion_result convert(const std::string& src_dir, const std::string& dst_dir, const convert_options& opt) {
-    if (io::path_exists(dst_dir) && !opt.overwrite)
-        fail<io_error>(dst_dir, {}, "destination exists (pass --overwrite to replace it)");
-    checkpoint_source src(src_dir);
-    conversion_result result;
-    result.the_plan = plan_conversion(src, opt);
-    const plan& p = result.the_plan;
-    p.throw_if_refused();
-    std::optional<hessian_file> hessians;
-    if (!opt.hessians.empty()) hessians.emplace(opt.hessians);
-    const bool gptq_format = p.format == output_format::gptq || p.format == output_format::gptq_v2;
-    if (hessians && opt.gptq.act_order && !opt.gptq.static_groups && !gptq_format)
-        fail<unsupported_error>(opt.hessians, {}, "act-order regroups columns through g_idx, which only the GPTQ formats carry");
-    const bool act_order = hessians && gptq_format && opt.gptq.act_order && !opt.gptq.static_groups;
-    std::optional<gguf::importance_matrix> imatrix;
-    if (!opt.imatrix.empty()) imatrix.emplace(gguf::importance_matrix::open(opt.imatrix));
-    std::optional<importance_lookup> importance;
-    if (imatrix) importance.emplace(*imatrix);
-    if (opt.activation_scaling && !imatrix)
-        fail<unsupported_error>(src_dir, {}, "activation scaling needs the input statistics of an imatrix (--imatrix)");
-    if (opt.activation_scaling && hessians)
-        fail<unsupported_error>(opt.hessians, {}, "activation scaling with GPTQ Hessians is not supported: GPTQ already uses the full input statistics");
-    if (hessians && is_float_format(p.format))
-        fail<unsupported_error>(opt.hessians, {}, std::string(format_name(p.format)) + " has no integer grid for the GPTQ solver");
+namespace detail {
 
-    io::atomic_output_dir out(dst_dir, opt.overwrite);
+/// The files beside the checkpoint a conversion reads (GPTQ Hessians, an imatrix), opened,
+/// with the checks that refuse combinations of them before any output exists.
+struct conversion_inputs {
+    std::optional<hessian_file> hessians;
+    std::optional<gguf::importance_matrix> imatrix;
+    std::optional<importance_lookup> importance;  ///< refers to `imatrix`: the struct is never moved
+    bool act_order = false;                       ///< GPTQ act-order: g_idx regroups columns
+};
+
+inline void open_inputs(conversion_inputs& in, const std::string& src_dir, const plan& p, const convert_options& opt) {
+    if (!opt.hessians.empty()) in.hessians.emplace(opt.hessians);
+    const bool gptq_format = p.format == output_format::gptq || p.format == output_format::gptq_v2;
+    if (in.hessians && opt.gptq.act_order && !opt.gptq.static_groups && !gptq_format)
+        fail<unsupported_error>(opt.hessians, {}, "act-order regroups columns through g_idx, which only the GPTQ formats carry");
+    in.act_order = in.hessians && gptq_format && opt.gptq.act_order && !opt.gptq.static_groups;
+    if (!opt.imatrix.empty()) in.imatrix.emplace(gguf::importance_matrix::open(opt.imatrix));
+    if (in.imatrix) in.importance.emplace(*in.imatrix);
+    if (opt.activation_scaling && !in.imatrix)
+        fail<unsupported_error>(src_dir, {}, "activation scaling needs the input statistics of an imatrix (--imatrix)");
+    if (opt.activation_scaling && in.hessians)
+        fail<unsupported_error>(opt.hessians, {}, "activation scaling with GPTQ Hessians is not supported: GPTQ already uses the full input statistics");
+    if (in.hessians && is_float_format(p.format))
+        fail<unsupported_error>(opt.hessians, {}, std::string(format_name(p.format)) + " has no integer grid for the GPTQ solver");
+}
+
+/// Every output tensor's spec in plan order (the order shards are split in).
+inline std::vector<safetensors::tensor_spec> output_specs(const plan& p) {
     std::vector<safetensors::tensor_spec> all;
     for (const auto& it : p.items)
         for (const auto& t : it.outputs) all.push_back({t.name, t.type, t.shape});
-    safetensors::sharded_writer writer(out.path(), all, opt.max_shard_bytes);
+    return all;
+}
 
-    std::map<std::string, std::size_t> last_use;
-    for (std::size_t i = 0; i < p.items.size(); ++i) last_use[p.items[i].source] = i;
+using shard_path_map = std::map<std::string, std::string, std::less<>>;  ///< output tensor -> its shard file
 
-    thread_pool pool(std::max(1u, opt.threads));
-    const executor run = pool.executor();
-    conversion_report& report = result.report;
+inline shard_path_map shard_paths(const std::string& folder, const safetensors::shard_plan& shards) {
+    shard_path_map shard_path;
+    for (std::size_t k = 0; k < shards.shards.size(); ++k)
+        for (const auto& t : shards.shards[k]) shard_path[t.name] = folder + "/" + shards.file_names[k];
+    return shard_path;
+}
+
+/// The report's plan-wide fields (the per-tensor entries come from convert_items).
+inline void start_report(conversion_report& report, const plan& p) {
     report.format = p.format;
     report.bits_per_weight = p.bits_per_weight();
     report.quantized_bits_per_weight = p.quantized_bits_per_weight();
-    std::optional<activation_folds> folds;
-    if (opt.activation_scaling) {
-        folds.emplace(plan_activation_folds(src, p, model_config::from_json(src.config(), src.dir() + "/config.json"),
-                                            *importance, run));
-        report.activation_folds = folds->records;
-    }
     report.loader_warnings = p.warnings;
+}
+
+/// Converts the plan items `selected` takes (all of them in convert(), one work unit's on a
+/// cluster: convert/cluster/work.hpp), writing each output tensor through
+/// `writer.write(name, bytes)` (a tensor's parts in order) and starting the write-back of its
+/// file in `shard_path`. Fills the per-tensor parts of `result` in item order: report.tensors,
+/// gptq/rtn layers, the imatrix lists.
+template <class Writer>
+void convert_items(const checkpoint_source& src, const plan& p, const convert_options& opt, conversion_inputs& in,
+                   const std::optional<activation_folds>& folds, const executor& run, Writer& writer,
+                   const shard_path_map& shard_path, const std::function<bool(std::size_t)>& selected,
+                   conversion_result& result, const std::string& dst_dir) {
+    const std::optional<hessian_file>& hessians = in.hessians;
+    std::optional<importance_lookup>& importance = in.importance;
+    const bool act_order = in.act_order;
+    conversion_report& report = result.report;
+    std::map<std::string, std::size_t> last_use;
+    for (std::size_t i = 0; i < p.items.size(); ++i) last_use[p.items[i].source] = i;
 
     // Pack + write of an output weight runs behind the quantization of the next one (with
     // more than one thread): the pool's cores do not wait on the serial pack and pwrite. Its
-    // progress event is sent once its bytes are written. Declared after `writer`, so an
+    // progress event is sent once its bytes are written. Declared after the caller's `writer`, so an
     // exception waits for the job before the writer and the output folder are removed.
-    std::map<std::string, std::string, std::less<>> shard_path;  // output tensor -> its shard file
-    for (std::size_t k = 0; k < writer.plan().shards.size(); ++k)
-        for (const auto& t : writer.plan().shards[k]) shard_path[t.name] = out.path() + "/" + writer.plan().file_names[k];
     detail::early_writeback writeback;  // used by the jobs behind only
     detail::write_behind behind(opt.threads > 1);
     const auto emit = [&](const progress_event& e) {
@@ -288,6 +305,7 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     owned_tensor copied;
     const bool by_pread = opt.read == source_read::pread;
     for (std::size_t i = 0; i < p.items.size(); ++i) {
+        if (!selected(i)) continue;
         const plan_item& it = p.items[i];
         if (opt.before_tensor) {
             behind.drain();  // the hook sees nothing in flight (it may truncate the shards, as a test does)
@@ -463,9 +481,13 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
         }, [&emit, ev = std::move(ev)] { emit(ev); });
     }
     behind.drain();
-    writer.finish();
-    result.shards = writer.plan().file_names;
+}
 
+/// config.json (with its quantization_config), the GPTQ side file, the source's side files
+/// and quantization_report.json, written into `folder`.
+inline void write_model_files(const std::string& folder, const checkpoint_source& src, const plan& p, bool act_order,
+                              conversion_result& result) {
+    const conversion_report& report = result.report;
     json cfg = src.config();
     if (!cfg.is_object()) cfg = json::object();
     if (p.untied) cfg.set("tie_word_embeddings", false);
@@ -474,17 +496,49 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     json qc = p.quantization_config;
     if (desc_act && qc.is_object()) qc.set("desc_act", true);
     cfg.set("quantization_config", qc);
-    io::write_config(out.path(), cfg);
+    io::write_config(folder, cfg);
     if (p.format == output_format::gptq || p.format == output_format::gptq_v2) {
         const auto s = *p.main_scheme();
         const json side = with_gptq_layout(majority_scheme(p.linears)->bits,
                                            gptq_options{p.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
                                                         *s.scale_dtype, desc_act},
                                            [&](const auto& layout) { return layout.side_file(p.linears); });
-        io::write_json_file(out.file("quantize_config.json"), side);
+        io::write_json_file(folder + "/quantize_config.json", side);
     }
-    result.copied_files = io::copy_side_files(src.dir(), out.path());
-    io::write_json_file(out.file("quantization_report.json"), report.to_json());
+    result.copied_files = io::copy_side_files(src.dir(), folder);
+    io::write_json_file(folder + "/quantization_report.json", report.to_json());
+}
+
+}  // namespace detail
+
+/// Converts the checkpoint folder `src_dir` into `dst_dir` (see the file comment).
+inline conversion_result convert(const std::string& src_dir, const std::string& dst_dir, const convert_options& opt) {
+    if (io::path_exists(dst_dir) && !opt.overwrite)
+        fail<io_error>(dst_dir, {}, "destination exists (pass --overwrite to replace it)");
+    checkpoint_source src(src_dir);
+    conversion_result result;
+    result.the_plan = plan_conversion(src, opt);
+    const plan& p = result.the_plan;
+    p.throw_if_refused();
+    detail::conversion_inputs in;
+    detail::open_inputs(in, src_dir, p, opt);
+
+    io::atomic_output_dir out(dst_dir, opt.overwrite);
+    safetensors::sharded_writer writer(out.path(), detail::output_specs(p), opt.max_shard_bytes);
+    thread_pool pool(std::max(1u, opt.threads));
+    const executor run = pool.executor();
+    detail::start_report(result.report, p);
+    std::optional<activation_folds> folds;
+    if (opt.activation_scaling) {
+        folds.emplace(plan_activation_folds(src, p, model_config::from_json(src.config(), src.dir() + "/config.json"),
+                                            *in.importance, run));
+        result.report.activation_folds = folds->records;
+    }
+    detail::convert_items(src, p, opt, in, folds, run, writer, detail::shard_paths(out.path(), writer.plan()),
+                          [](std::size_t) { return true; }, result, dst_dir);
+    writer.finish();
+    result.shards = writer.plan().file_names;
+    detail::write_model_files(out.path(), src, p, in.act_order, result);
     out.commit();
     return result;
 }

@@ -1,0 +1,222 @@
+// `work`: one cluster worker converts its work units into the staging folder.
+//
+//   qforge::cluster::work("out", 3, 64, opt);   // worker 3 of 64 (the plan's unit 3 when it has 64)
+//   auto [i, n] = qforge::cluster::worker_from_environment(std::nullopt, std::nullopt, plan_units);
+//
+// The worker plans again from the source headers (cheap, no tensor data) and refuses unless
+// the fingerprint equals the plan file's; then each of its units runs the one-process code
+// (qforge::detail::convert_items) on the unit's items, with a writer that pwrites every output
+// tensor at its planned offset in the pre-sized staging shard and checksums the bytes. Once the
+// unit's bytes are fsynced its record (units/unit-NNNNN.json: fingerprint, items, every
+// tensor's size and checksum, the SNRs and layer lists the report needs) is written
+// atomically. A unit with a valid record is skipped: a re-run does nothing; a unit killed
+// midway has no record and is converted again from the start (its ranges are overwritten).
+// Workers write disjoint byte ranges of the same files, which POSIX file systems (and the
+// shared ones clusters use: NFS, Lustre, GPFS) allow from many nodes at once.
+#pragma once
+
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "qforge/convert/cluster/plan_file.hpp"
+#include "qforge/io/detail/file_ops.hpp"
+
+namespace qforge::cluster {
+
+namespace detail {
+
+/// The Writer that convert_items writes a unit's tensors through: pwrite at the planned offset
+/// of the staging shard, a running checksum per tensor.
+class staged_writer {
+public:
+    staged_writer(std::string staging, const output_layout& L, const plan& p, const work_unit& u)
+        : staging_(std::move(staging)), layout_(&L) {
+        for (std::size_t i = u.begin; i < u.end; ++i)
+            for (const planned_tensor& t : p.items[i].outputs) {
+                const auto& w = L.where.find(t.name)->second;
+                tensors_.emplace(t.name, state{w.shard, w.offset, w.bytes, 0, {}});
+                order_.push_back(t.name);
+            }
+    }
+
+    void write(std::string_view name, std::span<const std::byte> bytes) {
+        const auto it = tensors_.find(name);
+        if (it == tensors_.end()) fail<format_error>(staging_, std::string(name), "tensor is not in this work unit");
+        state& s = it->second;
+        if (bytes.size() > s.bytes - s.written)
+            fail<shape_error>(staging_, std::string(name), "more bytes than the plan holds for it");
+        const int fd = file(s.shard);
+        const std::string& path = path_of(s.shard);
+        for (std::size_t done = 0; done < bytes.size();) {
+            const ssize_t n = io::detail::sys_pwrite(fd, bytes.data() + done, std::min<std::size_t>(bytes.size() - done, 1u << 30),
+                                                     static_cast<off_t>(s.offset + s.written + done));
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                io::fail_errno(path, "write failed", errno);
+            }
+            done += static_cast<std::size_t>(n);
+        }
+        s.sum.update(bytes);
+        s.written += bytes.size();
+    }
+
+    /// Every tensor complete? Then fsync the files written (the record must not outlive the data).
+    json finish() {
+        json list = json::array();
+        for (const std::string& name : order_) {
+            const state& s = tensors_.find(name)->second;
+            if (s.written != s.bytes)
+                fail<shape_error>(staging_, name, "only " + std::to_string(s.written) + " of " + std::to_string(s.bytes) + " bytes written");
+            list.push_back(json::object({{"name", json(name)}, {"bytes", json(s.bytes)}, {"checksum", json(s.sum.hex())}}));
+        }
+        for (auto& [shard, fd] : files_)
+            if (io::detail::sys_fsync(fd.get()) != 0) io::fail_errno(path_of(shard), "fsync failed", errno);
+        return list;
+    }
+
+private:
+    struct state {
+        std::size_t shard;
+        std::uint64_t offset, bytes, written;
+        checksum sum;
+    };
+    std::string path_of(std::size_t shard) const { return staging_ + "/" + layout_->shards.file_names[shard]; }
+    int file(std::size_t shard) {
+        auto it = files_.find(shard);
+        if (it == files_.end()) {
+            const std::string path = path_of(shard);
+            const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);  // pre-sized by plan: never truncated here
+            if (fd < 0) io::fail_errno(path, "cannot open the staging shard (run `qforge-convert plan` again?)", errno);
+            it = files_.emplace(shard, io::unique_fd(fd)).first;
+        }
+        return it->second.get();
+    }
+
+    std::string staging_;
+    const output_layout* layout_;
+    std::map<std::string, state, std::less<>> tensors_;
+    std::vector<std::string> order_;
+    std::map<std::size_t, io::unique_fd> files_;
+};
+
+inline std::string bits_of(double d) {
+    std::uint64_t b;
+    std::memcpy(&b, &d, 8);
+    return checksum::to_hex(b);
+}
+
+inline json strings(const std::vector<std::string>& v) {
+    json a = json::array();
+    for (const auto& s : v) a.push_back(json(s));
+    return a;
+}
+
+}  // namespace detail
+
+/// The units worker `worker` of `workers` converts: the contiguous block
+/// [worker * U / workers, (worker + 1) * U / workers) of the plan's U units.
+inline std::pair<std::size_t, std::size_t> units_of_worker(std::size_t worker, std::size_t workers, std::size_t units) {
+    if (workers == 0 || worker >= workers)
+        fail<unsupported_error>({}, {}, "worker " + std::to_string(worker) + " of " + std::to_string(workers) + " does not exist");
+    return {worker * units / workers, (worker + 1) * units / workers};
+}
+
+/// Which worker this process is: `unit` when given, else SLURM_ARRAY_TASK_ID (a Slurm job
+/// array), else JOB_COMPLETION_INDEX (a Kubernetes Indexed Job). The count is `of` when given,
+/// else QFORGE_WORKERS, else the plan's unit count: not SLURM_ARRAY_TASK_COUNT, which is 1 for
+/// a task resubmitted alone (sbatch --array=5), while its index still names unit 5.
+inline std::pair<std::size_t, std::size_t> worker_from_environment(std::optional<std::size_t> unit, std::optional<std::size_t> of,
+                                                                   std::size_t plan_units) {
+    auto number = [](const char* var) -> std::optional<std::size_t> {
+        const char* v = std::getenv(var);
+        if (!v || !*v) return std::nullopt;
+        char* end = nullptr;
+        const unsigned long long n = std::strtoull(v, &end, 10);
+        if (*end != '\0') fail<unsupported_error>({}, {}, std::string(var) + "='" + v + "' is not a number");
+        return static_cast<std::size_t>(n);
+    };
+    if (!unit) unit = number("SLURM_ARRAY_TASK_ID");
+    if (!unit) unit = number("JOB_COMPLETION_INDEX");
+    if (!unit)
+        fail<unsupported_error>({}, {}, "which worker? give --unit I, or run as a Slurm array task (SLURM_ARRAY_TASK_ID) or "
+                                        "a Kubernetes Indexed Job pod (JOB_COMPLETION_INDEX)");
+    if (!of) of = number("QFORGE_WORKERS");
+    if (!of) of = plan_units;
+    return {*unit, *of};
+}
+
+/// Whether unit `u`'s record is there, parses, and belongs to this plan.
+inline bool unit_recorded(const plan_summary& s, std::size_t u) {
+    const std::string path = unit_record_path(s.staging, u);
+    if (!io::path_exists(path)) return false;
+    try {
+        const json r = io::read_json_file(path);
+        return r.at("fingerprint").as_string() == s.fingerprint && static_cast<std::size_t>(r.at("unit").as_int()) == u &&
+               static_cast<std::size_t>(r.at("items").at(0).as_int()) == s.units[u].begin &&
+               static_cast<std::size_t>(r.at("items").at(1).as_int()) == s.units[u].end;
+    } catch (const std::exception&) {
+        return false;  // torn or foreign: converted again
+    }
+}
+
+struct work_report {
+    std::vector<std::size_t> converted;  ///< units converted now
+    std::vector<std::size_t> skipped;    ///< units already recorded
+};
+
+/// Converts the units of worker `worker` of `workers` (0: as many workers as units) of the plan
+/// for `dst_dir`; `opt` must be the options the plan was made with (threads may differ).
+inline work_report work(const std::string& dst_dir, std::size_t worker, std::size_t workers, const convert_options& opt) {
+    const plan_summary s = read_plan(dst_dir);
+    const auto [first, last] = units_of_worker(worker, workers ? workers : s.units.size(), s.units.size());
+    work_report rep;
+    std::vector<std::size_t> todo;
+    for (std::size_t u = first; u < last; ++u) (unit_recorded(s, u) ? rep.skipped : todo).push_back(u);
+    if (todo.empty()) return rep;
+
+    check_cluster_options(opt, s.source);
+    checkpoint_source src(s.source);
+    const plan p = plan_conversion(src, opt);
+    p.throw_if_refused();
+    if (fingerprint(src, p, opt) != s.fingerprint)
+        fail<unsupported_error>(s.staging + "/plan.json", {}, "the source checkpoint or the options changed since `plan`; plan again");
+    const output_layout L = output_layout::of(p, opt.max_shard_bytes);
+    qforge::detail::conversion_inputs in;
+    qforge::detail::open_inputs(in, s.source, p, opt);
+    thread_pool pool(std::max(1u, opt.threads));
+    const executor run = pool.executor();
+    const qforge::detail::shard_path_map paths = qforge::detail::shard_paths(s.staging, L.shards);
+    for (std::size_t u : todo) {
+        const work_unit& unit = s.units[u];
+        detail::staged_writer writer(s.staging, L, p, unit);
+        conversion_result r;
+        qforge::detail::convert_items(src, p, opt, in, std::nullopt, run, writer, paths,
+                                      [&](std::size_t i) { return i >= unit.begin && i < unit.end; }, r, dst_dir);
+        json tensors = writer.finish();
+        json snr = json::array();
+        for (const tensor_report& t : r.report.tensors) snr.push_back(json(detail::bits_of(t.snr_db)));
+        const json record = json::object({{"unit", json(u)},
+                                          {"fingerprint", json(s.fingerprint)},
+                                          {"items", json::array({json(unit.begin), json(unit.end)})},
+                                          {"tensors", std::move(tensors)},
+                                          {"snr_bits", std::move(snr)},
+                                          {"gptq_layers", detail::strings(r.gptq_layers)},
+                                          {"rtn_layers", detail::strings(r.rtn_layers)},
+                                          {"imatrix_layers", detail::strings(r.imatrix_layers)},
+                                          {"layers_without_imatrix", detail::strings(r.layers_without_imatrix)}});
+        detail::write_file_atomically(unit_record_path(s.staging, u), record.dump() + "\n");
+        rep.converted.push_back(u);
+    }
+    return rep;
+}
+
+}  // namespace qforge::cluster
