@@ -21,10 +21,10 @@
 #include <string_view>
 #include <vector>
 
-#include "qforge/core/detail/zeroed_buffer.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
+#include "qforge/core/zeroed_buffer.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
