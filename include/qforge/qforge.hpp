@@ -8,6 +8,7 @@
 #include "qforge/core/error.hpp"
 #include "qforge/core/ggml_type.hpp"
 #include "qforge/core/half.hpp"
+#include "qforge/core/json_value.hpp"
 #include "qforge/core/minifloat.hpp"
 #include "qforge/core/parallel.hpp"
 #include "qforge/core/tensor_view.hpp"
