@@ -48,6 +48,7 @@
 #include "qforge/layout/gguf/quantize.hpp"
 #include "qforge/layout/gptq.hpp"
 #include "qforge/layout/layout_traits.hpp"
+#include "qforge/layout/packing.hpp"
 #include "qforge/layout/quantize_packed.hpp"
 
 #include "qforge/io/atomic_dir.hpp"
