@@ -1,5 +1,5 @@
-// qforge::json: the small JSON value checkpoints need (config.json, safetensors headers,
-// model.safetensors.index.json, quantization_config fragments).
+// qforge::json as text: json::parse and json::dump (serde_json and Python json.dump bytes) for
+// the value of core/json_value.hpp, and config_file_text.
 //
 //   qforge::json cfg = qforge::json::parse(text, "config.json");   // format_error on bad input
 //   std::int64_t h = cfg.at("hidden_size").as_int();
