@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "qforge/convert/gguf/decode.hpp"
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/gguf/writer.hpp"
 
@@ -72,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             const auto raw = r.read_bytes(t);
             if (raw.size() != t.nbytes) std::abort();
             try {
-                const auto f = r.read_f32(t);
+                const auto f = gg::read_f32(r, t);
                 if (f.size() != static_cast<std::size_t>(t.numel())) std::abort();
             } catch (const qforge::unsupported_error&) {
             }

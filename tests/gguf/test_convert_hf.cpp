@@ -12,6 +12,7 @@
 
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/convert/gguf/converter.hpp"
+#include "qforge/convert/gguf/decode.hpp"
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
@@ -137,7 +138,7 @@ TEST_CASE("HF -> GGUF: stories260k, names, shapes, metadata types, permutation, 
             const auto* te = r.find_tensor(gg_name);
             REQUIRE(te);
             CHECK(te->type == ggml_type::f32);
-            const auto got = r.read_f32(*te);
+            const auto got = read_f32(r, *te);
             const std::int64_t rows = te->ne[1], cols = te->ne[0], hd = rows / heads;
             bool all_same = true, differs_from_identity = false;
             for (std::int64_t h = 0; h < heads; ++h)
@@ -155,7 +156,7 @@ TEST_CASE("HF -> GGUF: stories260k, names, shapes, metadata types, permutation, 
     }
     // V is not permuted; Q8_0 decode is close to the source
     const auto v_src = source_f32(st, "model.layers.2.self_attn.v_proj.weight");
-    const auto v_got = r.read_f32(*r.find_tensor("blk.2.attn_v.weight"));
+    const auto v_got = read_f32(r, *r.find_tensor("blk.2.attn_v.weight"));
     double num = 0, den = 0;
     for (std::size_t i = 0; i < v_src.size(); ++i) {
         num += v_src[i] * v_src[i];
@@ -679,9 +680,9 @@ TEST_CASE("HF -> GGUF: Qwen3 names, ne order, metadata keys, no permutation, mix
     for (const char* hf : {"model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight"}) {
         const auto src = source_f32(st, hf);
         const std::string gg = std::string(hf).find("q_proj") != std::string::npos ? "blk.1.attn_q.weight" : "blk.1.attn_k.weight";
-        CHECK(r.read_f32(*r.find_tensor(gg)) == src);
+        CHECK(read_f32(r, *r.find_tensor(gg)) == src);
     }
-    const auto qn = r.read_f32(*r.find_tensor("blk.0.attn_q_norm.weight"));
+    const auto qn = read_f32(r, *r.find_tensor("blk.0.attn_q_norm.weight"));
     CHECK(qn == source_f32(st, "model.layers.0.self_attn.q_norm.weight"));
     for (const auto& t : rep.tensors) CHECK_FALSE(t.permuted);
 }
@@ -846,7 +847,7 @@ TEST_CASE("HF -> GGUF: Mixtral and Qwen3-MoE experts stacked into 3-D tensors, k
                                                      std::to_string(x) + "." + hf + ".weight");
                 want.insert(want.end(), part.begin(), part.end());
             }
-            CHECK_MESSAGE(f.read_f32(*f.find_tensor((std::string("blk.1.") + gg + ".weight").c_str())) == want, gg);
+            CHECK_MESSAGE(read_f32(f, *f.find_tensor((std::string("blk.1.") + gg + ".weight").c_str())) == want, gg);
         }
     }
 }
@@ -949,7 +950,7 @@ TEST_CASE("HF -> GGUF: Q4_K_M on the two-shard demo checkpoint, read back and un
     const checkpoint_source src(dir);
     const auto v = src.view("model.layers.1.self_attn.q_proj.weight");
     const auto* te = r.find_tensor("blk.1.attn_q.weight");
-    const auto got = r.read_f32(*te);
+    const auto got = read_f32(r, *te);
     const std::int64_t rows = te->ne[1], cols = te->ne[0], heads = 8, hd = rows / heads;
     double num = 0, den = 0, den_unpermuted = 0;
     for (std::int64_t out_row = 0; out_row < rows; ++out_row) {

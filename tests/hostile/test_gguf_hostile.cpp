@@ -12,6 +12,7 @@
 
 #include "hostile/alloc_probe.hpp"
 #include "hostile/hostile_support.hpp"
+#include "qforge/convert/gguf/decode.hpp"
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/gguf/writer.hpp"
 
@@ -110,7 +111,7 @@ TEST_CASE("gguf hostile: a zero-element tensor reads as zero bytes (no memcpy on
     CHECK(r.read_bytes(r.tensors()[0]).empty());
     // Decoding may refuse an empty row, but as a qforge error (and without touching memory).
     try {
-        const auto decoded = r.read_f32(r.tensors()[0]);
+        const auto decoded = gg::read_f32(r, r.tensors()[0]);
         CHECK(decoded.empty());
     } catch (const qforge::error& e) {
         MESSAGE("read_f32 of a zero-element tensor refused: " << e.what());
@@ -130,5 +131,5 @@ TEST_CASE("gguf hostile: a file truncated after it was opened gives an io_error,
     const gg::reader r(path);
     std::filesystem::resize_file(path, r.data_offset() + 100);
     CHECK_THROWS_WITH_AS(r.read_bytes(r.tensors()[0]), doctest::Contains("truncated"), qforge::io_error);
-    CHECK_THROWS_AS(r.read_f32(r.tensors()[0]), qforge::io_error);
+    CHECK_THROWS_AS(gg::read_f32(r, r.tensors()[0]), qforge::io_error);
 }

@@ -13,7 +13,7 @@
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
 #include "qforge/layout/gptq.hpp"
-#include "qforge/quant/detail/gptq_hessians.hpp"
+#include "qforge/convert/hessians.hpp"
 #include "quality/quality_support.hpp"
 
 using namespace qforge;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "qforge/quant/quantize.hpp"
-#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/dispatch.hpp"
 #include "support/synthetic.hpp"
 

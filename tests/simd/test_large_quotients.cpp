@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/dispatch.hpp"
 
 using namespace qforge::simd;

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/dispatch.hpp"
 #include "support/synthetic.hpp"
 

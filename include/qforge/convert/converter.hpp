@@ -42,6 +42,7 @@
 #include "qforge/convert/detail/quantize_step.hpp"
 #include "qforge/convert/detail/write_behind.hpp"
 #include "qforge/convert/format.hpp"
+#include "qforge/convert/hessians.hpp"
 #include "qforge/convert/importance.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
@@ -56,7 +57,6 @@
 #include "qforge/io/file.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/io/safetensors/index.hpp"
-#include "qforge/quant/detail/gptq_hessians.hpp"
 
 namespace qforge {
 
@@ -97,7 +97,7 @@ struct convert_options {
     /// Called before each output weight with its 0-based index (a test hook: throw to simulate
     /// a failure midway).
     std::function<void(std::size_t)> before_tensor;
-    /// GPTQ calibration (quant/detail/gptq_hessians.hpp): a safetensors file of
+    /// GPTQ calibration (convert/hessians.hpp): a safetensors file of
     /// <layer>.hessian [K, K]. Layers with one are solved by GPTQ (`gptq`: dampening,
     /// act-order, static groups; its quant field is filled per layer from the scheme), the
     /// others fall back to round-to-nearest with the same scale rule; conversion_result lists both.

@@ -29,7 +29,6 @@
 #include "qforge/core/error.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/awq.hpp"
-#include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/gptq.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 

@@ -4,7 +4,7 @@
 //
 // Facts: formats.md 2 (GPTQ: AG `qlinear_cuda.py QuantLinear.pack`, GM `convert_gptq_v1_to_v2`),
 // 3 (AWQ: AA `gemm.py WQLinear_GEMM`), 4.1-4.3 (CT `pack_quantized.py pack_to_int32`). The bit
-// kernels are the layout layer's (layout/detail/pack_bits.hpp).
+// word formats are the layout layer's (layout/packing.hpp).
 #pragma once
 
 #include <algorithm>
@@ -16,7 +16,7 @@
 #include "qforge/convert/repack_ct_naive.hpp"
 #include "qforge/convert/repack_source.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
-#include "qforge/layout/detail/pack_bits.hpp"
+#include "qforge/layout/packing.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 
 namespace qforge {
@@ -96,8 +96,8 @@ inline void unpack_down(const std::uint32_t* w, std::int64_t N, std::int64_t G, 
         return;
     }
     for (std::int64_t g = 0; g < G; ++g) {
-        if (dense) detail::unpack_dense(w + g, G, N, b, out + g, G);
-        else detail::unpack_padded(w + g, G, N, b, out + g, G);
+        if (dense) packing::unpack_dense(w + g, G, N, b, out + g, G);
+        else packing::unpack_padded(w + g, G, N, b, out + g, G);
     }
 }
 
@@ -117,8 +117,8 @@ inline void pack_down(const std::uint8_t* z, std::int64_t N, std::int64_t G, int
         return;
     }
     for (std::int64_t g = 0; g < G; ++g) {
-        if (dense) detail::pack_dense(z + g, G, N, b, w + g, G);
-        else detail::pack_padded(z + g, G, N, b, w + g, G);
+        if (dense) packing::pack_dense(z + g, G, N, b, w + g, G);
+        else packing::pack_padded(z + g, G, N, b, w + g, G);
     }
 }
 
@@ -161,8 +161,8 @@ inline quantized_tensor read_gptq(const repack_source& src, const std::string& p
     q.symmetric = args.sym;
     const std::int64_t G = q.groups();
 
-    const auto words = words_of(qw, {dense_words(K, b), N}, file);
-    const auto zwords = words_of(src.require(prefix + ".qzeros"), {G, dense_words(N, b)}, file);
+    const auto words = words_of(qw, {packing::dense_words(K, b), N}, file);
+    const auto zwords = words_of(src.require(prefix + ".qzeros"), {G, packing::dense_words(N, b)}, file);
     const tensor_view& sc = src.require(prefix + ".scales");
     require_shape(sc, {G, N}, file);
     const auto spat = scale_patterns(sc, file);
@@ -170,16 +170,16 @@ inline quantized_tensor read_gptq(const repack_source& src, const std::string& p
     // qweight is packed along K (dim 0): column n of the words is the stream of row n's codes.
     if (K * b % 32 != 0)
         for (std::int64_t n = 0; n < N; ++n)
-            if (dense_has_stray_bits(words.data() + n, N, K, b))
+            if (packing::dense_has_stray_bits(words.data() + n, N, K, b))
                 fail<format_error>(file, qw.name, "bits set past the last code of column " + std::to_string(n));
     if (unpack_codes) {
         q.codes.resize(static_cast<std::size_t>(N * K));
-        for (std::int64_t n = 0; n < N; ++n) unpack_dense(words.data() + n, N, K, b, q.codes.data() + n * K, 1);
+        for (std::int64_t n = 0; n < N; ++n) packing::unpack_dense(words.data() + n, N, K, b, q.codes.data() + n * K, 1);
     }
     // qzeros [G][N] packed along N; transpose into zeros[n][g].
     std::vector<std::uint8_t> zf(static_cast<std::size_t>(G * N));
     for (std::int64_t gg = 0; gg < G; ++gg)
-        unpack_dense(zwords.data() + gg * dense_words(N, b), 1, N, b, zf.data() + gg * N, 1);
+        packing::unpack_dense(zwords.data() + gg * packing::dense_words(N, b), 1, N, b, zf.data() + gg * N, 1);
     const int maxq = (1 << b) - 1;
     q.zeros.resize(static_cast<std::size_t>(N * G));
     q.scales.resize(static_cast<std::size_t>(N * G));
@@ -247,10 +247,10 @@ inline quantized_tensor read_awq(const repack_source& src, const std::string& pr
     q.scale_dtype = sc.type;
     q.codes.resize(static_cast<std::size_t>(N * K));
     // words [K][N/8] hold codes[k][n]: write them transposed into codes[n][k].
-    unpack_awq4(words.data(), K, N, q.codes.data(), 1, K);
+    packing::unpack_awq4(words.data(), K, N, q.codes.data(), 1, K);
     q.zeros.resize(static_cast<std::size_t>(N * G));
     std::vector<std::uint8_t> zt(static_cast<std::size_t>(N * G));
-    unpack_awq4(zwords.data(), G, N, zt.data(), 1, G);
+    packing::unpack_awq4(zwords.data(), G, N, zt.data(), 1, G);
     for (std::size_t i = 0; i < zt.size(); ++i) q.zeros[i] = zt[i];
     q.scales.resize(static_cast<std::size_t>(N * G));
     for (std::int64_t gg = 0; gg < G; ++gg)
@@ -279,7 +279,7 @@ inline quantized_tensor read_ct_packed(const repack_source& src, const std::stri
     const std::int64_t N = int_at(ws, 0), K = int_at(ws, 1);
     if (N <= 0 || K <= 0 || N > (std::int64_t{1} << 40) || K > (std::int64_t{1} << 40))
         fail<shape_error>(file, ws.name, "weight shape [" + std::to_string(N) + ", " + std::to_string(K) + "] is not a usable 2-D shape");
-    const std::int64_t dense_k = dense_words(K, b), padded_k = padded_words(K, b);
+    const std::int64_t dense_k = packing::dense_words(K, b), padded_k = packing::padded_words(K, b);
     if (!(wp.rank() == 2 && wp.shape[0] == N && (wp.shape[1] == dense_k || wp.shape[1] == padded_k)))
         fail<shape_error>(file, wp.name, "shape " + shape_to_string(wp.shape) + " does not hold [" + std::to_string(N) + ", " +
                                              std::to_string(K) + "] " + std::to_string(b) + "-bit codes");
@@ -304,22 +304,22 @@ inline quantized_tensor read_ct_packed(const repack_source& src, const std::stri
     const bool whole_words = K * b % 32 == 0 && 32 % b == 0;  // no field can hold stray bits
     for (std::int64_t n = 0; n < N; ++n) {
         const std::uint32_t* row = words.data() + n * wk;
-        if (!whole_words && (dense ? dense_has_stray_bits(row, 1, K, b) : padded_has_stray_bits(row, 1, K, b)))
+        if (!whole_words && (dense ? packing::dense_has_stray_bits(row, 1, K, b) : packing::padded_has_stray_bits(row, 1, K, b)))
             fail<format_error>(file, wp.name, "row " + std::to_string(n) + " has bits set outside its code fields");
         // Stored field = signed code + 2^(b-1) = qforge's unsigned code (formats.md 4.2).
         if (!unpack_codes) continue;
-        if (dense) unpack_dense(row, 1, K, b, q.codes.data() + n * K, 1);
-        else unpack_padded(row, 1, K, b, q.codes.data() + n * K, 1);
+        if (dense) packing::unpack_dense(row, 1, K, b, q.codes.data() + n * K, 1);
+        else packing::unpack_padded(row, 1, K, b, q.codes.data() + n * K, 1);
     }
     std::vector<std::uint8_t> zf;
     if (!args.symmetric) {
-        const std::int64_t zn = dense ? dense_words(N, b) : padded_words(N, b);
+        const std::int64_t zn = dense ? packing::dense_words(N, b) : packing::padded_words(N, b);
         const auto zw = words_of(src.require(prefix + ".weight_zero_point"), {zn, G}, file);
         zf.resize(static_cast<std::size_t>(N * G));
         // Packed along dim 0 (N): column g of the words is the stream of group g's zeros.
         if (!(N * b % 32 == 0 && 32 % b == 0))
             for (std::int64_t gg = 0; gg < G; ++gg)
-                if (dense ? dense_has_stray_bits(zw.data() + gg, G, N, b) : padded_has_stray_bits(zw.data() + gg, G, N, b))
+                if (dense ? packing::dense_has_stray_bits(zw.data() + gg, G, N, b) : packing::padded_has_stray_bits(zw.data() + gg, G, N, b))
                     fail<format_error>(file, prefix + ".weight_zero_point", "group " + std::to_string(gg) + " has bits set outside its fields");
         unpack_down(zw.data(), N, G, b, dense, zf.data());
     }

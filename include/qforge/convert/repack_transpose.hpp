@@ -27,7 +27,7 @@
 #include "qforge/convert/repack.hpp"
 #include "qforge/convert/repack_packed.hpp"
 #include "qforge/convert/repack_rules.hpp"
-#include "qforge/layout/detail/pack_bits.hpp"
+#include "qforge/layout/packing.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/simd/family.hpp"
 #include "qforge/simd/tags.hpp"
@@ -360,7 +360,7 @@ inline bool repack_words(const repack_source& src, const std::string& prefix, co
         out.push_back(make_tensor(prefix + ".weight_scale", q.scale_dtype, {N, G}, q.scales));
         if (!q.symmetric) {
             const bool dense = t.packing == ct_packing::dense_v0_18;
-            const std::int64_t nw = dense ? dense_words(N, b) : padded_words(N, b);
+            const std::int64_t nw = dense ? packing::dense_words(N, b) : packing::padded_words(N, b);
             const std::vector<std::uint8_t> z(q.zeros.begin(), q.zeros.end());
             std::vector<std::uint32_t> zw(static_cast<std::size_t>(nw * G));
             pack_down(z.data(), N, G, b, dense, zw.data());
@@ -387,7 +387,7 @@ inline bool repack_words(const repack_source& src, const std::string& prefix, co
         for (std::int64_t n = 0; n < N; ++n)
             for (std::int64_t g = 0; g < G; ++g) stored[static_cast<std::size_t>(g * N + n)] = static_cast<std::uint8_t>(q.zero(n, g) - offset);
         std::vector<std::uint32_t> qzeros(static_cast<std::size_t>(G * NW));
-        for (std::int64_t g = 0; g < G; ++g) pack_dense(stored.data() + g * N, 1, N, b, qzeros.data() + g * NW, 1);
+        for (std::int64_t g = 0; g < G; ++g) packing::pack_dense(stored.data() + g * N, 1, N, b, qzeros.data() + g * NW, 1);
         out.push_back(make_tensor(prefix + ".qzeros", dtype::I32, {G, NW}, qzeros));
         std::vector<std::uint16_t> scales(static_cast<std::size_t>(G * N));
         for (std::int64_t n = 0; n < N; ++n)

@@ -16,8 +16,8 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
+#include "qforge/core/json_value.hpp"
 #include "qforge/core/tensor_view.hpp"
-#include "qforge/io/json.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/detail/pack_band.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"

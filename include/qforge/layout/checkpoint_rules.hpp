@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "qforge/core/error.hpp"
-#include "qforge/io/json.hpp"
+#include "qforge/core/json_value.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 
 namespace qforge {
@@ -297,12 +297,6 @@ inline std::optional<std::pair<std::string, std::string>> split_block(std::strin
 /// previous one in place (config.json keeps its key order).
 inline void set_quantization_config(json& model_config, json fragment) {
     model_config.set("quantization_config", std::move(fragment));
-}
-
-/// A JSON file's bytes the way transformers' save_pretrained writes them
-/// (`json.dumps(obj, indent=2, sort_keys=True) + "\n"`).
-inline std::string config_file_text(const json& value) {
-    return value.dump({.indent = 2, .ensure_ascii = false, .sort_keys = true}) + "\n";
 }
 
 }  // namespace qforge

@@ -23,8 +23,8 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
+#include "qforge/core/json_value.hpp"
 #include "qforge/core/tensor_view.hpp"
-#include "qforge/io/json.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
 #include "qforge/layout/layout_traits.hpp"

@@ -21,11 +21,11 @@
 #include <string_view>
 #include <vector>
 
-#include "qforge/core/detail/zeroed_buffer.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
+#include "qforge/core/json_value.hpp"
 #include "qforge/core/tensor_view.hpp"
-#include "qforge/io/json.hpp"
+#include "qforge/core/zeroed_buffer.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/quant/quantized_tensor.hpp"

@@ -46,6 +46,7 @@
 #include "qforge/quant/scale_policy.hpp"
 #include "qforge/simd/dispatch.hpp"
 #include "qforge/simd/lsq_kernels.hpp"
+#include "qforge/simd/no_contract.hpp"
 
 namespace qforge {
 
@@ -160,7 +161,7 @@ inline group_grid lsq_choose(const float* x, const float* w, std::size_t n, floa
         float lo = std::min(mn, 0.0f), hi = std::max(mx, 0.0f);
         if (lo == 0.0f && hi == 0.0f) lo = -1.0f, hi = 1.0f;
         ref_rinv = static_cast<float>(maxq) / (hi - lo);
-        ref_zero = std::min(std::max(round_half_even(simd::detail::no_contract(-lo * ref_rinv)), 0.0f),
+        ref_zero = std::min(std::max(round_half_even(simd::no_contract(-lo * ref_rinv)), 0.0f),
                             static_cast<float>(maxq));
     }
 

@@ -34,16 +34,17 @@
 #include <string>
 #include <vector>
 
-#include "qforge/core/detail/zeroed_buffer.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/parallel.hpp"
 #include "qforge/core/tensor_view.hpp"
+#include "qforge/core/zeroed_buffer.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 #include "qforge/quant/scale_policy.hpp"
 #include "qforge/quant/scheme.hpp"
 #include "qforge/quant/snr.hpp"
 #include "qforge/simd/dispatch.hpp"
+#include "qforge/simd/no_contract.hpp"
 
 namespace qforge {
 
@@ -254,7 +255,7 @@ inline void quantize_rows_with(const row_scheme& S, const tensor_view& w, const 
                 for (std::int64_t c = 0; c < nb; ++c) {
                     const simd::grid_params& gp = grids[static_cast<std::size_t>(c / gsize)];
                     slow.add(static_cast<std::size_t>(b0 + c), buf[static_cast<std::size_t>(c)],
-                             simd::detail::no_contract((static_cast<float>(codes[c]) - gp.zero) * gp.scale));
+                             simd::no_contract((static_cast<float>(codes[c]) - gp.zero) * gp.scale));
                 }
         }
         if (out.snr) {
@@ -317,9 +318,9 @@ inline quantized_tensor quantize(const tensor_view& weight, const quant_options&
     const simd::group_kernels& k = simd::kernels(opt.isa ? *opt.isa : simd::active_isa());
     quantized_tensor q;
     detail::set_quantized_header(q, weight, opt, weight.shape[0]);
-    detail::assign_zeros(q.codes, static_cast<std::size_t>(q.rows * q.cols));
-    detail::assign_zeros(q.scales, static_cast<std::size_t>(q.rows * q.groups()));
-    detail::assign_zeros(q.zeros, q.scales.size());
+    assign_zeros(q.codes, static_cast<std::size_t>(q.rows * q.cols));
+    assign_zeros(q.scales, static_cast<std::size_t>(q.rows * q.groups()));
+    assign_zeros(q.zeros, q.scales.size());
     std::vector<snr_sums> rows_snr(snr ? static_cast<std::size_t>(q.rows) : 0);
 
     // Chunks of rows sized from the shape alone, so the work split never depends on threads.

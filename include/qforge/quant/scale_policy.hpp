@@ -48,7 +48,7 @@
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
-#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/kernel_table.hpp"
 #include "qforge/simd/rounding.hpp"
 
@@ -107,7 +107,7 @@ inline float gptq_div(int bits) noexcept { return static_cast<float>((1 << bits)
 inline float seed_div(int bits) noexcept { return static_cast<float>(1 << (bits - 1)); }
 inline float absmax(float amax, int bits) noexcept { return amax / absmax_div(bits); }
 inline float gptq(float amax, int bits) noexcept { return amax / gptq_div(bits); }
-inline float seed(float amax, float f, int bits) noexcept { return simd::detail::no_contract(amax * f) / seed_div(bits); }
+inline float seed(float amax, float f, int bits) noexcept { return simd::no_contract(amax * f) / seed_div(bits); }
 inline float minmax(float lo, float hi, int bits) noexcept { return (hi - lo) / static_cast<float>((1 << bits) - 1); }
 inline float awq(float mn, float mx, int bits) noexcept {
     const float range = mx - mn;
@@ -235,7 +235,7 @@ inline void fixed_inputs(scale_policy p, float mn, float mx, float& a, float& b)
     switch (p) {
         case scale_policy::absmax:
         case scale_policy::gptq_absmax: a = simd::group_amax(mn, mx); return;
-        case scale_policy::seed_fixed: a = simd::detail::no_contract(simd::group_amax(mn, mx) * seed_fixed_factor); return;
+        case scale_policy::seed_fixed: a = simd::no_contract(simd::group_amax(mn, mx) * seed_fixed_factor); return;
         case scale_policy::minmax: simd::group_range(mn, mx, a, b); return;
         default: a = mn, b = mx; return;
     }
@@ -309,10 +309,10 @@ inline group_choice choose_mse(const group_view& g, const search_params& sp) {
         for (std::size_t j = 0; j < count; ++j) {
             const float p = mse_factor(i0 + j, sp);
             if (g.symmetric) {
-                a[j] = simd::detail::no_contract(p * amax);
+                a[j] = simd::no_contract(p * amax);
             } else {
-                a[j] = simd::detail::no_contract(p * lo);
-                b[j] = simd::detail::no_contract(p * hi);
+                a[j] = simd::no_contract(p * lo);
+                b[j] = simd::no_contract(p * hi);
             }
         }
         const std::int64_t bad = g.kernels->make_grids(a, b, count, recipe, scales, grid);
@@ -344,7 +344,7 @@ inline group_choice choose_group(scale_policy policy, const group_view& g, const
             std::uint16_t scales[count];
             simd::grid_params grid[count];
             float a[count], err[count];
-            for (std::size_t i = 0; i < count; ++i) a[i] = simd::detail::no_contract(amax * seed_factors[i]);
+            for (std::size_t i = 0; i < count; ++i) a[i] = simd::no_contract(amax * seed_factors[i]);
             const simd::grid_recipe recipe = detail::seed_recipe(g.bits, g.scale_dtype);
             const std::int64_t bad = g.kernels->make_grids(a, nullptr, count, recipe, scales, grid);
             if (bad >= 0) g.overflow(scale_formula::seed(amax, seed_factors[static_cast<std::size_t>(bad)], g.bits));

@@ -23,7 +23,7 @@
 #include "qforge/core/half.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
-#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/dispatch.hpp"
 
 namespace qforge {
@@ -55,8 +55,8 @@ struct snr_partials {
 
     void add(std::size_t i, double w, double dq) noexcept {
         const double e = w - dq;
-        sig[i & 3] += simd::detail::no_contract(w * w);
-        err[i & 3] += simd::detail::no_contract(e * e);
+        sig[i & 3] += simd::no_contract(w * w);
+        err[i & 3] += simd::no_contract(e * e);
     }
     snr_sums total() const noexcept {
         return {(sig[0] + sig[1]) + (sig[2] + sig[3]), (err[0] + err[1]) + (err[2] + err[3])};
@@ -92,7 +92,7 @@ inline snr_sums snr_accumulate(const tensor_view& original, const quantized_tens
                 const auto lo = static_cast<std::size_t>(g * q.group_size);
                 const std::size_t hi = std::min(cols, lo + static_cast<std::size_t>(q.group_size));
                 for (std::size_t c = lo; c < hi; ++c)
-                    p.add(c, row[c], simd::detail::no_contract(static_cast<float>(static_cast<std::int32_t>(codes[c]) - z) * s));
+                    p.add(c, row[c], simd::no_contract(static_cast<float>(static_cast<std::int32_t>(codes[c]) - z) * s));
             }
         } else {
             for (std::size_t c = 0; c < cols; ++c) p.add(c, row[c], q.dequantized(n, static_cast<std::int64_t>(c)));

@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "qforge/core/dtype.hpp"
-#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/tags.hpp"
 
 namespace qforge::simd {

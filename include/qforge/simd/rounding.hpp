@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/no_contract.hpp"
 
 namespace qforge::simd {
 

@@ -7,7 +7,9 @@
 //   and unique; 1..4 dims, each >= 0, product without overflow; a known ggml type; ne[0] a
 //   multiple of the block size; offset == running sum of padded sizes; data inside the file.
 //
-// Only the metadata and tensor table are read up front; tensor bytes are read on demand.
+// Only the metadata and tensor table are read up front; tensor bytes are read on demand, as
+// bytes: decoding them to floats is convert/gguf/decode.hpp (it needs layout/gguf, which io
+// must not include).
 #pragma once
 
 #include <algorithm>
@@ -24,11 +26,10 @@
 #include <vector>
 
 #include "qforge/core/error.hpp"
+#include "qforge/core/ggml_type.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/gguf/value.hpp"
 #include "qforge/io/gguf/writer.hpp"
-#include "qforge/layout/gguf/blocks.hpp"
-#include "qforge/layout/gguf/quantize.hpp"
 
 namespace qforge::gguf {
 
@@ -179,19 +180,6 @@ public:
         } else {
             std::memcpy(out.data(), mem_.data() + data_offset_ + t.offset, out.size());
         }
-        return out;
-    }
-
-    /// One tensor decoded to float32 (ggml's dequantize_row_<t>, bit-identical).
-    std::vector<float> read_f32(const tensor_entry& t) const {
-        if (!can_quantize(t.type))
-            fail<unsupported_error>(path_, t.name, "cannot decode GGUF type " + std::string(type_name(t.type)));
-        if (t.numel() == 0) return {};
-        const auto raw = read_bytes(t);
-        std::vector<std::uint16_t> aligned((raw.size() + 1) / 2);
-        if (!raw.empty()) std::memcpy(aligned.data(), raw.data(), raw.size());  // memcpy(nullptr, ..., 0) is UB
-        std::vector<float> out(static_cast<std::size_t>(t.numel()));
-        dequantize_rows(t.type, reinterpret_cast<const std::byte*>(aligned.data()), t.numel(), out.data());
         return out;
     }
 

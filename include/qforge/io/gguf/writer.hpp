@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "qforge/core/error.hpp"
+#include "qforge/core/ggml_type.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/gguf/value.hpp"
-#include "qforge/layout/gguf/blocks.hpp"
 
 namespace qforge::gguf {
 

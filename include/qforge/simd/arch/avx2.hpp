@@ -32,7 +32,7 @@ QFORGE_P vf vadd(vf a, vf b) noexcept { return _mm256_add_ps(a, b); }
 QFORGE_P vf vsub(vf a, vf b) noexcept { return _mm256_sub_ps(a, b); }
 QFORGE_P vf vmul(vf a, vf b) noexcept {
     vf r = _mm256_mul_ps(a, b);
-    __asm__("" : "+x"(r));  // never fused into a later add (see detail/no_contract.hpp)
+    __asm__("" : "+x"(r));  // never fused into a later add (see simd/no_contract.hpp)
     return r;
 }
 QFORGE_P vf vdiv(vf a, vf b) noexcept { return _mm256_div_ps(a, b); }

@@ -43,7 +43,7 @@ QFORGE_P vf vadd(vf a, vf b) noexcept { return _mm512_add_ps(a, b); }
 QFORGE_P vf vsub(vf a, vf b) noexcept { return _mm512_sub_ps(a, b); }
 QFORGE_P vf vmul(vf a, vf b) noexcept {
     vf r = _mm512_mul_ps(a, b);
-    __asm__("" : "+v"(r));  // never fused into a later add (see detail/no_contract.hpp)
+    __asm__("" : "+v"(r));  // never fused into a later add (see simd/no_contract.hpp)
     return r;
 }
 QFORGE_P vf vdiv(vf a, vf b) noexcept { return _mm512_div_ps(a, b); }

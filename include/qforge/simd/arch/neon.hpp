@@ -34,7 +34,7 @@ inline vf vadd(vf x, vf y) noexcept { return {vaddq_f32(x.a, y.a), vaddq_f32(x.b
 inline vf vsub(vf x, vf y) noexcept { return {vsubq_f32(x.a, y.a), vsubq_f32(x.b, y.b)}; }
 inline vf vmul(vf x, vf y) noexcept {
     vf r{vmulq_f32(x.a, y.a), vmulq_f32(x.b, y.b)};
-    __asm__("" : "+w"(r.a), "+w"(r.b));  // never fused into a later add (see detail/no_contract.hpp)
+    __asm__("" : "+w"(r.a), "+w"(r.b));  // never fused into a later add (see simd/no_contract.hpp)
     return r;
 }
 inline vf vdiv(vf x, vf y) noexcept { return {vdivq_f32(x.a, y.a), vdivq_f32(x.b, y.b)}; }

@@ -12,7 +12,7 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/half.hpp"
-#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/kernel_table.hpp"
 #include "qforge/simd/rounding.hpp"
 

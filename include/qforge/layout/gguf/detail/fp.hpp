@@ -7,7 +7,7 @@
 // target("fma") function); clang fuses within one expression (-ffp-contract=on). Neither a
 // pragma nor splitting statements is reliable across both compilers and inlining, so every
 // product that feeds an add or a subtract goes through `mul()`, whose result passes
-// simd::detail::no_contract (the one anti-FMA helper, which the SIMD kernels' vmul mirrors): the
+// simd::no_contract (the one anti-FMA helper, which the SIMD kernels' vmul mirrors): the
 // compiler must materialise the rounded float product, and no FMA can be formed across it.
 #pragma once
 
@@ -15,18 +15,18 @@
 #include <cstdint>
 #include <limits>
 
-#include "qforge/simd/detail/no_contract.hpp"
+#include "qforge/simd/no_contract.hpp"
 
 namespace qforge::gguf::detail {
 
 /// A float product rounded to float, never contracted into a following add (see above).
-inline float mul(float a, float b) noexcept { return simd::detail::no_contract(a * b); }
+inline float mul(float a, float b) noexcept { return simd::no_contract(a * b); }
 
 /// ggml `nearest_int` (ggml-quants.c): round half to even by adding 1.5*2^23 and reading the
 /// mantissa. Defined for |f| <= 4194303; outside that (and for NaN) it returns what the same
 /// bit trick gives, as ggml does in a release build, instead of asserting.
 inline int nearest_int(float f) noexcept {
-    const float v = simd::detail::no_contract(f) + 12582912.f;
+    const float v = simd::no_contract(f) + 12582912.f;
     const auto i = std::bit_cast<std::int32_t>(v);
     return (i & 0x007fffff) - 0x00400000;
 }

@@ -26,7 +26,7 @@ struct snr_acc {
 }
 [[gnu::always_inline]] QFORGE_TARGET_AVX2 inline __m256d dmul(__m256d a, __m256d b) noexcept {
     __m256d r = _mm256_mul_pd(a, b);
-    __asm__("" : "+x"(r));  // never fused into a later add (see simd/detail/no_contract.hpp)
+    __asm__("" : "+x"(r));  // never fused into a later add (see simd/no_contract.hpp)
     return r;
 }
 // Four floats' terms, float i to partial i: w^2 to sig, (w - dq)^2 to err.

@@ -10,6 +10,9 @@
 // (e.g. model.layers.0.self_attn.q_proj). Fused projections split by the converter (q/k/v,
 // gate/up) share their input, so the fused module's Hessian serves every part, and a part's
 // own Hessian wins when both exist.
+//
+// Reading the file is the converter's job (this header); the solver that uses a Hessian is
+// quant/gptq_solver.hpp, which sees only the numbers.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
 // assign_zeros(): a vector of n zeros whose large storage is offered huge pages first.
+// Public in core because quant/ (code arrays) and layout/ (packed tensors) both allocate so.
 #pragma once
 
 #include <cstddef>
@@ -9,7 +10,7 @@
 #include <sys/mman.h>
 #endif
 
-namespace qforge::detail {
+namespace qforge {
 
 /// v = n zeros. A buffer of many megabytes is first offered to the kernel for transparent huge
 /// pages (Linux, THP in "madvise" mode): its first touch then costs one fault per 2 MB instead
@@ -30,4 +31,4 @@ void assign_zeros(std::vector<T>& v, std::size_t n) {
     v.assign(n, T{});
 }
 
-}  // namespace qforge::detail
+}  // namespace qforge

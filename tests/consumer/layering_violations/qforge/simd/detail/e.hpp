@@ -1,0 +1,2 @@
+// Fixture for tests/consumer/check_headers_rejects.cmake: a detail header
+#pragma once
