@@ -32,6 +32,7 @@
 #include "qforge/simd/cpu_features.hpp"
 #include "qforge/simd/dispatch.hpp"
 #include "qforge/simd/family.hpp"
+#include "qforge/simd/gguf_kernels.hpp"
 #include "qforge/simd/group_kernels.hpp"
 #include "qforge/simd/kernel_table.hpp"
 #include "qforge/simd/lsq_kernels.hpp"

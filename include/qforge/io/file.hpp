@@ -10,6 +10,7 @@
 //   io::write_file("config.json", text);                 // create + write + fsync + close
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -117,6 +118,25 @@ private:
     unique_fd fd_;
     std::uint64_t size_ = 0;
 };
+
+/// Writes all of `bytes` at `offset` of the open file `fd` (named `path` in errors), through the
+/// fault-injectable system call so tests can fail it; retries on EINTR and short writes.
+inline void write_at(int fd, const std::string& path, std::span<const std::byte> bytes, std::uint64_t offset) {
+    for (std::size_t done = 0; done < bytes.size();) {
+        const ssize_t n = detail::sys_pwrite(fd, bytes.data() + done, std::min<std::size_t>(bytes.size() - done, 1u << 30),
+                                             static_cast<off_t>(offset + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail_errno(path, "write failed", errno);
+        }
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+/// fsync of the open file `fd` (named `path` in errors).
+inline void sync_file(int fd, const std::string& path) {
+    if (detail::sys_fsync(fd) != 0) fail_errno(path, "fsync failed", errno);
+}
 
 /// Whole-file read, refusing files over `max_bytes` before allocating (limit_error).
 inline std::string read_file(const std::string& path, std::uint64_t max_bytes = std::uint64_t{1} << 30) {

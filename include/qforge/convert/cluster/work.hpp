@@ -28,7 +28,6 @@
 #include <unistd.h>
 
 #include "qforge/convert/cluster/plan_file.hpp"
-#include "qforge/io/detail/file_ops.hpp"
 
 namespace qforge::cluster {
 
@@ -56,15 +55,7 @@ public:
             fail<shape_error>(staging_, std::string(name), "more bytes than the plan holds for it");
         const int fd = file(s.shard);
         const std::string& path = path_of(s.shard);
-        for (std::size_t done = 0; done < bytes.size();) {
-            const ssize_t n = io::detail::sys_pwrite(fd, bytes.data() + done, std::min<std::size_t>(bytes.size() - done, 1u << 30),
-                                                     static_cast<off_t>(s.offset + s.written + done));
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                io::fail_errno(path, "write failed", errno);
-            }
-            done += static_cast<std::size_t>(n);
-        }
+        io::write_at(fd, path, bytes, s.offset + s.written);
         s.sum.update(bytes);
         s.written += bytes.size();
     }
@@ -79,7 +70,7 @@ public:
             list.push_back(json::object({{"name", json(name)}, {"bytes", json(s.bytes)}, {"checksum", json(s.sum.hex())}}));
         }
         for (auto& [shard, fd] : files_)
-            if (io::detail::sys_fsync(fd.get()) != 0) io::fail_errno(path_of(shard), "fsync failed", errno);
+            io::sync_file(fd.get(), path_of(shard));
         return list;
     }
 
