@@ -141,8 +141,11 @@ inline dtype default_scale_dtype(output_format f, dtype checkpoint) noexcept {
 /// The FP8 layout options of a float format for scheme `s` (scale dtype resolved); `values` is
 /// the dtype of the weight's values, which the quotient x / scale is rounded to first.
 inline fp8_options fp8_options_for(output_format f, const quant_spec& s, dtype values) noexcept {
-    return {f == output_format::fp8 ? fp8_flavour::native : fp8_flavour::compressed_tensors, s.group_size,
-            s.scale_dtype.value_or(dtype::F32), values};
+    return visit_format(f, [&](auto t) -> fp8_options {
+        using T = decltype(t);
+        if constexpr (T::codes == code_kind::e4m3) return T::options(s.group_size, s.scale_dtype, values);
+        else return {fp8_flavour::compressed_tensors, s.group_size, s.scale_dtype.value_or(dtype::F32), values};
+    });
 }
 
 /// The request a format builds its layout (or config) from, for scheme `s` (scale dtype
