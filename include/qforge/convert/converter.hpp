@@ -42,7 +42,6 @@
 #include "qforge/convert/detail/quantize_step.hpp"
 #include "qforge/convert/detail/write_behind.hpp"
 #include "qforge/convert/format.hpp"
-#include "qforge/convert/hessians.hpp"
 #include "qforge/convert/importance.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
@@ -57,6 +56,7 @@
 #include "qforge/io/file.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/io/safetensors/index.hpp"
+#include "qforge/convert/hessians.hpp"
 
 namespace qforge {
 
@@ -223,32 +223,63 @@ inline std::string out_type_text(const plan& p, const plan_item& it) {
 
 namespace detail {
 
-/// The files beside the checkpoint a conversion reads (GPTQ Hessians, an imatrix), opened,
-/// with the checks that refuse combinations of them before any output exists.
+/// The inputs beside the checkpoint: GPTQ Hessians, the imatrix, and whether act-order
+/// regroups columns. Opened (and their combinations refused) before the output folder exists.
+/// Built in place: the importance lookup points into the imatrix.
 struct conversion_inputs {
     std::optional<hessian_file> hessians;
     std::optional<gguf::importance_matrix> imatrix;
-    std::optional<importance_lookup> importance;  ///< refers to `imatrix`: the struct is never moved
-    bool act_order = false;                       ///< GPTQ act-order: g_idx regroups columns
+    std::optional<importance_lookup> importance;
+    bool act_order = false;  ///< columns regrouped by act-order (a format that carries g_idx)
+
+    conversion_inputs(const std::string& src_dir, const convert_options& opt, const plan& p) {
+        if (!opt.hessians.empty()) hessians.emplace(opt.hessians);
+        const bool regroups = hessians && opt.gptq.act_order && !opt.gptq.static_groups;
+        if (regroups && !carries_g_idx(p.format))
+            fail<unsupported_error>(opt.hessians, {}, "act-order regroups columns through g_idx, which only the GPTQ formats carry");
+        act_order = regroups;
+        if (!opt.imatrix.empty()) imatrix.emplace(gguf::importance_matrix::open(opt.imatrix));
+        if (imatrix) importance.emplace(*imatrix);
+        if (opt.activation_scaling && !imatrix)
+            fail<unsupported_error>(src_dir, {}, "activation scaling needs the input statistics of an imatrix (--imatrix)");
+        if (opt.activation_scaling && hessians)
+            fail<unsupported_error>(opt.hessians, {}, "activation scaling with GPTQ Hessians is not supported: GPTQ already uses the full input statistics");
+        if (hessians && is_float_format(p.format))
+            fail<unsupported_error>(opt.hessians, {}, std::string(format_name(p.format)) + " has no integer grid for the GPTQ solver");
+    }
+    conversion_inputs(const conversion_inputs&) = delete;
+    conversion_inputs& operator=(const conversion_inputs&) = delete;
 };
 
-inline void open_inputs(conversion_inputs& in, const std::string& src_dir, const plan& p, const convert_options& opt) {
-    if (!opt.hessians.empty()) in.hessians.emplace(opt.hessians);
-    const bool gptq_format = p.format == output_format::gptq || p.format == output_format::gptq_v2;
-    if (in.hessians && opt.gptq.act_order && !opt.gptq.static_groups && !gptq_format)
-        fail<unsupported_error>(opt.hessians, {}, "act-order regroups columns through g_idx, which only the GPTQ formats carry");
-    in.act_order = in.hessians && gptq_format && opt.gptq.act_order && !opt.gptq.static_groups;
-    if (!opt.imatrix.empty()) in.imatrix.emplace(gguf::importance_matrix::open(opt.imatrix));
-    if (in.imatrix) in.importance.emplace(*in.imatrix);
-    if (opt.activation_scaling && !in.imatrix)
-        fail<unsupported_error>(src_dir, {}, "activation scaling needs the input statistics of an imatrix (--imatrix)");
-    if (opt.activation_scaling && in.hessians)
-        fail<unsupported_error>(opt.hessians, {}, "activation scaling with GPTQ Hessians is not supported: GPTQ already uses the full input statistics");
-    if (in.hessians && is_float_format(p.format))
-        fail<unsupported_error>(opt.hessians, {}, std::string(format_name(p.format)) + " has no integer grid for the GPTQ solver");
-}
+/// How one plan item's source is read.
+enum class item_read {
+    streamed,  ///< under pread: rows or chunks read when needed; the mapping's view gives sizes only
+    mapped,    ///< straight from the memory mapping (source_read::mapped)
+    whole,     ///< the source tensor read whole first (shared by split parts): source_read::copied, or
+               ///< under pread a weight that is GPTQ-solved, folded, FP8-copied or quantized to E4M3
+    decoded,   ///< an FP8 source weight decoded into float32 values first (shared by split parts)
+};
 
-/// Every output tensor's spec in plan order (the order shards are split in).
+constexpr bool held_whole(item_read r) noexcept { return r == item_read::whole || r == item_read::decoded; }
+
+/// What the quantization step made of one weight: packed tensors, or (under GPTQ) the
+/// solver's codes, which the job behind packs.
+struct quantized_item {
+    std::optional<quantized_tensor> solved;
+    std::vector<owned_tensor> packed;
+    double snr_db = 0;
+};
+
+/// The rows the quantizer takes: the item's rows of the source, or (activation scaling)
+/// diag(1/r) W diag(s) with the importance scaled to match.
+struct weight_rows {
+    tensor_view view;
+    std::int64_t begin = 0, end = 0;
+    std::span<const float> importance;
+    owned_tensor folded;  ///< the folded rows, when there are folds
+    std::vector<float> folded_importance;
+};
+
 inline std::vector<safetensors::tensor_spec> output_specs(const plan& p) {
     std::vector<safetensors::tensor_spec> all;
     for (const auto& it : p.items)
@@ -258,14 +289,15 @@ inline std::vector<safetensors::tensor_spec> output_specs(const plan& p) {
 
 using shard_path_map = std::map<std::string, std::string, std::less<>>;  ///< output tensor -> its shard file
 
+/// Where each output tensor's shard lies once the shards in `shards` are written into `folder`.
 inline shard_path_map shard_paths(const std::string& folder, const safetensors::shard_plan& shards) {
-    shard_path_map shard_path;
+    shard_path_map paths;
     for (std::size_t k = 0; k < shards.shards.size(); ++k)
-        for (const auto& t : shards.shards[k]) shard_path[t.name] = folder + "/" + shards.file_names[k];
-    return shard_path;
+        for (const auto& t : shards.shards[k]) paths[t.name] = folder + "/" + shards.file_names[k];
+    return paths;
 }
 
-/// The report's plan-wide fields (the per-tensor entries come from convert_items).
+/// The report's plan-wide fields (the per-tensor entries come from conversion_run).
 inline void start_report(conversion_report& report, const plan& p) {
     report.format = p.format;
     report.bits_per_weight = p.bits_per_weight();
@@ -273,241 +305,309 @@ inline void start_report(conversion_report& report, const plan& p) {
     report.loader_warnings = p.warnings;
 }
 
-/// Converts the plan items `selected` takes (all of them in convert(), one work unit's on a
-/// cluster: convert/cluster/work.hpp), writing each output tensor through
-/// `writer.write(name, bytes)` (a tensor's parts in order) and starting the write-back of its
-/// file in `shard_path`. Fills the per-tensor parts of `result` in item order: report.tensors,
-/// gptq/rtn layers, the imatrix lists.
-template <class Writer>
-void convert_items(const checkpoint_source& src, const plan& p, const convert_options& opt, conversion_inputs& in,
-                   const std::optional<activation_folds>& folds, const executor& run, Writer& writer,
-                   const shard_path_map& shard_path, const std::function<bool(std::size_t)>& selected,
-                   conversion_result& result, const std::string& dst_dir) {
-    const std::optional<hessian_file>& hessians = in.hessians;
-    std::optional<importance_lookup>& importance = in.importance;
-    const bool act_order = in.act_order;
-    conversion_report& report = result.report;
-    std::map<std::string, std::size_t> last_use;
-    for (std::size_t i = 0; i < p.items.size(); ++i) last_use[p.items[i].source] = i;
-
-    // Pack + write of an output weight runs behind the quantization of the next one (with
-    // more than one thread): the pool's cores do not wait on the serial pack and pwrite. Its
-    // progress event is sent once its bytes are written. Declared after the caller's `writer`, so an
-    // exception waits for the job before the writer and the output folder are removed.
-    detail::early_writeback writeback;  // used by the jobs behind only
-    detail::write_behind behind(opt.threads > 1);
-    const auto emit = [&](const progress_event& e) {
-        if (opt.progress && !opt.progress(e)) fail<error>(dst_dir, e.item->name, "conversion cancelled");
-    };
-
-    // source_read::copied, and pread for GPTQ-solved or folded weights: the current source
-    // tensor, read whole (split parts share it).
-    owned_tensor copied;
-    const bool by_pread = opt.read == source_read::pread;
-    for (std::size_t i = 0; i < p.items.size(); ++i) {
-        if (!selected(i)) continue;
-        const plan_item& it = p.items[i];
-        if (opt.before_tensor) {
-            behind.drain();  // the hook sees nothing in flight (it may truncate the shards, as a test does)
-            opt.before_tensor(i);
-        }
-        src.verify_unchanged(it.source);  // a shard truncated underneath us: an io_error, not a SIGBUS
-        const std::string module(module_of(it.name));
-        std::optional<tensor_view> h;
-        if (hessians && it.action != plan_action::keep) {
-            h = hessians->find(module, it.shape[1]);
-            if (!h) h = hessians->find(module_of(it.source), it.shape[1]);  // a fused source's input
-            (h ? result.gptq_layers : result.rtn_layers).push_back(module);
-        }
-        // An FP8 weight already on the output's grid is copied (codes and scales); any other FP8
-        // weight is decoded into float32 once (split parts share it). A weight folded by
-        // activation scaling, solved by GPTQ, or quantized into a float format is read whole.
-        const bool copy_fp8 = !folds && it.scale && it.whole_source() && fp8_copy_applies(*it.scale, p.format, it.scheme, it.shape[1]);
-        const bool decode_fp8 = it.scale && !copy_fp8;
-        const bool folded_here = folds && (folds->row_scale(it.name) || folds->column_scale(it.name));
-        const bool whole = decode_fp8 || opt.read == source_read::copied ||
-                           (by_pread && (h || folded_here || copy_fp8 || (is_float_format(p.format) && it.action != plan_action::keep)));
-        if (copied.name != it.source && !copied.name.empty()) {
-            behind.drain();           // a job behind may still be writing from the buffer
-            copied = owned_tensor{};  // the previous source's buffer goes before the next is read
-        }
-        if (whole && copied.name != it.source)
-            copied = decode_fp8 ? src.decode(it.source, opt.read != source_read::mapped) : src.read_tensor(it.source);
-        // Under pread without `whole`, full's bytes (the mapping) only give sizes and offsets,
-        // except for one expert of a fused 3-D tensor, still gathered from the mapping (one
-        // expert in memory): the one read under pread that can SIGBUS on a truncated source.
-        const tensor_view full = whole ? copied.view() : src.view(it.source);
-        // One expert of a fused 3-D tensor: its matrix gathered on its own (one expert in memory).
-        owned_tensor expert;
-        if (it.cut) {
-            expert = gather_expert(full, *it.cut, it.name, it.shape);
-            // The expert's block of the fused tensor is copied out: once its last piece is, drop
-            // its pages, so resident memory follows one expert, not the whole fused tensor.
-            const plan_item* next = i + 1 < p.items.size() ? &p.items[i + 1] : nullptr;
-            if (!whole && (!next || !next->cut || next->source != it.source || next->cut->expert != it.cut->expert))
-                src.release(it.source, expert_block_bytes(full) * static_cast<std::uint64_t>(it.cut->expert),
-                            expert_block_bytes(full));
-        }
-        const tensor_view v = it.cut ? expert.view() : full;
-        progress_event ev{i + 1, p.items.size(), &it, std::string(dtype_name(it.source_type)),
-                          detail::out_type_text(p, it), it.in_bytes(), it.out_bytes(), std::nullopt};
-        if (it.action == plan_action::keep && it.cut) {
-            behind.submit(
-                [&src, &writer, &writeback, &shard_path, &it, data = std::move(expert), release = last_use[it.source] == i] {
-                    if (it.out_type == it.source_type) writer.write(it.name, data.bytes);
-                    else writer.write(it.name, detail::cast_floats(data.bytes, it.source_type, it.out_type));
-                    if (release) src.release(it.source);
-                    writeback.start(shard_path.find(it.name)->second);
-                },
-                [&emit, ev = std::move(ev)] { emit(ev); });
-            continue;
-        }
-        if (it.action == plan_action::keep) {
-            // Written behind too: a dense embedding is 125 MiB of pwrite, and the quantization
-            // of the untied head that follows reads the same source anyway.
-            const std::size_t row_bytes =
-                it.source_shape.empty() ? v.bytes.size()
-                                        : v.bytes.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, it.source_shape[0]));
-            auto slice = it.whole_source()
-                             ? v.bytes
-                             : v.bytes.subspan(static_cast<std::size_t>(it.row_begin) * row_bytes,
-                                               static_cast<std::size_t>(it.row_end - it.row_begin) * row_bytes);
-            if (by_pread && !whole) {
-                const auto offset = static_cast<std::uint64_t>(slice.data() - v.bytes.data());
-                behind.submit(
-                    [&src, &writer, &writeback, &shard_path, &it, offset, length = std::uint64_t{slice.size()},
-                     release = last_use[it.source] == i] {
-                        detail::copy_through_pread(src, it.source, offset, length, it.source_type, it.out_type, writer, it.name);
-                        if (release) src.release(it.source);
-                        writeback.start(shard_path.find(it.name)->second);
-                    },
-                    [&emit, ev = std::move(ev)] { emit(ev); });
-                continue;
-            }
-            std::vector<std::byte> folded;  // a norm weight divided by its layer's activation scales
-            if (const std::vector<float>* r = folds ? folds->row_scale(it.name) : nullptr) {
-                folded = unscale_rows(v, *r).bytes;
-                slice = folded;
-            }
-            behind.submit(
-                [&src, &writer, &writeback, &shard_path, &it, slice, folded = std::move(folded), release = last_use[it.source] == i] {
-                    if (it.out_type == it.value_type()) writer.write(it.name, slice);
-                    else writer.write(it.name, detail::cast_floats(slice, it.value_type(), it.out_type));
-                    if (release) src.release(it.source);
-                    writeback.start(shard_path.find(it.name)->second);
-                },
-                [&emit, ev = std::move(ev)] { emit(ev); });
-            continue;
-        }
-        std::span<const float> imp;  // valid until the next lookup: the quantizer is done with it by then
-        const bool imatrix_selected =
-            opt.imatrix_layers.empty() ||
-            std::any_of(opt.imatrix_layers.begin(), opt.imatrix_layers.end(), [&](const selector& s) { return s.matches(it.name); });
-        if (importance && imatrix_selected) {
-            imp = importance->find(it.name, it.shape[1]);
-            (imp.empty() ? result.layers_without_imatrix : result.imatrix_layers).push_back(module);
-        }
-        // Activation scaling: the quantizer takes diag(1/r) W diag(s) and meets inputs x / s.
-        // (A folded weight is read whole, so v holds its bytes: see `whole`.)
-        tensor_view qv = v;
-        std::int64_t qb = it.row_begin, qe = it.row_end;
-        owned_tensor folded;
-        std::vector<float> folded_imp;
-        const std::vector<float>* cs = folds ? folds->column_scale(it.name) : nullptr;
-        const std::vector<float>* rs = folds ? folds->row_scale(it.name) : nullptr;
-        if (cs || rs) {
-            folded = apply_folds(v, it.row_begin, it.row_end, cs, rs);
-            qv = folded.view();
-            qb = 0;
-            qe = it.row_end - it.row_begin;
-            folded_imp = scaled_importance(imp, cs);
-            imp = folded_imp;
-        }
-        // Without a Hessian: quantized and packed together, band by band, on the pool. With
-        // one: the GPTQ solver's codes, packed on the helper thread.
-        std::optional<quantized_tensor> solved;
-        std::vector<owned_tensor> packed;
-        double snr = 0;
-        if (copy_fp8) {  // already on the output's grid: codes and scales copied, nothing rounded
-            for (const planned_tensor& t : it.outputs) {
-                if (t.type == dtype::F8_E4M3) {
-                    packed.push_back({t.name, t.type, t.shape, std::vector<std::byte>(v.bytes.begin(), v.bytes.end())});
-                } else {
-                    owned_tensor scale = by_pread ? src.read_tensor(it.scale->name) : owned_tensor{};
-                    const tensor_view from = by_pread ? scale.view() : src.view(it.scale->name);
-                    packed.push_back({t.name, t.type, t.shape, std::vector<std::byte>(from.bytes.begin(), from.bytes.end())});
-                }
-            }
-            snr = std::numeric_limits<double>::infinity();
-        } else if (h) {
-            detail::quantize_result q =
-                detail::quantize_rows_gptq(qv, qb, qe, it.scheme, p.format, run, it.name, *h, opt.gptq, imp);
-            solved = std::move(q.q);
-            snr = q.snr_db;
-        } else {
-            band_source rows;
-            if (by_pread && !whole && !it.cut) {  // qv is v, the mapping, used for its sizes only
-                const std::uint64_t row_bytes = static_cast<std::uint64_t>(v.shape.at(1)) * dtype_size(v.type);
-                rows = [&src, &it, row_bytes](std::int64_t r0, std::int64_t r1, std::span<std::byte> into) {
-                    (void)r1;  // `into` holds exactly rows [r0, r1)
-                    src.read_tensor_range(it.source, static_cast<std::uint64_t>(it.row_begin + r0) * row_bytes, into);
-                };
-            }
-            detail::packed_result q = detail::quantize_rows_packed(qv, qb, qe, it.scheme, p.format, it.model_type(), run,
-                                                                   it.name, module, imp, rows);
-            packed = std::move(q.tensors);
-            snr = q.snr_db;
-        }
-        report.tensors.push_back({module, it.shape, it.scheme, snr});
-        ev.snr_db = snr;
-        // Captures only what outlives the loop body (the plan item lives in the plan).
-        behind.submit([&src, &writer, &writeback, &shard_path, &p, &it, act_order, module, solved = std::move(solved),
-                       tensors = std::move(packed), release = last_use[it.source] == i]() mutable {
-            if (release) src.release(it.source);  // madvise of a whole tensor: not on the pool's time
-            if (solved) {
-                auto pack = [&](const auto& layout) { return layout.pack(*solved, module); };
-                tensors = act_order ? with_gptq_layout(it.scheme.bits,
-                                                       gptq_options{p.format == output_format::gptq ? gptq_format::v1
-                                                                                                    : gptq_format::v2,
-                                                                    *it.scheme.scale_dtype, true},
-                                                       pack)
-                                    : with_layout(p.format, it.scheme.bits, *it.scheme.scale_dtype, it.model_type(), pack);
-                solved.reset();  // the codes go before the writes: less held behind
-            }
-            for (const owned_tensor& t : tensors) {
-                writer.write(t.name, t.bytes);
-                writeback.start(shard_path.find(t.name)->second);
-            }
-        }, [&emit, ev = std::move(ev)] { emit(ev); });
-    }
-    behind.drain();
-}
-
-/// config.json (with its quantization_config), the GPTQ side file, the source's side files
-/// and quantization_report.json, written into `folder`.
+/// After the last tensor: config.json (with the format's quantization_config), the format's
+/// side files, the copied files and the report, written into `folder`.
 inline void write_model_files(const std::string& folder, const checkpoint_source& src, const plan& p, bool act_order,
                               conversion_result& result) {
-    const conversion_report& report = result.report;
     json cfg = src.config();
     if (!cfg.is_object()) cfg = json::object();
     if (p.untied) cfg.set("tie_word_embeddings", false);
-    // GPTQ act-order leaves g_idx non-monotonic: loaders must be told (vLLM reads desc_act).
+    // Act-order leaves g_idx non-monotonic: loaders must be told (GPTQ's desc_act).
     const bool desc_act = act_order && !result.gptq_layers.empty();
-    json qc = p.quantization_config;
-    if (desc_act && qc.is_object()) qc.set("desc_act", true);
+    json qc = desc_act ? format_config(p.format, p.linears, main_layout_request(p, true)) : p.quantization_config;
     cfg.set("quantization_config", qc);
     io::write_config(folder, cfg);
-    if (p.format == output_format::gptq || p.format == output_format::gptq_v2) {
-        const auto s = *p.main_scheme();
-        const json side = with_gptq_layout(majority_scheme(p.linears)->bits,
-                                           gptq_options{p.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
-                                                        *s.scale_dtype, desc_act},
-                                           [&](const auto& layout) { return layout.side_file(p.linears); });
-        io::write_json_file(folder + "/quantize_config.json", side);
-    }
+    for (const side_file& f : format_side_files(p.format, p.linears, main_layout_request(p, desc_act)))
+        io::write_json_file(folder + "/" + f.name, f.content);
     result.copied_files = io::copy_side_files(src.dir(), folder);
-    io::write_json_file(folder + "/quantization_report.json", report.to_json());
+    io::write_json_file(folder + "/quantization_report.json", result.report.to_json());
 }
+
+/// One conversion's tensors in named steps: each plan item read, (kept or) quantized and
+/// handed to the job behind, its bytes going to `writer.write(name, bytes)` (a tensor's parts
+/// in order) and the write-back of its file in `shard_path` started. convert() runs every item
+/// into the output shards; a cluster worker (convert/cluster/work.hpp) runs its unit's items
+/// into pre-sized staging shards. The caller owns the writer and the output folder, declared
+/// before this run, so an exception waits for the job behind before the buffers it reads, the
+/// writer and the output folder go.
+template <class Writer>
+class conversion_run {
+public:
+    conversion_run(checkpoint_source& src, const std::string& dst_dir, const convert_options& opt,
+                   conversion_inputs& in, conversion_result& result, const plan& p, Writer& writer,
+                   shard_path_map shard_path)
+        : src_(src), dst_dir_(dst_dir), opt_(opt), in_(in), result_(result), p_(p), writer_(writer),
+          pool_(std::max(1u, opt.threads)), run_(pool_.executor()), shard_path_(std::move(shard_path)),
+          behind_(opt.threads > 1) {
+        for (std::size_t i = 0; i < p_.items.size(); ++i) last_use_[p_.items[i].source] = i;
+        start_report();
+    }
+
+    /// Plan item i: read, kept or quantized, and handed to the job behind.
+    void convert_item(std::size_t i) {
+        const plan_item& it = p_.items[i];
+        if (opt_.before_tensor) {
+            behind_.drain();  // the hook sees nothing in flight (it may truncate the shards, as a test does)
+            opt_.before_tensor(i);
+        }
+        src_.verify_unchanged(it.source);  // a shard truncated underneath us: an io_error, not a SIGBUS
+        const std::string module(module_of(it.name));
+        const std::optional<tensor_view> h = find_hessian(it, module);
+        const bool copy_fp8 = copies_fp8(it);
+        const item_read how = choose_read(it, h.has_value(), copy_fp8);
+        const tensor_view full = load_source(it, how);
+        owned_tensor expert;  // one expert of a fused 3-D tensor: its matrix gathered on its own
+        if (it.cut) expert = cut_expert(i, full, how);
+        const tensor_view v = it.cut ? expert.view() : full;
+        progress_event ev{i + 1, p_.items.size(), &it, std::string(dtype_name(it.source_type)),
+                          detail::out_type_text(p_, it), it.in_bytes(), it.out_bytes(), std::nullopt};
+        if (it.action == plan_action::keep) return write_kept(i, v, how, std::move(expert), std::move(ev));
+        weight_rows rows = fold_rows(it, v, item_importance(it, module));
+        quantized_item q = copy_fp8 ? copy_fp8_tensors(it, v)
+                           : h      ? solve_gptq(it, rows, *h)
+                                    : quantize_packed_rows(it, rows, v, how, module);
+        result_.report.tensors.push_back({module, it.shape, it.scheme, q.snr_db});
+        ev.snr_db = q.snr_db;
+        submit_quantized(i, module, std::move(q), std::move(ev));
+    }
+
+    /// After the last item: every job behind done.
+    void finish() { behind_.drain(); }
+
+private:
+    void start_report() {
+        conversion_report& report = result_.report;
+        detail::start_report(report, p_);
+        if (opt_.activation_scaling) {
+            folds_.emplace(plan_activation_folds(src_, p_, model_config::from_json(src_.config(), src_.dir() + "/config.json"),
+                                                 *in_.importance, run_));
+            report.activation_folds = folds_->records;
+        }
+    }
+
+    void emit(const progress_event& e) const {
+        if (opt_.progress && !opt_.progress(e)) fail<error>(dst_dir_, e.item->name, "conversion cancelled");
+    }
+
+    /// With Hessians: the layer's (or its fused source's) Hessian, recorded in the result.
+    std::optional<tensor_view> find_hessian(const plan_item& it, const std::string& module) {
+        if (!in_.hessians || it.action == plan_action::keep) return std::nullopt;
+        std::optional<tensor_view> h = in_.hessians->find(module, it.shape[1]);
+        if (!h) h = in_.hessians->find(module_of(it.source), it.shape[1]);  // a fused source's input
+        (h ? result_.gptq_layers : result_.rtn_layers).push_back(module);
+        return h;
+    }
+
+    /// An FP8 weight already on the output's grid is copied (codes and scales), not requantized.
+    bool copies_fp8(const plan_item& it) const {
+        return !folds_ && it.scale && it.whole_source() && fp8_copy_applies(*it.scale, p_.format, it.scheme, it.shape[1]);
+    }
+
+    bool folded(const plan_item& it) const {
+        return folds_ && (folds_->row_scale(it.name) || folds_->column_scale(it.name));
+    }
+
+    item_read choose_read(const plan_item& it, bool solved, bool copy_fp8) const {
+        if (it.scale && !copy_fp8) return item_read::decoded;
+        if (opt_.read == source_read::copied) return item_read::whole;
+        if (opt_.read == source_read::mapped) return item_read::mapped;
+        const bool to_e4m3 = is_float_format(p_.format) && it.action != plan_action::keep;
+        return solved || folded(it) || copy_fp8 || to_e4m3 ? item_read::whole : item_read::streamed;
+    }
+
+    /// The item's source as a view: the buffer read whole (split parts share it), or the
+    /// mapping. Under pread without a whole read, the mapping's bytes only give sizes and
+    /// offsets, except for one expert of a fused 3-D tensor, still gathered from the mapping
+    /// (one expert in memory): the one read under pread that can SIGBUS on a truncated source.
+    tensor_view load_source(const plan_item& it, item_read how) {
+        if (copied_.name != it.source && !copied_.name.empty()) {
+            behind_.drain();           // a job behind may still be writing from the buffer
+            copied_ = owned_tensor{};  // the previous source's buffer goes before the next is read
+        }
+        if (!held_whole(how)) return src_.view(it.source);
+        if (copied_.name != it.source)
+            copied_ = how == item_read::decoded ? src_.decode(it.source, opt_.read != source_read::mapped)
+                                                : src_.read_tensor(it.source);
+        return copied_.view();
+    }
+
+    /// The expert's block of the fused tensor is copied out: once its last piece is, its pages
+    /// are dropped, so resident memory follows one expert, not the whole fused tensor.
+    owned_tensor cut_expert(std::size_t i, const tensor_view& full, item_read how) {
+        const plan_item& it = p_.items[i];
+        owned_tensor expert = gather_expert(full, *it.cut, it.name, it.shape);
+        const plan_item* next = i + 1 < p_.items.size() ? &p_.items[i + 1] : nullptr;
+        if (!held_whole(how) && (!next || !next->cut || next->source != it.source || next->cut->expert != it.cut->expert))
+            src_.release(it.source, expert_block_bytes(full) * static_cast<std::uint64_t>(it.cut->expert),
+                         expert_block_bytes(full));
+        return expert;
+    }
+
+    /// A kept tensor, written behind too: a dense embedding is 125 MiB of pwrite, and the
+    /// quantization of the untied head that follows reads the same source anyway.
+    void write_kept(std::size_t i, const tensor_view& v, item_read how, owned_tensor expert, progress_event ev) {
+        const plan_item& it = p_.items[i];
+        const bool release = last_use_[it.source] == i;
+        if (it.cut) {
+            behind_.submit(
+                [this, &it, data = std::move(expert), release] {
+                    if (it.out_type == it.source_type) writer_.write(it.name, data.bytes);
+                    else writer_.write(it.name, detail::cast_floats(data.bytes, it.source_type, it.out_type));
+                    if (release) src_.release(it.source);
+                    writeback_.start(shard_path_.find(it.name)->second);
+                },
+                [this, ev = std::move(ev)] { emit(ev); });
+            return;
+        }
+        const std::size_t row_bytes =
+            it.source_shape.empty() ? v.bytes.size()
+                                    : v.bytes.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, it.source_shape[0]));
+        auto slice = it.whole_source() ? v.bytes
+                                       : v.bytes.subspan(static_cast<std::size_t>(it.row_begin) * row_bytes,
+                                                         static_cast<std::size_t>(it.row_end - it.row_begin) * row_bytes);
+        if (how == item_read::streamed) {
+            const auto offset = static_cast<std::uint64_t>(slice.data() - v.bytes.data());
+            behind_.submit(
+                [this, &it, offset, length = std::uint64_t{slice.size()}, release] {
+                    detail::copy_through_pread(src_, it.source, offset, length, it.source_type, it.out_type, writer_, it.name);
+                    if (release) src_.release(it.source);
+                    writeback_.start(shard_path_.find(it.name)->second);
+                },
+                [this, ev = std::move(ev)] { emit(ev); });
+            return;
+        }
+        std::vector<std::byte> unscaled;  // a norm weight divided by its layer's activation scales
+        if (const std::vector<float>* r = folds_ ? folds_->row_scale(it.name) : nullptr) {
+            unscaled = unscale_rows(v, *r).bytes;
+            slice = unscaled;
+        }
+        behind_.submit(
+            [this, &it, slice, unscaled = std::move(unscaled), release] {
+                if (it.out_type == it.value_type()) writer_.write(it.name, slice);
+                else writer_.write(it.name, detail::cast_floats(slice, it.value_type(), it.out_type));
+                if (release) src_.release(it.source);
+                writeback_.start(shard_path_.find(it.name)->second);
+            },
+            [this, ev = std::move(ev)] { emit(ev); });
+    }
+
+    /// The imatrix weights of the item's input columns (valid until the next lookup: the
+    /// quantizer is done with them by then), when the imatrix covers the item.
+    std::span<const float> item_importance(const plan_item& it, const std::string& module) {
+        const bool selected =
+            opt_.imatrix_layers.empty() ||
+            std::any_of(opt_.imatrix_layers.begin(), opt_.imatrix_layers.end(), [&](const selector& s) { return s.matches(it.name); });
+        if (!in_.importance || !selected) return {};
+        const std::span<const float> imp = in_.importance->find(it.name, it.shape[1]);
+        (imp.empty() ? result_.layers_without_imatrix : result_.imatrix_layers).push_back(module);
+        return imp;
+    }
+
+    /// Activation scaling: the quantizer takes diag(1/r) W diag(s) and meets inputs x / s.
+    /// (A folded weight is read whole, so v holds its bytes: see choose_read.)
+    weight_rows fold_rows(const plan_item& it, const tensor_view& v, std::span<const float> imp) const {
+        weight_rows w{v, it.row_begin, it.row_end, imp, {}, {}};
+        const std::vector<float>* cs = folds_ ? folds_->column_scale(it.name) : nullptr;
+        const std::vector<float>* rs = folds_ ? folds_->row_scale(it.name) : nullptr;
+        if (!cs && !rs) return w;
+        w.folded = apply_folds(v, it.row_begin, it.row_end, cs, rs);
+        w.view = w.folded.view();
+        w.begin = 0;
+        w.end = it.row_end - it.row_begin;
+        w.folded_importance = scaled_importance(imp, cs);
+        w.importance = w.folded_importance;
+        return w;
+    }
+
+    /// Already on the output's grid: codes and scales copied, nothing rounded.
+    quantized_item copy_fp8_tensors(const plan_item& it, const tensor_view& v) const {
+        quantized_item q;
+        const bool by_pread = opt_.read == source_read::pread;
+        for (const planned_tensor& t : it.outputs) {
+            if (t.type == dtype::F8_E4M3) {
+                q.packed.push_back({t.name, t.type, t.shape, std::vector<std::byte>(v.bytes.begin(), v.bytes.end())});
+            } else {
+                owned_tensor scale = by_pread ? src_.read_tensor(it.scale->name) : owned_tensor{};
+                const tensor_view from = by_pread ? scale.view() : src_.view(it.scale->name);
+                q.packed.push_back({t.name, t.type, t.shape, std::vector<std::byte>(from.bytes.begin(), from.bytes.end())});
+            }
+        }
+        q.snr_db = std::numeric_limits<double>::infinity();
+        return q;
+    }
+
+    /// The GPTQ solver's codes under the layer's Hessian `h`, packed by the job behind.
+    quantized_item solve_gptq(const plan_item& it, const weight_rows& w, const tensor_view& h) const {
+        detail::quantize_result r =
+            detail::quantize_rows_gptq(w.view, w.begin, w.end, it.scheme, p_.format, run_, it.name, h, opt_.gptq, w.importance);
+        quantized_item q;
+        q.solved = std::move(r.q);
+        q.snr_db = r.snr_db;
+        return q;
+    }
+
+    /// Quantized and packed together, band by band, on the pool; a streamed item's bands are
+    /// read with pread (w.view is the mapping, used for its sizes only).
+    quantized_item quantize_packed_rows(const plan_item& it, const weight_rows& w, const tensor_view& v, item_read how,
+                                        const std::string& module) const {
+        band_source rows;
+        if (how == item_read::streamed && !it.cut) {
+            const std::uint64_t row_bytes = static_cast<std::uint64_t>(v.shape.at(1)) * dtype_size(v.type);
+            rows = [this, &it, row_bytes](std::int64_t r0, std::int64_t r1, std::span<std::byte> into) {
+                (void)r1;  // `into` holds exactly rows [r0, r1)
+                src_.read_tensor_range(it.source, static_cast<std::uint64_t>(it.row_begin + r0) * row_bytes, into);
+            };
+        }
+        detail::packed_result r = detail::quantize_rows_packed(w.view, w.begin, w.end, it.scheme, p_.format, it.model_type(),
+                                                               run_, it.name, module, w.importance, rows);
+        quantized_item q;
+        q.packed = std::move(r.tensors);
+        q.snr_db = r.snr_db;
+        return q;
+    }
+
+    /// The job behind: solved codes packed (in the format's layout, act-order's g_idx kept),
+    /// then every tensor written. Captures only what outlives the loop body (the plan item
+    /// lives in the plan).
+    void submit_quantized(std::size_t i, const std::string& module, quantized_item q, progress_event ev) {
+        const plan_item& it = p_.items[i];
+        behind_.submit([this, &it, module, solved = std::move(q.solved), tensors = std::move(q.packed),
+                        release = last_use_[it.source] == i]() mutable {
+            if (release) src_.release(it.source);  // madvise of a whole tensor: not on the pool's time
+            if (solved) {
+                const layout_request r{it.scheme.bits, *it.scheme.scale_dtype, it.model_type(), it.scheme.group_size,
+                                       it.value_type(), in_.act_order};
+                tensors = with_layout(p_.format, r, [&](const auto& layout) { return layout.pack(*solved, module); });
+                solved.reset();  // the codes go before the writes: less held behind
+            }
+            for (const owned_tensor& t : tensors) {
+                writer_.write(t.name, t.bytes);
+                writeback_.start(shard_path_.find(t.name)->second);
+            }
+        }, [this, ev = std::move(ev)] { emit(ev); });
+    }
+
+    checkpoint_source& src_;
+    const std::string& dst_dir_;
+    const convert_options& opt_;
+    conversion_inputs& in_;
+    conversion_result& result_;
+    const plan& p_;
+    Writer& writer_;
+    std::map<std::string, std::size_t> last_use_;
+    thread_pool pool_;
+    executor run_;
+    std::optional<activation_folds> folds_;
+    shard_path_map shard_path_;
+    /// source_read::copied, and whole reads under pread: the current source tensor (split
+    /// parts share it). Before behind_, so an exception waits for the job that reads it.
+    owned_tensor copied_;
+    early_writeback writeback_;  // used by the jobs behind only
+    /// Pack + write of an output weight runs behind the quantization of the next one (with
+    /// more than one thread): the pool's cores do not wait on the serial pack and pwrite. Its
+    /// progress event is sent once its bytes are written.
+    write_behind behind_;
+};
 
 }  // namespace detail
 
@@ -518,24 +618,16 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     checkpoint_source src(src_dir);
     conversion_result result;
     result.the_plan = plan_conversion(src, opt);
+    result.the_plan.throw_if_refused();
+    detail::conversion_inputs in(src_dir, opt, result.the_plan);
     const plan& p = result.the_plan;
-    p.throw_if_refused();
-    detail::conversion_inputs in;
-    detail::open_inputs(in, src_dir, p, opt);
-
     io::atomic_output_dir out(dst_dir, opt.overwrite);
     safetensors::sharded_writer writer(out.path(), detail::output_specs(p), opt.max_shard_bytes);
-    thread_pool pool(std::max(1u, opt.threads));
-    const executor run = pool.executor();
-    detail::start_report(result.report, p);
-    std::optional<activation_folds> folds;
-    if (opt.activation_scaling) {
-        folds.emplace(plan_activation_folds(src, p, model_config::from_json(src.config(), src.dir() + "/config.json"),
-                                            *in.importance, run));
-        result.report.activation_folds = folds->records;
+    {
+        detail::conversion_run run(src, dst_dir, opt, in, result, p, writer, detail::shard_paths(out.path(), writer.plan()));
+        for (std::size_t i = 0; i < p.items.size(); ++i) run.convert_item(i);
+        run.finish();
     }
-    detail::convert_items(src, p, opt, in, folds, run, writer, detail::shard_paths(out.path(), writer.plan()),
-                          [](std::size_t) { return true; }, result, dst_dir);
     writer.finish();
     result.shards = writer.plan().file_names;
     detail::write_model_files(out.path(), src, p, in.act_order, result);

@@ -1,17 +1,24 @@
-// The output formats a converter writes, as the plan sees them: which tensors a quantized
-// linear becomes (names, dtypes, shapes), which shapes a format's loaders cannot read, and
-// which scale dtype a format uses when the user does not say.
+// The output formats a converter writes, as one table over the layouts' own traits
+// (layout/layout_traits.hpp `format_traits`): each layout header says which tensors a quantized
+// linear becomes, which shapes its loaders cannot read, which scale dtype it uses when the user
+// does not say, and which config it writes. This file lists the formats and asks them; it holds
+// only the rules every format of one code kind shares (integer grids, E4M3 codes).
 //
 // Facts from docs/formats.md: GPTQ 2.1-2.3 (AutoGPTQ qlinear_cuda.py, vLLM gptq_marlin.py),
 // AWQ 3 (AutoAWQ gemm.py), compressed-tensors 4.1 (compressed_tensors pack_quantized.py,
 // vLLM compressed_tensors_wNa16.py), FP8 field-2026.md 1.1-1.2 (layout/fp8.hpp). The packing
 // itself is the layout layer's job.
+//
+// Adding an integer layout: its header (the layout_policy, a `<name>_format_traits` struct),
+// its tests, one enumerator of output_format and one entry of `format_table` below.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "qforge/convert/rule.hpp"
@@ -22,6 +29,7 @@
 #include "qforge/layout/ct_int8.hpp"
 #include "qforge/layout/fp8.hpp"
 #include "qforge/layout/gptq.hpp"
+#include "qforge/layout/layout_traits.hpp"
 
 namespace qforge {
 
@@ -32,31 +40,82 @@ namespace qforge {
 /// per-token int8 activations: layout/ct_int8.hpp).
 enum class output_format { gptq, gptq_v2, awq, compressed_tensors, compressed_tensors_fp8, fp8, compressed_tensors_w8a8 };
 
-inline std::string_view format_name(output_format f) noexcept {
-    switch (f) {
-        case output_format::gptq: return "gptq";
-        case output_format::gptq_v2: return "gptq-v2";
-        case output_format::awq: return "awq";
-        case output_format::compressed_tensors: return "compressed-tensors";
-        case output_format::compressed_tensors_fp8: return "compressed-tensors-fp8";
-        case output_format::fp8: return "fp8";
-        case output_format::compressed_tensors_w8a8: return "compressed-tensors-w8a8";
+/// One row of the format table: an output_format and the traits of the layout that writes it.
+template <output_format F, format_traits Traits>
+struct format_entry {
+    static constexpr output_format id = F;
+    using traits = Traits;
+};
+
+/// THE list of output formats (in output_format's order; parse_format tries them in this order).
+using format_table = std::tuple<format_entry<output_format::gptq, gptq_format_traits<gptq_format::v1>>,
+                                format_entry<output_format::gptq_v2, gptq_format_traits<gptq_format::v2>>,
+                                format_entry<output_format::awq, awq_format_traits>,
+                                format_entry<output_format::compressed_tensors, ct_format_traits>,
+                                format_entry<output_format::compressed_tensors_fp8, fp8_format_traits<fp8_flavour::compressed_tensors>>,
+                                format_entry<output_format::fp8, fp8_format_traits<fp8_flavour::native>>,
+                                format_entry<output_format::compressed_tensors_w8a8, ct_int8_format_traits>>;
+
+/// Calls `fn(traits)` (a value of the format's traits type) for format `f`; every call of fn
+/// must return the same type. An output_format outside the table is an unsupported_error.
+template <class Fn, std::size_t I = 0>
+decltype(auto) visit_format(output_format f, Fn&& fn) {
+    using entry = std::tuple_element_t<I, format_table>;
+    if constexpr (I + 1 < std::tuple_size_v<format_table>) {
+        if (f == entry::id) return fn(typename entry::traits{});
+        return visit_format<Fn, I + 1>(f, std::forward<Fn>(fn));
+    } else {
+        if (f != entry::id) fail<unsupported_error>({}, {}, "unknown format");
+        return fn(typename entry::traits{});
     }
-    return "?";
+}
+
+/// Calls `fn(output_format)` for every format of the table, in its order.
+template <class Fn>
+void for_each_format(Fn&& fn) {
+    std::apply([&](auto... entry) { (fn(decltype(entry)::id), ...); }, format_table{});
+}
+
+inline std::string_view format_name(output_format f) noexcept {
+    std::string_view name = "?";
+    for_each_format([&](output_format g) {
+        if (g == f) name = visit_format(g, [](auto t) { return std::string_view(decltype(t)::name); });
+    });
+    return name;
 }
 
 constexpr bool is_float_format(output_format f) noexcept {
-    return f == output_format::compressed_tensors_fp8 || f == output_format::fp8;
+    bool e4m3 = false;
+    std::apply([&](auto... entry) { ((e4m3 = e4m3 || (decltype(entry)::id == f && decltype(entry)::traits::codes == code_kind::e4m3)), ...); },
+               format_table{});
+    return e4m3;
+}
+
+/// Whether format `f`'s tensors carry g_idx, so act-order may regroup columns (GPTQ).
+inline bool carries_g_idx(output_format f) {
+    return visit_format(f, [](auto t) { return decltype(t)::carries_g_idx; });
+}
+
+/// Whether format `f`'s config states one scheme for every quantized layer (AWQ).
+inline bool states_one_scheme(output_format f) {
+    return visit_format(f, [](auto t) { return decltype(t)::one_scheme; });
+}
+
+/// What `minmax` with an asymmetric scheme means in format `f` (quant/scale_policy.hpp).
+inline scale_policy asymmetric_minmax_policy(output_format f) {
+    return visit_format(f, [](auto t) { return decltype(t)::asymmetric_minmax; });
 }
 
 inline std::optional<output_format> parse_format(std::string_view s) noexcept {
-    for (auto f : {output_format::gptq, output_format::gptq_v2, output_format::awq,
-                   output_format::compressed_tensors, output_format::compressed_tensors_fp8, output_format::fp8,
-                   output_format::compressed_tensors_w8a8})
-        if (format_name(f) == s) return f;
-    if (s == "gptq_v2") return output_format::gptq_v2;
-    if (s == "ct" || s == "compressed_tensors") return output_format::compressed_tensors;
-    return std::nullopt;
+    std::optional<output_format> found, alias;
+    for_each_format([&](output_format f) {
+        visit_format(f, [&](auto t) {
+            if (!found && decltype(t)::name == s) found = f;
+            for (std::string_view a : decltype(t)::aliases)
+                if (!alias && a == s) alias = f;
+        });
+    });
+    return found ? found : alias;
 }
 
 /// One tensor a plan promises to write.
@@ -70,129 +129,115 @@ struct planned_tensor {
     }
 };
 
-/// The scale dtype a format uses when the scheme leaves it open: GPTQ and AWQ loaders expect
-/// fp16 (AutoGPTQ/GPTQModel/AutoAWQ write .half()); compressed-tensors keeps the checkpoint's
-/// dtype (nothing is cast), which an F32 checkpoint cannot satisfy with 16-bit scales.
-/// compressed-tensors FP8 keeps the model dtype too (F32 included), the native FP8 layout F32
-/// (DeepSeek's weight_scale_inv).
+/// The scale dtype a format uses when the scheme leaves it open (each format's traits say):
+/// GPTQ and AWQ loaders expect fp16 (AutoGPTQ/GPTQModel/AutoAWQ write .half());
+/// compressed-tensors keeps the checkpoint's dtype (nothing is cast), which an F32 checkpoint
+/// cannot satisfy with 16-bit scales. compressed-tensors FP8 keeps the model dtype too (F32
+/// included), the native FP8 layout F32 (DeepSeek's weight_scale_inv).
 inline dtype default_scale_dtype(output_format f, dtype checkpoint) noexcept {
-    if (f == output_format::compressed_tensors_fp8) return checkpoint;
-    if (f == output_format::fp8) return dtype::F32;
-    if ((f == output_format::compressed_tensors || f == output_format::compressed_tensors_w8a8) &&
-        (checkpoint == dtype::BF16 || checkpoint == dtype::F16))
-        return checkpoint;
-    return dtype::F16;
+    return visit_format(f, [&](auto t) { return decltype(t)::default_scale_dtype(checkpoint); });
 }
 
 /// The FP8 layout options of a float format for scheme `s` (scale dtype resolved); `values` is
 /// the dtype of the weight's values, which the quotient x / scale is rounded to first.
 inline fp8_options fp8_options_for(output_format f, const quant_spec& s, dtype values) noexcept {
-    return {f == output_format::fp8 ? fp8_flavour::native : fp8_flavour::compressed_tensors, s.group_size,
-            s.scale_dtype.value_or(dtype::F32), values};
+    return visit_format(f, [&](auto t) -> fp8_options {
+        using T = decltype(t);
+        if constexpr (T::codes == code_kind::e4m3) return T::options(s.group_size, s.scale_dtype, values);
+        else return {fp8_flavour::compressed_tensors, s.group_size, s.scale_dtype.value_or(dtype::F32), values};
+    });
 }
+
+/// The request a format builds its layout (or config) from, for scheme `s` (scale dtype
+/// resolved) of a weight whose model dtype is `checkpoint` and whose values are `values`.
+inline layout_request layout_request_for(const quant_spec& s, dtype checkpoint, dtype values, bool desc_act = false) {
+    return {s.bits, s.scale_dtype.value_or(dtype::F16), checkpoint, s.group_size, values, desc_act};
+}
+
+namespace detail {
+
+/// The rules every E4M3 format shares: 8 bits, symmetric, amax / 448 scales.
+inline std::optional<std::string> e4m3_refusal(const quant_spec& s) {
+    if (s.bits != 8) return "FP8 weights are 8 bits (E4M3), not " + std::to_string(s.bits);
+    if (!s.symmetric) return "FP8 weights are symmetric (no zero point)";
+    if (s.scale != scale_method::minmax)
+        return std::string("FP8 scales are amax / 448 (minmax), not ") + std::string(scale_method_name(s.scale));
+    return std::nullopt;
+}
+
+/// The rules every integer grid shares: 2..8 bits, power-of-two groups within K, 16-bit scales.
+inline std::optional<std::string> integer_grid_refusal(std::int64_t cols, const quant_spec& s) {
+    if (s.bits < 2 || s.bits > 8) return "bits must be 2..8, got " + std::to_string(s.bits);
+    if (s.group_size == 0 || s.group_size < -1 || (s.group_size > 0 && (s.group_size & (s.group_size - 1)) != 0))
+        return "group size must be a power of two or -1 (per channel), not " + std::to_string(s.group_size);
+    const std::int64_t g = s.group_for(cols);
+    if (g > cols)
+        return "group size " + std::to_string(g) + " is larger than the " + std::to_string(cols) + " input columns";
+    if (!s.scale_dtype || (*s.scale_dtype != dtype::F16 && *s.scale_dtype != dtype::BF16))
+        return "scale dtype must be F16 or BF16";
+    return std::nullopt;
+}
+
+}  // namespace detail
 
 /// Why `format` cannot hold a [rows x cols] weight quantized with `s` (s.scale_dtype
 /// resolved), or nullopt when it can. `checkpoint` is the source weight's dtype.
 inline std::optional<std::string> format_refusal(output_format f, std::int64_t rows, std::int64_t cols,
                                                  const quant_spec& s, dtype checkpoint) {
-    const std::string K = std::to_string(cols), N = std::to_string(rows), b = std::to_string(s.bits);
-    if (is_float_format(f)) {
-        if (s.bits != 8) return "FP8 weights are 8 bits (E4M3), not " + b;
-        if (!s.symmetric) return "FP8 weights are symmetric (no zero point)";
-        if (s.scale != scale_method::minmax)
-            return std::string("FP8 scales are amax / 448 (minmax), not ") + std::string(scale_method_name(s.scale));
-        if (f == output_format::compressed_tensors_fp8 && s.scale_dtype != checkpoint)
-            return std::string("compressed-tensors keeps scales in the checkpoint dtype (") +
-                   std::string(dtype_name(checkpoint)) + ")";
-        if (const std::string why = fp8_layout(fp8_options_for(f, s, checkpoint)).refusal(); !why.empty()) return why;
-        return std::nullopt;
-    }
-    if (s.bits < 2 || s.bits > 8) return "bits must be 2..8, got " + b;
-    if (s.group_size == 0 || s.group_size < -1 || (s.group_size > 0 && (s.group_size & (s.group_size - 1)) != 0))
-        return "group size must be a power of two or -1 (per channel), not " + std::to_string(s.group_size);
-    const std::int64_t g = s.group_for(cols);
-    if (g > cols)
-        return "group size " + std::to_string(g) + " is larger than the " + K + " input columns";
-    if (!s.scale_dtype || (*s.scale_dtype != dtype::F16 && *s.scale_dtype != dtype::BF16))
-        return "scale dtype must be F16 or BF16";
-    switch (f) {
-        case output_format::gptq:
-        case output_format::gptq_v2:
-            if (s.bits != 2 && s.bits != 3 && s.bits != 4 && s.bits != 8)
-                return "GPTQ stores 2, 3, 4 or 8 bits, not " + b;
-            if (cols % g != 0)
-                return "GPTQ needs whole groups: K=" + K + " is not a multiple of group " + std::to_string(g);
-            if ((cols * s.bits) % 32 != 0)
-                return "GPTQ packs K along int32 words: K=" + K + " x " + b + " bits is not a multiple of 32";
-            if ((rows * s.bits) % 32 != 0)
-                return "GPTQ packs qzeros along N: N=" + N + " x " + b + " bits is not a multiple of 32";
-            return std::nullopt;
-        case output_format::awq:
-            if (s.bits != 4) return "AWQ packs 4 bits only, not " + b;
-            if (cols % g != 0)
-                return "AWQ needs whole groups: K=" + K + " is not a multiple of group " + std::to_string(g);
-            if (rows % 8 != 0) return "AWQ packs N in words of 8: N=" + N + " is not a multiple of 8";
-            return std::nullopt;
-        case output_format::compressed_tensors:
-            if (*s.scale_dtype != checkpoint)
-                return std::string("compressed-tensors keeps scales in the checkpoint dtype (") +
-                       std::string(dtype_name(checkpoint)) + "), not " + std::string(dtype_name(*s.scale_dtype));
-            if (cols % g != 0)
-                return "vLLM's WNA16 kernels need whole groups: K=" + K + " is not a multiple of group " +
-                       std::to_string(g) + " (use --group -1 for per-channel)";
-            return std::nullopt;
-        case output_format::compressed_tensors_w8a8:
-            if (s.bits != 8 || !s.symmetric) return "W8A8 holds 8-bit symmetric weights, not " + b + "-bit " + (s.symmetric ? "sym" : "asym");
-            if (*s.scale_dtype != checkpoint)
-                return std::string("compressed-tensors keeps scales in the checkpoint dtype (") +
-                       std::string(dtype_name(checkpoint)) + "), not " + std::string(dtype_name(*s.scale_dtype));
-            if (cols % g != 0) return "W8A8 needs whole groups: K=" + K + " is not a multiple of group " + std::to_string(g);
-            return std::nullopt;
-        case output_format::compressed_tensors_fp8:
-        case output_format::fp8:
-            break;  // checked above
-    }
-    return "unknown format";
+    return visit_format(f, [&](auto t) -> std::optional<std::string> {
+        using T = decltype(t);
+        if (auto why = T::codes == code_kind::e4m3 ? detail::e4m3_refusal(s) : detail::integer_grid_refusal(cols, s))
+            return why;
+        return T::refusal(rows, cols, layout_scheme{s.bits, s.group_size, s.symmetric, s.scale_dtype, checkpoint});
+    });
+}
+
+/// Runs `fn(layout)` with the integer layout object of `r`'s format (layout/layout_traits.hpp
+/// layout_request: bits, scale dtype, checkpoint dtype, act-order). A float format has none.
+template <class F>
+decltype(auto) with_layout(output_format f, const layout_request& r, F&& fn) {
+    using result = decltype(fn(std::declval<const compressed_tensors_layout<4>&>()));
+    return visit_format(f, [&](auto t) -> result {
+        using T = decltype(t);
+        if constexpr (T::codes == code_kind::integer) return T::with_layout(r, fn);
+        else fail<unsupported_error>({}, {}, std::string(T::name) + " has no integer layout");  // E4M3: fp8_layout
+    });
 }
 
 /// Runs `fn(layout)` with the layout object of `f` for `bits` (scales stored as `scale_dtype`,
 /// compressed-tensors scales in the `checkpoint` dtype). The layouts live in qforge/layout/.
 template <class F>
 decltype(auto) with_layout(output_format f, int bits, dtype scale_dtype, dtype checkpoint, F&& fn) {
-    switch (f) {
-        case output_format::gptq:
-        case output_format::gptq_v2:
-            return with_gptq_layout(bits,
-                                    gptq_options{f == output_format::gptq ? gptq_format::v1 : gptq_format::v2,
-                                                 scale_dtype, false},
-                                    std::forward<F>(fn));
-        case output_format::awq:
-            return with_awq_layout(bits, std::forward<F>(fn));
-        case output_format::compressed_tensors_w8a8:
-            if (bits != 8) fail<unsupported_error>({}, {}, "W8A8 holds 8 bits, got " + std::to_string(bits));
-            return fn(ct_int8_layout(ct_options{ct_packing::padded_v0_12, checkpoint}));
-        case output_format::compressed_tensors:
-            break;
-        case output_format::compressed_tensors_fp8:
-        case output_format::fp8:  // float codes: layout/fp8.hpp, through fp8_options_for()
-            fail<unsupported_error>({}, {}, std::string(format_name(f)) + " has no integer layout");
-    }
-    return with_ct_layout(bits, ct_options{ct_packing::padded_v0_12, checkpoint}, std::forward<F>(fn));
+    return with_layout(f, layout_request{bits, scale_dtype, checkpoint}, std::forward<F>(fn));
 }
 
 /// The tensors one quantized linear `<module>.weight` [rows x cols] becomes.
 inline std::vector<planned_tensor> format_tensors(output_format f, std::string_view module, std::int64_t rows,
                                                   std::int64_t cols, const quant_spec& s, dtype checkpoint) {
-    const dtype sd = s.scale_dtype.value_or(default_scale_dtype(f, checkpoint));
     quant_spec resolved = s;
-    resolved.scale_dtype = sd;
-    const auto specs = is_float_format(f) ? fp8_layout(fp8_options_for(f, resolved, checkpoint)).specs(rows, cols)
-                                          : with_layout(f, s.bits, sd, checkpoint, [&](const auto& layout) {
-                                                return layout.specs(rows, cols, s.group_size, s.symmetric);
-                                            });
+    resolved.scale_dtype = s.scale_dtype.value_or(default_scale_dtype(f, checkpoint));
+    const layout_request r = layout_request_for(resolved, checkpoint, checkpoint);
+    const auto specs = visit_format(f, [&](auto t) {
+        using T = decltype(t);
+        if constexpr (T::codes == code_kind::e4m3) return fp8_layout(T::options(s.group_size, resolved.scale_dtype, checkpoint)).specs(rows, cols);
+        else return T::with_layout(r, [&](const auto& layout) { return layout.specs(rows, cols, s.group_size, s.symmetric); });
+    });
     std::vector<planned_tensor> out;
     for (const tensor_spec& t : specs) out.push_back({std::string(module) + t.suffix, t.type, t.shape});
     return out;
+}
+
+/// The `quantization_config` of format `f` for the model's `linears`, built from `main` (the
+/// first quantized layer's scheme, scale dtype resolved; formats that state one scheme take
+/// the one most layers use) and the model dtype `checkpoint`.
+inline json format_config(output_format f, std::span<const linear_entry> linears, const layout_request& main) {
+    return visit_format(f, [&](auto t) { return decltype(t)::config(linears, main); });
+}
+
+/// The files format `f` writes beside config.json (GPTQ's quantize_config.json), or none.
+inline std::vector<side_file> format_side_files(output_format f, std::span<const linear_entry> linears,
+                                                const layout_request& main) {
+    return visit_format(f, [&](auto t) { return decltype(t)::side_files(linears, main); });
 }
 
 }  // namespace qforge

@@ -87,11 +87,27 @@ inline std::optional<imatrix_location> imatrix_location_of(std::string_view hf_w
     return detail::moe_location(layer, rest);
 }
 
-/// Looks up importance vectors weight by weight, keeping the last entry read: the experts of
-/// one stacked entry come one after another in a conversion, and are read from the file once.
+/// THE imatrix lookup, for both converters: entries read from the file once and kept until
+/// another is asked for (the experts of one stacked entry come one after another in a
+/// conversion, and a GGUF conversion asks for each tensor's entry once). The safetensors
+/// converter asks by Hugging Face weight name (find); the GGUF converter by GGUF name (entry),
+/// applying llama-quantize's rules to what it gets (convert/gguf/converter.hpp).
 class importance_lookup {
 public:
     explicit importance_lookup(const gguf::importance_matrix& m) : m_(&m) {}
+
+    const gguf::importance_matrix& matrix() const noexcept { return *m_; }
+
+    /// The entry of GGUF weight `gguf_name`, or null when the imatrix has none. Valid until
+    /// the next lookup.
+    const gguf::imatrix_entry* entry(std::string_view gguf_name) {
+        if (!m_->contains(gguf_name)) return nullptr;
+        if (!cached_ || cached_name_ != gguf_name) {
+            cached_ = m_->load(gguf_name);
+            cached_name_ = std::string(gguf_name);
+        }
+        return cached_ ? &*cached_ : nullptr;
+    }
 
     /// The importance of the `cols` input columns of `hf_weight`, or an empty span when the
     /// imatrix has no entry for it (the caller reports the weight as quantized without one).
@@ -99,12 +115,9 @@ public:
     /// llama-quantize ("imatrix size %d is different from tensor size %d", LC src/llama-quant.cpp).
     std::span<const float> find(std::string_view hf_weight, std::int64_t cols) {
         const auto loc = imatrix_location_of(hf_weight);
-        if (!loc || !m_->contains(loc->entry)) return {};
-        if (cached_name_ != loc->entry) {
-            cached_ = m_->load(loc->entry);
-            cached_name_ = loc->entry;
-        }
-        const gguf::imatrix_entry& e = *cached_;
+        const gguf::imatrix_entry* found = loc ? entry(loc->entry) : nullptr;
+        if (!found) return {};
+        const gguf::imatrix_entry& e = *found;
         const auto n = static_cast<std::int64_t>(e.values.size());
         const std::int64_t mats = e.n_per_row > 0 ? e.n_mat : (cols > 0 && n % cols == 0 ? n / cols : 0);
         const std::int64_t want = loc->expert < 0 ? 0 : loc->expert;

@@ -367,186 +367,194 @@ inline void check_experts(plan& p, output_format format) {
 
 }  // namespace detail
 
-/// Resolves `rules` against the checkpoint's tensors. Never throws for a bad combination:
-/// every problem becomes a refusal in the returned plan (a bad regex throws when the rule is made).
-inline plan make_plan(const std::vector<source_tensor>& sources, const model_config& cfg, const rule_set& rules,
-                      output_format format) {
-    plan p;
-    p.format = format;
-    std::set<std::string> source_names;
+/// The request a plan's format builds its config and side files from: the first quantized
+/// item's scheme (formats that state one scheme take the one most layers use) and the model
+/// dtype of the quantized items (the last one's).
+inline layout_request main_layout_request(const plan& p, bool desc_act = false) {
+    const quant_spec scheme = *p.main_scheme();
+    dtype model_type = dtype::BF16;
+    for (const auto& it : p.items)
+        if (it.action == plan_action::quantize) model_type = it.model_type();
+    return layout_request_for(scheme, model_type, model_type, desc_act);
+}
+
+namespace detail {
+
+/// Every source once: a name in two shards is refused; source_bytes counts them.
+inline void count_sources(plan& p, const std::vector<source_tensor>& sources, std::set<std::string>& names) {
     for (const auto& s : sources) {
-        if (!source_names.insert(s.name).second)
-            p.refusals.push_back(detail::refusal(s.file, s.name, "tensor appears in more than one shard"));
+        if (!names.insert(s.name).second) p.refusals.push_back(refusal(s.file, s.name, "tensor appears in more than one shard"));
         if (dtype_size(s.type) != 0)
             p.source_bytes += static_cast<std::uint64_t>(checked_numel(s.shape, s.file, s.name)) * dtype_size(s.type);
     }
+}
 
-    // Stage 1: rewrites (split, untie, rename) turn source tensors into output items.
-    for (const auto& s : sources) {
-        for (std::string_view q : {".qweight", ".weight_packed", ".qzeros", ".weight_scale"})
-            if (std::string_view(s.name).ends_with(q)) {
-                p.refusals.push_back(detail::refusal(
-                    s.file, s.name, "the checkpoint is already quantized (convert a bf16/fp16 checkpoint, or repack it)"));
-                break;
-            }
-        plan_item whole;
-        whole.name = s.name;
-        whole.source = s.name;
-        whole.source_file = s.file;
-        whole.source_type = s.type;
-        whole.source_shape = s.shape;
-        whole.scale = s.scale;
-        whole.shape = s.shape;
-        whole.row_end = s.shape.empty() ? 0 : s.shape[0];
+/// The item a source tensor becomes when nothing rewrites it.
+inline plan_item whole_item(const source_tensor& s) {
+    plan_item whole;
+    whole.name = s.name;
+    whole.source = s.name;
+    whole.source_file = s.file;
+    whole.source_type = s.type;
+    whole.source_shape = s.shape;
+    whole.scale = s.scale;
+    whole.shape = s.shape;
+    whole.row_end = s.shape.empty() ? 0 : s.shape[0];
+    return whole;
+}
 
-        std::vector<plan_item> parts;
-        if (is_floating(s.type) && is_fused_expert_tensor(s.name)) {
-            std::string why;
-            const auto pieces = split_fused_experts(s.name, s.shape, cfg, why);
-            if (!why.empty()) {
-                p.refusals.push_back(detail::refusal(s.file, s.name, why));
-                continue;
-            }
-            for (const expert_piece& piece : pieces) {
-                plan_item part = whole;
-                part.name = piece.name;
-                part.shape = piece.shape;
-                part.cut = piece.cut;
-                part.row_begin = 0;
-                part.row_end = piece.shape[0];
-                parts.push_back(std::move(part));
-            }
-        } else if (const rule* r = rules.last_match<split_action>(s.name)) {
-            const auto& sp = std::get<split_action>(r->action);
-            std::string why;
-            if (s.shape.empty() || s.shape.size() > 2) {
-                why = "only a matrix or a bias can be split, not shape " + shape_to_string(s.shape);
-            } else {
-                std::int64_t row = 0;
-                for (const auto& [piece, n] : detail::split_parts(sp, cfg, s.shape[0], why)) {
-                    plan_item part = whole;
-                    part.name = detail::replace_last(s.name, sp.fused, piece);
-                    part.row_begin = row;
-                    part.row_end = row + n;
-                    part.shape[0] = n;
-                    row += n;
-                    parts.push_back(std::move(part));
-                }
-            }
-            if (!why.empty()) {
-                p.refusals.push_back(detail::refusal(s.file, s.name, why));
-                continue;
-            }
-        } else {
-            parts.push_back(whole);
+/// The experts of a fused 3-D expert tensor, each its own item (convert/fused_experts.hpp).
+inline std::vector<plan_item> expert_items(const plan_item& whole, const model_config& cfg, std::string& why) {
+    std::vector<plan_item> parts;
+    for (const expert_piece& piece : split_fused_experts(whole.source, whole.source_shape, cfg, why)) {
+        plan_item part = whole;
+        part.name = piece.name;
+        part.shape = piece.shape;
+        part.cut = piece.cut;
+        part.row_begin = 0;
+        part.row_end = piece.shape[0];
+        parts.push_back(std::move(part));
+    }
+    return parts;
+}
+
+/// The row ranges a split rule cuts a fused q/k/v or gate/up tensor into.
+inline std::vector<plan_item> split_items(const plan_item& whole, const split_action& sp, const model_config& cfg,
+                                          std::string& why) {
+    std::vector<plan_item> parts;
+    const shape_t& shape = whole.source_shape;
+    if (shape.empty() || shape.size() > 2) {
+        why = "only a matrix or a bias can be split, not shape " + shape_to_string(shape);
+        return parts;
+    }
+    std::int64_t row = 0;
+    for (const auto& [piece, n] : split_parts(sp, cfg, shape[0], why)) {
+        plan_item part = whole;
+        part.name = replace_last(whole.source, sp.fused, piece);
+        part.row_begin = row;
+        part.row_end = row + n;
+        part.shape[0] = n;
+        row += n;
+        parts.push_back(std::move(part));
+    }
+    return parts;
+}
+
+/// Stage 1 for one source: the rewrites (expert cut, split, untie, rename) that turn it into
+/// output items, appended to p.items; every problem is a refusal.
+inline void rewrite_source(plan& p, const source_tensor& s, const model_config& cfg, const rule_set& rules,
+                           const std::set<std::string>& source_names) {
+    for (std::string_view q : {".qweight", ".weight_packed", ".qzeros", ".weight_scale"})
+        if (std::string_view(s.name).ends_with(q)) {
+            p.refusals.push_back(
+                refusal(s.file, s.name, "the checkpoint is already quantized (convert a bf16/fp16 checkpoint, or repack it)"));
+            break;
         }
-        if (const rule* r = rules.last_match<untie_action>(s.name)) {
-            const auto& u = std::get<untie_action>(r->action);
-            if (!cfg.tie_word_embeddings)
-                p.refusals.push_back(detail::refusal(s.file, s.name, "untie asked but config.json does not tie the embeddings"));
-            else if (source_names.contains(u.head))
-                p.refusals.push_back(detail::refusal(s.file, s.name, "untie asked but '" + u.head + "' already exists"));
-            plan_item head = whole;
-            head.name = u.head;
-            parts.push_back(std::move(head));
-            p.untied = true;
-        }
-        for (auto& part : parts) {
-            if (const rule* r = rules.last_match<rename_action>(part.name))
-                part.name = r->select.replace(part.name, std::get<rename_action>(r->action).replacement);
-            p.items.push_back(std::move(part));
+    const plan_item whole = whole_item(s);
+    std::vector<plan_item> parts;
+    std::string why;
+    if (is_floating(s.type) && is_fused_expert_tensor(s.name)) parts = expert_items(whole, cfg, why);
+    else if (const rule* r = rules.last_match<split_action>(s.name)) parts = split_items(whole, std::get<split_action>(r->action), cfg, why);
+    else parts.push_back(whole);
+    if (!why.empty()) {
+        p.refusals.push_back(refusal(s.file, s.name, why));
+        return;
+    }
+    if (const rule* r = rules.last_match<untie_action>(s.name)) {
+        const auto& u = std::get<untie_action>(r->action);
+        if (!cfg.tie_word_embeddings)
+            p.refusals.push_back(refusal(s.file, s.name, "untie asked but config.json does not tie the embeddings"));
+        else if (source_names.contains(u.head))
+            p.refusals.push_back(refusal(s.file, s.name, "untie asked but '" + u.head + "' already exists"));
+        plan_item head = whole;
+        head.name = u.head;
+        parts.push_back(std::move(head));
+        p.untied = true;
+    }
+    for (auto& part : parts) {
+        if (const rule* r = rules.last_match<rename_action>(part.name))
+            part.name = r->select.replace(part.name, std::get<rename_action>(r->action).replacement);
+        p.items.push_back(std::move(part));
+    }
+}
+
+/// Stage 2 for one item: its action, then the format's checks on a quantized item and the
+/// tensors it becomes. Returns the refusal, or empty.
+inline std::string resolve_item(plan_item& it, const rule_set& rules, const model_config& cfg, bool tied,
+                                output_format format) {
+    if (std::string why = decide(it, rules, cfg); !why.empty()) return why;
+    if (it.action == plan_action::keep) {
+        it.outputs = {{it.name, it.out_type, it.shape}};
+        return {};
+    }
+    if (tied && is_embedding_name(it.name))
+        return "this embedding table is tied to the output head; quantizing it needs an untie rule (the head is "
+               "quantized, the table stays dense)";
+    if (it.value_type() != dtype::BF16 && it.value_type() != dtype::F16 && it.value_type() != dtype::F32)
+        return "cannot quantize " + std::string(dtype_name(it.source_type)) + " weights";
+    if (!it.scheme.scale_dtype) it.scheme.scale_dtype = default_scale_dtype(format, it.model_type());
+    if (!policy_for(it.scheme, format))
+        return std::string("scale rule '") + std::string(scale_method_name(it.scheme.scale)) +
+               "' is for symmetric schemes; use minmax or mse with --asym";
+    if (auto why = format_refusal(format, it.shape[0], it.shape[1], it.scheme, it.model_type()))
+        return std::string(format_name(format)) + ": " + *why;
+    it.outputs = format_tensors(format, module_of(it.name), it.shape[0], it.shape[1], it.scheme, it.model_type());
+    return {};
+}
+
+/// A quantize rule that selects a tied head that does not exist in the file.
+inline void check_tied_head(plan& p, const rule_set& rules) {
+    const rule* head = rules.last_match<quantize_action>("lm_head.weight");
+    const rule* keep = rules.last_match<keep_action>("lm_head.weight");
+    auto index_of = [&](const rule* r) { return r ? r - rules.rules.data() : -1; };
+    if (head && index_of(head) > index_of(keep))
+        p.refusals.push_back(refusal({}, "lm_head.weight",
+                                     "lm_head is tied to the embedding table (tie_word_embeddings, no lm_head in the "
+                                     "file); quantizing it needs an untie rule"));
+}
+
+/// A format whose config states one scheme for every quantized layer (AWQ: AutoAWQConfig has
+/// no per-module override) refuses a second scheme. GPTQ configs carry the other layers'
+/// bits / group / symmetry as GPTQModel `dynamic` overrides (layout/gptq.hpp gptq_dynamic).
+inline void check_one_scheme(plan& p, output_format format) {
+    if (!states_one_scheme(format)) return;
+    const plan_item* first = nullptr;
+    for (const auto& it : p.items) {
+        if (it.action != plan_action::quantize || it.outputs.empty()) continue;
+        if (!first) {
+            first = &it;
+        } else if (it.scheme != first->scheme) {
+            p.refusals.push_back(refusal(
+                it.source_file, it.name,
+                std::string(format_name(format)) + " describes one scheme per checkpoint (AutoAWQ and vLLM's "
+                    "AutoAWQConfig read one bits/group_size/zero_point): " +
+                    scheme_to_string(it.scheme) + " here, " + scheme_to_string(first->scheme) + " for '" +
+                    first->name + "' (use compressed-tensors, or GPTQ's per-module overrides, for mixed schemes)"));
+            return;
         }
     }
+}
 
-    // Stage 2: actions, then the format's checks on every quantized item.
-    const bool head_in_source = std::any_of(sources.begin(), sources.end(),
-                                            [](const source_tensor& s) { return module_of(s.name).ends_with("lm_head"); });
-    const bool tied = cfg.tie_word_embeddings && !head_in_source && !p.untied;
-    for (auto& it : p.items) {
-        if (std::string why = detail::decide(it, rules, cfg); !why.empty()) {
-            p.refusals.push_back(detail::refusal(it.source_file, it.name, why));
-            continue;
-        }
-        if (it.action == plan_action::keep) {
-            it.outputs = {{it.name, it.out_type, it.shape}};
-            continue;
-        }
-        if (tied && detail::is_embedding_name(it.name)) {
-            p.refusals.push_back(detail::refusal(it.source_file, it.name,
-                                                 "this embedding table is tied to the output head; quantizing it needs an "
-                                                 "untie rule (the head is quantized, the table stays dense)"));
-            continue;
-        }
-        if (it.value_type() != dtype::BF16 && it.value_type() != dtype::F16 && it.value_type() != dtype::F32) {
-            p.refusals.push_back(detail::refusal(it.source_file, it.name,
-                                                 "cannot quantize " + std::string(dtype_name(it.source_type)) + " weights"));
-            continue;
-        }
-        if (!it.scheme.scale_dtype) it.scheme.scale_dtype = default_scale_dtype(format, it.model_type());
-        if (!detail::policy_for(it.scheme, format)) {
-            p.refusals.push_back(detail::refusal(it.source_file, it.name,
-                                                 std::string("scale rule '") + std::string(scale_method_name(it.scheme.scale)) +
-                                                     "' is for symmetric schemes; use minmax or mse with --asym"));
-            continue;
-        }
-        if (auto why = format_refusal(format, it.shape[0], it.shape[1], it.scheme, it.model_type())) {
-            p.refusals.push_back(detail::refusal(it.source_file, it.name,
-                                                 std::string(format_name(format)) + ": " + *why));
-            continue;
-        }
-        it.outputs = format_tensors(format, module_of(it.name), it.shape[0], it.shape[1], it.scheme, it.model_type());
-    }
-
-    // A quantize rule that selects a tied head that does not exist in the file.
-    if (tied) {
-        const rule* head = rules.last_match<quantize_action>("lm_head.weight");
-        const rule* keep = rules.last_match<keep_action>("lm_head.weight");
-        auto index_of = [&](const rule* r) { return r ? r - rules.rules.data() : -1; };
-        if (head && index_of(head) > index_of(keep))
-            p.refusals.push_back(detail::refusal({}, "lm_head.weight",
-                                                 "lm_head is tied to the embedding table (tie_word_embeddings, no "
-                                                 "lm_head in the file); quantizing it needs an untie rule"));
-    }
-
-    // One config describes every quantized layer in AWQ (AutoAWQConfig has no per-module
-    // override). GPTQ configs carry the other layers' bits / group / symmetry as GPTQModel
-    // `dynamic` overrides (layout/gptq.hpp gptq_dynamic), so GPTQ layers may differ in those.
-    if (format == output_format::awq) {
-        const plan_item* first = nullptr;
-        for (const auto& it : p.items) {
-            if (it.action != plan_action::quantize || it.outputs.empty()) continue;
-            if (!first) {
-                first = &it;
-            } else if (it.scheme != first->scheme) {
-                p.refusals.push_back(detail::refusal(
-                    it.source_file, it.name,
-                    std::string(format_name(format)) + " describes one scheme per checkpoint (AutoAWQ and vLLM's "
-                        "AutoAWQConfig read one bits/group_size/zero_point): " +
-                        scheme_to_string(it.scheme) + " here, " + scheme_to_string(first->scheme) + " for '" +
-                        first->name + "' (use compressed-tensors, or GPTQ's per-module overrides, for mixed schemes)"));
-                break;
-            }
-        }
-    }
-
-    // Layers a loader fuses (q/k/v, gate/up) must share one scheme or all stay dense.
+/// Layers a loader fuses (q/k/v, gate/up) must share one scheme or all stay dense.
+inline void check_fused_families(plan& p) {
     std::map<std::string, const plan_item*> family_first;
     for (const auto& it : p.items) {
-        const std::string fam = detail::fused_family(it.name);
+        const std::string fam = fused_family(it.name);
         if (fam.empty()) continue;
         auto [pos, inserted] = family_first.emplace(fam, &it);
         if (inserted) continue;
         const plan_item& a = *pos->second;
         const bool same = a.action == it.action && (a.action == plan_action::keep || a.scheme == it.scheme);
         if (!same)
-            p.refusals.push_back(detail::refusal(
+            p.refusals.push_back(refusal(
                 it.source_file, it.name,
                 "loaders fuse this layer with '" + a.name +
                     "' and need one scheme for both (vLLM: \"all to use the same scheme\"); give them the same rule"));
     }
+}
 
-    // The layout's config: its checks (one scheme, every block linear quantized for GPTQ,
-    // fused layers, tied layers) become refusals now rather than after the work.
+/// Every linear of the output model, quantized or not, as the layout's config sees them.
+inline void collect_linears(plan& p, const model_config& cfg, bool tied) {
     for (const auto& it : p.items) {
         if (it.shape.size() != 2 || !it.name.ends_with(".weight") || !is_floating(it.value_type())) continue;
         const bool router = it.action == plan_action::keep && is_router(it.name, it.shape, cfg.num_experts);
@@ -559,39 +567,58 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
         e.router = router;
         p.linears.push_back(std::move(e));
     }
-    if (cfg.tie_word_embeddings && !head_in_source && !p.untied)
-        p.linears.push_back({"lm_head", false, 4, -1, true, 0, 0, {}});
-    detail::check_experts(p, format);
-    if (p.quantized_count() == 0) {
-        p.refusals.push_back(detail::refusal({}, {}, "no tensor is selected for quantization"));
-    } else if (p.refusals.empty()) {
-        auto scheme = *p.main_scheme();
-        // A GPTQ config states the scheme most layers use (the rest are `dynamic` overrides).
-        if (format != output_format::compressed_tensors)
-            if (const linear_entry* base = majority_scheme(p.linears)) scheme.bits = base->bits;
-        dtype model_type = dtype::BF16;
-        for (const auto& it : p.items)
-            if (it.action == plan_action::quantize) model_type = it.model_type();
-        try {
-            if (is_float_format(format))
-                p.quantization_config = fp8_config(p.linears, fp8_options_for(format, scheme, model_type));
-            else
-                p.quantization_config =
-                    with_layout(format, scheme.bits, *scheme.scale_dtype, model_type, [&](const auto& layout) {
-                        if constexpr (requires { ct_config(p.linears, layout.options()); })
-                            if (format == output_format::compressed_tensors) return ct_config(p.linears, layout.options());
-                        return layout.config(p.linears);
-                    });
-        } catch (const error& e) {
-            p.refusals.push_back(e.what());
-        }
-    }
+    if (tied) p.linears.push_back({"lm_head", false, 4, -1, true, 0, 0, {}});
+}
 
+/// The layout's config: its checks (one scheme, every block linear quantized for GPTQ, fused
+/// layers, tied layers) become refusals now rather than after the work.
+inline void make_quantization_config(plan& p) {
+    if (p.quantized_count() == 0) {
+        p.refusals.push_back(refusal({}, {}, "no tensor is selected for quantization"));
+        return;
+    }
+    if (!p.refusals.empty()) return;
+    try {
+        p.quantization_config = format_config(p.format, p.linears, main_layout_request(p));
+    } catch (const error& e) {
+        p.refusals.push_back(e.what());
+    }
+}
+
+inline void check_output_names(plan& p) {
     std::set<std::string> out_names;
     for (const auto& it : p.items)
         for (const auto& t : it.outputs)
             if (!out_names.insert(t.name).second)
-                p.refusals.push_back(detail::refusal({}, t.name, "two rules write the same output tensor name"));
+                p.refusals.push_back(refusal({}, t.name, "two rules write the same output tensor name"));
+}
+
+}  // namespace detail
+
+/// Resolves `rules` against the checkpoint's tensors. Never throws for a bad combination:
+/// every problem becomes a refusal in the returned plan (a bad regex throws when the rule is made).
+inline plan make_plan(const std::vector<source_tensor>& sources, const model_config& cfg, const rule_set& rules,
+                      output_format format) {
+    plan p;
+    p.format = format;
+    std::set<std::string> source_names;
+    detail::count_sources(p, sources, source_names);
+    // Stage 1: rewrites (split, untie, rename) turn source tensors into output items.
+    for (const auto& s : sources) detail::rewrite_source(p, s, cfg, rules, source_names);
+    // Stage 2: actions, then the format's checks on every quantized item.
+    const bool head_in_source = std::any_of(sources.begin(), sources.end(),
+                                            [](const source_tensor& s) { return module_of(s.name).ends_with("lm_head"); });
+    const bool tied = cfg.tie_word_embeddings && !head_in_source && !p.untied;
+    for (auto& it : p.items)
+        if (std::string why = detail::resolve_item(it, rules, cfg, tied, format); !why.empty())
+            p.refusals.push_back(detail::refusal(it.source_file, it.name, why));
+    if (tied) detail::check_tied_head(p, rules);
+    detail::check_one_scheme(p, format);
+    detail::check_fused_families(p);
+    detail::collect_linears(p, cfg, tied);
+    detail::check_experts(p, format);
+    detail::make_quantization_config(p);
+    detail::check_output_names(p);
     return p;
 }
 

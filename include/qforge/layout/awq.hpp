@@ -8,7 +8,9 @@
 // (no g_idx tensor), N % 8 == 0 and K % group == 0.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -227,5 +229,42 @@ decltype(auto) with_awq_layout(int bits, F&& f) {
         fail<unsupported_error>({}, {}, "AWQ packs 4 bits only; got " + std::to_string(bits));
     return f(awq_layout<4>());
 }
+
+/// AWQ as the converter's format table sees it (convert/format.hpp): F16 scales (AutoAWQ
+/// writes .half()), contiguous groups, one scheme per checkpoint (AutoAWQConfig has no
+/// per-module override), and `minmax --asym` is AutoAWQ's own zero-point rule (awq_minmax).
+struct awq_format_traits {
+    static constexpr std::string_view name = "awq";
+    static constexpr std::array<std::string_view, 0> aliases{};
+    static constexpr code_kind codes = code_kind::integer;
+    static constexpr bool carries_g_idx = false;
+    static constexpr bool one_scheme = true;
+    static constexpr scale_policy asymmetric_minmax = scale_policy::awq_minmax;
+
+    static dtype default_scale_dtype(dtype /*checkpoint*/) noexcept { return dtype::F16; }
+
+    /// Why AWQ cannot hold a [n x k] weight under `s` (the plan's wording; the layout's
+    /// check_shape refuses the same shapes when a weight is packed).
+    static std::optional<std::string> refusal(std::int64_t n, std::int64_t k, const layout_scheme& s) {
+        const std::int64_t g = detail::effective_group(s.group_size, k);
+        if (s.bits != 4) return "AWQ packs 4 bits only, not " + std::to_string(s.bits);
+        if (k % g != 0)
+            return "AWQ needs whole groups: K=" + std::to_string(k) + " is not a multiple of group " + std::to_string(g);
+        if (n % 8 != 0) return "AWQ packs N in words of 8: N=" + std::to_string(n) + " is not a multiple of 8";
+        return std::nullopt;
+    }
+
+    template <class F>
+    static decltype(auto) with_layout(const layout_request& r, F&& f) {
+        return with_awq_layout(r.bits, std::forward<F>(f));
+    }
+
+    static json config(std::span<const linear_entry> linears, layout_request r) {
+        if (const linear_entry* base = majority_scheme(linears)) r.bits = base->bits;
+        return with_layout(r, [&](const auto& layout) { return layout.config(linears); });
+    }
+
+    static std::vector<side_file> side_files(std::span<const linear_entry>, const layout_request&) { return {}; }
+};
 
 }  // namespace qforge

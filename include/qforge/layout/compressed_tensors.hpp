@@ -16,8 +16,10 @@
 // 4 and 8 bits the words are the same either way.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +30,7 @@
 #include "qforge/core/json_value.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/layout/detail/ct_envelope.hpp"
 #include "qforge/layout/detail/pack_band.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/layout_traits.hpp"
@@ -328,33 +331,12 @@ inline json ct_config(std::span<const linear_entry> linears, const ct_options& o
     for (std::size_t n = 0; n < keys.size(); ++n) {
         const std::size_t i = order[n];
         const bool channel = keys[i].group < 0;
-        json weights = json::object({{"actorder", nullptr},
-                                     {"block_structure", nullptr},
-                                     {"dynamic", false},
-                                     {"group_size", channel ? json() : json(keys[i].group)},
-                                     {"num_bits", keys[i].bits},
-                                     {"observer", "minmax"},
-                                     {"observer_kwargs", json::object()},
-                                     {"strategy", channel ? "channel" : "group"},
-                                     {"symmetric", keys[i].symmetric},
-                                     {"type", "int"}});
+        json weights = detail::ct_quantization_args("int", keys[i].bits, channel ? "channel" : "group", keys[i].symmetric,
+                                                    false, channel ? json() : json(keys[i].group), nullptr, "minmax");
         groups.set("group_" + std::to_string(n),
-                   json::object({{"format", "pack-quantized"},
-                                 {"input_activations", nullptr},
-                                 {"output_activations", nullptr},
-                                 {"targets", std::move(targets[i])},
-                                 {"weights", std::move(weights)}}));
+                   detail::ct_config_group("pack-quantized", nullptr, std::move(targets[i]), std::move(weights)));
     }
-    return json::object({{"config_groups", std::move(groups)},
-                         {"format", "pack-quantized"},
-                         {"global_compression_ratio", nullptr},
-                         {"ignore", unquantized_names(linears)},
-                         {"kv_cache_scheme", nullptr},
-                         {"quant_method", "compressed-tensors"},
-                         {"quantization_status", "compressed"},
-                         {"sparsity_config", json::object()},
-                         {"transform_config", json::object()},
-                         {"version", ct_version(options.packing)}});
+    return detail::ct_envelope(std::move(groups), "pack-quantized", unquantized_names(linears), ct_version(options.packing));
 }
 
 template <int Bits>
@@ -383,5 +365,41 @@ decltype(auto) with_ct_layout(int bits, ct_options options, F&& f) {
                                                 std::to_string(bits));
     }
 }
+
+/// compressed-tensors `pack-quantized` as the converter's format table sees it
+/// (convert/format.hpp): scales in the checkpoint dtype, any mix of 2..8 bits, group sizes and
+/// symmetry in one config (one config group per scheme), written in the 0.12 packing.
+struct ct_format_traits {
+    static constexpr std::string_view name = "compressed-tensors";
+    static constexpr std::array<std::string_view, 2> aliases{"ct", "compressed_tensors"};
+    static constexpr code_kind codes = code_kind::integer;
+    static constexpr bool carries_g_idx = false;
+    static constexpr bool one_scheme = false;
+    static constexpr scale_policy asymmetric_minmax = scale_policy::minmax;
+
+    static dtype default_scale_dtype(dtype checkpoint) noexcept { return detail::ct_scale_dtype(checkpoint); }
+
+    /// Why compressed-tensors cannot hold a [n x k] weight under `s` (n is free: rows pack alone).
+    static std::optional<std::string> refusal(std::int64_t /*n*/, std::int64_t k, const layout_scheme& s) {
+        if (auto why = detail::ct_scale_refusal(s, true)) return why;
+        const std::int64_t g = detail::effective_group(s.group_size, k);
+        if (k % g != 0)
+            return "vLLM's WNA16 kernels need whole groups: K=" + std::to_string(k) + " is not a multiple of group " +
+                   std::to_string(g) + " (use --group -1 for per-channel)";
+        return std::nullopt;
+    }
+
+    template <class F>
+    static decltype(auto) with_layout(const layout_request& r, F&& f) {
+        return with_ct_layout(r.bits, ct_options{ct_packing::padded_v0_12, r.checkpoint}, std::forward<F>(f));
+    }
+
+    /// Every layer's scheme, whatever its width (ct_config).
+    static json config(std::span<const linear_entry> linears, const layout_request& r) {
+        return with_layout(r, [&](const auto& layout) { return ct_config(linears, layout.options()); });
+    }
+
+    static std::vector<side_file> side_files(std::span<const linear_entry>, const layout_request&) { return {}; }
+};
 
 }  // namespace qforge

@@ -14,8 +14,10 @@
 // dynamic inputs (`compressed_tensors.py _is_dynamic_token_w8a8`).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +29,7 @@
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
+#include "qforge/layout/detail/ct_envelope.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 
@@ -95,37 +98,51 @@ public:
         json targets = json::array();
         for (const linear_entry& e : linears)
             if (e.quantized) targets.push_back(e.name);
-        auto args = [](bool dynamic, const char* strategy, json group, json observer) {
-            return json::object({{"actorder", nullptr},
-                                 {"block_structure", nullptr},
-                                 {"dynamic", dynamic},
-                                 {"group_size", std::move(group)},
-                                 {"num_bits", 8},
-                                 {"observer", std::move(observer)},
-                                 {"observer_kwargs", json::object()},
-                                 {"strategy", strategy},
-                                 {"symmetric", true},
-                                 {"type", "int"}});
-        };
-        json group = json::object({{"format", "int-quantized"},
-                                   {"input_activations", args(true, "token", json(), json())},
-                                   {"output_activations", nullptr},
-                                   {"targets", std::move(targets)},
-                                   {"weights", args(false, g > 0 ? "group" : "channel", g > 0 ? json(g) : json(), "minmax")}});
-        return json::object({{"config_groups", json::object({{"group_0", std::move(group)}})},
-                             {"format", "int-quantized"},
-                             {"global_compression_ratio", nullptr},
-                             {"ignore", unquantized_names(linears)},
-                             {"kv_cache_scheme", nullptr},
-                             {"quant_method", "compressed-tensors"},
-                             {"quantization_status", "compressed"},
-                             {"sparsity_config", json::object()},
-                             {"transform_config", json::object()},
-                             {"version", "0.12.2"}});
+        json inputs = detail::ct_quantization_args("int", 8, "token", true, true, json(), nullptr, json());
+        json weights = detail::ct_quantization_args("int", 8, g > 0 ? "group" : "channel", true, false,
+                                                    g > 0 ? json(g) : json(), nullptr, "minmax");
+        json group = detail::ct_config_group("int-quantized", std::move(inputs), std::move(targets), std::move(weights));
+        return detail::ct_envelope(json::object({{"group_0", std::move(group)}}), "int-quantized",
+                                   unquantized_names(linears), ct_version(ct_packing::padded_v0_12));
     }
 
 private:
     ct_options opt_;
+};
+
+/// compressed-tensors W8A8 as the converter's format table sees it (convert/format.hpp).
+struct ct_int8_format_traits {
+    static constexpr std::string_view name = ct_int8_layout::format_name;
+    static constexpr std::array<std::string_view, 0> aliases{};
+    static constexpr code_kind codes = code_kind::integer;
+    static constexpr bool carries_g_idx = false;
+    static constexpr bool one_scheme = false;
+    static constexpr scale_policy asymmetric_minmax = scale_policy::minmax;
+
+    static dtype default_scale_dtype(dtype checkpoint) noexcept { return detail::ct_scale_dtype(checkpoint); }
+
+    static std::optional<std::string> refusal(std::int64_t /*n*/, std::int64_t k, const layout_scheme& s) {
+        if (s.bits != 8 || !s.symmetric)
+            return "W8A8 holds 8-bit symmetric weights, not " + std::to_string(s.bits) + "-bit " + (s.symmetric ? "sym" : "asym");
+        if (auto why = detail::ct_scale_refusal(s, true)) return why;
+        const std::int64_t g = detail::effective_group(s.group_size, k);
+        if (k % g != 0)
+            return "W8A8 needs whole groups: K=" + std::to_string(k) + " is not a multiple of group " + std::to_string(g);
+        return std::nullopt;
+    }
+
+    template <class F>
+    static decltype(auto) with_layout(const layout_request& r, F&& f) {
+        if (r.bits != 8) fail<unsupported_error>({}, {}, "W8A8 holds 8 bits, got " + std::to_string(r.bits));
+        return f(ct_int8_layout(ct_options{ct_packing::padded_v0_12, r.checkpoint}));
+    }
+
+    static json config(std::span<const linear_entry> linears, layout_request r) {
+        if (const linear_entry* base = majority_scheme(linears)) r.bits = base->bits;
+        return with_layout(r, [&](const auto& layout) { return layout.config(linears); });
+    }
+
+    static std::vector<side_file> side_files(std::span<const linear_entry>, const layout_request&) { return {}; }
 };
 
 }  // namespace qforge

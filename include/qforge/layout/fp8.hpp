@@ -23,9 +23,11 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,6 +41,7 @@
 #include "qforge/core/parallel.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/layout/detail/ct_envelope.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/quant/snr.hpp"
 
@@ -246,37 +249,54 @@ inline json fp8_config(std::span<const linear_entry> linears, const fp8_options&
                              {"quant_method", "fp8"},
                              {"weight_block_size", json::array({o.block, o.block})}});
     const bool block = o.block > 0;
-    auto args = [&](bool dynamic, const char* strategy, json group, json block_structure, json observer) {
-        return json::object({{"actorder", nullptr},
-                             {"block_structure", std::move(block_structure)},
-                             {"dynamic", dynamic},
-                             {"group_size", std::move(group)},
-                             {"num_bits", 8},
-                             {"observer", std::move(observer)},
-                             {"observer_kwargs", json::object()},
-                             {"strategy", strategy},
-                             {"symmetric", true},
-                             {"type", "float"}});
-    };
-    json weights = args(false, block ? "block" : "channel", json(), block ? json::array({o.block, o.block}) : json(), "minmax");
-    json inputs = block ? args(true, "group", json(o.block), json(), json()) : args(true, "token", json(), json(), json());
-    json group = json::object({{"format", "float-quantized"},
-                               {"input_activations", std::move(inputs)},
-                               {"output_activations", nullptr},
-                               {"targets", std::move(targets)},
-                               {"weights", std::move(weights)}});
-    return json::object({{"config_groups", json::object({{"group_0", std::move(group)}})},
-                         {"format", "float-quantized"},
-                         {"global_compression_ratio", nullptr},
-                         {"ignore", unquantized_names(linears)},
-                         {"kv_cache_scheme", nullptr},
-                         {"quant_method", "compressed-tensors"},
-                         {"quantization_status", "compressed"},
-                         {"sparsity_config", json::object()},
-                         {"transform_config", json::object()},
-                         {"version", "0.12.2"}});
+    json weights = detail::ct_quantization_args("float", 8, block ? "block" : "channel", true, false, json(),
+                                                block ? json::array({o.block, o.block}) : json(), "minmax");
+    json inputs = block ? detail::ct_quantization_args("float", 8, "group", true, true, json(o.block), json(), json())
+                        : detail::ct_quantization_args("float", 8, "token", true, true, json(), json(), json());
+    json group = detail::ct_config_group("float-quantized", std::move(inputs), std::move(targets), std::move(weights));
+    return detail::ct_envelope(json::object({{"group_0", std::move(group)}}), "float-quantized", unquantized_names(linears),
+                               "0.12.2");
 }
 
 inline json fp8_layout::config(std::span<const linear_entry> linears) const { return fp8_config(linears, opt_); }
+
+/// The FP8 formats as the converter's format table sees them (convert/format.hpp):
+/// compressed-tensors `float-quantized` (scales in the model dtype, F32 included) and the
+/// native `quant_method: "fp8"` (F32 scales, DeepSeek's weight_scale_inv). E4M3 codes: no
+/// integer grid, so no layout_policy: fp8_layout(options(...)) quantizes and packs in one.
+template <fp8_flavour Flavour>
+struct fp8_format_traits {
+    static constexpr std::string_view name = Flavour == fp8_flavour::native ? "fp8" : "compressed-tensors-fp8";
+    static constexpr std::array<std::string_view, 0> aliases{};
+    static constexpr code_kind codes = code_kind::e4m3;
+    static constexpr bool carries_g_idx = false;
+    static constexpr bool one_scheme = false;
+    static constexpr scale_policy asymmetric_minmax = scale_policy::minmax;
+
+    static dtype default_scale_dtype(dtype checkpoint) noexcept {
+        return Flavour == fp8_flavour::native ? dtype::F32 : checkpoint;
+    }
+
+    /// The layout for a scheme of group (block) `group_size`, scales `scale_dtype` (F32 when
+    /// unset), the quotient x / scale rounded to `values` first.
+    static fp8_options options(std::int64_t group_size, std::optional<dtype> scale_dtype, dtype values) noexcept {
+        return {Flavour, group_size, scale_dtype.value_or(dtype::F32), values};
+    }
+
+    /// Why this layout cannot hold the weight (after the E4M3 rules every float format shares).
+    static std::optional<std::string> refusal(std::int64_t /*n*/, std::int64_t /*k*/, const layout_scheme& s) {
+        if constexpr (Flavour == fp8_flavour::compressed_tensors)
+            if (auto why = detail::ct_scale_refusal(s, false)) return why;
+        if (std::string why = fp8_layout(options(s.group_size, s.scale_dtype, s.checkpoint)).refusal(); !why.empty())
+            return why;
+        return std::nullopt;
+    }
+
+    static json config(std::span<const linear_entry> linears, const layout_request& r) {
+        return fp8_config(linears, options(r.group_size, r.scale_dtype, r.values));
+    }
+
+    static std::vector<side_file> side_files(std::span<const linear_entry>, const layout_request&) { return {}; }
+};
 
 }  // namespace qforge

@@ -16,8 +16,10 @@
 // 3 bits whose words span 32 codes), and K a multiple of the group size.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <regex>
 #include <span>
 #include <string>
@@ -429,5 +431,62 @@ decltype(auto) with_gptq_layout(int bits, gptq_options options, F&& f) {
                                                 " bits is not a GPTQ layout");
     }
 }
+
+/// The GPTQ formats as the converter's format table sees them (convert/format.hpp): v1
+/// (`checkpoint_format: "gptq"`) and v2. Scales default to F16, what AutoGPTQ and GPTQModel
+/// write (.half()); g_idx carries act-order; the config states the scheme most layers use and
+/// describes the rest as `dynamic` overrides; quantize_config.json goes beside config.json.
+template <gptq_format V>
+struct gptq_format_traits {
+    static constexpr std::string_view name = V == gptq_format::v1 ? "gptq" : "gptq-v2";
+    static constexpr std::array<std::string_view, V == gptq_format::v1 ? 0 : 1> aliases =
+        [] {
+            if constexpr (V == gptq_format::v1) return std::array<std::string_view, 0>{};
+            else return std::array<std::string_view, 1>{"gptq_v2"};
+        }();
+    static constexpr code_kind codes = code_kind::integer;
+    static constexpr bool carries_g_idx = true;
+    static constexpr bool one_scheme = false;
+    static constexpr scale_policy asymmetric_minmax = scale_policy::minmax;
+
+    static dtype default_scale_dtype(dtype /*checkpoint*/) noexcept { return dtype::F16; }
+
+    /// Why GPTQ cannot hold a [n x k] weight under `s` (the plan's wording; the layout's
+    /// check_shape refuses the same shapes when a weight is packed).
+    static std::optional<std::string> refusal(std::int64_t n, std::int64_t k, const layout_scheme& s) {
+        const std::string K = std::to_string(k), N = std::to_string(n), b = std::to_string(s.bits);
+        const std::int64_t g = detail::effective_group(s.group_size, k);
+        if (s.bits != 2 && s.bits != 3 && s.bits != 4 && s.bits != 8) return "GPTQ stores 2, 3, 4 or 8 bits, not " + b;
+        if (k % g != 0) return "GPTQ needs whole groups: K=" + K + " is not a multiple of group " + std::to_string(g);
+        if ((k * s.bits) % 32 != 0)
+            return "GPTQ packs K along int32 words: K=" + K + " x " + b + " bits is not a multiple of 32";
+        if ((n * s.bits) % 32 != 0)
+            return "GPTQ packs qzeros along N: N=" + N + " x " + b + " bits is not a multiple of 32";
+        return std::nullopt;
+    }
+
+    template <class F>
+    static decltype(auto) with_layout(const layout_request& r, F&& f) {
+        return with_gptq_layout(r.bits, gptq_options{V, r.scale_dtype, r.desc_act}, std::forward<F>(f));
+    }
+
+    /// The config states the scheme most layers use (majority_scheme), at `r`'s scale dtype.
+    static json config(std::span<const linear_entry> linears, const layout_request& r) {
+        return with_layout(base_request(linears, r), [&](const auto& layout) { return layout.config(linears); });
+    }
+
+    static std::vector<side_file> side_files(std::span<const linear_entry> linears, const layout_request& r) {
+        json side = with_layout(base_request(linears, r), [&](const auto& layout) { return layout.side_file(linears); });
+        std::vector<side_file> out;
+        out.push_back({"quantize_config.json", std::move(side)});
+        return out;
+    }
+
+private:
+    static layout_request base_request(std::span<const linear_entry> linears, layout_request r) {
+        if (const linear_entry* base = majority_scheme(linears)) r.bits = base->bits;
+        return r;
+    }
+};
 
 }  // namespace qforge

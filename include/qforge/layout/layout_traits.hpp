@@ -16,6 +16,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,6 +30,7 @@
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
+#include "qforge/quant/scale_policy.hpp"
 #include "qforge/simd/family.hpp"
 
 namespace qforge {
@@ -46,19 +48,118 @@ struct layer_params {
     bool symmetric = true;
 };
 
-/// The layout concept. `L::bits` is a compile-time constant the layout static_asserts on.
+/// The layout concept, in named parts so that a type which is not a layout fails with the part
+/// it lacks ("... the concept 'layout_packs<L>' was not satisfied") rather than deep inside a
+/// template. `L::bits` is a compile-time constant the layout static_asserts on.
 template <class L>
-concept layout_policy = requires(const L& l, const quantized_tensor& q, std::string_view prefix,
-                                 std::span<const tensor_view> views, layer_params params,
-                                 std::span<const linear_entry> linears, std::int64_t n) {
+concept layout_names_itself = requires {
     { L::format_name } -> std::convertible_to<std::string_view>;
     { L::bits } -> std::convertible_to<int>;
+};
+
+/// specs(n, k, group, symmetric): the tensors of one [n x k] linear, before anything is packed.
+template <class L>
+concept layout_plans_tensors = requires(const L& l, std::int64_t n) {
     { l.specs(n, n, n, true) } -> std::same_as<std::vector<tensor_spec>>;
+};
+
+/// check(q) refuses what the format cannot hold; pack(q, prefix) writes the tensors.
+template <class L>
+concept layout_packs = requires(const L& l, const quantized_tensor& q, std::string_view prefix) {
     { l.check(q) } -> std::same_as<void>;
     { l.pack(q, prefix) } -> std::same_as<std::vector<owned_tensor>>;
+};
+
+/// unpack(views, prefix, params) reads one linear back into the same quantized_tensor.
+template <class L>
+concept layout_unpacks = requires(const L& l, std::span<const tensor_view> views, std::string_view prefix,
+                                  layer_params params) {
     { l.unpack(views, prefix, params) } -> std::same_as<quantized_tensor>;
+};
+
+/// config(linears) writes the format's `quantization_config`.
+template <class L>
+concept layout_writes_config = requires(const L& l, std::span<const linear_entry> linears) {
     { l.config(linears) } -> std::same_as<json>;
 };
+
+template <class L>
+concept layout_policy = layout_names_itself<L> && layout_plans_tensors<L> && layout_packs<L> && layout_unpacks<L> &&
+                        layout_writes_config<L>;
+
+// ---- what an output format tells the converter (convert/format.hpp lists the formats) -------
+//
+// Each layout header ends with the traits of the formats it writes: their name, their code
+// kind, their default scale dtype, the shapes and settings their loaders cannot read (worded
+// for the plan, before anything is quantized), the layout object for a bit width known only
+// at run time, their config.json fragment and their side files. The converter asks these and
+// never names a format; a new integer layout is its header, its tests and one entry in the
+// table of convert/format.hpp.
+
+/// What a format stores per weight: integer codes on a grid (quantized_tensor), or E4M3 codes.
+enum class code_kind { integer, e4m3 };
+
+/// The scheme of one linear as a format's refusal sees it: the plan's quant_spec without the
+/// scale rule, and the weight's model dtype (`checkpoint`).
+struct layout_scheme {
+    int bits = 4;
+    std::int64_t group_size = 128;   ///< -1: per channel
+    bool symmetric = true;
+    std::optional<dtype> scale_dtype;  ///< resolved by the plan (the format's default when unset)
+    dtype checkpoint = dtype::BF16;
+};
+
+/// What a format needs to build its layout object (or config) for a bit width known at run time.
+struct layout_request {
+    int bits = 4;
+    dtype scale_dtype = dtype::F16;
+    dtype checkpoint = dtype::BF16;  ///< the model dtype (compressed-tensors scales follow it)
+    std::int64_t group_size = -1;    ///< the main scheme's (float formats' block size)
+    dtype values = dtype::F32;       ///< the dtype of the weight's values (float formats round x / scale to it)
+    bool desc_act = false;           ///< columns regrouped by act-order (formats that carry g_idx)
+};
+
+/// A file a format writes beside config.json (GPTQ's quantize_config.json).
+struct side_file {
+    std::string name;
+    json content;
+};
+
+/// The traits of one output format, in named parts (see above) so a missing member is named.
+template <class T>
+concept format_names_itself = requires {
+    { T::name } -> std::convertible_to<std::string_view>;
+    { T::aliases } -> std::convertible_to<std::span<const std::string_view>>;
+    { T::codes } -> std::convertible_to<code_kind>;
+};
+
+template <class T>
+concept format_states_conventions = requires(dtype d) {
+    { T::default_scale_dtype(d) } -> std::same_as<dtype>;
+    { T::carries_g_idx } -> std::convertible_to<bool>;      ///< act-order may regroup columns
+    { T::one_scheme } -> std::convertible_to<bool>;         ///< its config states one scheme for every layer
+    { T::asymmetric_minmax } -> std::convertible_to<scale_policy>;  ///< what `minmax --asym` means
+};
+
+template <class T>
+concept format_refuses = requires(std::int64_t n, const layout_scheme& s) {
+    { T::refusal(n, n, s) } -> std::same_as<std::optional<std::string>>;
+};
+
+template <class T>
+concept format_writes_config = requires(std::span<const linear_entry> linears, const layout_request& r) {
+    { T::config(linears, r) } -> std::same_as<json>;
+    { T::side_files(linears, r) } -> std::same_as<std::vector<side_file>>;
+};
+
+template <class T>
+concept format_traits = format_names_itself<T> && format_states_conventions<T> && format_refuses<T> &&
+                        format_writes_config<T>;
+
+/// An integer format also builds its layout_policy for a run-time bit width: with_layout(r, f)
+/// calls f(layout) or refuses the width.
+template <class T>
+concept integer_format_traits = format_traits<T> && T::codes == code_kind::integer;
 
 /// "model.layers.0.mlp.down_proj.weight" -> "model.layers.0.mlp.down_proj".
 inline std::string module_prefix(std::string_view weight_name) {

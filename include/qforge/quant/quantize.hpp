@@ -145,125 +145,166 @@ void quantize_rows(const tensor_view& w, const quant_options& o, const simd::gro
                        row_lo, row_hi, first_bad);
 }
 
+/// The row loop of quantize_rows in named steps. Rows are converted a block of whole groups at
+/// a time (about 8 KB of floats), so the group passes read L1-resident data; a group wider than
+/// that is its own block. Per block: every group's min/max in one kernel call, then the scale
+/// choices (fixed rule: one make_grids call; search: one search_groups call; else group by
+/// group), then every group's codes (and SNR terms) in one call; each group's result is what
+/// the single-group kernels give.
+class row_quantizer {
+public:
+    row_quantizer(const row_scheme& S, const tensor_view& w, const quant_options& o, const simd::group_kernels& k,
+                  row_target out)
+        : S_(S), w_(w), o_(o), k_(k), out_(out), q_(*out.q), cols_(q_.cols), groups_(q_.groups()),
+          es_(dtype_size(w.type)), block_(std::min(cols_, S.gsize >= 2048 ? S.gsize : (2048 / S.gsize) * S.gsize)),
+          block_groups_(static_cast<std::size_t>((block_ + S.gsize - 1) / S.gsize)), buf_(static_cast<std::size_t>(block_)),
+          mn_(block_groups_), mx_(block_groups_), grids_(block_groups_), fixed_(is_fixed_rule(o.policy)),
+          recipe_(fixed_ ? fixed_recipe(o.policy, S.bits, o.scale_dtype) : simd::grid_recipe{}),
+          ga_(fixed_ ? block_groups_ : 0), gb_(fixed_ ? block_groups_ : 0), gs_(fixed_ ? block_groups_ : 0),
+          search_(fixed_ || o.policy == scale_policy::custom ? std::nullopt
+                                                              : plan_search(o.policy, S.bits, S.symmetric, o.scale_dtype, o.search)),
+          snr_in_kernel_(S.gsize % 4 == 0) {
+        if (search_) gs_.resize(block_groups_);
+        g_.bits = S.bits;
+        g_.symmetric = S.symmetric;
+        g_.scale_dtype = o.scale_dtype;
+        g_.tensor = &w.name;
+        g_.kernels = &k;
+    }
+
+    /// Row r of the weight; false (first_bad set to its element) on a non-finite weight.
+    bool row(std::int64_t r, std::int64_t& first_bad) {
+        g_.row = r;
+        const std::int64_t qr = r - out_.first_row;
+        double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        detail::snr_partials slow;
+        for (std::int64_t b0 = 0; b0 < cols_; b0 += block_) {
+            const std::int64_t nb = std::min(block_, cols_ - b0);
+            const std::int64_t bad =
+                k_.to_f32_min_max_groups(w_.bytes.data() + static_cast<std::size_t>(r * cols_ + b0) * es_, w_.type,
+                                         static_cast<std::size_t>(nb), static_cast<std::size_t>(S_.gsize), buf_.data(),
+                                         mn_.data(), mx_.data());
+            if (bad >= 0) {
+                first_bad = r * cols_ + b0 + bad;
+                return false;
+            }
+            const auto ng = static_cast<std::size_t>((nb + S_.gsize - 1) / S_.gsize);  // groups in this block
+            const auto block_gi = static_cast<std::size_t>(qr * groups_ + b0 / S_.gsize);
+            if (fixed_) fixed_grids(b0, ng, block_gi);
+            if (search_) searched_grids(b0, nb, ng, block_gi);
+            if (!fixed_ && !search_) chosen_grids(qr, b0, nb);
+            encode(qr, b0, nb, part, slow);
+        }
+        if (out_.snr) {
+            if (snr_in_kernel_)
+                for (int i = 0; i < 4; ++i) slow.sig[i] = part[i], slow.err[i] = part[4 + i];
+            out_.snr[qr] = slow.total();
+        }
+        return true;
+    }
+
+private:
+    /// Fixed-rule policies: every group's scale of the block in one make_grids call.
+    void fixed_grids(std::int64_t b0, std::size_t ng, std::size_t block_gi) {
+        for (std::size_t jj = 0; jj < ng; ++jj) fixed_inputs(o_.policy, mn_[jj], mx_[jj], ga_[jj], gb_[jj]);
+        const std::int64_t over = k_.make_grids(ga_.data(), gb_.data(), ng, recipe_, gs_.data(), grids_.data());
+        if (over >= 0) {  // the scalar rule words the refusal
+            const auto jj = static_cast<std::size_t>(over);
+            g_.group = b0 / S_.gsize + over;
+            g_.mn = mn_[jj];
+            g_.mx = mx_[jj];
+            (void)choose_group(o_.policy, g_, o_.search);
+        }
+        store_block_grids(q_, block_gi, gs_.data(), grids_.data(), ng);
+    }
+
+    /// Search policies: every group's search of the block in one search_groups call.
+    void searched_grids(std::int64_t b0, std::int64_t nb, std::size_t ng, std::size_t block_gi) {
+        const std::int64_t over = k_.search_groups(
+            buf_.data(), o_.importance.empty() ? nullptr : o_.importance.data() + b0, static_cast<std::size_t>(nb),
+            static_cast<std::size_t>(S_.gsize), mn_.data(), mx_.data(), search_->factors.data(), search_->factors.size(),
+            search_->recipe, gs_.data(), grids_.data());
+        if (over >= 0) {  // the group-by-group rule words the refusal
+            const auto jj = static_cast<std::size_t>(over);
+            g_.group = b0 / S_.gsize + over;
+            g_.w = buf_.data() + jj * static_cast<std::size_t>(S_.gsize);
+            g_.n = static_cast<std::size_t>(std::min(S_.gsize, cols_ - b0 - over * S_.gsize));
+            g_.mn = mn_[jj];
+            g_.mx = mx_[jj];
+            (void)choose_group(o_.policy, g_, o_.search);
+        }
+        store_block_grids(q_, block_gi, gs_.data(), grids_.data(), ng);
+    }
+
+    /// The other policies (custom included): group by group, their zero points checked.
+    void chosen_grids(std::int64_t qr, std::int64_t b0, std::int64_t nb) {
+        const std::int64_t gsize = S_.gsize;
+        std::size_t jj = 0;
+        for (std::int64_t c0 = b0; c0 < b0 + nb; c0 += gsize, ++jj) {
+            const std::int64_t j = c0 / gsize;
+            g_.w = buf_.data() + (c0 - b0);
+            g_.imp = o_.importance.empty() ? nullptr : o_.importance.data() + c0;
+            g_.n = static_cast<std::size_t>(std::min(gsize, cols_ - c0));
+            g_.group = j;
+            g_.mn = mn_[jj];
+            g_.mx = mx_[jj];
+            const group_choice c = o_.policy == scale_policy::custom ? o_.custom(g_) : choose_group(o_.policy, g_, o_.search);
+            if (S_.symmetric) {
+                if (c.zero != S_.pinned_zero())
+                    fail<unsupported_error>({}, w_.name, "custom policy returned zero " + std::to_string(c.zero) +
+                                                             " for a symmetric scheme (must be " +
+                                                             std::to_string(S_.pinned_zero()) + ")");
+            }
+            if (c.zero < 0 || c.zero > S_.maxq())
+                fail<unsupported_error>({}, w_.name, "zero point " + std::to_string(c.zero) + " out of range");
+            const auto gi = static_cast<std::size_t>(qr * groups_ + j);
+            q_.scales[gi] = c.scale;
+            q_.zeros[gi] = c.zero;
+            grids_[jj] = g_.grid(c.scale, c.zero);
+        }
+    }
+
+    /// The block's codes, and its SNR terms (in the kernel, or for groups of 1 or 2 in the
+    /// scalar stream order).
+    void encode(std::int64_t qr, std::int64_t b0, std::int64_t nb, double* part, detail::snr_partials& slow) {
+        std::uint8_t* codes = q_.codes.data() + qr * cols_ + b0;
+        k_.encode_groups(buf_.data(), static_cast<std::size_t>(nb), static_cast<std::size_t>(S_.gsize), grids_.data(), codes,
+                         out_.snr && snr_in_kernel_ ? part : nullptr);
+        if (out_.snr && !snr_in_kernel_)
+            for (std::int64_t c = 0; c < nb; ++c) {
+                const simd::grid_params& gp = grids_[static_cast<std::size_t>(c / S_.gsize)];
+                slow.add(static_cast<std::size_t>(b0 + c), buf_[static_cast<std::size_t>(c)],
+                         simd::no_contract((static_cast<float>(codes[c]) - gp.zero) * gp.scale));
+            }
+    }
+
+    const row_scheme& S_;
+    const tensor_view& w_;
+    const quant_options& o_;
+    const simd::group_kernels& k_;
+    row_target out_;
+    quantized_tensor& q_;
+    std::int64_t cols_, groups_;
+    std::size_t es_;
+    std::int64_t block_;
+    std::size_t block_groups_;
+    std::vector<float> buf_, mn_, mx_;
+    std::vector<simd::grid_params> grids_;
+    bool fixed_;
+    simd::grid_recipe recipe_;
+    std::vector<float> ga_, gb_;
+    std::vector<std::uint16_t> gs_;
+    std::optional<search_plan> search_;
+    bool snr_in_kernel_;
+    group_view g_;
+};
+
 inline void quantize_rows_with(const row_scheme& S, const tensor_view& w, const quant_options& o,
                                const simd::group_kernels& k, row_target out, std::int64_t row_lo, std::int64_t row_hi,
                                std::int64_t& first_bad) {
-    quantized_tensor& q = *out.q;
-    const std::int64_t cols = q.cols;
-    const std::int64_t gsize = S.gsize;
-    const std::int64_t groups = q.groups();
-    const std::size_t es = dtype_size(w.type);
-    // Rows are converted a block of whole groups at a time (about 8 KB of floats), so the
-    // group passes read L1-resident data; a group wider than that is its own block.
-    const std::int64_t block = std::min(cols, gsize >= 2048 ? gsize : (2048 / gsize) * gsize);
-    const auto block_groups = static_cast<std::size_t>((block + gsize - 1) / gsize);
-    std::vector<float> buf(static_cast<std::size_t>(block));
-    // Per block: every group's min/max in one kernel call, then the (scalar) scale choices,
-    // then every group's codes (and SNR terms) in one call; each group's result is what the
-    // single-group kernels give.
-    std::vector<float> mn(block_groups), mx(block_groups);
-    std::vector<simd::grid_params> grids(block_groups);
-    // Fixed-rule policies: every group's scale of a block in one make_grids call.
-    const bool fixed = is_fixed_rule(o.policy);
-    const simd::grid_recipe recipe = fixed ? fixed_recipe(o.policy, S.bits, o.scale_dtype) : simd::grid_recipe{};
-    std::vector<float> ga(fixed ? block_groups : 0), gb(fixed ? block_groups : 0);
-    std::vector<std::uint16_t> gs(fixed ? block_groups : 0);
-    // Search policies: every group's search of a block in one search_groups call.
-    const auto search = fixed || o.policy == scale_policy::custom
-                            ? std::nullopt
-                            : plan_search(o.policy, S.bits, S.symmetric, o.scale_dtype, o.search);
-    if (search) gs.resize(block_groups);
-    const bool snr_in_kernel = gsize % 4 == 0;
-    group_view g;
-    g.bits = S.bits;
-    g.symmetric = S.symmetric;
-    g.scale_dtype = o.scale_dtype;
-    g.tensor = &w.name;
-    g.kernels = &k;
-    for (std::int64_t r = row_lo; r < row_hi; ++r) {
-        g.row = r;
-        const std::int64_t qr = r - out.first_row;
-        double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        detail::snr_partials slow;
-        for (std::int64_t b0 = 0; b0 < cols; b0 += block) {
-            const std::int64_t nb = std::min(block, cols - b0);
-            const std::int64_t bad =
-                k.to_f32_min_max_groups(w.bytes.data() + static_cast<std::size_t>(r * cols + b0) * es, w.type,
-                                        static_cast<std::size_t>(nb), static_cast<std::size_t>(gsize), buf.data(),
-                                        mn.data(), mx.data());
-            if (bad >= 0) {
-                first_bad = r * cols + b0 + bad;
-                return;
-            }
-            const auto ng = static_cast<std::size_t>((nb + gsize - 1) / gsize);  // groups in this block
-            const auto block_gi = static_cast<std::size_t>(qr * groups + b0 / gsize);
-            if (fixed) {
-                for (std::size_t jj = 0; jj < ng; ++jj) fixed_inputs(o.policy, mn[jj], mx[jj], ga[jj], gb[jj]);
-                const std::int64_t over = k.make_grids(ga.data(), gb.data(), ng, recipe, gs.data(), grids.data());
-                if (over >= 0) {  // the scalar rule words the refusal
-                    const auto jj = static_cast<std::size_t>(over);
-                    g.group = b0 / gsize + over;
-                    g.mn = mn[jj];
-                    g.mx = mx[jj];
-                    (void)choose_group(o.policy, g, o.search);
-                }
-                store_block_grids(q, block_gi, gs.data(), grids.data(), ng);
-            }
-            if (search) {
-                const std::int64_t over = k.search_groups(
-                    buf.data(), o.importance.empty() ? nullptr : o.importance.data() + b0, static_cast<std::size_t>(nb),
-                    static_cast<std::size_t>(gsize), mn.data(), mx.data(), search->factors.data(),
-                    search->factors.size(), search->recipe, gs.data(), grids.data());
-                if (over >= 0) {  // the group-by-group rule words the refusal
-                    const auto jj = static_cast<std::size_t>(over);
-                    g.group = b0 / gsize + over;
-                    g.w = buf.data() + jj * static_cast<std::size_t>(gsize);
-                    g.n = static_cast<std::size_t>(std::min(gsize, cols - b0 - over * gsize));
-                    g.mn = mn[jj];
-                    g.mx = mx[jj];
-                    (void)choose_group(o.policy, g, o.search);
-                }
-                store_block_grids(q, block_gi, gs.data(), grids.data(), ng);
-            }
-            std::size_t jj = 0;
-            for (std::int64_t c0 = b0; c0 < b0 + nb && !fixed && !search; c0 += gsize, ++jj) {
-                const std::int64_t j = c0 / gsize;
-                g.w = buf.data() + (c0 - b0);
-                g.imp = o.importance.empty() ? nullptr : o.importance.data() + c0;
-                g.n = static_cast<std::size_t>(std::min(gsize, cols - c0));
-                g.group = j;
-                g.mn = mn[jj];
-                g.mx = mx[jj];
-                const group_choice c = o.policy == scale_policy::custom ? o.custom(g) : choose_group(o.policy, g, o.search);
-                if (S.symmetric) {
-                    if (c.zero != S.pinned_zero())
-                        fail<unsupported_error>({}, w.name, "custom policy returned zero " + std::to_string(c.zero) +
-                                                                " for a symmetric scheme (must be " +
-                                                                std::to_string(S.pinned_zero()) + ")");
-                }
-                if (c.zero < 0 || c.zero > S.maxq())
-                    fail<unsupported_error>({}, w.name, "zero point " + std::to_string(c.zero) + " out of range");
-                const auto gi = static_cast<std::size_t>(qr * groups + j);
-                q.scales[gi] = c.scale;
-                q.zeros[gi] = c.zero;
-                grids[jj] = g.grid(c.scale, c.zero);
-            }
-            std::uint8_t* codes = q.codes.data() + qr * cols + b0;
-            k.encode_groups(buf.data(), static_cast<std::size_t>(nb), static_cast<std::size_t>(gsize), grids.data(),
-                            codes, out.snr && snr_in_kernel ? part : nullptr);
-            if (out.snr && !snr_in_kernel)  // groups of 1 or 2: the scalar stream order
-                for (std::int64_t c = 0; c < nb; ++c) {
-                    const simd::grid_params& gp = grids[static_cast<std::size_t>(c / gsize)];
-                    slow.add(static_cast<std::size_t>(b0 + c), buf[static_cast<std::size_t>(c)],
-                             simd::no_contract((static_cast<float>(codes[c]) - gp.zero) * gp.scale));
-                }
-        }
-        if (out.snr) {
-            if (snr_in_kernel)
-                for (int i = 0; i < 4; ++i) slow.sig[i] = part[i], slow.err[i] = part[4 + i];
-            out.snr[qr] = slow.total();
-        }
-    }
+    row_quantizer rows(S, w, o, k, out);
+    for (std::int64_t r = row_lo; r < row_hi; ++r)
+        if (!rows.row(r, first_bad)) return;
 }
 
 /// Sets q's header for `rows` x w's columns under opt's grid (per channel: one group of all

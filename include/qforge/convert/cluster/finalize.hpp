@@ -135,8 +135,7 @@ inline conversion_result finalize(const std::string& dst_dir, const convert_opti
                                  std::pair{"layers_without_imatrix", &result.layers_without_imatrix}})
             for (auto& m : detail::string_list(r.at(key))) list->push_back(std::move(m));
     }
-    qforge::detail::conversion_inputs in;
-    qforge::detail::open_inputs(in, s.source, p, opt);
+    qforge::detail::conversion_inputs in(s.source, opt, p);
 
     // The headers: the only bytes of the shards no worker wrote.
     for (std::size_t k = 0; k < L.files.size(); ++k) {

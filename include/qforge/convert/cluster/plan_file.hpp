@@ -389,8 +389,7 @@ inline plan_summary make_plan(const std::string& src_dir, const std::string& dst
     const plan p = plan_conversion(src, opt);
     p.throw_if_refused();
     {
-        qforge::detail::conversion_inputs in;  // the same refusals as convert(), now rather than in every worker
-        qforge::detail::open_inputs(in, src_dir, p, opt);
+        qforge::detail::conversion_inputs in(src_dir, opt, p);  // the same refusals as convert(), now rather than in every worker
     }
     const output_layout L = output_layout::of(p, opt.max_shard_bytes);
     plan_summary s;

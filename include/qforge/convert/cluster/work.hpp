@@ -181,8 +181,7 @@ inline work_report work(const std::string& dst_dir, std::size_t worker, std::siz
     if (fingerprint(src, p, opt) != s.fingerprint)
         fail<unsupported_error>(s.staging + "/plan.json", {}, "the source checkpoint or the options changed since `plan`; plan again");
     const output_layout L = output_layout::of(p, opt.max_shard_bytes);
-    qforge::detail::conversion_inputs in;
-    qforge::detail::open_inputs(in, s.source, p, opt);
+    qforge::detail::conversion_inputs in(s.source, opt, p);
     thread_pool pool(std::max(1u, opt.threads));
     const executor run = pool.executor();
     const qforge::detail::shard_path_map paths = qforge::detail::shard_paths(s.staging, L.shards);
@@ -190,8 +189,11 @@ inline work_report work(const std::string& dst_dir, std::size_t worker, std::siz
         const work_unit& unit = s.units[u];
         detail::staged_writer writer(s.staging, L, p, unit);
         conversion_result r;
-        qforge::detail::convert_items(src, p, opt, in, std::nullopt, run, writer, paths,
-                                      [&](std::size_t i) { return i >= unit.begin && i < unit.end; }, r, dst_dir);
+        {
+            qforge::detail::conversion_run run(src, dst_dir, opt, in, r, p, writer, paths);
+            for (std::size_t i = unit.begin; i < unit.end; ++i) run.convert_item(i);
+            run.finish();
+        }
         json tensors = writer.finish();
         json snr = json::array();
         for (const tensor_report& t : r.report.tensors) snr.push_back(json(detail::bits_of(t.snr_db)));

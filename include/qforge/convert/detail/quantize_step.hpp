@@ -39,7 +39,7 @@ inline std::optional<scale_policy> policy_for(const quant_spec& s, output_format
     switch (s.scale) {
         case scale_method::minmax:
             if (s.symmetric) return scale_policy::gptq_absmax;
-            return f == output_format::awq ? scale_policy::awq_minmax : scale_policy::minmax;
+            return asymmetric_minmax_policy(f);  // the format's own asymmetric rule (AWQ: awq_minmax)
         case scale_method::absmax: return s.symmetric ? std::optional(scale_policy::absmax) : std::nullopt;
         case scale_method::search: return s.symmetric ? std::optional(scale_policy::seed_search) : std::nullopt;
         case scale_method::mse: return scale_policy::mse;
@@ -95,15 +95,17 @@ inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row
     const tensor_view rows = row_slice(v, row_begin, row_end, name);
     snr_sums sums;
     packed_result r;
-    if (is_float_format(f)) {  // E4M3 codes: no integer grid, its own quantizer (layout/fp8.hpp); reads v whole
-        r.tensors = fp8_layout(fp8_options_for(f, scheme, v.type)).quantize(rows, module, run, &sums);
-        r.snr_db = sums.db();
-        return r;
-    }
-    quant_options o = options_for(scheme, f);
-    o.importance = importance;
-    r.tensors = with_layout(f, scheme.bits, *scheme.scale_dtype, checkpoint, [&](const auto& layout) {
-        return quantize_packed(rows, o, layout, module, run, &sums, source);
+    visit_format(f, [&](auto t) {
+        using T = decltype(t);
+        if constexpr (T::codes == code_kind::e4m3) {  // no integer grid, its own quantizer (layout/fp8.hpp); reads v whole
+            r.tensors = fp8_layout(T::options(scheme.group_size, scheme.scale_dtype, v.type)).quantize(rows, module, run, &sums);
+        } else {
+            quant_options o = options_for(scheme, f);
+            o.importance = importance;
+            r.tensors = T::with_layout(layout_request_for(scheme, checkpoint, v.type), [&](const auto& layout) {
+                return quantize_packed(rows, o, layout, module, run, &sums, source);
+            });
+        }
     });
     r.snr_db = sums.db();
     return r;

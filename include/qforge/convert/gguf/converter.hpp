@@ -30,6 +30,7 @@
 #include "qforge/convert/gguf/name_map.hpp"
 #include "qforge/convert/gguf/tokenizer.hpp"
 #include "qforge/convert/gguf/type_choice.hpp"
+#include "qforge/convert/importance.hpp"
 #include "qforge/convert/source.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
@@ -175,12 +176,13 @@ inline void add_imatrix_keys(kv_list& kvs, const std::string& file, const import
 }
 
 /// The importance one tensor is quantized with: the user's hook, or the imatrix entry of its
-/// GGUF name (llama-quantize: `imatrix_data->find(name)`, used when its size is ne[0] * ne[2],
-/// matrix e for expert e of a stacked tensor; another size throws, except for token_embd,
-/// LC src/llama-quant.cpp). The hook may give ne[0] values (every matrix) or ne[0] * ne[2].
+/// GGUF name through the one imatrix lookup (convert/importance.hpp; llama-quantize:
+/// `imatrix_data->find(name)`, used when its size is ne[0] * ne[2], matrix e for expert e of a
+/// stacked tensor; another size throws, except for token_embd, LC src/llama-quant.cpp). The
+/// hook may give ne[0] values (every matrix) or ne[0] * ne[2]. Valid until the next lookup.
 class tensor_importance {
 public:
-    tensor_importance(const convert_options& opt, const importance_matrix* file, const tensor_decl& t)
+    tensor_importance(const convert_options& opt, importance_lookup* file, const tensor_decl& t)
         : cols_(t.ne[0]), n_mat_(t.ne.size() == 3 ? t.ne[2] : 1) {
         if (opt.imatrix) {
             if (const std::vector<float>* v = opt.imatrix(t.name)) {
@@ -193,18 +195,18 @@ public:
             return;
         }
         if (!file || !is_block_quantized(t.type)) return;
-        entry_ = file->load(t.name);
-        if (!entry_) {
+        const imatrix_entry* entry = file->entry(t.name);
+        if (!entry) {
             status_ = "not in the imatrix";
-        } else if (entry_->fits(cols_, n_mat_)) {
-            values_ = entry_->values;
+        } else if (entry->fits(cols_, n_mat_)) {
+            values_ = entry->values;
             per_matrix_ = n_mat_ > 1;
             status_ = "used";
         } else if (t.name == "token_embd.weight") {
-            status_ = "imatrix entry has " + std::to_string(entry_->values.size()) + " values, not " + std::to_string(t.ne[0]);
+            status_ = "imatrix entry has " + std::to_string(entry->values.size()) + " values, not " + std::to_string(t.ne[0]);
         } else {
-            fail<shape_error>(file->path(), t.name, "imatrix size " + std::to_string(entry_->values.size()) +
-                                                        " is different from tensor size " + std::to_string(cols_ * n_mat_));
+            fail<shape_error>(file->matrix().path(), t.name, "imatrix size " + std::to_string(entry->values.size()) +
+                                                                 " is different from tensor size " + std::to_string(cols_ * n_mat_));
         }
     }
     /// The values for matrix `e` (expert e of a stacked tensor, 0 otherwise), or null.
@@ -216,7 +218,6 @@ public:
 private:
     std::int64_t cols_, n_mat_;
     bool per_matrix_ = false;
-    std::optional<imatrix_entry> entry_;
     std::span<const float> values_;
     std::string status_;
 };
@@ -257,91 +258,80 @@ inline void load_row(const tensor_view& v, std::int64_t r, std::int64_t cols, fl
 
 }  // namespace detail
 
-/// Converts the checkpoint folder `src_dir` to the GGUF file `dst_file` (see the top of the file).
-inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::string& dst_file,
-                                         const convert_options& opt, const progress_fn& progress = {}) {
-    const checkpoint_source src(src_dir);
-    const std::string cfg_file = src_dir + "/config.json";
-    const json& cfg = src.config();
-    const hf_arch arch = detail::detect_arch(cfg, cfg_file);
-    const std::string arch_name = detail::gguf_arch_name(arch);
+namespace detail {
 
-    const auto n_embd = detail::cfg_int(cfg, cfg_file, "hidden_size", 0, true);
-    const auto n_layer = detail::cfg_int(cfg, cfg_file, "num_hidden_layers", 0, true);
-    const auto n_ff = detail::cfg_int(cfg, cfg_file, "intermediate_size", 0, true);
-    const auto n_head = detail::cfg_int(cfg, cfg_file, "num_attention_heads", 0, true);
-    const auto n_head_kv = detail::cfg_int(cfg, cfg_file, "num_key_value_heads", n_head, false);
-    const auto head_dim = detail::cfg_int(cfg, cfg_file, "head_dim", n_embd / n_head, false);
-    const auto n_ctx = detail::cfg_int(cfg, cfg_file, "max_position_embeddings", 2048, false);
-    const double eps = detail::cfg_num(cfg, cfg_file, "rms_norm_eps", 1e-5);
-    const double theta = detail::cfg_num(cfg, cfg_file, "rope_theta", 10000.0);
+/// The hyperparameters of config.json the GGUF header and the tensor checks use.
+struct model_hparams {
+    hf_arch arch = hf_arch::llama;
+    std::string arch_name;
+    std::int64_t n_embd = 0, n_layer = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ctx = 0;
+    double eps = 1e-5, theta = 10000.0;
     // MoE: the expert count, the experts used per token and each expert's FFN width
     // (Mixtral: num_local_experts, intermediate_size; Qwen3-MoE: num_experts, moe_intermediate_size)
-    const bool moe = is_moe(arch);
-    const auto n_expert = !moe ? 0 : detail::cfg_int(cfg, cfg_file, arch == hf_arch::mixtral ? "num_local_experts" : "num_experts", 0, true);
-    const auto n_expert_used = !moe ? 0 : detail::cfg_int(cfg, cfg_file, "num_experts_per_tok", 0, true);
-    const auto n_ff_exp = arch == hf_arch::qwen3moe ? detail::cfg_int(cfg, cfg_file, "moe_intermediate_size", 0, true) : n_ff;
-    if (moe && n_expert_used > n_expert) fail<format_error>(cfg_file, "", "num_experts_per_tok is larger than the expert count");
+    bool moe = false;
+    std::int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+};
+
+/// Reads and checks the hyperparameters llama.cpp's architectures need.
+inline model_hparams read_hparams(const json& cfg, const std::string& cfg_file) {
+    model_hparams h;
+    h.arch = detect_arch(cfg, cfg_file);
+    h.arch_name = gguf_arch_name(h.arch);
+    h.n_embd = cfg_int(cfg, cfg_file, "hidden_size", 0, true);
+    h.n_layer = cfg_int(cfg, cfg_file, "num_hidden_layers", 0, true);
+    h.n_ff = cfg_int(cfg, cfg_file, "intermediate_size", 0, true);
+    h.n_head = cfg_int(cfg, cfg_file, "num_attention_heads", 0, true);
+    h.n_head_kv = cfg_int(cfg, cfg_file, "num_key_value_heads", h.n_head, false);
+    h.head_dim = cfg_int(cfg, cfg_file, "head_dim", h.n_embd / h.n_head, false);
+    h.n_ctx = cfg_int(cfg, cfg_file, "max_position_embeddings", 2048, false);
+    h.eps = cfg_num(cfg, cfg_file, "rms_norm_eps", 1e-5);
+    h.theta = cfg_num(cfg, cfg_file, "rope_theta", 10000.0);
+    h.moe = is_moe(h.arch);
+    h.n_expert = !h.moe ? 0 : cfg_int(cfg, cfg_file, h.arch == hf_arch::mixtral ? "num_local_experts" : "num_experts", 0, true);
+    h.n_expert_used = !h.moe ? 0 : cfg_int(cfg, cfg_file, "num_experts_per_tok", 0, true);
+    h.n_ff_exp = h.arch == hf_arch::qwen3moe ? cfg_int(cfg, cfg_file, "moe_intermediate_size", 0, true) : h.n_ff;
+    if (h.moe && h.n_expert_used > h.n_expert) fail<format_error>(cfg_file, "", "num_experts_per_tok is larger than the expert count");
     // LC src/llama-hparams.h LLAMA_MAX_EXPERTS: 256 in b4753, 1024 in later releases
-    if (n_expert > 1024) fail<unsupported_error>(cfg_file, "", "llama.cpp loads at most 1024 experts (256 before 2025-03)");
-    if (arch == hf_arch::qwen3moe) {
+    if (h.n_expert > 1024) fail<unsupported_error>(cfg_file, "", "llama.cpp loads at most 1024 experts (256 before 2025-03)");
+    if (h.arch == hf_arch::qwen3moe) {
         // llama.cpp's qwen3moe has an MoE FFN in every block: no dense layers
         const json* ml = cfg.find("mlp_only_layers");
         const bool dense_layers = ml && ml->is_array() && ml->size() > 0;
-        if (dense_layers || detail::cfg_int(cfg, cfg_file, "decoder_sparse_step", 1, false) != 1)
+        if (dense_layers || cfg_int(cfg, cfg_file, "decoder_sparse_step", 1, false) != 1)
             fail<unsupported_error>(cfg_file, "", "llama.cpp's qwen3moe needs an MoE FFN in every layer (mlp_only_layers empty, decoder_sparse_step 1)");
     }
-    if (permutes_qk(arch) && head_dim * n_head != n_embd)
+    if (permutes_qk(h.arch) && h.head_dim * h.n_head != h.n_embd)
         fail<unsupported_error>(cfg_file, "", "llama.cpp's llama architecture needs head_dim * n_head == hidden_size");
-    if (head_dim % 2 != 0) fail<unsupported_error>(cfg_file, "", "head_dim must be even for the RoPE permutation");
+    if (h.head_dim % 2 != 0) fail<unsupported_error>(cfg_file, "", "head_dim must be even for the RoPE permutation");
+    return h;
+}
 
-    kv_list kvs;
-    kvs.emplace_back("general.architecture", value::str(arch_name));
-    std::string name = opt.model_name;
-    if (name.empty()) {
-        name = src_dir;
-        while (!name.empty() && name.back() == '/') name.pop_back();
-        name = name.substr(name.find_last_of('/') + 1);
-    }
-    kvs.emplace_back("general.name", value::str(name));
-    const std::string a = arch_name + ".";
-    auto u32 = [](std::int64_t v) { return value::u32(static_cast<std::uint32_t>(v)); };
-    kvs.emplace_back(a + "context_length", u32(n_ctx));
-    kvs.emplace_back(a + "embedding_length", u32(n_embd));
-    kvs.emplace_back(a + "block_count", u32(n_layer));
-    kvs.emplace_back(a + "feed_forward_length", u32(n_ff));
-    kvs.emplace_back(a + "attention.head_count", u32(n_head));
-    kvs.emplace_back(a + "attention.head_count_kv", u32(n_head_kv));
-    kvs.emplace_back(a + "rope.freq_base", value::f32(static_cast<float>(theta)));
-    kvs.emplace_back(a + "attention.layer_norm_rms_epsilon", value::f32(static_cast<float>(eps)));
-    if (moe) {
-        // LC convert_hf_to_gguf.py TextModel.set_gguf_parameters (expert_count, expert_used_count)
-        // and Qwen2MoeModel.set_gguf_parameters (expert_feed_forward_length)
-        kvs.emplace_back(a + "expert_count", u32(n_expert));
-        kvs.emplace_back(a + "expert_used_count", u32(n_expert_used));
-        if (arch == hf_arch::qwen3moe) kvs.emplace_back(a + "expert_feed_forward_length", u32(n_ff_exp));
-    }
-    if (has_qk_norm(arch)) {
+inline value u32_value(std::int64_t v) { return value::u32(static_cast<std::uint32_t>(v)); }
+
+/// The attention-shape and RoPE keys of the architecture, as llama.cpp's converter writes them.
+inline void add_attention_kvs(kv_list& kvs, const model_hparams& h, const json& cfg, const std::string& cfg_file) {
+    const std::string a = h.arch_name + ".";
+    if (has_qk_norm(h.arch)) {
         // LC convert_hf_to_gguf.py TextModel.set_gguf_parameters: key/value_length when the
         // config names head_dim (Qwen3's always does: 128 with hidden 1024 and 16 heads);
         // Qwen2Model/Qwen3Model write no rope.dimension_count (llama.cpp's n_rot defaults to
         // the key length, and qwen3's graph asserts n_embd_head == n_rot).
         if (const json* hd = cfg.find("head_dim"); hd && !hd->is_null()) {
-            kvs.emplace_back(a + "attention.key_length", u32(head_dim));
-            kvs.emplace_back(a + "attention.value_length", u32(head_dim));
+            kvs.emplace_back(a + "attention.key_length", u32_value(h.head_dim));
+            kvs.emplace_back(a + "attention.value_length", u32_value(h.head_dim));
         }
     } else {
-        kvs.emplace_back(a + "rope.dimension_count", u32(head_dim));
-        if (head_dim * n_head != n_embd) {
-            kvs.emplace_back(a + "attention.key_length", u32(head_dim));
-            kvs.emplace_back(a + "attention.value_length", u32(head_dim));
+        kvs.emplace_back(a + "rope.dimension_count", u32_value(h.head_dim));
+        if (h.head_dim * h.n_head != h.n_embd) {
+            kvs.emplace_back(a + "attention.key_length", u32_value(h.head_dim));
+            kvs.emplace_back(a + "attention.value_length", u32_value(h.head_dim));
         }
     }
-    if (const json* rs = cfg.find("rope_scaling"); rs && rs->is_object() && has_qk_norm(arch)) {
+    if (const json* rs = cfg.find("rope_scaling"); rs && rs->is_object() && has_qk_norm(h.arch)) {
         const json* t = rs->find("rope_type");
         if (!t) t = rs->find("type");
         const std::string kind = t && t->is_string() ? t->as_string() : "";
-        if (kind != "default") fail<unsupported_error>(cfg_file, "", "rope_scaling \"" + kind + "\" is not supported for " + arch_name + " GGUF");
+        if (kind != "default") fail<unsupported_error>(cfg_file, "", "rope_scaling \"" + kind + "\" is not supported for " + h.arch_name + " GGUF");
     } else if (rs && rs->is_object()) {
         const json* t = rs->find("type");
         if (!t) t = rs->find("rope_type");
@@ -353,12 +343,86 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
             fail<unsupported_error>(cfg_file, "", "rope_scaling type \"" + kind + "\" is not supported by the GGUF converter");
         }
     }
+}
+
+/// general.* and the architecture's keys (formats.md 5.4).
+inline kv_list model_kvs(const model_hparams& h, const json& cfg, const std::string& cfg_file, const std::string& src_dir,
+                         const convert_options& opt) {
+    kv_list kvs;
+    kvs.emplace_back("general.architecture", value::str(h.arch_name));
+    std::string name = opt.model_name;
+    if (name.empty()) {
+        name = src_dir;
+        while (!name.empty() && name.back() == '/') name.pop_back();
+        name = name.substr(name.find_last_of('/') + 1);
+    }
+    kvs.emplace_back("general.name", value::str(name));
+    const std::string a = h.arch_name + ".";
+    kvs.emplace_back(a + "context_length", u32_value(h.n_ctx));
+    kvs.emplace_back(a + "embedding_length", u32_value(h.n_embd));
+    kvs.emplace_back(a + "block_count", u32_value(h.n_layer));
+    kvs.emplace_back(a + "feed_forward_length", u32_value(h.n_ff));
+    kvs.emplace_back(a + "attention.head_count", u32_value(h.n_head));
+    kvs.emplace_back(a + "attention.head_count_kv", u32_value(h.n_head_kv));
+    kvs.emplace_back(a + "rope.freq_base", value::f32(static_cast<float>(h.theta)));
+    kvs.emplace_back(a + "attention.layer_norm_rms_epsilon", value::f32(static_cast<float>(h.eps)));
+    if (h.moe) {
+        // LC convert_hf_to_gguf.py TextModel.set_gguf_parameters (expert_count, expert_used_count)
+        // and Qwen2MoeModel.set_gguf_parameters (expert_feed_forward_length)
+        kvs.emplace_back(a + "expert_count", u32_value(h.n_expert));
+        kvs.emplace_back(a + "expert_used_count", u32_value(h.n_expert_used));
+        if (h.arch == hf_arch::qwen3moe) kvs.emplace_back(a + "expert_feed_forward_length", u32_value(h.n_ff_exp));
+    }
+    add_attention_kvs(kvs, h, cfg, cfg_file);
     kvs.emplace_back("general.file_type", value::u32(opt.type.llama_ftype));
     kvs.emplace_back("general.quantization_version", value::u32(2));
+    return kvs;
+}
 
-    // ---- plan every tensor up front -----------------------------------------------------
-    std::vector<detail::planned_tensor> plan;
-    std::int64_t n_vocab = 0;
+/// The shape checks llama.cpp's load_tensors makes on one source tensor and its GGUF name.
+inline void check_source_tensor(const source_tensor& t, const mapped_name& m, const model_hparams& h, const std::string& where) {
+    if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32 && !t.scale)
+        fail<unsupported_error>(where, t.name, "source dtype " + std::string(dtype_name(t.type)) + " cannot be converted");
+    if (t.shape.empty() || t.shape.size() > 2) fail<shape_error>(where, t.name, "expected a 1-D or 2-D tensor");
+    if (m.permute_heads > 0 && t.shape[0] % (2 * m.permute_heads) != 0)
+        fail<shape_error>(where, t.name, "rows are not a whole number of even-sized heads");
+    if (m.layer >= h.n_layer)
+        fail<format_error>(where, t.name, "block " + std::to_string(m.layer) + " is past num_hidden_layers (" +
+                                              std::to_string(h.n_layer) + ")");
+    if ((m.gguf.ends_with("attn_q_norm.weight") || m.gguf.ends_with("attn_k_norm.weight")) && t.shape != shape_t{h.head_dim})
+        fail<shape_error>(where, t.name, "llama.cpp expects this norm to hold head_dim (" + std::to_string(h.head_dim) + ") values");
+    if (m.gguf.ends_with("ffn_gate_inp.weight") && t.shape != shape_t{h.n_expert, h.n_embd})
+        fail<shape_error>(where, t.name, "the router must be [" + std::to_string(h.n_expert) + ", " + std::to_string(h.n_embd) + "]");
+}
+
+/// One expert's slice of a stacked tensor, slotted into its plan entry (made on the first).
+/// llama.cpp's load_tensors shapes are gate/up {n_embd, n_ff_exp, n_expert} and down
+/// {n_ff_exp, n_embd, n_expert}.
+inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::string, std::size_t>& stacked,
+                             const source_tensor& t, const mapped_name& m, const model_hparams& h, const std::string& where) {
+    const bool down = m.gguf.ends_with("ffn_down_exps.weight");
+    const shape_t want = down ? shape_t{h.n_embd, h.n_ff_exp} : shape_t{h.n_ff_exp, h.n_embd};
+    if (t.shape != want) fail<shape_error>(where, t.name, "an expert must be " + shape_to_string(want));
+    if (m.expert >= h.n_expert)
+        fail<format_error>(where, t.name, "expert " + std::to_string(m.expert) + " is past the expert count (" + std::to_string(h.n_expert) + ")");
+    auto [it, fresh] = stacked.emplace(m.gguf, plan.size());
+    if (fresh) {
+        planned_tensor p{t.name, m, t.type, t.shape, {}, {}, std::vector<std::string>(static_cast<std::size_t>(h.n_expert))};
+        p.decl.name = m.gguf;
+        p.decl.ne = {t.shape[1], t.shape[0], h.n_expert};
+        plan.push_back(std::move(p));
+    }
+    auto& p = plan[it->second];
+    if (t.type != p.src_type) fail<format_error>(where, t.name, "the experts of " + m.gguf + " do not share one dtype");
+    auto& slot = p.parts[static_cast<std::size_t>(m.expert)];
+    if (!slot.empty()) fail<format_error>(where, t.name, "expert " + std::to_string(m.expert) + " of " + m.gguf + " appears twice");
+    slot = t.name;
+}
+
+/// Every output tensor, named and shaped, before any is read; `n_vocab` is the embedding's rows.
+inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, const model_hparams& h, const std::string& src_dir,
+                                                std::int64_t& n_vocab) {
+    std::vector<planned_tensor> plan;
     std::map<std::string, std::size_t> stacked;  // GGUF name -> its entry in `plan`
     // An FP8 source (convert/fp8_source.hpp) is read through its decoded weights: the scale
     // tensors are folded in, the first malformed one refuses the conversion.
@@ -366,46 +430,15 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     for (const auto& t : src.model_tensors()) {
         if (t.name.ends_with("rotary_emb.inv_freq")) continue;  // convert_hf_to_gguf skips it
         const std::string where = src_dir + "/" + t.file;
-        auto m = map_hf_name(t.name, arch, static_cast<int>(n_head), static_cast<int>(n_head_kv));
-        if (!m) fail<unsupported_error>(where, t.name, "tensor has no GGUF name for " + arch_name);
-        if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32 && !t.scale)
-            fail<unsupported_error>(where, t.name, "source dtype " + std::string(dtype_name(t.type)) + " cannot be converted");
-        if (t.shape.empty() || t.shape.size() > 2)
-            fail<shape_error>(where, t.name, "expected a 1-D or 2-D tensor");
-        if (m->permute_heads > 0 && t.shape[0] % (2 * m->permute_heads) != 0)
-            fail<shape_error>(where, t.name, "rows are not a whole number of even-sized heads");
-        if (m->layer >= n_layer)
-            fail<format_error>(where, t.name, "block " + std::to_string(m->layer) + " is past num_hidden_layers (" +
-                                                  std::to_string(n_layer) + ")");
-        if ((m->gguf.ends_with("attn_q_norm.weight") || m->gguf.ends_with("attn_k_norm.weight")) &&
-            t.shape != shape_t{head_dim})
-            fail<shape_error>(where, t.name, "llama.cpp expects this norm to hold head_dim (" + std::to_string(head_dim) + ") values");
-        if (m->gguf.ends_with("ffn_gate_inp.weight") && t.shape != shape_t{n_expert, n_embd})
-            fail<shape_error>(where, t.name, "the router must be [" + std::to_string(n_expert) + ", " + std::to_string(n_embd) + "]");
+        auto m = map_hf_name(t.name, h.arch, static_cast<int>(h.n_head), static_cast<int>(h.n_head_kv));
+        if (!m) fail<unsupported_error>(where, t.name, "tensor has no GGUF name for " + h.arch_name);
+        check_source_tensor(t, *m, h, where);
         if (m->gguf == "token_embd.weight") n_vocab = t.shape[0];
         if (m->expert >= 0) {
-            // one expert's slice of a stacked tensor: llama.cpp's load_tensors shapes are
-            // gate/up {n_embd, n_ff_exp, n_expert} and down {n_ff_exp, n_embd, n_expert}
-            const bool down = m->gguf.ends_with("ffn_down_exps.weight");
-            const shape_t want = down ? shape_t{n_embd, n_ff_exp} : shape_t{n_ff_exp, n_embd};
-            if (t.shape != want) fail<shape_error>(where, t.name, "an expert must be " + shape_to_string(want));
-            if (m->expert >= n_expert)
-                fail<format_error>(where, t.name, "expert " + std::to_string(m->expert) + " is past the expert count (" + std::to_string(n_expert) + ")");
-            auto [it, fresh] = stacked.emplace(m->gguf, plan.size());
-            if (fresh) {
-                detail::planned_tensor p{t.name, *m, t.type, t.shape, {}, {}, std::vector<std::string>(static_cast<std::size_t>(n_expert))};
-                p.decl.name = m->gguf;
-                p.decl.ne = {t.shape[1], t.shape[0], n_expert};
-                plan.push_back(std::move(p));
-            }
-            auto& p = plan[it->second];
-            if (t.type != p.src_type) fail<format_error>(where, t.name, "the experts of " + m->gguf + " do not share one dtype");
-            auto& slot = p.parts[static_cast<std::size_t>(m->expert)];
-            if (!slot.empty()) fail<format_error>(where, t.name, "expert " + std::to_string(m->expert) + " of " + m->gguf + " appears twice");
-            slot = t.name;
+            add_expert_slice(plan, stacked, t, *m, h, where);
             continue;
         }
-        detail::planned_tensor p{t.name, *m, t.type, t.shape, {}, {}, {t.name}};
+        planned_tensor p{t.name, *m, t.type, t.shape, {}, {}, {t.name}};
         p.decl.name = m->gguf;
         for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) p.decl.ne.push_back(*it);
         plan.push_back(std::move(p));
@@ -413,25 +446,31 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     for (const auto& [gguf_name, i] : stacked)
         for (std::size_t e = 0; e < plan[i].parts.size(); ++e)
             if (plan[i].parts[e].empty())
-                fail<format_error>(src_dir, gguf_name, "expert " + std::to_string(e) + " is missing (" + std::to_string(n_expert) + " experts)");
+                fail<format_error>(src_dir, gguf_name, "expert " + std::to_string(e) + " is missing (" + std::to_string(h.n_expert) + " experts)");
     if (n_vocab == 0) fail<format_error>(src_dir, "model.embed_tokens.weight", "the checkpoint has no embedding table");
-    // the types need the whole tensor list first: whether there is an output head decides
-    // token_embd's type (llama-quantize's has_output)
+    return plan;
+}
+
+/// The types need the whole tensor list first: whether there is an output head decides
+/// token_embd's type (llama-quantize's has_output).
+inline void choose_types(std::vector<planned_tensor>& plan, const model_hparams& h, const convert_options& opt) {
     mix_model mm;
-    mm.arch = arch_name;
-    mm.n_layer = static_cast<int>(n_layer);
-    mm.n_head = static_cast<int>(n_head);
-    mm.n_head_kv = static_cast<int>(n_head_kv);
-    mm.n_expert = static_cast<int>(n_expert);
+    mm.arch = h.arch_name;
+    mm.n_layer = static_cast<int>(h.n_layer);
+    mm.n_head = static_cast<int>(h.n_head);
+    mm.n_head_kv = static_cast<int>(h.n_head_kv);
+    mm.n_expert = static_cast<int>(h.n_expert);
     mm.has_output = std::any_of(plan.begin(), plan.end(), [](const auto& p) { return p.map.gguf == "output.weight"; });
     mm.has_imatrix = static_cast<bool>(opt.imatrix);
     for (auto& p : plan) {
         p.decision = choose_type(opt.type, opt.overrides, p.map.gguf, static_cast<int>(p.decl.ne.size()), p.decl.ne[0], p.map.layer, mm);
         p.decl.type = p.decision.chosen;
     }
-    kvs.emplace_back(a + "vocab_size", u32(n_vocab));
+}
 
-    // ---- tokenizer ------------------------------------------------------------------------
+/// The tokenizer.* keys: copied from a template GGUF, converted from tokenizer.json, or
+/// no_vocab; their token count must match the embedding table.
+inline kv_list tokenizer_kvs(const convert_options& opt, const std::string& src_dir, const json& cfg, std::int64_t n_vocab) {
     kv_list tok;
     const std::string tok_json = opt.tokenizer_json.empty() ? src_dir + "/tokenizer.json" : opt.tokenizer_json;
     if (!opt.pre_tokenizer.empty()) check_pre_tokenizer(opt.pre_tokenizer, tok_json);
@@ -453,13 +492,140 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     if (const value* toks = find_kv(tok, "tokenizer.ggml.tokens"); toks && static_cast<std::int64_t>(toks->elems.size()) != n_vocab)
         fail<unsupported_error>(src_dir, "token_embd.weight", "the tokenizer has " + std::to_string(toks->elems.size()) +
                                                                   " tokens but the embedding table has " + std::to_string(n_vocab) + " rows");
-    for (auto& kv : tok) kvs.push_back(std::move(kv));
+    return tok;
+}
+
+/// The streaming pass: each planned tensor read a chunk of rows at a time, quantized with the
+/// ggml kernels and appended to the GGUF; its buffers are reused from tensor to tensor.
+class tensor_stream {
+public:
+    tensor_stream(const checkpoint_source& src, const std::string& src_dir, const convert_options& opt,
+                  importance_lookup* imatrix, file_writer& w)
+        : src_(src), src_dir_(src_dir), opt_(opt), imatrix_(imatrix), w_(w) {}
+
+    /// Writes one planned tensor (every expert's slice of a stacked one) and reports it.
+    tensor_report write(const planned_tensor& p) {
+        const std::int64_t nrows = p.shape.size() == 2 ? p.shape[0] : 1;  // per part
+        const tensor_importance im(opt_, imatrix_, p.decl);
+        snr_ = {0, 0};
+        // a stacked tensor is written one expert's slice after the other (ne[2] is the slowest
+        // dimension): one source tensor is mapped at a time, never the whole stack
+        for (std::size_t part = 0; part < p.parts.size(); ++part) {
+            const std::string& hf = p.parts[part];
+            owned_tensor decoded;  // an FP8 weight's float32 values (convert/fp8_source.hpp), this part only
+            if (src_.scale_of(hf)) decoded = src_.decode(hf, !opt_.read_mapped);
+            const bool in_memory = opt_.read_mapped || !decoded.bytes.empty();  // else v gives sizes only
+            const tensor_view v = decoded.bytes.empty() ? src_.view(hf) : decoded.view();
+            const float* imr = im.data(static_cast<std::int64_t>(part));
+            for (std::int64_t r0 = 0; r0 < nrows; r0 += opt_.chunk_rows)
+                write_chunk(p, hf, v, in_memory, r0, std::min(opt_.chunk_rows, nrows - r0), nrows, imr);
+            src_.release(hf);
+        }
+        w_.end_tensor();
+        const auto [sx2, se2] = snr_;
+        return {p.hf, p.decl.name, p.decl.ne, p.decision.requested, p.decl.type, p.decision.fallback, tensor_nbytes(p.decl),
+                se2 > 0 ? 10.0 * std::log10(sx2 / se2) : std::numeric_limits<double>::infinity(), p.map.permute_heads > 0,
+                im.status()};
+    }
+
+private:
+    /// Rows [r0, r0 + n) of part `hf`: read (pread, permuted rows one by one), quantized and
+    /// measured row by row on the executor, appended in row order.
+    void write_chunk(const planned_tensor& p, const std::string& hf, const tensor_view& v, bool in_memory, std::int64_t r0,
+                     std::int64_t n, std::int64_t nrows, const float* imr) {
+        const std::int64_t cols = p.decl.ne[0];
+        const ggml_type t = p.decl.type;
+        const auto row_size = static_cast<std::size_t>(quantized_size(t, 1, cols));
+        rows_.resize(static_cast<std::size_t>(n * cols));
+        back_.resize(rows_.size());
+        out_.resize(row_size * static_cast<std::size_t>(n) / 2 + 1);
+        auto* dst = reinterpret_cast<std::byte*>(out_.data());
+        // Row ri of the chunk is row ri of `chunk` (pread), or row srow of the mapping.
+        const tensor_view chunk = in_memory ? v : read_chunk(p, hf, v, r0, n, nrows);
+        row_x2_.assign(static_cast<std::size_t>(n), 0.0);
+        row_e2_.assign(static_cast<std::size_t>(n), 0.0);
+        parallel_for(opt_.exec, 0, static_cast<std::size_t>(n), 8, [&](std::size_t lo, std::size_t hi) {
+            for (std::size_t r = lo; r < hi; ++r) {
+                const auto ri = static_cast<std::int64_t>(r);
+                const std::int64_t srow = p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, nrows, p.map.permute_heads) : r0 + ri;
+                float* xr = rows_.data() + ri * cols;
+                load_row(chunk, in_memory ? srow : ri, cols, xr);
+                for (std::int64_t c = 0; c < cols; ++c)
+                    if (!std::isfinite(xr[c])) fail<format_error>(src_dir_, hf, "tensor holds NaN or infinity");
+                std::byte* qr = dst + r * row_size;
+                quantize_rows(t, xr, 1, cols, imr, qr);
+                float* yr = back_.data() + ri * cols;
+                dequantize_rows(t, qr, cols, yr);
+                double x2 = 0, e2 = 0;
+                for (std::int64_t c = 0; c < cols; ++c) {
+                    const double x = xr[c], e = x - static_cast<double>(yr[c]);
+                    x2 += x * x;
+                    e2 += e * e;
+                }
+                row_x2_[r] = x2;
+                row_e2_[r] = e2;
+            }
+        });
+        for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {  // in row order: deterministic
+            snr_.first += row_x2_[r];
+            snr_.second += row_e2_[r];
+        }
+        w_.write_part(std::span<const std::byte>(dst, row_size * static_cast<std::size_t>(n)));
+    }
+
+    /// The chunk's source rows read with pread (a permuted tensor row by row).
+    tensor_view read_chunk(const planned_tensor& p, const std::string& hf, const tensor_view& v, std::int64_t r0, std::int64_t n,
+                           std::int64_t nrows) {
+        const std::int64_t cols = p.decl.ne[0];
+        const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(v.type);
+        chunk_src_.resize(row_bytes * static_cast<std::size_t>(n));
+        if (p.map.permute_heads > 0) {
+            for (std::int64_t ri = 0; ri < n; ++ri)
+                src_.read_tensor_range(hf, static_cast<std::uint64_t>(permuted_source_row(r0 + ri, nrows, p.map.permute_heads)) * row_bytes,
+                                       std::span<std::byte>(chunk_src_.data() + static_cast<std::size_t>(ri) * row_bytes, row_bytes));
+        } else {
+            src_.read_tensor_range(hf, static_cast<std::uint64_t>(r0) * row_bytes, chunk_src_);
+        }
+        return tensor_view{hf, v.type, {n, cols}, chunk_src_};
+    }
+
+    const checkpoint_source& src_;
+    const std::string& src_dir_;
+    const convert_options& opt_;
+    importance_lookup* imatrix_;  // the imatrix file's entries, or null
+    file_writer& w_;
+    std::pair<double, double> snr_{0, 0};  // sum x^2, sum err^2 of the tensor so far
+    std::vector<float> rows_, back_;
+    std::vector<double> row_x2_, row_e2_;
+    std::vector<std::uint16_t> out_;     // 2-byte aligned block storage (every row size is even)
+    std::vector<std::byte> chunk_src_;  // the chunk's source rows, read with pread
+};
+
+}  // namespace detail
+
+/// Converts the checkpoint folder `src_dir` to the GGUF file `dst_file` (see the top of the file).
+inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::string& dst_file,
+                                         const convert_options& opt, const progress_fn& progress = {}) {
+    const checkpoint_source src(src_dir);
+    const std::string cfg_file = src_dir + "/config.json";
+    const json& cfg = src.config();
+    const detail::model_hparams h = detail::read_hparams(cfg, cfg_file);
+    kv_list kvs = detail::model_kvs(h, cfg, cfg_file, src_dir, opt);
+
+    // ---- plan every tensor up front -----------------------------------------------------
+    std::int64_t n_vocab = 0;
+    std::vector<detail::planned_tensor> plan = detail::plan_tensors(src, h, src_dir, n_vocab);
+    detail::choose_types(plan, h, opt);
+    kvs.emplace_back(h.arch_name + ".vocab_size", detail::u32_value(n_vocab));
+    for (auto& kv : detail::tokenizer_kvs(opt, src_dir, cfg, n_vocab)) kvs.push_back(std::move(kv));
     std::optional<importance_matrix> imatrix;
+    std::optional<importance_lookup> lookup;
     if (!opt.imatrix_file.empty()) {
         if (opt.imatrix) fail<unsupported_error>(opt.imatrix_file, "", "give an imatrix file or an importance hook, not both");
         imatrix.emplace(importance_matrix::open(opt.imatrix_file));
         detail::add_imatrix_keys(kvs, opt.imatrix_file, *imatrix);
         detail::check_imatrix_sizes(*imatrix, plan);
+        lookup.emplace(*imatrix);
     }
 
     // ---- stream ---------------------------------------------------------------------------
@@ -467,87 +633,13 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     for (const auto& p : plan) decls.push_back(p.decl);
     file_writer w(dst_file, kvs, decls);
     convert_report report;
-    report.arch = arch_name;
-    std::vector<float> rows, back;
-    std::vector<double> row_x2, row_e2;
-    std::vector<std::uint16_t> out;  // 2-byte aligned block storage (every row size is even)
-    std::vector<std::byte> chunk_src;  // the chunk's source rows, read with pread
+    report.arch = h.arch_name;
+    detail::tensor_stream stream(src, src_dir, opt, lookup ? &*lookup : nullptr, w);
     for (std::size_t ti = 0; ti < plan.size(); ++ti) {
         const auto& p = plan[ti];
-        const std::int64_t cols = p.decl.ne[0];
-        const std::int64_t nrows = p.shape.size() == 2 ? p.shape[0] : 1;  // per part
-        const auto n_parts = static_cast<std::int64_t>(p.parts.size());
-        const ggml_type t = p.decl.type;
-        const detail::tensor_importance im(opt, imatrix ? &*imatrix : nullptr, p.decl);
-        double sx2 = 0, se2 = 0;
-        const auto row_size = static_cast<std::size_t>(quantized_size(t, 1, cols));
-        // a stacked tensor is written one expert's slice after the other (ne[2] is the slowest
-        // dimension): one source tensor is mapped at a time, never the whole stack
-        for (std::int64_t part = 0; part < n_parts; ++part) {
-            const std::string& hf = p.parts[static_cast<std::size_t>(part)];
-            owned_tensor decoded;  // an FP8 weight's float32 values (convert/fp8_source.hpp), this part only
-            if (src.scale_of(hf)) decoded = src.decode(hf, !opt.read_mapped);
-            const bool in_memory = opt.read_mapped || !decoded.bytes.empty();  // else v gives sizes only
-            const tensor_view v = decoded.bytes.empty() ? src.view(hf) : decoded.view();
-            const float* imr = im.data(part);
-            for (std::int64_t r0 = 0; r0 < nrows; r0 += opt.chunk_rows) {
-                const std::int64_t n = std::min(opt.chunk_rows, nrows - r0);
-                rows.resize(static_cast<std::size_t>(n * cols));
-                back.resize(rows.size());
-                out.resize(row_size * static_cast<std::size_t>(n) / 2 + 1);
-                auto* dst = reinterpret_cast<std::byte*>(out.data());
-                // Row ri of the chunk is row ri of `chunk` (pread), or row srow of the mapping.
-                tensor_view chunk = v;
-                if (!in_memory) {
-                    const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(v.type);
-                    chunk_src.resize(row_bytes * static_cast<std::size_t>(n));
-                    if (p.map.permute_heads > 0) {
-                        for (std::int64_t ri = 0; ri < n; ++ri)
-                            src.read_tensor_range(hf, static_cast<std::uint64_t>(permuted_source_row(r0 + ri, nrows, p.map.permute_heads)) * row_bytes,
-                                                  std::span<std::byte>(chunk_src.data() + static_cast<std::size_t>(ri) * row_bytes, row_bytes));
-                    } else {
-                        src.read_tensor_range(hf, static_cast<std::uint64_t>(r0) * row_bytes, chunk_src);
-                    }
-                    chunk = tensor_view{hf, v.type, {n, cols}, chunk_src};
-                }
-                row_x2.assign(static_cast<std::size_t>(n), 0.0);
-                row_e2.assign(static_cast<std::size_t>(n), 0.0);
-                parallel_for(opt.exec, 0, static_cast<std::size_t>(n), 8, [&](std::size_t lo, std::size_t hi) {
-                    for (std::size_t r = lo; r < hi; ++r) {
-                        const auto ri = static_cast<std::int64_t>(r);
-                        const std::int64_t srow =
-                            p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, nrows, p.map.permute_heads) : r0 + ri;
-                        float* xr = rows.data() + ri * cols;
-                        detail::load_row(chunk, in_memory ? srow : ri, cols, xr);
-                        for (std::int64_t c = 0; c < cols; ++c)
-                            if (!std::isfinite(xr[c])) fail<format_error>(src_dir, hf, "tensor holds NaN or infinity");
-                        std::byte* qr = dst + r * row_size;
-                        quantize_rows(t, xr, 1, cols, imr, qr);
-                        float* yr = back.data() + ri * cols;
-                        dequantize_rows(t, qr, cols, yr);
-                        double x2 = 0, e2 = 0;
-                        for (std::int64_t c = 0; c < cols; ++c) {
-                            const double x = xr[c], e = x - static_cast<double>(yr[c]);
-                            x2 += x * x;
-                            e2 += e * e;
-                        }
-                        row_x2[r] = x2;
-                        row_e2[r] = e2;
-                    }
-                });
-                for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {  // in row order: deterministic
-                    sx2 += row_x2[r];
-                    se2 += row_e2[r];
-                }
-                w.write_part(std::span<const std::byte>(dst, row_size * static_cast<std::size_t>(n)));
-            }
-            src.release(hf);
-        }
-        w.end_tensor();
-        tensor_report tr{p.hf, p.decl.name, p.decl.ne, p.decision.requested, t, p.decision.fallback, tensor_nbytes(p.decl),
-                         se2 > 0 ? 10.0 * std::log10(sx2 / se2) : std::numeric_limits<double>::infinity(), p.map.permute_heads > 0,
-                         im.status()};
-        report.total_elements += static_cast<std::uint64_t>(nrows * cols * n_parts);
+        tensor_report tr = stream.write(p);
+        report.total_elements += static_cast<std::uint64_t>((p.shape.size() == 2 ? p.shape[0] : 1) * p.decl.ne[0] *
+                                                            static_cast<std::int64_t>(p.parts.size()));
         report.total_bytes += tr.bytes;
         report.tensors.push_back(std::move(tr));
         if (progress) progress(ti + 1, plan.size(), p.decl.name);
