@@ -4,11 +4,13 @@
 
 #include "qforge/version.hpp"
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/minifloat.hpp"
 #include "qforge/core/parallel.hpp"
+#include "qforge/core/regex.hpp"
 #include "qforge/core/tensor_view.hpp"
 
 #include "qforge/quant/activation_scaling.hpp"

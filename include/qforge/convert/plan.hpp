@@ -29,6 +29,7 @@
 #include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/rule.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
@@ -369,8 +370,11 @@ inline void check_experts(plan& p, output_format format) {
 
 /// Resolves `rules` against the checkpoint's tensors. Never throws for a bad combination:
 /// every problem becomes a refusal in the returned plan (a bad regex throws when the rule is made).
-inline plan make_plan(const std::vector<source_tensor>& sources, const model_config& cfg, const rule_set& rules,
-                      output_format format) {
+QFORGE_DECL plan make_plan(const std::vector<source_tensor>& sources, const model_config& cfg, const rule_set& rules,
+                           output_format format);
+#if QFORGE_BODIES_HERE
+QFORGE_DECL plan make_plan(const std::vector<source_tensor>& sources, const model_config& cfg, const rule_set& rules,
+                           output_format format) {
     plan p;
     p.format = format;
     std::set<std::string> source_names;
@@ -594,6 +598,7 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
                 p.refusals.push_back(detail::refusal({}, t.name, "two rules write the same output tensor name"));
     return p;
 }
+#endif
 
 namespace detail {
 inline std::string human_bytes(std::uint64_t b) {

@@ -18,7 +18,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,6 +25,7 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
+#include "qforge/core/regex.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
@@ -48,8 +48,7 @@ inline std::string regex_escape(std::string_view name) {
 
 /// re.match semantics (anchored at the start only), as GPTQModel and vLLM apply a `dynamic` key.
 inline bool python_re_match(const std::string& pattern, std::string_view name) {
-    const std::regex re{pattern, std::regex::ECMAScript};
-    return std::regex_search(name.begin(), name.end(), re, std::regex_constants::match_continuous);
+    return regex(pattern).matches_prefix(name);
 }
 
 }  // namespace detail
@@ -99,11 +98,11 @@ inline json gptq_dynamic(std::span<const linear_entry> linears, const linear_ent
         }
     }
     auto exact = [&](const std::string& pattern, const std::vector<std::string>& meant) {
-        const std::regex re{pattern, std::regex::ECMAScript};
+        const regex re(pattern);
         for (const std::string& n : all) {
             bool in = false;
             for (const auto& m : meant) in = in || m == n;
-            if (std::regex_search(n, re, std::regex_constants::match_continuous) != in) return false;
+            if (re.matches_prefix(n) != in) return false;
         }
         return true;
     };
