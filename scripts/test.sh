@@ -32,10 +32,14 @@ fi
 
 step() { echo; echo "== $*"; }
 
+# ccache when the machine has it: a rerun recompiles only what changed (meson finds it itself).
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
 step "CMake + g++: configure, build, ctest"
 # -O2 without debug info: the suite is template-heavy and CI has two cores.
 cmake -S . -B build/test-gcc -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O2 \
-  -DCMAKE_CXX_COMPILER=g++ >/dev/null
+  -DCMAKE_CXX_COMPILER=g++ "${launcher[@]}" >/dev/null
 cmake --build build/test-gcc -j "$JOBS"
 (cd build/test-gcc && ctest --output-on-failure -j "$JOBS")
 
@@ -54,7 +58,7 @@ step "aarch64 (NEON) cross build, tests under qemu-user"
 cmake -S . -B build/test-aarch64 -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/toolchains/aarch64-linux-gnu.cmake" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DQFORGE_TEST_LAYERS="core;quant;simd;layout" -DQFORGE_BUILD_BENCH=OFF \
-  -DQFORGE_BUILD_EXAMPLES=OFF -DQFORGE_CONSUMER_TESTS=OFF >/dev/null
+  -DQFORGE_BUILD_EXAMPLES=OFF -DQFORGE_CONSUMER_TESTS=OFF "${launcher[@]}" >/dev/null
 cmake --build build/test-aarch64 -j "$JOBS"
 (cd build/test-aarch64 && ctest --output-on-failure -j "$JOBS")
 

@@ -4,6 +4,7 @@
 
 #include "qforge/version.hpp"
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/ggml_type.hpp"
@@ -11,6 +12,7 @@
 #include "qforge/core/json_value.hpp"
 #include "qforge/core/minifloat.hpp"
 #include "qforge/core/parallel.hpp"
+#include "qforge/core/regex.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/core/zeroed_buffer.hpp"
 

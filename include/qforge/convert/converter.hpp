@@ -49,6 +49,7 @@
 #include "qforge/convert/rule.hpp"
 #include "qforge/convert/serving_check.hpp"
 #include "qforge/convert/source.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/parallel.hpp"
 #include "qforge/io/atomic_dir.hpp"
@@ -141,7 +142,9 @@ struct conversion_result {
 /// (convert/fp8_source.hpp) is planned from its decoded weights: its scale tensors are folded
 /// in, the linears it left dense stay dense unless a later rule of `opt` quantizes them, and
 /// its refusals are the plan's.
-inline plan plan_conversion(const checkpoint_source& src, const convert_options& opt) {
+QFORGE_DECL plan plan_conversion(const checkpoint_source& src, const convert_options& opt);
+#if QFORGE_BODIES_HERE
+QFORGE_DECL plan plan_conversion(const checkpoint_source& src, const convert_options& opt) {
     const model_config cfg = model_config::from_json(src.config(), src.dir() + "/config.json");
     const fp8_source& fp8 = src.fp8();
     rule_set rules = opt.rules;
@@ -156,6 +159,7 @@ inline plan plan_conversion(const checkpoint_source& src, const convert_options&
         for (auto& r : w4a8_cpu_refusals(p, cfg)) p.refusals.push_back(std::move(r));
     return p;
 }
+#endif
 
 namespace detail {
 
@@ -612,7 +616,9 @@ private:
 }  // namespace detail
 
 /// Converts the checkpoint folder `src_dir` into `dst_dir` (see the file comment).
-inline conversion_result convert(const std::string& src_dir, const std::string& dst_dir, const convert_options& opt) {
+QFORGE_DECL conversion_result convert(const std::string& src_dir, const std::string& dst_dir, const convert_options& opt);
+#if QFORGE_BODIES_HERE
+QFORGE_DECL conversion_result convert(const std::string& src_dir, const std::string& dst_dir, const convert_options& opt) {
     if (io::path_exists(dst_dir) && !opt.overwrite)
         fail<io_error>(dst_dir, {}, "destination exists (pass --overwrite to replace it)");
     checkpoint_source src(src_dir);
@@ -634,5 +640,6 @@ inline conversion_result convert(const std::string& src_dir, const std::string& 
     out.commit();
     return result;
 }
+#endif
 
 }  // namespace qforge

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "qforge/convert/format.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/json.hpp"
@@ -220,7 +221,9 @@ inline std::vector<planned_tensor> demo_tensors(const demo_options& o) {
 inline void write_demo_side_files(const std::string& dir, const demo_options& o);
 
 /// Writes the demo checkpoint into `dir` (created; must not exist).
-inline void write_demo_checkpoint(const std::string& dir, const demo_options& o = {}) {
+QFORGE_DECL void write_demo_checkpoint(const std::string& dir, const demo_options& o = {});
+#if QFORGE_BODIES_HERE
+QFORGE_DECL void write_demo_checkpoint(const std::string& dir, const demo_options& o) {
     io::make_directory(dir);
     const auto tensors = demo_tensors(o);
     std::uint64_t total = 0;
@@ -243,6 +246,7 @@ inline void write_demo_checkpoint(const std::string& dir, const demo_options& o 
     writer.finish();
     write_demo_side_files(dir, o);
 }
+#endif
 
 /// config.json, tokenizer.json, tokenizer_config.json and generation_config.json of the demo
 /// model `o` (a benchmark that writes its own tensors reuses them).

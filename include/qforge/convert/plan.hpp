@@ -29,6 +29,7 @@
 #include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/rule.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
@@ -597,8 +598,11 @@ inline void check_output_names(plan& p) {
 
 /// Resolves `rules` against the checkpoint's tensors. Never throws for a bad combination:
 /// every problem becomes a refusal in the returned plan (a bad regex throws when the rule is made).
-inline plan make_plan(const std::vector<source_tensor>& sources, const model_config& cfg, const rule_set& rules,
-                      output_format format) {
+QFORGE_DECL plan make_plan(const std::vector<source_tensor>& sources, const model_config& cfg, const rule_set& rules,
+                           output_format format);
+#if QFORGE_BODIES_HERE
+QFORGE_DECL plan make_plan(const std::vector<source_tensor>& sources, const model_config& cfg, const rule_set& rules,
+                           output_format format) {
     plan p;
     p.format = format;
     std::set<std::string> source_names;
@@ -621,6 +625,7 @@ inline plan make_plan(const std::vector<source_tensor>& sources, const model_con
     detail::check_output_names(p);
     return p;
 }
+#endif
 
 namespace detail {
 inline std::string human_bytes(std::uint64_t b) {

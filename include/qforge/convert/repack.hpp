@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "qforge/convert/repack_rules.hpp"
 #include "qforge/convert/repack_source.hpp"
 #include "qforge/core/error.hpp"
+#include "qforge/core/regex.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/awq.hpp"
 #include "qforge/layout/gptq.hpp"
@@ -164,8 +164,8 @@ struct ct_group {
 inline bool ct_target_matches(const std::string& target, const std::string& module) {
     if (target.rfind("re:", 0) == 0) {
         try {
-            return std::regex_match(module, std::regex(target.substr(3)));
-        } catch (const std::regex_error&) {  // a config's pattern is input: refuse it as such
+            return regex(std::string_view(target).substr(3)).matches(module);
+        } catch (const regex_error&) {  // a config's pattern is input: refuse it as such
             fail<format_error>("config.json", module, "target \"" + target + "\" is not a valid regular expression");
         }
     }

@@ -32,6 +32,7 @@
 #include "qforge/convert/repack.hpp"
 #include "qforge/convert/repack_rules.hpp"
 #include "qforge/convert/repack_transpose.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/atomic_dir.hpp"
 #include "qforge/io/checkpoint.hpp"
@@ -246,7 +247,9 @@ inline json repack_quantization_config(const repack_target& t, const std::vector
 }  // namespace repack_detail
 
 /// Repacks the quantized checkpoint folder `src_dir` into `dst_dir` (see the top of the file).
-inline repack_report repack_checkpoint(const std::string& src_dir, const std::string& dst_dir, const repack_options& opt) {
+QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const std::string& dst_dir, const repack_options& opt);
+#if QFORGE_BODIES_HERE
+QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const std::string& dst_dir, const repack_options& opt) {
     using namespace detail;
     using namespace repack_detail;
     if (io::path_exists(dst_dir) && !opt.overwrite)
@@ -365,6 +368,7 @@ inline repack_report repack_checkpoint(const std::string& src_dir, const std::st
     dir.commit();
     return report;
 }
+#endif
 
 // ---------------------------------------------------------------------------------------------
 

@@ -16,7 +16,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +24,7 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
+#include "qforge/core/regex.hpp"
 #include "qforge/core/tensor_view.hpp"
 
 namespace qforge {
@@ -98,8 +98,8 @@ public:
     selector(std::string pattern) : pattern_(std::move(pattern)) {  // NOLINT: implicit from a string on purpose
         if (pattern_.starts_with("re:")) {
             try {
-                regex_ = std::regex(pattern_.substr(3), std::regex::ECMAScript);
-            } catch (const std::regex_error& e) {
+                regex_ = regex(std::string_view(pattern_).substr(3));
+            } catch (const regex_error& e) {
                 fail<format_error>({}, {}, "bad rule regex \"" + pattern_ + "\": " + e.what());
             }
             is_regex_ = true;
@@ -115,8 +115,7 @@ public:
     bool matches(std::string_view tensor) const {
         const std::string_view module = module_of(tensor);
         if (is_regex_)
-            return std::regex_match(tensor.begin(), tensor.end(), regex_) ||
-                   (module.size() != tensor.size() && std::regex_match(module.begin(), module.end(), regex_));
+            return regex_.matches(tensor) || (module.size() != tensor.size() && regex_.matches(module));
         return hits(tensor) || hits(module);
     }
 
@@ -124,9 +123,9 @@ public:
     /// selectors, otherwise the selected suffix (or whole name) replaced by `replacement`.
     std::string replace(const std::string& tensor, const std::string& replacement) const {
         if (is_regex_) {
-            if (std::regex_match(tensor, regex_)) return std::regex_replace(tensor, regex_, replacement);
+            if (regex_.matches(tensor)) return regex_.replace(tensor, replacement);
             const std::string module(module_of(tensor));
-            return std::regex_replace(module, regex_, replacement) + tensor.substr(module.size());
+            return regex_.replace(module, replacement) + tensor.substr(module.size());
         }
         const std::size_t at = tensor.rfind(pattern_);
         if (at == std::string::npos) return tensor;
@@ -141,7 +140,7 @@ private:
     }
 
     std::string pattern_;
-    std::regex regex_;
+    regex regex_;
     bool is_regex_ = false;
 };
 
@@ -236,8 +235,8 @@ enum class default_decision {
 
 /// True when `name` lies inside a numbered decoder block ("...layers.3.", "...h.3.", "...blocks.3.").
 inline bool in_decoder_block(std::string_view name) {
-    static const std::regex block(R"((^|.*\.)(layers|h|blocks|block|layer)\.[0-9]+\..*)");
-    return std::regex_match(name.begin(), name.end(), block);
+    static const regex block(R"((^|.*\.)(layers|h|blocks|block|layer)\.[0-9]+\..*)");
+    return block.matches(name);
 }
 
 /// An MoE routing linear, kept dense by every format and listed where the format lists dense

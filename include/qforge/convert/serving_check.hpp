@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <optional>
 #include <ostream>
-#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,7 +21,9 @@
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
+#include "qforge/core/regex.hpp"
 #include "qforge/layout/awq.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 
@@ -101,8 +102,8 @@ inline std::string num(std::int64_t v) { return std::to_string(v); }
 /// A module's name with its block and expert numbers replaced by N: the key that groups the
 /// same linear of every block in messages.
 inline std::string numbered_as_n(std::string_view module) {
-    static const std::regex number(R"(\.[0-9]+(?=\.|$))");
-    return std::regex_replace(std::string(module), number, ".N");
+    static const regex number(R"(\.[0-9]+(?=\.|$))");
+    return number.replace(module, ".N");
 }
 
 }  // namespace detail
@@ -194,7 +195,9 @@ inline std::optional<std::string> vllm_config_refusal(output_format f, const qua
 }
 
 /// The serving check: every quantized linear of `p` at every degree in `tps`.
-inline serving_report check_serving(const plan& p, const model_config& cfg, std::span<const int> tps) {
+QFORGE_DECL serving_report check_serving(const plan& p, const model_config& cfg, std::span<const int> tps);
+#if QFORGE_BODIES_HERE
+QFORGE_DECL serving_report check_serving(const plan& p, const model_config& cfg, std::span<const int> tps) {
     serving_report r;
     r.format = p.format;
     r.tps.assign(tps.begin(), tps.end());
@@ -277,6 +280,7 @@ inline serving_report check_serving(const plan& p, const model_config& cfg, std:
     }
     return r;
 }
+#endif
 
 /// llama.cpp / vLLM GGUF: a row-parallel shard must hold whole quant blocks along K (32 weights
 /// for Q4_0/Q8_0, 256 for the K-quants; ggml.c type_traits blck_size).

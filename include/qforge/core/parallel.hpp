@@ -19,8 +19,10 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -136,15 +138,30 @@ private:
 /// Splits [begin, end) into chunks of `grain` (the last may be shorter) and runs
 /// body(lo, hi) for each chunk through `ex`. The chunking depends only on the arguments, never
 /// on the thread count, which is what keeps parallel output deterministic.
+namespace detail {
+/// Chunk c of a parallel_for: one type for every body, so that the std::function the executor
+/// takes is instantiated once in a program instead of once per call site (the body is reached
+/// through a plain function pointer).
+struct chunk_task {
+    void (*call)(void* body, std::size_t lo, std::size_t hi);
+    void* body;
+    std::size_t begin, end, grain;
+    void operator()(std::size_t c) const {
+        const std::size_t lo = begin + c * grain;
+        call(body, lo, std::min(end, lo + grain));
+    }
+};
+}  // namespace detail
+
 template <class Body>
 void parallel_for(const executor& ex, std::size_t begin, std::size_t end, std::size_t grain, Body&& body) {
     if (end <= begin) return;
     grain = std::max<std::size_t>(1, grain);
     const std::size_t chunks = (end - begin + grain - 1) / grain;
-    const std::function<void(std::size_t)> task = [&](std::size_t c) {
-        const std::size_t lo = begin + c * grain;
-        body(lo, std::min(end, lo + grain));
-    };
+    using B = std::remove_reference_t<Body>;
+    const std::function<void(std::size_t)> task = detail::chunk_task{
+        [](void* b, std::size_t lo, std::size_t hi) { (*static_cast<B*>(b))(lo, hi); },
+        const_cast<void*>(static_cast<const void*>(std::addressof(body))), begin, end, grain};
     if (ex) {
         ex(chunks, task);
     } else {

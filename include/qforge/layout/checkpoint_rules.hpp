@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
-#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,6 +16,7 @@
 
 #include "qforge/core/error.hpp"
 #include "qforge/core/json_value.hpp"
+#include "qforge/core/regex.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 
 namespace qforge {
@@ -267,9 +267,8 @@ inline bool transformers_skips(std::string_view entry, std::string_view module) 
         return true;
     }
     try {
-        const std::regex re{std::string(entry), std::regex::ECMAScript};
-        return std::regex_search(module.begin(), module.end(), re, std::regex_constants::match_continuous);
-    } catch (const std::regex_error&) {
+        return regex(entry).matches_prefix(module);
+    } catch (const regex_error&) {
         return module.starts_with(entry);  // not a regex Python would accept either: literal prefix
     }
 }
@@ -285,10 +284,10 @@ inline bool autoawq_skips(std::string_view entry, std::string_view block_relativ
 /// (block prefix "model.layers.3", block-relative name "mlp.up_proj") of a module inside a
 /// numbered decoder block, or nullopt for one outside (lm_head, embeddings).
 inline std::optional<std::pair<std::string, std::string>> split_block(std::string_view module) {
-    static const std::regex block(R"(((?:.*\.)?(?:layers|h|blocks|block|layer)\.[0-9]+)\.(.+))");
-    std::match_results<std::string_view::const_iterator> m;
-    if (!std::regex_match(module.begin(), module.end(), m, block)) return std::nullopt;
-    return std::pair<std::string, std::string>{m[1].str(), m[2].str()};
+    static const regex block(R"(((?:.*\.)?(?:layers|h|blocks|block|layer)\.[0-9]+)\.(.+))");
+    std::vector<std::string> m;
+    if (!block.matches(module, m)) return std::nullopt;
+    return std::pair<std::string, std::string>{m[1], m[2]};
 }
 
 }  // namespace loader_match

@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
-#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,6 +28,7 @@
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/json_value.hpp"
+#include "qforge/core/regex.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
@@ -50,8 +50,7 @@ inline std::string regex_escape(std::string_view name) {
 
 /// re.match semantics (anchored at the start only), as GPTQModel and vLLM apply a `dynamic` key.
 inline bool python_re_match(const std::string& pattern, std::string_view name) {
-    const std::regex re{pattern, std::regex::ECMAScript};
-    return std::regex_search(name.begin(), name.end(), re, std::regex_constants::match_continuous);
+    return regex(pattern).matches_prefix(name);
 }
 
 }  // namespace detail
@@ -101,11 +100,11 @@ inline json gptq_dynamic(std::span<const linear_entry> linears, const linear_ent
         }
     }
     auto exact = [&](const std::string& pattern, const std::vector<std::string>& meant) {
-        const std::regex re{pattern, std::regex::ECMAScript};
+        const regex re(pattern);
         for (const std::string& n : all) {
             bool in = false;
             for (const auto& m : meant) in = in || m == n;
-            if (std::regex_search(n, re, std::regex_constants::match_continuous) != in) return false;
+            if (re.matches_prefix(n) != in) return false;
         }
         return true;
     };

@@ -32,6 +32,7 @@
 #include "qforge/convert/gguf/type_choice.hpp"
 #include "qforge/convert/importance.hpp"
 #include "qforge/convert/source.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
@@ -604,8 +605,11 @@ private:
 }  // namespace detail
 
 /// Converts the checkpoint folder `src_dir` to the GGUF file `dst_file` (see the top of the file).
-inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::string& dst_file,
-                                         const convert_options& opt, const progress_fn& progress = {}) {
+QFORGE_DECL convert_report convert_hf_to_gguf(const std::string& src_dir, const std::string& dst_file,
+                                              const convert_options& opt, const progress_fn& progress = {});
+#if QFORGE_BODIES_HERE
+QFORGE_DECL convert_report convert_hf_to_gguf(const std::string& src_dir, const std::string& dst_file,
+                                              const convert_options& opt, const progress_fn& progress) {
     const checkpoint_source src(src_dir);
     const std::string cfg_file = src_dir + "/config.json";
     const json& cfg = src.config();
@@ -647,5 +651,6 @@ inline convert_report convert_hf_to_gguf(const std::string& src_dir, const std::
     w.finish();
     return report;
 }
+#endif
 
 }  // namespace qforge::gguf

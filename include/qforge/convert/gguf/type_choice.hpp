@@ -22,13 +22,13 @@
 
 #include <cstdint>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "qforge/core/error.hpp"
+#include "qforge/core/regex.hpp"
 #include "qforge/layout/gguf/blocks.hpp"
 
 namespace qforge::gguf {
@@ -240,8 +240,8 @@ inline type_decision choose_type(const file_type& ft, const std::vector<type_ove
             bool hit = false;
             if (o.is_regex) {
                 try {
-                    hit = std::regex_match(gguf_name, std::regex(o.pattern));
-                } catch (const std::regex_error& e) {
+                    hit = regex(o.pattern).matches(gguf_name);
+                } catch (const regex_error& e) {
                     fail<unsupported_error>("", gguf_name, "bad override regex '" + o.pattern + "': " + e.what());
                 }
             } else {
