@@ -52,9 +52,12 @@
 #include "qforge/layout/gguf/blocks.hpp"
 #include "qforge/layout/gguf/kquants.hpp"
 #include "qforge/layout/gguf/legacy.hpp"
+#include "qforge/layout/gguf/mxfp4.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
 #include "qforge/layout/gptq.hpp"
 #include "qforge/layout/layout_traits.hpp"
+#include "qforge/layout/mxfp4.hpp"
+#include "qforge/layout/nvfp4.hpp"
 #include "qforge/layout/packing.hpp"
 #include "qforge/layout/quantize_packed.hpp"
 

@@ -36,6 +36,7 @@ enum class ggml_type : std::uint32_t {
     i64 = 27,
     f64 = 28,
     bf16 = 30,
+    mxfp4 = 39,  ///< block_mxfp4 (layout/gguf/mxfp4.hpp)
 };
 
 /// Elements per block and bytes per block of a ggml type (ggml `type_traits`).
@@ -69,6 +70,7 @@ constexpr std::optional<type_traits> traits_of(std::uint32_t id) noexcept {
         case 27: return type_traits{"I64", 1, 8};
         case 28: return type_traits{"F64", 1, 8};
         case 30: return type_traits{"BF16", 1, 2};
+        case 39: return type_traits{"MXFP4", 32, 17};
         default: return std::nullopt;
     }
 }
@@ -90,7 +92,7 @@ constexpr std::optional<ggml_type> type_from_name(std::string_view name) noexcep
         }
         return true;
     };
-    for (std::uint32_t id = 0; id <= 30; ++id) {
+    for (std::uint32_t id = 0; id <= 39; ++id) {
         const auto t = traits_of(id);
         if (t && upper_eq(name, t->name)) return static_cast<ggml_type>(id);
     }

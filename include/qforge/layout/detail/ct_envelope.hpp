@@ -19,12 +19,13 @@
 namespace qforge::detail {
 
 /// One QuantizationArgs: `type` "int" or "float", `strategy` "channel", "group", "block" or
-/// "token"; `group_size`, `block_structure` and `observer` are null where they do not apply.
+/// "token" or "tensor_group"; `dynamic` false, true or "local" (NVFP4 activations);
+/// `group_size`, `block_structure` and `observer` are null where they do not apply.
 inline json ct_quantization_args(std::string_view type, int num_bits, std::string_view strategy, bool symmetric,
-                                 bool dynamic, json group_size, json block_structure, json observer) {
+                                 json dynamic, json group_size, json block_structure, json observer) {
     return json::object({{"actorder", nullptr},
                          {"block_structure", std::move(block_structure)},
-                         {"dynamic", dynamic},
+                         {"dynamic", std::move(dynamic)},
                          {"group_size", std::move(group_size)},
                          {"num_bits", num_bits},
                          {"observer", std::move(observer)},

@@ -24,6 +24,7 @@
 #include "qforge/layout/gguf/blocks.hpp"
 #include "qforge/layout/gguf/kquants.hpp"
 #include "qforge/layout/gguf/legacy.hpp"
+#include "qforge/layout/gguf/mxfp4.hpp"
 #include "qforge/simd/family.hpp"
 #include "qforge/simd/gguf_kernels.hpp"
 #include "qforge/simd/tags.hpp"
@@ -37,6 +38,7 @@ constexpr bool can_quantize(ggml_type t) noexcept {
         case ggml_type::q4_0: case ggml_type::q4_1: case ggml_type::q5_0: case ggml_type::q5_1:
         case ggml_type::q8_0: case ggml_type::q2_k: case ggml_type::q3_k: case ggml_type::q4_k:
         case ggml_type::q5_k: case ggml_type::q6_k: case ggml_type::iq4_nl:
+        case ggml_type::mxfp4:
             return true;
         default:
             return false;
@@ -104,6 +106,7 @@ inline void with_block_type(ggml_type t, F&& f) {
         case ggml_type::q5_k: return f(block_tag<block_q5_k, 256>{});
         case ggml_type::q6_k: return f(block_tag<block_q6_k, 256>{});
         case ggml_type::iq4_nl: return f(block_tag<block_iq4_nl, 32>{});
+        case ggml_type::mxfp4: return f(block_tag<block_mxfp4, 32>{});
         default: fail<unsupported_error>("", "", "GGUF type " + std::string(type_name(t)) + " is not supported");
     }
 }
