@@ -10,6 +10,11 @@
 #include <vector>
 
 #include "qforge/convert/repack.hpp"
+#include "qforge/layout/gguf/quantize.hpp"
+#include "qforge/quant/quantize.hpp"
+#include "qforge/simd/gguf_kernels.hpp"
+#include "qforge/simd/group_kernels.hpp"
+#include "qforge/simd/pack_kernels.hpp"
 #include "qforge/convert/repack_transpose.hpp"
 #include "qforge/quant/least_squares.hpp"
 #include "qforge/simd/lsq_kernels.hpp"
@@ -49,7 +54,58 @@ void fit_one_group() {
     (void)lsq_fit_group(x, {}, lsq_options{}, codes);
 }
 
+bool getenv_is_scalar() {
+    const char* env = std::getenv("QFORGE_FORCE_ISA");
+    return env != nullptr && std::string_view(env) == "scalar";
+}
+
+/// A quantization through the group kernels, and a GGUF Q4_K row through the gguf kernels.
+void quantize_one_layer() {
+    std::vector<float> w(8 * 256);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(static_cast<int>(i * 37 % 29) - 14) * 0.01f;
+    const tensor_view v{"model.layers.0.mlp.up_proj", dtype::F32, {8, 256},
+                        std::as_bytes(std::span<const float>(w))};
+    quant_options o;
+    o.group_size = 64;
+    if (quantize(v, o).rows != 8) FAIL("quantize lost rows");
+    std::vector<std::uint16_t> blocks(static_cast<std::size_t>(gguf::quantized_size(gguf::ggml_type::q4_k, 8, 256) / 2));
+    gguf::quantize_rows(gguf::ggml_type::q4_k, w.data(), 8, 256, nullptr, reinterpret_cast<std::byte*>(blocks.data()));
+}
+
+template <class... Families>
+void forget_all() {
+    (simd::forget_last_isa<Families>(), ...);
+}
+
 }  // namespace
+
+// Every kernel family of simd/ (group, pack, gguf, transpose, least squares) is reached by a
+// library entry point that takes no ISA: each then ran the ISA QFORGE_FORCE_ISA names (under
+// =scalar, the scalar definition), and an unknown name stops every one of them.
+TEST_CASE("QFORGE_FORCE_ISA reaches every kernel family through the library's entry points") {
+    using namespace simd;
+    bool refused = false;
+    try {
+        (void)active_isa();
+    } catch (const unsupported_error&) {
+        refused = true;
+    }
+    if (refused) {
+        CHECK_THROWS_AS(quantize_one_layer(), unsupported_error);
+        CHECK_THROWS_AS(repack_one_layer(), unsupported_error);
+        return;
+    }
+    forget_all<group_kernels, pack_kernels, gguf_kernels, transpose_kernels, lsq_kernels>();
+    quantize_one_layer();
+    repack_one_layer();  // packs (GPTQ) and transposes (to compressed-tensors)
+    fit_one_group();
+    const isa want = getenv_is_scalar() ? isa::scalar : active_isa();
+    CHECK(last_isa_of<group_kernels>() == want);
+    CHECK(last_isa_of<pack_kernels>() == want);
+    CHECK(last_isa_of<gguf_kernels>() == want);
+    CHECK(last_isa_of<transpose_kernels>() == want);
+    CHECK(last_isa_of<lsq_kernels>() == want);
+}
 
 TEST_CASE("QFORGE_FORCE_ISA reaches the transpose and least-squares families") {
     const char* env = std::getenv("QFORGE_FORCE_ISA");
