@@ -61,6 +61,7 @@ struct settings {
     std::vector<int> tp;               // --tp 1,2,4,8: the serving check's degrees
     bool require_w4a8_cpu = false;     // the w4a8-cpu preset
     bool bits_given = false;  // --bits on the command line (the 8-bit formats default to 8)
+    bool group_given = false;  // --group on the command line (NVFP4 / MXFP4 default to their group)
 };
 
 struct preset {
@@ -91,6 +92,10 @@ const std::vector<preset>& presets() {
          "llm-compressor W8A8 (INT8): int8 sym per channel, dynamic per-token int8 activations (vLLM W8A8Int8)"},
         {"fp8-block", output_format::compressed_tensors_fp8, {8, 128, true, scale_method::minmax, std::nullopt}, false,
          "llm-compressor FP8_BLOCK: E4M3 128x128 blocks, dynamic group-128 FP8 activations"},
+        {"nvfp4a16", output_format::compressed_tensors_nvfp4, {4, 16, true, scale_method::minmax, std::nullopt}, false,
+         "llm-compressor NVFP4A16: E2M1, E4M3 group-16 scales, one F32 global scale per fused group (vLLM W4A16Fp4)"},
+        {"mxfp4a16", output_format::compressed_tensors_mxfp4, {4, 32, true, scale_method::minmax, std::nullopt}, false,
+         "llm-compressor MXFP4A16: E2M1, E8M0 group-32 scales (vLLM W4A16Mxfp4)"},
     };
     return p;
 }
@@ -99,6 +104,7 @@ const std::vector<preset>& presets() {
 double nominal_bpw(output_format f, const quant_spec& s) {
     const double g = s.group_size > 0 ? static_cast<double>(s.group_size) : 4096.0;
     if (is_float_format(f)) return 8.0 + 16.0 / (s.group_size > 0 ? g * g : g);  // one scale per row or B x B block
+    if (fixed_group_size(f)) return 4.0 + 8.0 / g;  // E2M1 + one 8-bit scale per group (NVFP4's global: 32 bits a layer)
     const bool zeros = (f != output_format::compressed_tensors && f != output_format::compressed_tensors_w8a8) || !s.symmetric;
     return s.bits + 16.0 / g + (zeros ? s.bits / g : 0.0);
 }
@@ -167,7 +173,8 @@ struct option {
 
 const std::vector<option>& options() {
     static const std::vector<option> o{
-        {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors | compressed-tensors-w8a8 | compressed-tensors-fp8 | fp8 | gguf",
+        {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors | compressed-tensors-w8a8 | compressed-tensors-fp8 | fp8 | "
+                          "compressed-tensors-nvfp4 | compressed-tensors-mxfp4 | gguf",
          [](settings& s, const std::string& v) {
              s.gguf = v == "gguf";
              if (s.gguf) return;
@@ -179,8 +186,11 @@ const std::vector<option>& options() {
              s.scheme.bits = parse_int(v, "bit width");
              s.bits_given = true;
          }},
-        {"--group", "G", "group size, a power of two, or -1 for per channel (default 128); FP8 formats: B x B blocks",
-         [](settings& s, const std::string& v) { s.scheme.group_size = parse_int(v, "group size"); }},
+        {"--group", "G", "group size, a power of two, or -1 for per channel (default 128; NVFP4 16, MXFP4 32); FP8 formats: B x B blocks",
+         [](settings& s, const std::string& v) {
+             s.scheme.group_size = parse_int(v, "group size");
+             s.group_given = true;
+         }},
         {"--sym", "", "symmetric grid, zero pinned at 2^(bits-1) (default)", [](settings& s, const std::string&) { s.scheme.symmetric = true; }},
         {"--asym", "", "asymmetric grid with integer zero points", [](settings& s, const std::string&) { s.scheme.symmetric = false; }},
         {"--scale", "M", "minmax | absmax | search | mse | lsq (default minmax; lsq = least-squares fit)",
@@ -302,6 +312,9 @@ settings parse(int argc, char** argv) {
             const preset* found = nullptr;
             for (const preset& p : presets())
                 if (p.name == args[i + 1]) found = &p;
+            if (!found && args[i + 1] == "nvfp4")  // W4A4: needs what a data-free converter does not have
+                usage_error("preset nvfp4 (W4A4) needs each layer's input_global_scale = 448*6 / amax of its activations, "
+                            "which only calibration gives (an imatrix holds mean squares, not amax); use nvfp4a16");
             if (!found) usage_error("unknown preset '" + args[i + 1] + "' (see --list-presets)");
             s.format = found->format;
             s.scheme = found->scheme;
@@ -345,6 +358,8 @@ settings parse(int argc, char** argv) {
         usage_error("--imatrix weights the errors of a scale search: use --scale search, mse or lsq");
     if (s.format && (is_float_format(*s.format) || *s.format == output_format::compressed_tensors_w8a8) && !s.bits_given)
         s.scheme.bits = 8;
+    if (s.format && !s.group_given)
+        if (const auto g = fixed_group_size(*s.format)) s.scheme.group_size = *g;
     return s;
 }
 

@@ -142,3 +142,28 @@ TEST_CASE("stories260k: FP8 per channel and 128x128 blocks against INT8 per chan
     CHECK(int8.report.snr_mean() > chan.report.snr_mean());  // the explanation above, measured
     CHECK(chan.report.snr_mean() >= block.report.snr_mean() - 0.5);
 }
+
+// NVFP4A16 / MXFP4A16 on the same weights: the MLP's down_proj (K = 172, not whole groups of
+// 16 or 32) is refused unless a rule keeps it dense, which then appears in `ignore` beside the
+// tied lm_head. NVFP4's E4M3 group-16 scales follow each group's amax more closely than MXFP4's
+// power-of-two group-32 scales, so it must measure higher.
+TEST_CASE("stories260k: NVFP4A16 and MXFP4A16 SNR beside FP8 / INT8, down_proj kept dense by rule") {
+    const fresh nv_out("nvfp4"), mx_out("mxfp4");
+    convert_options nv = with(output_format::compressed_tensors_nvfp4, {4, 16, true, scale_method::minmax, std::nullopt});
+    convert_options mx = with(output_format::compressed_tensors_mxfp4, {4, 32, true, scale_method::minmax, std::nullopt});
+    CHECK(refusal_of(nv, nv_out).find("mlp.down_proj") != std::string::npos);
+    nv.rules.keep("mlp.down_proj");
+    mx.rules.keep("mlp.down_proj");
+    const auto n = convert(stories, nv_out, nv);
+    const auto m = convert(stories, mx_out, mx);
+    REQUIRE(n.report.tensors.size() == 30);
+    REQUIRE(m.report.tensors.size() == 30);
+    MESSAGE("stories260k SNR mean / min dB: NVFP4A16 " << n.report.snr_mean() << " / " << n.report.snr_min() << "; MXFP4A16 "
+            << m.report.snr_mean() << " / " << m.report.snr_min());
+    CHECK(n.report.snr_min() > 14.0);
+    CHECK(m.report.snr_min() > 12.0);
+    CHECK(n.report.snr_mean() > m.report.snr_mean());
+    const json ignore = json::parse(io::read_file(nv_out.path + "/config.json")).at("quantization_config").at("ignore");
+    REQUIRE(ignore.size() == 6);  // five down_proj and the tied lm_head
+    CHECK(ignore.at(5).as_string() == "lm_head");
+}

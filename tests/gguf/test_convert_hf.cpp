@@ -16,7 +16,9 @@
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
+#include "qforge/layout/gguf/quantize.hpp"
 #include "support/fp8_checkpoint.hpp"
+#include "support/independent_decoders.hpp"
 
 using namespace qforge;
 using namespace qforge::gguf;
@@ -1034,4 +1036,79 @@ TEST_CASE("HF -> GGUF from FP8 sources: the bytes of the dequantized twin; a mal
                          doctest::Contains("model.layers.0.mlp.down_proj.weight_scale_inv': scale shape [2, 3] does not fit weight [192, 320]"),
                          unsupported_error);
     CHECK_FALSE(io::path_exists(out_path("fp8_bad")));
+}
+
+// The MXFP4_MOE mix (LLAMA_FTYPE_MOSTLY_MXFP4_MOE = 38, llama.cpp tools/quantize/quantize.cpp
+// QUANT_OPTIONS): src/llama-quant.cpp llama_tensor_get_type_impl gives merged expert tensors
+// (ne[2] > 1) MXFP4 and every other quantized tensor, token embedding and output head included,
+// Q8_0; norms, 1-D tensors and the router stay F32 as in every mix.
+TEST_CASE("type choice: MXFP4_MOE puts the 3-D experts in MXFP4 and the rest in Q8_0") {
+    const auto ft = parse_file_type("mxfp4_moe");
+    REQUIRE(ft);
+    CHECK(ft->name == "MXFP4_MOE");
+    CHECK(ft->llama_ftype == 38);
+    mix_model m;
+    m.arch = "qwen3moe";
+    m.n_layer = 2;
+    m.n_head = 4;
+    m.n_head_kv = 2;
+    m.n_expert = 4;
+    CHECK(choose_type(*ft, {}, "blk.0.ffn_gate_exps.weight", 3, 128, 0, m).chosen == ggml_type::mxfp4);
+    CHECK(choose_type(*ft, {}, "blk.1.ffn_down_exps.weight", 3, 128, 1, m).chosen == ggml_type::mxfp4);
+    CHECK(choose_type(*ft, {}, "blk.0.attn_q.weight", 2, 128, 0, m).chosen == ggml_type::q8_0);
+    CHECK(choose_type(*ft, {}, "output.weight", 2, 128, -1, m).chosen == ggml_type::q8_0);
+    CHECK(choose_type(*ft, {}, "token_embd.weight", 2, 128, -1, m).chosen == ggml_type::q8_0);
+    CHECK(choose_type(*ft, {}, "blk.0.ffn_gate_inp.weight", 2, 128, 0, m).chosen == ggml_type::f32);
+    CHECK(choose_type(*ft, {}, "blk.0.attn_norm.weight", 1, 128, 0, m).chosen == ggml_type::f32);
+    // An expert row that is not a whole number of 32-blocks: F16, and said so.
+    const auto odd = choose_type(*ft, {}, "blk.0.ffn_up_exps.weight", 3, 100, 0, m);
+    CHECK(odd.chosen != ggml_type::mxfp4);
+    CHECK_FALSE(odd.fallback.empty());
+    CHECK(choose_type(*ft, {parse_override("re:blk\\.0\\.ffn_down_exps\\.weight=Q8_0")}, "blk.0.ffn_down_exps.weight", 3, 128, 0, m)
+              .chosen == ggml_type::q8_0);
+}
+
+TEST_CASE("HF -> GGUF MXFP4_MOE (Qwen3-MoE, Mixtral): stacked experts are MXFP4 blocks that decode independently to the library's values") {
+    for (qforge::demo_moe style : {qforge::demo_moe::qwen_moe, qforge::demo_moe::mixtral}) {
+        CAPTURE(static_cast<int>(style));
+        const std::string tag = "mxfp4_moe_" + std::to_string(static_cast<int>(style));
+        const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_" + tag + "_src", dst = out_path(tag.c_str());
+        if (qforge::io::path_exists(dir)) qforge::io::remove_tree(dir);
+        qforge::demo_options o;
+        o.hidden = 128;
+        o.intermediate = 256;
+        o.layers = 2;
+        o.heads = 4;
+        o.kv_heads = 2;
+        o.vocab = 512;
+        o.moe = style;
+        o.experts = 4;
+        o.moe_intermediate = 128;
+        o.tied = false;
+        qforge::write_demo_checkpoint(dir, o);
+        convert_options c;
+        c.allow_no_vocab = true;
+        c.type = *parse_file_type("MXFP4_MOE");
+        const auto rep = convert_hf_to_gguf(dir, dst, c);
+        const reader r(dst);
+        CHECK(*r.find("general.file_type")->as<std::uint32_t>() == 38);
+        for (const char* t : {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight"}) {
+            CAPTURE(t);
+            const auto* e = r.find_tensor(t);
+            REQUIRE(e);
+            CHECK(e->type == ggml_type::mxfp4);
+            REQUIRE(e->nbytes == static_cast<std::uint64_t>(e->numel() / 32 * 17));
+            const std::vector<std::byte> bytes = r.read_bytes(*e);
+            const auto n = static_cast<std::size_t>(e->numel());
+            const std::vector<float> mine = qforge::testing::independent::mxfp4_gguf(bytes.data(), n);
+            std::vector<float> lib(n);
+            dequantize_rows(ggml_type::mxfp4, bytes.data(), static_cast<std::int64_t>(n), lib.data());
+            CHECK(mine == lib);
+        }
+        CHECK(r.find_tensor("blk.0.attn_q.weight")->type == ggml_type::q8_0);
+        CHECK(r.find_tensor("output.weight")->type == ggml_type::q8_0);
+        CHECK(r.find_tensor("blk.0.ffn_gate_inp.weight")->type == ggml_type::f32);
+        for (const auto& t : rep.tensors)
+            if (t.gguf_name.ends_with("_exps.weight")) CHECK(t.snr_db > 12.0);  // E2M1 under power-of-two scales
+    }
 }

@@ -42,6 +42,7 @@
 #include "qforge/convert/detail/quantize_step.hpp"
 #include "qforge/convert/detail/write_behind.hpp"
 #include "qforge/convert/format.hpp"
+#include "qforge/convert/fp4_global.hpp"
 #include "qforge/convert/importance.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
@@ -248,8 +249,12 @@ struct conversion_inputs {
             fail<unsupported_error>(src_dir, {}, "activation scaling needs the input statistics of an imatrix (--imatrix)");
         if (opt.activation_scaling && hessians)
             fail<unsupported_error>(opt.hessians, {}, "activation scaling with GPTQ Hessians is not supported: GPTQ already uses the full input statistics");
-        if (hessians && is_float_format(p.format))
+        if (hessians && has_own_quantizer(p.format))
             fail<unsupported_error>(opt.hessians, {}, std::string(format_name(p.format)) + " has no integer grid for the GPTQ solver");
+        // The fused group's global amax is that of the weights as read, not of folded ones.
+        if (opt.activation_scaling && shares_fused_global_scale(p.format))
+            fail<unsupported_error>(src_dir, {}, std::string(format_name(p.format)) +
+                                                     ": activation scaling is not supported (the fused groups' global scales come from the unfolded weights)");
     }
     conversion_inputs(const conversion_inputs&) = delete;
     conversion_inputs& operator=(const conversion_inputs&) = delete;
@@ -369,7 +374,7 @@ public:
         weight_rows rows = fold_rows(it, v, item_importance(it, module));
         quantized_item q = copy_fp8 ? copy_fp8_tensors(it, v)
                            : h      ? solve_gptq(it, rows, *h)
-                                    : quantize_packed_rows(it, rows, v, how, module);
+                                    : quantize_packed_rows(i, rows, v, how, module);
         result_.report.tensors.push_back({module, it.shape, it.scheme, q.snr_db});
         ev.snr_db = q.snr_db;
         submit_quantized(i, module, std::move(q), std::move(ev));
@@ -415,8 +420,8 @@ private:
         if (it.scale && !copy_fp8) return item_read::decoded;
         if (opt_.read == source_read::copied) return item_read::whole;
         if (opt_.read == source_read::mapped) return item_read::mapped;
-        const bool to_e4m3 = is_float_format(p_.format) && it.action != plan_action::keep;
-        return solved || folded(it) || copy_fp8 || to_e4m3 ? item_read::whole : item_read::streamed;
+        const bool own_quantizer = has_own_quantizer(p_.format) && it.action != plan_action::keep;  // E4M3, E2M1
+        return solved || folded(it) || copy_fp8 || own_quantizer ? item_read::whole : item_read::streamed;
     }
 
     /// The item's source as a view: the buffer read whole (split parts share it), or the
@@ -552,8 +557,9 @@ private:
 
     /// Quantized and packed together, band by band, on the pool; a streamed item's bands are
     /// read with pread (w.view is the mapping, used for its sizes only).
-    quantized_item quantize_packed_rows(const plan_item& it, const weight_rows& w, const tensor_view& v, item_read how,
-                                        const std::string& module) const {
+    quantized_item quantize_packed_rows(std::size_t i, const weight_rows& w, const tensor_view& v, item_read how,
+                                        const std::string& module) {
+        const plan_item& it = p_.items[i];
         band_source rows;
         if (how == item_read::streamed && !it.cut) {
             const std::uint64_t row_bytes = static_cast<std::uint64_t>(v.shape.at(1)) * dtype_size(v.type);
@@ -562,8 +568,10 @@ private:
                 src_.read_tensor_range(it.source, static_cast<std::uint64_t>(it.row_begin + r0) * row_bytes, into);
             };
         }
+        // step "fused global amax" (convert/fp4_global.hpp): siblings share one global scale
+        const std::optional<float> group = shares_fused_global_scale(p_.format) ? fused_amax_.group_amax(src_, p_, i) : std::nullopt;
         detail::packed_result r = detail::quantize_rows_packed(w.view, w.begin, w.end, it.scheme, p_.format, it.model_type(),
-                                                               run_, it.name, module, w.importance, rows);
+                                                               run_, it.name, module, w.importance, rows, group);
         quantized_item q;
         q.packed = std::move(r.tensors);
         q.snr_db = r.snr_db;
@@ -602,6 +610,7 @@ private:
     thread_pool pool_;
     executor run_;
     std::optional<activation_folds> folds_;
+    fused_amax_cache fused_amax_;  ///< NVFP4: each fused group's amax, read when first needed
     shard_path_map shard_path_;
     /// source_read::copied, and whole reads under pread: the current source tensor (split
     /// parts share it). Before behind_, so an exception waits for the job that reads it.

@@ -9,6 +9,9 @@
 // vLLM compressed_tensors_wNa16.py), FP8 field-2026.md 1.1-1.2 (layout/fp8.hpp). The packing
 // itself is the layout layer's job.
 //
+// A float layout (E4M3, E2M1) has its own quantizer: its traits say `codes` and the
+// converter's quantization step (convert/detail/quantize_step.hpp) calls it.
+//
 // Adding an integer layout: its header (the layout_policy, a `<name>_format_traits` struct),
 // its tests, one enumerator of output_format and one entry of `format_table` below.
 #pragma once
@@ -30,6 +33,8 @@
 #include "qforge/layout/fp8.hpp"
 #include "qforge/layout/gptq.hpp"
 #include "qforge/layout/layout_traits.hpp"
+#include "qforge/layout/mxfp4.hpp"
+#include "qforge/layout/nvfp4.hpp"
 
 namespace qforge {
 
@@ -38,7 +43,12 @@ namespace qforge {
 /// (layout/fp8.hpp). Both hold E4M3 codes, not integer codes: is_float_format().
 /// compressed_tensors_w8a8 is compressed-tensors `int-quantized` (int8 weights unpacked, dynamic
 /// per-token int8 activations: layout/ct_int8.hpp).
-enum class output_format { gptq, gptq_v2, awq, compressed_tensors, compressed_tensors_fp8, fp8, compressed_tensors_w8a8 };
+/// compressed_tensors_nvfp4 / _mxfp4 are `nvfp4-pack-quantized` (NVFP4A16) and
+/// `mxfp4-pack-quantized` (MXFP4A16): E2M1 codes (layout/nvfp4.hpp, layout/mxfp4.hpp).
+enum class output_format {
+    gptq, gptq_v2, awq, compressed_tensors, compressed_tensors_fp8, fp8, compressed_tensors_w8a8,
+    compressed_tensors_nvfp4, compressed_tensors_mxfp4
+};
 
 /// One row of the format table: an output_format and the traits of the layout that writes it.
 template <output_format F, format_traits Traits>
@@ -54,7 +64,9 @@ using format_table = std::tuple<format_entry<output_format::gptq, gptq_format_tr
                                 format_entry<output_format::compressed_tensors, ct_format_traits>,
                                 format_entry<output_format::compressed_tensors_fp8, fp8_format_traits<fp8_flavour::compressed_tensors>>,
                                 format_entry<output_format::fp8, fp8_format_traits<fp8_flavour::native>>,
-                                format_entry<output_format::compressed_tensors_w8a8, ct_int8_format_traits>>;
+                                format_entry<output_format::compressed_tensors_w8a8, ct_int8_format_traits>,
+                                format_entry<output_format::compressed_tensors_nvfp4, nvfp4_format_traits>,
+                                format_entry<output_format::compressed_tensors_mxfp4, mxfp4_format_traits>>;
 
 /// Calls `fn(traits)` (a value of the format's traits type) for format `f`; every call of fn
 /// must return the same type. An output_format outside the table is an unsupported_error.
@@ -89,6 +101,30 @@ constexpr bool is_float_format(output_format f) noexcept {
     std::apply([&](auto... entry) { ((e4m3 = e4m3 || (decltype(entry)::id == f && decltype(entry)::traits::codes == code_kind::e4m3)), ...); },
                format_table{});
     return e4m3;
+}
+
+/// Whether format `f` has its own quantizer instead of an integer grid (E4M3 or E2M1 codes):
+/// no GPTQ solver, and its weights are read whole.
+inline bool has_own_quantizer(output_format f) {
+    return visit_format(f, [](auto t) { return decltype(t)::codes != code_kind::integer; });
+}
+
+/// Whether format `f` gives the members of a fused group (q/k/v, gate/up, an expert's w1/w3)
+/// one global scale, computed from the group's amax before any member is quantized (NVFP4).
+inline bool shares_fused_global_scale(output_format f) {
+    return visit_format(f, [](auto t) {
+        if constexpr (decltype(t)::codes == code_kind::e2m1) return decltype(t)::fused_global_scale;
+        else return false;
+    });
+}
+
+/// The group size an E2M1 format fixes (NVFP4 16, MXFP4 32), or nullopt for formats that take
+/// the scheme's.
+inline std::optional<std::int64_t> fixed_group_size(output_format f) {
+    return visit_format(f, [](auto t) -> std::optional<std::int64_t> {
+        if constexpr (decltype(t)::codes == code_kind::e2m1) return decltype(t)::group;
+        else return std::nullopt;
+    });
 }
 
 /// Whether format `f`'s tensors carry g_idx, so act-order may regroup columns (GPTQ).
@@ -165,6 +201,22 @@ inline std::optional<std::string> e4m3_refusal(const quant_spec& s) {
     return std::nullopt;
 }
 
+/// The rules every E2M1 format shares: 4 bits, symmetric, amax-derived scales, the format's
+/// own group size and scale dtype.
+template <class T>
+std::optional<std::string> e2m1_refusal(const quant_spec& s) {
+    const std::string f(T::element);
+    if (s.bits != 4) return f + " weights are 4 bits (E2M1), not " + std::to_string(s.bits);
+    if (!s.symmetric) return f + " weights are symmetric (no zero point)";
+    if (s.scale != scale_method::minmax)
+        return f + " scales follow the group's amax (minmax), not " + std::string(scale_method_name(s.scale));
+    if (s.group_size != T::group)
+        return f + " groups are " + std::to_string(T::group) + " columns, not " + std::to_string(s.group_size);
+    if (s.scale_dtype && *s.scale_dtype != T::scale_dtype)
+        return f + " scales are " + std::string(dtype_name(T::scale_dtype)) + ", not " + std::string(dtype_name(*s.scale_dtype));
+    return std::nullopt;
+}
+
 /// The rules every integer grid shares: 2..8 bits, power-of-two groups within K, 16-bit scales.
 inline std::optional<std::string> integer_grid_refusal(std::int64_t cols, const quant_spec& s) {
     if (s.bits < 2 || s.bits > 8) return "bits must be 2..8, got " + std::to_string(s.bits);
@@ -186,8 +238,10 @@ inline std::optional<std::string> format_refusal(output_format f, std::int64_t r
                                                  const quant_spec& s, dtype checkpoint) {
     return visit_format(f, [&](auto t) -> std::optional<std::string> {
         using T = decltype(t);
-        if (auto why = T::codes == code_kind::e4m3 ? detail::e4m3_refusal(s) : detail::integer_grid_refusal(cols, s))
-            return why;
+        std::optional<std::string> why;
+        if constexpr (T::codes == code_kind::e2m1) why = detail::e2m1_refusal<T>(s);
+        else why = T::codes == code_kind::e4m3 ? detail::e4m3_refusal(s) : detail::integer_grid_refusal(cols, s);
+        if (why) return why;
         return T::refusal(rows, cols, layout_scheme{s.bits, s.group_size, s.symmetric, s.scale_dtype, checkpoint});
     });
 }
@@ -200,7 +254,7 @@ decltype(auto) with_layout(output_format f, const layout_request& r, F&& fn) {
     return visit_format(f, [&](auto t) -> result {
         using T = decltype(t);
         if constexpr (T::codes == code_kind::integer) return T::with_layout(r, fn);
-        else fail<unsupported_error>({}, {}, std::string(T::name) + " has no integer layout");  // E4M3: fp8_layout
+        else fail<unsupported_error>({}, {}, std::string(T::name) + " has no integer layout");  // E4M3 / E2M1: own quantizer
     });
 }
 
@@ -220,6 +274,7 @@ inline std::vector<planned_tensor> format_tensors(output_format f, std::string_v
     const auto specs = visit_format(f, [&](auto t) {
         using T = decltype(t);
         if constexpr (T::codes == code_kind::e4m3) return fp8_layout(T::options(s.group_size, resolved.scale_dtype, checkpoint)).specs(rows, cols);
+        else if constexpr (T::codes == code_kind::e2m1) return T::specs(rows, cols);
         else return T::with_layout(r, [&](const auto& layout) { return layout.specs(rows, cols, s.group_size, s.symmetric); });
     });
     std::vector<planned_tensor> out;

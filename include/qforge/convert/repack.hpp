@@ -104,6 +104,9 @@ inline std::vector<owned_tensor> repack_pack(const quantized_tensor& q, const st
         case output_format::compressed_tensors_fp8:
         case output_format::fp8:
             fail<unsupported_error>({}, prefix, std::string(format_name(t.format)) + " holds E4M3 codes: integer codes do not repack into it");
+        case output_format::compressed_tensors_nvfp4:
+        case output_format::compressed_tensors_mxfp4:
+            fail<unsupported_error>({}, prefix, std::string(format_name(t.format)) + " holds E2M1 codes: integer codes do not repack into it");
         case output_format::compressed_tensors: {
             // The layout writes contiguous groups; act-order is the same words plus
             // `weight_g_idx` (compressed-tensors actorder "group", formats.md 4.1), which the

@@ -234,6 +234,9 @@ inline json repack_quantization_config(const repack_target& t, const std::vector
         case output_format::compressed_tensors_fp8:
         case output_format::fp8:
             fail<unsupported_error>({}, {}, std::string(format_name(t.format)) + " holds E4M3 codes: integer codes do not repack into it");
+        case output_format::compressed_tensors_nvfp4:
+        case output_format::compressed_tensors_mxfp4:
+            fail<unsupported_error>({}, {}, std::string(format_name(t.format)) + " holds E2M1 codes: integer codes do not repack into it");
         case output_format::compressed_tensors: {
             json c = ct_config(linears, ct_options{t.packing, target_scale_dtype(t)});
             if (act_order)  // every module carries weight_g_idx (formats.md 4.1, actorder "group")

@@ -109,6 +109,10 @@ inline std::optional<std::string> repack_refusal(const quantized_tensor& q, cons
         case output_format::fp8:
             return fmt + " holds E4M3 codes, which integer codes of " + q.name +
                    " do not map onto bit for bit; convert the float checkpoint instead";
+        case output_format::compressed_tensors_nvfp4:
+        case output_format::compressed_tensors_mxfp4:
+            return fmt + " holds E2M1 codes, which integer codes of " + q.name +
+                   " do not map onto bit for bit; convert the float checkpoint instead";
     }
     quant_spec s;
     s.bits = q.bits;

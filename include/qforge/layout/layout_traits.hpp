@@ -96,8 +96,10 @@ concept layout_policy = layout_names_itself<L> && layout_plans_tensors<L> && lay
 // never names a format; a new integer layout is its header, its tests and one entry in the
 // table of convert/format.hpp.
 
-/// What a format stores per weight: integer codes on a grid (quantized_tensor), or E4M3 codes.
-enum class code_kind { integer, e4m3 };
+/// What a format stores per weight: integer codes on a grid (quantized_tensor), E4M3 codes, or
+/// E2M1 (FP4) codes under E4M3 / E8M0 group scales (layout/nvfp4.hpp, layout/mxfp4.hpp). The
+/// float kinds have their own quantizer and no integer grid.
+enum class code_kind { integer, e4m3, e2m1 };
 
 /// The scheme of one linear as a format's refusal sees it: the plan's quant_spec without the
 /// scale rule, and the weight's model dtype (`checkpoint`).

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -164,5 +166,38 @@ inline json mxfp4_config(std::span<const linear_entry> linears) {
 }
 
 inline json mxfp4_layout::config(std::span<const linear_entry> linears) const { return mxfp4_config(linears); }
+
+/// The converter's view of MXFP4A16 (layout/layout_traits.hpp format_traits; convert/format.hpp
+/// lists it). No global scale, so nothing is shared across a fused group.
+struct mxfp4_format_traits {
+    static constexpr std::string_view name = "compressed-tensors-mxfp4";
+    static constexpr std::array<std::string_view, 1> aliases{"mxfp4-pack-quantized"};
+    static constexpr code_kind codes = code_kind::e2m1;
+    static constexpr bool carries_g_idx = false;
+    static constexpr bool one_scheme = false;
+    static constexpr scale_policy asymmetric_minmax = scale_policy::minmax;
+    static constexpr bool fused_global_scale = false;
+    static constexpr std::int64_t group = mxfp4_group;
+    static constexpr dtype scale_dtype = dtype::U8;  // E8M0 exponents, stored as uint8
+    static constexpr std::string_view element = "MXFP4";
+
+    static dtype default_scale_dtype(dtype) noexcept { return scale_dtype; }
+
+    static std::vector<tensor_spec> specs(std::int64_t n, std::int64_t k) { return mxfp4_layout().specs(n, k); }
+
+    static std::optional<std::string> refusal(std::int64_t /*n*/, std::int64_t k, const layout_scheme&) {
+        if (std::string why = mxfp4_layout().refusal(k); !why.empty()) return why;
+        return std::nullopt;
+    }
+
+    static std::vector<owned_tensor> quantize(const tensor_view& rows, std::string_view module, std::optional<float>,
+                                              const executor& ex, snr_sums* snr) {
+        return mxfp4_layout().quantize(rows, module, ex, snr);
+    }
+
+    static json config(std::span<const linear_entry> linears, const layout_request&) { return mxfp4_config(linears); }
+
+    static std::vector<side_file> side_files(std::span<const linear_entry>, const layout_request&) { return {}; }
+};
 
 }  // namespace qforge

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -236,5 +237,47 @@ inline json nvfp4_config(std::span<const linear_entry> linears, const nvfp4_opti
 }
 
 inline json nvfp4_layout::config(std::span<const linear_entry> linears) const { return nvfp4_config(linears, opt_); }
+
+/// The converter's view of NVFP4A16 (layout/layout_traits.hpp format_traits; convert/format.hpp
+/// lists it). The W4A4 scheme (preset nvfp4) is not a format of the converter: its
+/// input_global_scale is 448 * 6 / amax of the layer's activations, which only calibration
+/// gives. `fused_global_scale`: siblings a loader fuses must share one global scale, so the
+/// converter passes quantize() the amax of the whole fused group (convert/fp4_global.hpp).
+struct nvfp4_format_traits {
+    static constexpr std::string_view name = "compressed-tensors-nvfp4";
+    static constexpr std::array<std::string_view, 1> aliases{"nvfp4-pack-quantized"};
+    static constexpr code_kind codes = code_kind::e2m1;
+    static constexpr bool carries_g_idx = false;
+    static constexpr bool one_scheme = false;
+    static constexpr scale_policy asymmetric_minmax = scale_policy::minmax;
+    static constexpr bool fused_global_scale = true;
+    static constexpr std::int64_t group = nvfp4_group;
+    static constexpr dtype scale_dtype = dtype::F8_E4M3;
+    static constexpr std::string_view element = "NVFP4";
+
+    static dtype default_scale_dtype(dtype) noexcept { return scale_dtype; }
+
+    static std::vector<tensor_spec> specs(std::int64_t n, std::int64_t k) { return nvfp4_layout().specs(n, k); }
+
+    /// Why this layout cannot hold a [n, k] weight (after the E2M1 rules convert/format.hpp
+    /// checks: 4 bits, symmetric, minmax, group 16, E4M3 scales).
+    static std::optional<std::string> refusal(std::int64_t /*n*/, std::int64_t k, const layout_scheme&) {
+        if (std::string why = nvfp4_layout().refusal(k); !why.empty()) return why;
+        return std::nullopt;
+    }
+
+    /// The tensors of `rows` (values in their own dtype) under the global scale of `group_amax`
+    /// (the fused group's; nullopt: the weight's own amax).
+    static std::vector<owned_tensor> quantize(const tensor_view& rows, std::string_view module, std::optional<float> group_amax,
+                                              const executor& ex, snr_sums* snr) {
+        return nvfp4_layout({false, rows.type}).quantize(rows, module, group_amax, ex, snr);
+    }
+
+    static json config(std::span<const linear_entry> linears, const layout_request& r) {
+        return nvfp4_config(linears, nvfp4_options{false, r.checkpoint});
+    }
+
+    static std::vector<side_file> side_files(std::span<const linear_entry>, const layout_request&) { return {}; }
+};
 
 }  // namespace qforge

@@ -55,6 +55,7 @@ inline std::optional<file_type> parse_file_type(std::string_view s) {
         {"Q4_K_S", ggml_type::q4_k, 14}, {"Q4_K_M", ggml_type::q4_k, 15}, {"Q5_K_S", ggml_type::q5_k, 16},
         {"Q5_K_M", ggml_type::q5_k, 17}, {"Q6_K", ggml_type::q6_k, 18},
         {"IQ4_NL", ggml_type::iq4_nl, 25},
+        {"MXFP4_MOE", ggml_type::mxfp4, 38},  // see mxfp4_moe_type
     };
     // llama-quantize's aliases (LC examples/quantize/quantize.cpp QUANT_OPTIONS: "alias for Q4_K_M")
     static constexpr std::pair<std::string_view, std::string_view> aliases[] = {
@@ -93,6 +94,14 @@ inline type_override parse_override(std::string_view spec) {
     }
     return o;
 }
+
+/// LLAMA_FTYPE_MOSTLY_MXFP4_MOE (38; LC tools/quantize/quantize.cpp QUANT_OPTIONS "MXFP4_MOE"):
+/// llama-quant.cpp llama_tensor_get_type_impl gives the output head Q8_0 (`if (ftype ==
+/// LLAMA_FTYPE_MOSTLY_MXFP4_MOE) new_type = GGML_TYPE_Q8_0;` in the OUTPUT branch) and every
+/// other quantized tensor, the token embedding included, MXFP4 when `tensor->ne[2] > 1` (the
+/// merged experts ffn_{gate,up,down}_exps) and Q8_0 otherwise.
+inline constexpr std::uint32_t mxfp4_moe_ftype = 38;
+inline ggml_type mxfp4_moe_type(int n_dims) noexcept { return n_dims >= 3 ? ggml_type::mxfp4 : ggml_type::q8_0; }
 
 /// The decision for one tensor.
 struct type_decision {
@@ -234,7 +243,9 @@ inline type_decision choose_type(const file_type& ft, const std::vector<type_ove
     // convert_hf_to_gguf keeps 1-D tensors, norms and the MoE router (ffn_gate_inp) F32, and
     // llama-quantize does not quantize them (llama_model_quantize_impl's `quantize &=` rules).
     const bool keep_f32 = n_dims <= 1 || gguf_name.ends_with("_norm.weight") || detail::has(gguf_name, "ffn_gate_inp.weight");
-    d.requested = keep_f32 ? ggml_type::f32 : detail::mix_type(ft, gguf_name, ne0, layer, model);
+    d.requested = keep_f32                            ? ggml_type::f32
+                  : ft.llama_ftype == mxfp4_moe_ftype ? mxfp4_moe_type(n_dims)
+                                                      : detail::mix_type(ft, gguf_name, ne0, layer, model);
     if (!keep_f32) {
         for (const auto& o : overrides) {
             bool hit = false;

@@ -1,0 +1,115 @@
+// The named step "fused global amax": ONE global scale per fused group, for a format whose
+// siblings a loader fuses share it (NVFP4; convert/format.hpp shares_fused_global_scale).
+//
+// vLLM loads q/k/v (and gate/up) into one fused linear and keeps one global scale for it:
+// `model_executor/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4.py`
+// CompressedTensorsW4A16Fp4.process_weights_after_loading takes `layer.weight_global_scale.max()`
+// over the shards (compressed_tensors_w4a4_nvfp4.py does the same), and
+// `compressed_tensors_moe.py` CompressedTensorsW4A4Nvfp4MoEMethod.process_weights_after_loading
+// keeps `w13_weight_global_scale[:, 0]` (w1's) and only warns "w1_weight_global_scale must match
+// w3_weight_global_scale. Accuracy may be affected.". A sibling quantized under its own global
+// scale is then decoded under another one (field-2026.md 1.3, "The NVFP4 fusion trap").
+//
+// So the global scale comes from the amax over every member of the group, known before any
+// member is quantized. 448 * 6 / max(amax_i) is exactly llm-compressor's `torch.min` over the
+// members' global scales (`entrypoints/model_free/process.py`): the division rounds
+// monotonically. The amaxes are read lazily, the first time a member is quantized (one extra
+// source tensor in memory at a time), so a cluster worker that holds one member of a group
+// computes the same number as every other worker.
+//
+// Groups (per parent module): q_proj/k_proj/v_proj (qkv_proj in vLLM), gate_proj/up_proj
+// (gate_up_proj: dense MLPs, shared experts and each expert `experts.<e>.gate_proj/up_proj`),
+// w1/w3 (Mixtral experts, vLLM w13), and DeepSeek's q_a_proj/kv_a_proj_with_mqa (vLLM
+// `deepseek_v2.py` fused_qkv_a_proj, a MergedColumnParallelLinear).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "qforge/convert/fused_experts.hpp"
+#include "qforge/convert/plan.hpp"
+#include "qforge/core/tensor_view.hpp"
+#include "qforge/layout/layout_traits.hpp"
+
+namespace qforge {
+
+/// The fused-group key of an output weight name ("<parent>.qkv", "<parent>.gate_up",
+/// "<parent>.w13", "<parent>.qkv_a"), or empty when the weight has no fused siblings.
+inline std::string fused_group_key(std::string_view name) {
+    static constexpr std::pair<std::string_view, std::string_view> members[] = {
+        {".q_proj.weight", "qkv"},        {".k_proj.weight", "qkv"},  {".v_proj.weight", "qkv"},
+        {".gate_proj.weight", "gate_up"}, {".up_proj.weight", "gate_up"},
+        {".w1.weight", "w13"},            {".w3.weight", "w13"},
+        {".q_a_proj.weight", "qkv_a"},    {".kv_a_proj_with_mqa.weight", "qkv_a"}};
+    for (const auto& [suffix, family] : members)
+        if (name.ends_with(suffix)) return std::string(name.substr(0, name.size() - suffix.size())) + "." + std::string(family);
+    return {};
+}
+
+namespace detail {
+
+/// amax |x| of rows [r0, r1) of the 2-D float view `v` (NaN is left to the quantizer, which refuses it).
+inline float rows_amax(const tensor_view& v, std::int64_t r0, std::int64_t r1) {
+    const std::int64_t k = v.shape.at(1);
+    float a = 0.0f;
+    for (std::size_t i = static_cast<std::size_t>(r0 * k); i < static_cast<std::size_t>(r1 * k); ++i)
+        a = std::max(a, std::fabs(element(v, i)));
+    return a;
+}
+
+}  // namespace detail
+
+/// The fused groups' amaxes of one plan, computed group by group when first asked.
+class fused_amax_cache {
+public:
+    /// The amax of the fused group of quantized item `i` of `p`, read from `src` (an FP8 source
+    /// weight decoded as the converter decodes it), or nullopt when the item is alone.
+    template <class Source>
+    std::optional<float> group_amax(const Source& src, const plan& p, std::size_t i) {
+        const plan_item& it = p.items.at(i);
+        const std::string key = fused_group_key(it.name);
+        if (key.empty()) return std::nullopt;
+        if (const auto found = amax_.find(key); found != amax_.end()) return found->second;
+        if (!indexed_) index(p);
+        const std::vector<std::size_t>& members = members_[key];
+        if (members.size() < 2) return amax_[key] = std::nullopt;
+        float a = 0.0f;
+        owned_tensor held;  // the last source read: split parts and experts of one tensor share it
+        for (std::size_t j : members) {
+            const plan_item* m = &p.items[j];
+            if (held.name != m->source) {
+                held = owned_tensor{};
+                held = m->scale ? src.decode(m->source, true) : src.read_tensor(m->source);
+            }
+            if (m->cut) {
+                const owned_tensor e = gather_expert(held.view(), *m->cut, m->name, m->shape);
+                a = std::max(a, detail::rows_amax(e.view(), m->row_begin, m->row_end));
+            } else {
+                a = std::max(a, detail::rows_amax(held.view(), m->row_begin, m->row_end));
+            }
+        }
+        return amax_[key] = a;
+    }
+
+private:
+    /// Every quantized item's group, in one pass over the plan.
+    void index(const plan& p) {
+        for (std::size_t j = 0; j < p.items.size(); ++j)
+            if (p.items[j].action == plan_action::quantize)
+                if (std::string key = fused_group_key(p.items[j].name); !key.empty()) members_[key].push_back(j);
+        indexed_ = true;
+    }
+
+    bool indexed_ = false;
+    std::map<std::string, std::vector<std::size_t>, std::less<>> members_;
+    std::map<std::string, std::optional<float>, std::less<>> amax_;
+};
+
+}  // namespace qforge
