@@ -43,6 +43,18 @@ expect(refused ${BIN}/qforge-convert ${demo} ${WORK_DIR}/awq2 --format awq --bit
 if(EXISTS ${WORK_DIR}/awq2)
   message(FATAL_ERROR "a refused conversion left ${WORK_DIR}/awq2")
 endif()
+# NVFP4A16 / MXFP4A16 presets (the format's own group when --group is not given); W4A4
+# `nvfp4` is refused with the reason (no activation amax for input_global_scale).
+expect(ok ${BIN}/qforge-convert ${demo} ${WORK_DIR}/nvfp4 --preset nvfp4a16 --quiet)
+file(READ ${WORK_DIR}/nvfp4/config.json nvfp4_cfg)
+if(NOT nvfp4_cfg MATCHES "nvfp4-pack-quantized")
+  message(FATAL_ERROR "nvfp4a16 config lacks nvfp4-pack-quantized")
+endif()
+expect(ok ${BIN}/qforge-convert ${demo} ${WORK_DIR}/mxfp4 --format compressed-tensors-mxfp4 --quiet)
+expect(refused ${BIN}/qforge-convert ${demo} ${WORK_DIR}/w4a4 --preset nvfp4 --quiet)
+if(NOT last_err MATCHES "input_global_scale" OR EXISTS ${WORK_DIR}/w4a4)
+  message(FATAL_ERROR "preset nvfp4 not refused with its reason: ${last_err}")
+endif()
 # Per-layer schemes and the serving check (issue 15): --scheme gives down_proj its own config
 # group; --tp prints, per degree, which vLLM targets load every shard; a bad SPEC is a usage error.
 expect(ok ${BIN}/qforge-convert ${demo} ${WORK_DIR}/mixed --format compressed-tensors --group 64

@@ -224,9 +224,12 @@ TEST_CASE("FP8 source -> nvfp4a16 / mxfp4a16: the bytes of its dequantized F32 t
     testing::write_fp8_checkpoint(src, f);
     f.twin = true;
     testing::write_fp8_checkpoint(twin, f);
-    for (auto [fmt, spec] : {std::pair{output_format::compressed_tensors_nvfp4, nvfp4_spec},
-                             std::pair{output_format::compressed_tensors_mxfp4, mxfp4_spec}}) {
-        CAPTURE(format_name(fmt));
+    for (const auto& fs : {std::pair{output_format::compressed_tensors_nvfp4, nvfp4_spec},
+                           std::pair{output_format::compressed_tensors_mxfp4, mxfp4_spec}}) {
+        const output_format fmt = fs.first;  // no structured bindings in CAPTURE (clang 14)
+        const quant_spec& spec = fs.second;
+        const std::string name(format_name(fmt));
+        CAPTURE(name);
         const std::string a = scratch("fp8-a-" + std::string(format_name(fmt))), b = scratch("fp8-b-" + std::string(format_name(fmt)));
         const conversion_result r = convert(src, a, options(fmt, spec));
         convert(twin, b, options(fmt, spec));
