@@ -27,7 +27,9 @@
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/minifloat.hpp"
+#include "qforge/io/checkpoint.hpp"
 #include "qforge/io/file.hpp"
+#include "qforge/io/safetensors/writer.hpp"
 #include "support/checkpoint_fixture.hpp"
 #include "support/fp8_checkpoint.hpp"
 #include "support/independent_decoders.hpp"
@@ -361,4 +363,45 @@ TEST_CASE("decode through a real file: an FP8 source's layers converted to NVFP4
             CHECK(w == lib);
         }
     }
+}
+
+TEST_CASE("nvfp4a16 on an fp16 model: q/k/v share one global scale from the F16 values, the file decodes independently to the library's values") {
+    const std::string bf = scratch("f16-bf16"), f16 = scratch("f16-src"), out_dir = scratch("f16-out");
+    write_demo_checkpoint(bf, testing::small_demo());
+    {  // the demo's tensors as F16 (exact for these magnitudes), config torch_dtype float16
+        checkpoint_source b(bf);
+        json cfg = b.config();
+        cfg.set("torch_dtype", "float16");
+        if (!io::path_exists(f16)) io::make_directory(f16);
+        io::write_config(f16, cfg);
+        std::vector<safetensors::tensor_spec> specs;
+        for (const auto& t : b.tensors()) specs.push_back({t.name, dtype::F16, t.shape});
+        safetensors::writer w(f16 + "/model.safetensors", specs, safetensors::default_metadata(), {.sync = false});
+        for (const auto& t : b.tensors()) {
+            const tensor_view v = b.view(t.name);
+            std::vector<std::uint16_t> h(v.bytes.size() / 2);
+            for (std::size_t i = 0; i < h.size(); ++i) {
+                std::uint16_t x;
+                std::memcpy(&x, v.bytes.data() + 2 * i, 2);
+                h[i] = float_to_fp16(bf16_to_float(x));
+            }
+            w.write(t.name, std::as_bytes(std::span<const std::uint16_t>(h)));
+        }
+        w.finish();
+    }
+    const file_case c{"nvfp4a16", output_format::compressed_tensors_nvfp4, nvfp4_spec};
+    const conversion_result r = convert(f16, out_dir, options(c.format, c.scheme));
+    CHECK(r.report.tensors.size() == 14);
+    checkpoint_source out(out_dir), src(bf);
+    const std::string p = "model.layers.1.self_attn.";
+    const float qkv = std::max({source_amax(src, p + "q_proj.weight"), source_amax(src, p + "k_proj.weight"),
+                                source_amax(src, p + "v_proj.weight")});
+    for (const char* m : {"q_proj", "k_proj", "v_proj"}) {
+        CAPTURE(m);
+        CHECK(global_of(out, p + m) == nvfp4_global_scale(qkv));
+        CHECK(decode_independently(out, c, p + m) == *decode_by_library(out, c, p + m));
+        CHECK(decoded_snr(out, src, p + m) > 15.0);
+    }
+    const json qc = json::parse(io::read_file(out_dir + "/config.json")).at("quantization_config");
+    CHECK(qc.at("format").as_string() == "nvfp4-pack-quantized");
 }

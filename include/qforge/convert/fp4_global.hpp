@@ -14,8 +14,8 @@
 // member is quantized. 448 * 6 / max(amax_i) is exactly llm-compressor's `torch.min` over the
 // members' global scales (`entrypoints/model_free/process.py`): the division rounds
 // monotonically. The amaxes are read lazily, the first time a member is quantized (one extra
-// source tensor in memory at a time), so a cluster worker that holds one member of a group
-// computes the same number as every other worker.
+// source tensor in memory at a time, each source read once for every group it holds), so a
+// cluster worker that holds one member of a group computes the same number as every other.
 //
 // Groups (per parent module): q_proj/k_proj/v_proj (qkv_proj in vLLM), gate_proj/up_proj
 // (gate_up_proj: dense MLPs, shared experts and each expert `experts.<e>.gate_proj/up_proj`),
@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -66,50 +67,62 @@ inline float rows_amax(const tensor_view& v, std::int64_t r0, std::int64_t r1) {
 
 }  // namespace detail
 
-/// The fused groups' amaxes of one plan, computed group by group when first asked.
+/// The fused groups' amaxes of one plan, computed when first asked. Reading a source tensor
+/// accounts for every group member it holds, so a fused 3-D expert tensor (all experts'
+/// gate/up in one source) is read once for all its experts' groups, not once per expert.
 class fused_amax_cache {
 public:
     /// The amax of the fused group of quantized item `i` of `p`, read from `src` (an FP8 source
     /// weight decoded as the converter decodes it), or nullopt when the item is alone.
     template <class Source>
     std::optional<float> group_amax(const Source& src, const plan& p, std::size_t i) {
-        const plan_item& it = p.items.at(i);
-        const std::string key = fused_group_key(it.name);
+        const std::string key = fused_group_key(p.items.at(i).name);
         if (key.empty()) return std::nullopt;
-        if (const auto found = amax_.find(key); found != amax_.end()) return found->second;
         if (!indexed_) index(p);
         const std::vector<std::size_t>& members = members_[key];
-        if (members.size() < 2) return amax_[key] = std::nullopt;
-        float a = 0.0f;
-        owned_tensor held;  // the last source read: split parts and experts of one tensor share it
-        for (std::size_t j : members) {
-            const plan_item* m = &p.items[j];
-            if (held.name != m->source) {
-                held = owned_tensor{};
-                held = m->scale ? src.decode(m->source, true) : src.read_tensor(m->source);
-            }
-            if (m->cut) {
-                const owned_tensor e = gather_expert(held.view(), *m->cut, m->name, m->shape);
-                a = std::max(a, detail::rows_amax(e.view(), m->row_begin, m->row_end));
-            } else {
-                a = std::max(a, detail::rows_amax(held.view(), m->row_begin, m->row_end));
-            }
-        }
-        return amax_[key] = a;
+        if (members.size() < 2) return std::nullopt;
+        for (std::size_t j : members)
+            if (!scanned_.contains(p.items[j].source)) scan(src, p, p.items[j].source);
+        return partial_[key];
     }
 
 private:
-    /// Every quantized item's group, in one pass over the plan.
+    /// Every quantized item's group, and the group members each source holds, in one pass.
     void index(const plan& p) {
         for (std::size_t j = 0; j < p.items.size(); ++j)
             if (p.items[j].action == plan_action::quantize)
-                if (std::string key = fused_group_key(p.items[j].name); !key.empty()) members_[key].push_back(j);
+                if (std::string key = fused_group_key(p.items[j].name); !key.empty()) {
+                    members_[key].push_back(j);
+                    by_source_[p.items[j].source].push_back(j);
+                }
         indexed_ = true;
     }
 
+    /// Reads `source` once and folds the amax of every group member it holds into its group.
+    template <class Source>
+    void scan(const Source& src, const plan& p, const std::string& source) {
+        const std::vector<std::size_t>& held_items = by_source_[source];
+        const owned_tensor held = p.items[held_items.front()].scale ? src.decode(source, true) : src.read_tensor(source);
+        for (std::size_t j : held_items) {
+            const plan_item& m = p.items[j];
+            float a;
+            if (m.cut) {
+                const owned_tensor e = gather_expert(held.view(), *m.cut, m.name, m.shape);
+                a = detail::rows_amax(e.view(), m.row_begin, m.row_end);
+            } else {
+                a = detail::rows_amax(held.view(), m.row_begin, m.row_end);
+            }
+            float& g = partial_[fused_group_key(m.name)];
+            g = std::max(g, a);
+        }
+        scanned_.insert(source);
+    }
+
     bool indexed_ = false;
-    std::map<std::string, std::vector<std::size_t>, std::less<>> members_;
-    std::map<std::string, std::optional<float>, std::less<>> amax_;
+    std::map<std::string, std::vector<std::size_t>, std::less<>> members_;    ///< group key -> items
+    std::map<std::string, std::vector<std::size_t>, std::less<>> by_source_;  ///< source -> member items
+    std::map<std::string, float, std::less<>> partial_;                       ///< group key -> amax so far
+    std::set<std::string, std::less<>> scanned_;                              ///< sources read
 };
 
 }  // namespace qforge
