@@ -85,6 +85,7 @@
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/hessians.hpp"
+#include "qforge/convert/fp4_global.hpp"
 #include "qforge/convert/fp8_source.hpp"
 #include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/gguf/converter.hpp"
