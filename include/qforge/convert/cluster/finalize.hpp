@@ -40,8 +40,30 @@ inline std::string checksum_of(const io::input_file& f, std::uint64_t offset, st
     return h.hex();
 }
 
-/// Why unit `u` cannot be finalized, or empty when its record and bytes match `planned` (the
-/// unit's output tensors, in order).
+/// Why `record` does not describe unit `u` as planned (`planned`: the unit's output tensors, in
+/// order), or empty; with `shards`, each tensor's bytes are also checksummed.
+inline std::string record_problem(const plan_summary& s, std::size_t u, const std::vector<staged_tensor>& planned,
+                                  const json& record, std::vector<io::input_file>* shards) {
+    if (!record_matches(s, u, record)) return "its record belongs to another plan";
+    try {
+        const json::array_t& tensors = record.at("tensors").as_array();
+        if (tensors.size() > planned.size()) return "its record lists more tensors than planned";
+        for (std::size_t k = 0; k < planned.size(); ++k) {
+            const staged_tensor& t = planned[k];
+            if (k >= tensors.size() || tensors[k].at("name").as_string() != t.name || tensors[k].at("bytes").as_int() < 0 ||
+                static_cast<std::uint64_t>(tensors[k].at("bytes").as_int()) != t.bytes)
+                return "its record does not list tensor '" + t.name + "' as planned";
+            const std::string& sum = tensors[k].at("checksum").as_string();
+            if (shards && checksum_of((*shards)[t.shard], t.offset, t.bytes) != sum)
+                return "tensor '" + t.name + "' in " + s.shard_files[t.shard] + " does not match its checksum";
+        }
+    } catch (const format_error& e) {
+        return std::string("its record is malformed (") + e.what() + ")";
+    }
+    return {};
+}
+
+/// Why unit `u` cannot be finalized, or empty when its record and bytes match `planned`.
 inline std::string unit_problem(const plan_summary& s, std::size_t u, const std::vector<staged_tensor>& planned,
                                 std::vector<io::input_file>& shards, json& record, bool verify_data) {
     const std::string path = unit_record_path(s.staging, u);
@@ -51,18 +73,7 @@ inline std::string unit_problem(const plan_summary& s, std::size_t u, const std:
     } catch (const std::exception&) {
         return "its record does not parse";
     }
-    if (!unit_recorded(s, u)) return "its record belongs to another plan";
-    const json::array_t& tensors = record.at("tensors").as_array();
-    if (tensors.size() > planned.size()) return "its record lists more tensors than planned";
-    for (std::size_t k = 0; k < planned.size(); ++k) {
-        const staged_tensor& t = planned[k];
-        if (k >= tensors.size() || tensors[k].at("name").as_string() != t.name ||
-            static_cast<std::uint64_t>(tensors[k].at("bytes").as_int()) != t.bytes)
-            return "its record does not list tensor '" + t.name + "' as planned";
-        if (verify_data && checksum_of(shards[t.shard], t.offset, t.bytes) != tensors[k].at("checksum").as_string())
-            return "tensor '" + t.name + "' in " + s.shard_files[t.shard] + " does not match its checksum";
-    }
-    return {};
+    return record_problem(s, u, planned, record, verify_data ? &shards : nullptr);
 }
 
 inline std::vector<std::string> string_list(const json& a) {
@@ -106,7 +117,10 @@ inline conversion_result finalize(const std::string& dst_dir, const convert_opti
     p.throw_if_refused();
     if (fingerprint(src, p, opt) != s.fingerprint)
         fail<unsupported_error>(s.staging + "/plan.json", {}, "the source checkpoint or the options changed since `plan`; plan again");
+    s.check_items(p.items.size());
     const output_layout L = output_layout::of(p, opt.max_shard_bytes);
+    if (s.shard_files != L.shards.file_names)
+        fail<format_error>(s.staging + "/plan.json", {}, "its shard files are not the plan's (plan again)");
     std::vector<io::input_file> shards;
     for (const std::string& f : s.shard_files) shards.emplace_back(s.staging + "/" + f);
 
@@ -135,6 +149,13 @@ inline conversion_result finalize(const std::string& dst_dir, const convert_opti
             for (auto& m : detail::string_list(r.at(key))) list->push_back(std::move(m));
     }
     qforge::detail::conversion_inputs in(s.source, opt, p);
+    if (opt.activation_scaling) {  // the report's fold records: the search the workers made
+        thread_pool pool(std::max(1u, opt.threads));
+        result.report.activation_folds =
+            plan_activation_folds(src, p, model_config::from_json(src.config(), src.dir() + "/config.json"), *in.importance,
+                                  pool.executor())
+                .records;
+    }
 
     // The headers: the only bytes of the shards no worker wrote.
     for (std::size_t k = 0; k < L.files.size(); ++k) {

@@ -120,6 +120,9 @@ inline plan_summary read_gguf_plan(const std::string& dst, const checkpoint_sour
         fail<unsupported_error>(s.staging + "/plan.json", {}, "this plan is for " + s.format + ", not GGUF (use work/finalize)");
     if (src && gguf_fingerprint(*src, *L, *opt) != s.fingerprint)
         fail<unsupported_error>(s.staging + "/plan.json", {}, "the source checkpoint or the options changed since `plan`; plan again");
+    if (src) s.check_items(L->plan.tensors.size());
+    if (src && (s.shard_files.size() != 1 || s.shard_files.front() != L->file))
+        fail<format_error>(s.staging + "/plan.json", {}, "a GGUF plan has one staging file, " + L->file);
     return s;
 }
 

@@ -274,26 +274,56 @@ struct plan_summary {
                              {"extra", extra}});
     }
 
+    /// Reads plan.json, refusing (format_error naming `file`) what workers could misuse: a count
+    /// that is negative, units that do not tile the items from 0 in order, a shard file name
+    /// that is not a plain name inside the staging folder (it is joined to the staging path).
     static plan_summary from_json(const json& j, const std::string& file) {
         if (!j.is_object() || !j.contains("qforge_cluster_plan"))
             fail<format_error>(file, {}, "not a qforge cluster plan (run `qforge-convert plan` first)");
+        if (!j.at("qforge_cluster_plan").is_int() || j.at("qforge_cluster_plan").as_int() != 1)
+            fail<format_error>(file, {}, "cluster plan version is not 1 (made by another qforge: plan again)");
+        auto count = [&](const json& v, const char* what) {
+            const std::int64_t n = v.as_int();
+            if (n < 0) fail<format_error>(file, {}, std::string(what) + " is negative");
+            return static_cast<std::uint64_t>(n);
+        };
         plan_summary s;
         s.source = j.at("source").as_string();
         s.destination = j.at("destination").as_string();
+        if (s.source.empty() || s.destination.empty()) fail<format_error>(file, {}, "source or destination is empty");
         s.staging = staging_dir(s.destination);
         s.format = j.at("format").as_string();
         s.fingerprint = j.at("fingerprint").as_string();
-        s.tensors = static_cast<std::size_t>(j.at("tensors").as_int());
+        s.tensors = static_cast<std::size_t>(count(j.at("tensors"), "the tensor count"));
+        std::set<std::string> names;
         for (const json& f : j.at("shards").as_array()) {
-            s.shard_files.push_back(f.at("file").as_string());
-            s.shard_sizes.push_back(static_cast<std::uint64_t>(f.at("bytes").as_int()));
+            const std::string name = f.at("file").as_string();
+            if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\0') != std::string::npos ||
+                name == "plan.json" || name == "tensors.json" || name == "units" || name.find(".tmp-") != std::string::npos)
+                fail<format_error>(file, {}, "shard file name '" + name + "' is not a plain file name of the staging folder");
+            if (!names.insert(name).second) fail<format_error>(file, {}, "shard file '" + name + "' is listed twice");
+            s.shard_files.push_back(name);
+            s.shard_sizes.push_back(count(f.at("bytes"), "a shard size"));
         }
-        for (const json& u : j.at("units").as_array())
-            s.units.push_back({static_cast<std::size_t>(u.at("items").at(0).as_int()),
-                               static_cast<std::size_t>(u.at("items").at(1).as_int()),
-                               static_cast<std::uint64_t>(u.at("cost").as_int())});
+        for (const json& u : j.at("units").as_array()) {
+            const json& items = u.at("items");
+            if (items.size() != 2) fail<format_error>(file, {}, "a unit's items must be [begin, end]");
+            const work_unit w{static_cast<std::size_t>(count(items.at(0), "a unit's first item")),
+                              static_cast<std::size_t>(count(items.at(1), "a unit's end")), count(u.at("cost"), "a unit's cost")};
+            if (w.begin != (s.units.empty() ? 0 : s.units.back().end) || w.end < w.begin)
+                fail<format_error>(file, {}, "unit " + std::to_string(s.units.size()) + " does not start where the previous one ends");
+            s.units.push_back(w);
+        }
+        if (s.units.empty()) fail<format_error>(file, {}, "the plan has no work units");
         if (const json* e = j.find("extra")) s.extra = *e;
         return s;
+    }
+
+    /// Refuses a plan whose units do not cover exactly `items` items (the plan made again).
+    void check_items(std::size_t items) const {
+        if (units.back().end != items)
+            fail<format_error>(staging + "/plan.json", {}, "its units cover " + std::to_string(units.back().end) + " items, the plan has " +
+                                                               std::to_string(items) + " (plan again)");
     }
 
     /// max / mean of the unit costs (1.0 is perfect balance).
@@ -408,11 +438,14 @@ inline void open_staging(const plan_summary& s) {
 
 }  // namespace detail
 
-/// Checks that the options can run on a cluster (refused before anything is written).
+/// Checks that the options can run on a cluster (refused before anything is written). Every
+/// option runs today; activation scaling too: its folds are decided per decoder layer from the
+/// weights and the imatrix, and plan reads no tensor data, so each worker unit searches them
+/// again (deterministic: the same scales as one process) before converting its items, and
+/// finalize once more for the report. That costs one layer search per unit, not per tensor.
 inline void check_cluster_options(const convert_options& opt, const std::string& src_dir) {
-    if (opt.activation_scaling)
-        fail<unsupported_error>(src_dir, {}, "activation scaling searches whole decoder layers before any tensor; it is "
-                                             "not split across cluster workers yet (convert in one process)");
+    (void)opt;
+    (void)src_dir;
 }
 
 /// `plan`: resolves the rules against the source headers, refuses what convert() refuses, and

@@ -163,17 +163,27 @@ inline std::pair<std::size_t, std::size_t> worker_from_environment(std::optional
     return {*unit, *of};
 }
 
+/// Whether `r` is a record of unit `u` of this plan (its fingerprint and item range).
+inline bool record_matches(const plan_summary& s, std::size_t u, const json& r) noexcept {
+    try {
+        return u < s.units.size() && r.at("fingerprint").as_string() == s.fingerprint && r.at("unit").as_int() >= 0 &&
+               static_cast<std::size_t>(r.at("unit").as_int()) == u && r.at("items").size() == 2 &&
+               r.at("items").at(0).as_int() >= 0 && r.at("items").at(1).as_int() >= 0 &&
+               static_cast<std::size_t>(r.at("items").at(0).as_int()) == s.units[u].begin &&
+               static_cast<std::size_t>(r.at("items").at(1).as_int()) == s.units[u].end;
+    } catch (const std::exception&) {
+        return false;  // foreign
+    }
+}
+
 /// Whether unit `u`'s record is there, parses, and belongs to this plan.
 inline bool unit_recorded(const plan_summary& s, std::size_t u) {
     const std::string path = unit_record_path(s.staging, u);
     if (!io::path_exists(path)) return false;
     try {
-        const json r = io::read_json_file(path);
-        return r.at("fingerprint").as_string() == s.fingerprint && static_cast<std::size_t>(r.at("unit").as_int()) == u &&
-               static_cast<std::size_t>(r.at("items").at(0).as_int()) == s.units[u].begin &&
-               static_cast<std::size_t>(r.at("items").at(1).as_int()) == s.units[u].end;
+        return record_matches(s, u, io::read_json_file(path));
     } catch (const std::exception&) {
-        return false;  // torn or foreign: converted again
+        return false;  // torn: converted again
     }
 }
 
@@ -206,6 +216,7 @@ inline work_report work(const std::string& dst_dir, std::size_t worker, std::siz
     p.throw_if_refused();
     if (fingerprint(src, p, opt) != s.fingerprint)
         fail<unsupported_error>(s.staging + "/plan.json", {}, "the source checkpoint or the options changed since `plan`; plan again");
+    s.check_items(p.items.size());
     const output_layout L = output_layout::of(p, opt.max_shard_bytes);
     qforge::detail::conversion_inputs in(s.source, opt, p);
     thread_pool pool(std::max(1u, opt.threads));
