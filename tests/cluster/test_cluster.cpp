@@ -253,16 +253,12 @@ TEST_CASE("cluster: the worker index from the command line, Slurm or a Kubernete
     CHECK_THROWS_AS(cluster::units_of_worker(3, 3, 8), unsupported_error);
 }
 
-TEST_CASE("cluster: refused plans and activation scaling write no staging folder") {
+TEST_CASE("cluster: refused plans write no staging folder") {
     const std::string dst = scratch("r-dst");
     convert_options o = testing::w4a8_cpu();
     o.rules.rules.clear();  // the tied embedding quantized without an untie: refused
     o.rules.quantize("model.embed_tokens.weight", testing::w4a8());
     CHECK_THROWS_AS(cluster::make_plan(demo_dir(), dst, o, 2), unsupported_error);
-    convert_options fold = testing::w4a8_cpu();
-    fold.activation_scaling = true;
-    CHECK_THROWS_WITH_AS(cluster::make_plan(demo_dir(), dst, fold, 2), doctest::Contains("not split across cluster workers"),
-                         unsupported_error);
     CHECK_FALSE(io::path_exists(cluster::staging_dir(dst)));
     CHECK_THROWS_WITH_AS(cluster::work(dst, 0, 2, testing::w4a8_cpu()), doctest::Contains("no cluster plan"), io_error);
 }
@@ -392,7 +388,8 @@ std::string write_imatrix(const std::string& path, const std::vector<std::pair<s
     std::vector<std::vector<float>> data;
     for (const auto& [name, ne] : entries) {
         std::vector<float> sums(static_cast<std::size_t>(ne[0] * ne[1]));
-        for (std::size_t i = 0; i < sums.size(); ++i) sums[i] = 4.0f * (0.1f + static_cast<float>((i * 7919) % 1000) / 250.0f);
+        for (std::size_t i = 0; i < sums.size(); ++i)  // outlier columns, so activation scaling finds scales
+            sums[i] = 4.0f * (i % 16 == 5 ? 400.0f : 0.1f + static_cast<float>((i * 7919) % 1000) / 250.0f);
         decls.push_back({name + ".in_sum2", ne, gguf::ggml_type::f32});
         data.push_back(std::move(sums));
         decls.push_back({name + ".counts", {1, ne[1]}, gguf::ggml_type::f32});
@@ -520,4 +517,24 @@ TEST_CASE("cluster GGUF: a unit killed midway is redone; corrupted bytes refused
     cluster::finalize_gguf(dst, o, {.verify_data = false});
     CHECK(io::read_file(one) == io::read_file(dst));
     CHECK_THROWS_WITH_AS(cluster::make_gguf_plan(moe_demo_dir(), dst, o, 3), doctest::Contains("destination exists"), io_error);
+}
+
+TEST_CASE("cluster: activation scaling across workers: each unit searches the folds again, byte-identical to one process") {
+    const std::string im = write_imatrix(scratch("im-fold.gguf"), {{"blk.0.attn_q.weight", {128, 1}},
+                                                                  {"blk.0.attn_k.weight", {128, 1}},
+                                                                  {"blk.0.attn_v.weight", {128, 1}},
+                                                                  {"blk.0.attn_output.weight", {128, 1}},
+                                                                  {"blk.0.ffn_gate.weight", {128, 1}},
+                                                                  {"blk.0.ffn_up.weight", {128, 1}},
+                                                                  {"blk.0.ffn_down.weight", {256, 1}}});
+    convert_options o = small_shards(testing::w4a8_cpu());
+    o.imatrix = im;
+    o.activation_scaling = true;
+    const std::string one = scratch("f-one"), many = scratch("f-many");
+    const conversion_result a = convert(demo_dir(), one, o);
+    const conversion_result b = run_cluster(demo_dir(), many, o, 4, 2);
+    REQUIRE(a.report.activation_folds.size() == b.report.activation_folds.size());
+    CHECK(std::any_of(a.report.activation_folds.begin(), a.report.activation_folds.end(),
+                      [](const activation_fold_record& r) { return r.alpha > 0; }));
+    check_identical(one, many);
 }
