@@ -8,6 +8,8 @@
 //   qforge-convert plan SRC DST --units 64 --preset w4a16      # headers only: the plan file
 //   qforge-convert work DST [--unit I] [--of N] [--threads T]   # each worker (Slurm array / Indexed Job)
 //   qforge-convert finalize DST                                  # verify, headers, index, rename
+//     (--no-verify-data: trust the unit records, do not re-read and checksum every tensor)
+//   --format gguf plans a GGUF the same way (DST is the .gguf file)
 //
 // Options live in one table (name, argument, help, handler): a new option is one entry.
 // The library prints nothing; this program prints one progress line per tensor on stderr,
@@ -289,7 +291,7 @@ void print_help() {
         "usage: qforge-convert SRC DST [--preset NAME | --format F] [options]\n"
         "       qforge-convert plan SRC DST --units N [options]   (cluster: then work, finalize)\n"
         "       qforge-convert work DST [--unit I] [--of N] [--threads T]\n"
-        "       qforge-convert finalize DST [--threads T]\n"
+        "       qforge-convert finalize DST [--threads T] [--verify-data (the default) | --no-verify-data]\n"
         "Converts a bf16/fp16 Hugging Face checkpoint folder SRC into a quantized checkpoint DST.\n"
         "Defaults: the linears of the decoder blocks are quantized; embeddings, norms, biases, MoE\n"
         "routers and lm_head stay dense. Rules: last match wins; names are exact, dotted suffixes\n"
@@ -451,10 +453,8 @@ int run_repack(const settings& s) {
     return 0;
 }
 
-// --format gguf (issue 6): Hugging Face -> GGUF in one streaming pass, llama.cpp's bytes.
-int run_gguf(const settings& s) {
-    if (io::path_exists(s.dst) && !s.overwrite)
-        throw unsupported_error(s.dst, {}, "destination exists (pass --overwrite to replace it)");
+// The GGUF converter's options from the command line (one process and cluster modes).
+gguf::convert_options gguf_options(const settings& s) {
     gguf::convert_options o;
     const auto type = gguf::parse_file_type(s.gguf_type);
     if (!type) usage_error("unknown GGUF type '" + s.gguf_type + "'");
@@ -465,6 +465,14 @@ int run_gguf(const settings& s) {
     o.allow_no_vocab = s.no_vocab;
     o.imatrix_file = s.imatrix;
     o.read_mapped = s.read_mapped;
+    return o;
+}
+
+// --format gguf (issue 6): Hugging Face -> GGUF in one streaming pass, llama.cpp's bytes.
+int run_gguf(const settings& s) {
+    if (io::path_exists(s.dst) && !s.overwrite)
+        throw unsupported_error(s.dst, {}, "destination exists (pass --overwrite to replace it)");
+    gguf::convert_options o = gguf_options(s);
     thread_pool pool(s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency()));
     o.exec = pool.executor();
     gguf::progress_fn progress;
@@ -503,6 +511,28 @@ settings parse_args(std::vector<std::string> args) {
     return parse(static_cast<int>(argv.size()), argv.data());
 }
 
+// work / finalize of a GGUF plan (convert/cluster/gguf.hpp).
+int run_cluster_gguf(const std::string& mode, const settings& s, const cluster::plan_summary& p, std::optional<std::size_t> unit,
+                     std::optional<std::size_t> of, const cluster::finalize_options& fo) {
+    gguf::convert_options o = gguf_options(s);
+    thread_pool pool(s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency()));
+    o.exec = pool.executor();
+    if (mode == "work") {
+        const auto [i, n] = cluster::worker_from_environment(unit, of, p.units.size());
+        const auto t0 = std::chrono::steady_clock::now();
+        const cluster::work_report r = cluster::work_gguf(s.dst, i, n, o);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("worker %zu of %zu: %zu unit(s) converted, %zu already done, in %.2f s\n", i, n, r.converted.size(),
+                    r.skipped.size(), secs);
+        return 0;
+    }
+    const gguf::convert_report r = cluster::finalize_gguf(s.dst, o, fo, s.overwrite);
+    std::printf("wrote %s: %zu tensors (%s), %.3f bits per weight\n", s.dst.c_str(), r.tensors.size(), r.arch.c_str(), r.bits_per_weight());
+    for (const auto& f : r.fallbacks()) std::printf("fallback: %s\n", f.c_str());
+    for (const auto& f : r.without_imatrix()) std::printf("without imatrix: %s\n", f.c_str());
+    return 0;
+}
+
 int run_cluster(const std::string& mode, std::vector<std::string> args) {
     if (mode == "plan") {
         std::size_t units = 0;
@@ -517,17 +547,17 @@ int run_cluster(const std::string& mode, std::vector<std::string> args) {
         }
         if (units == 0) usage_error("plan needs --units N (the number of work units: the size of the job array)");
         const settings s = parse_args(kept);
-        if (s.gguf || s.repack || s.dry_run) usage_error("plan splits the safetensors formats (not --format gguf, --repack or --dry-run)");
-        checkpoint_source src(s.src);
-        const convert_options o = to_options(s, src);
+        if (s.repack || s.dry_run) usage_error("plan splits conversions (not --repack or --dry-run)");
         json stored = json::array();
         for (const auto& a : kept) stored.push_back(json(a));
         // Workers start in other folders (a job's working directory, a pod's): relative paths
         // in the stored command line are taken from the folder plan ran in.
         std::vector<char> cwd(4096);
         if (!::getcwd(cwd.data(), cwd.size())) usage_error("cannot read the current folder");
-        const cluster::plan_summary p = cluster::make_plan(
-            s.src, s.dst, o, units, json::object({{"args", std::move(stored)}, {"cwd", json(std::string(cwd.data()))}}));
+        json extra = json::object({{"args", std::move(stored)}, {"cwd", json(std::string(cwd.data()))}});
+        const cluster::plan_summary p = s.gguf ? cluster::make_gguf_plan(s.src, s.dst, gguf_options(s), units, s.overwrite, std::move(extra))
+                                               : cluster::make_plan(s.src, s.dst, to_options(s, checkpoint_source(s.src)), units,
+                                                                    std::move(extra));
         std::uint64_t mx = 0;
         for (const auto& u : p.units) mx = std::max(mx, u.cost);
         std::printf("planned %s: %zu tensors in %zu shard(s), %zu work units (largest/mean cost %.3f) in %s\n", s.dst.c_str(),
@@ -536,6 +566,7 @@ int run_cluster(const std::string& mode, std::vector<std::string> args) {
     }
     std::optional<std::size_t> unit, of;
     unsigned threads = 0;
+    cluster::finalize_options fo;
     std::vector<std::string> positional;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
@@ -545,6 +576,8 @@ int run_cluster(const std::string& mode, std::vector<std::string> args) {
         };
         if (a == "--unit" && mode == "work") unit = parse_count(value(), "unit");
         else if (a == "--of" && mode == "work") of = parse_count(value(), "worker count");
+        else if (a == "--verify-data" && mode == "finalize") fo.verify_data = true;
+        else if (a == "--no-verify-data" && mode == "finalize") fo.verify_data = false;
         else if (a == "--threads") threads = static_cast<unsigned>(parse_count(value(), "thread count"));
         else if (a.starts_with("--")) usage_error("unknown option " + a + " for " + mode);
         else positional.push_back(a);
@@ -559,6 +592,7 @@ int run_cluster(const std::string& mode, std::vector<std::string> args) {
         throw io_error(cwd->as_string(), {}, "cannot enter the folder plan ran in");
     settings s = parse_args(args0);  // from here on, paths are the plan's (s.dst is DST)
     if (threads) s.threads = threads;
+    if (s.gguf) return run_cluster_gguf(mode, s, p, unit, of, fo);
     checkpoint_source src(s.src);
     convert_options o = to_options(s, src);
     if (mode == "work") {
@@ -588,7 +622,7 @@ int run_cluster(const std::string& mode, std::vector<std::string> args) {
                     r.skipped.size(), secs);
         return 0;
     }
-    const conversion_result r = cluster::finalize(s.dst, o);
+    const conversion_result r = cluster::finalize(s.dst, o, fo);
     for (const auto& w : r.the_plan.warnings) std::fprintf(stderr, "qforge-convert: warning: %s\n", w.c_str());
     std::cout << r.report.summary().dump({.indent = 2}) << "\n";
     std::fprintf(stderr, "wrote %s: %zu shard(s), %s of weights\n", positional[0].c_str(), r.shards.size(),

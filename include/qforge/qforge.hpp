@@ -79,6 +79,7 @@
 #include "qforge/convert/activation_fold.hpp"
 #include "qforge/convert/cluster.hpp"
 #include "qforge/convert/cluster/finalize.hpp"
+#include "qforge/convert/cluster/gguf.hpp"
 #include "qforge/convert/cluster/plan_file.hpp"
 #include "qforge/convert/cluster/work.hpp"
 #include "qforge/convert/converter.hpp"

@@ -26,4 +26,14 @@ grep -q "worker 2 of 3: 2 unit(s) converted" w2.txt
 grep -q "0 unit(s) converted, 2 already done" w1-again.txt
 (cd / && "$BIN/qforge-convert" finalize "$W/out" >/dev/null 2>&1)
 diff -r one out
-echo "indexed_job_test: 3 Indexed Job workers over 5 units, one restarted: identical to one process"
+# The same for a GGUF (one staging file, tensors at planned offsets): 2 pods over 3 units, and
+# finalize's --verify-data spelled out (the default; --no-verify-data trusts the records).
+GG=(--format gguf --type Q4_K_M --no-vocab --quiet --threads 1)
+"$BIN/qforge-convert" src one.gguf "${GG[@]}" >/dev/null
+"$BIN/qforge-convert" plan src out.gguf --units 3 "${GG[@]}" >/dev/null
+(cd / && JOB_COMPLETION_INDEX=0 QFORGE_WORKERS=2 "$BIN/qforge-convert" work "$W/out.gguf") > g0.txt &
+(cd / && JOB_COMPLETION_INDEX=1 QFORGE_WORKERS=2 "$BIN/qforge-convert" work "$W/out.gguf") > g1.txt
+wait
+(cd / && "$BIN/qforge-convert" finalize "$W/out.gguf" --verify-data >/dev/null 2>&1)
+cmp one.gguf out.gguf
+echo "indexed_job_test: 3 Indexed Job workers over 5 units, one restarted; a GGUF over 2 workers: identical to one process"

@@ -253,16 +253,12 @@ TEST_CASE("cluster: the worker index from the command line, Slurm or a Kubernete
     CHECK_THROWS_AS(cluster::units_of_worker(3, 3, 8), unsupported_error);
 }
 
-TEST_CASE("cluster: refused plans and activation scaling write no staging folder") {
+TEST_CASE("cluster: refused plans write no staging folder") {
     const std::string dst = scratch("r-dst");
     convert_options o = testing::w4a8_cpu();
     o.rules.rules.clear();  // the tied embedding quantized without an untie: refused
     o.rules.quantize("model.embed_tokens.weight", testing::w4a8());
     CHECK_THROWS_AS(cluster::make_plan(demo_dir(), dst, o, 2), unsupported_error);
-    convert_options fold = testing::w4a8_cpu();
-    fold.activation_scaling = true;
-    CHECK_THROWS_WITH_AS(cluster::make_plan(demo_dir(), dst, fold, 2), doctest::Contains("not split across cluster workers"),
-                         unsupported_error);
     CHECK_FALSE(io::path_exists(cluster::staging_dir(dst)));
     CHECK_THROWS_WITH_AS(cluster::work(dst, 0, 2, testing::w4a8_cpu()), doctest::Contains("no cluster plan"), io_error);
 }
@@ -381,4 +377,164 @@ TEST_CASE("cluster: a 671B DeepSeek-V3-shaped plan (tens of thousands of tensors
     for (auto b : s.shard_sizes) bytes += b;
     CHECK(bytes > 300'000'000'000ull);  // ~0.37 TB of int4 output, all of it holes
     io::remove_tree(s.staging);
+}
+
+namespace {
+
+/// A llama-imatrix GGUF file (LC tools/imatrix: "<weight>.in_sum2" {ne0, n_mat} and
+/// "<weight>.counts" {1, n_mat}), the form tests/gguf/test_imatrix.cpp writes.
+std::string write_imatrix(const std::string& path, const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& entries) {
+    std::vector<gguf::tensor_decl> decls;
+    std::vector<std::vector<float>> data;
+    for (const auto& [name, ne] : entries) {
+        std::vector<float> sums(static_cast<std::size_t>(ne[0] * ne[1]));
+        for (std::size_t i = 0; i < sums.size(); ++i)  // outlier columns, so activation scaling finds scales
+            sums[i] = 4.0f * (i % 16 == 5 ? 400.0f : 0.1f + static_cast<float>((i * 7919) % 1000) / 250.0f);
+        decls.push_back({name + ".in_sum2", ne, gguf::ggml_type::f32});
+        data.push_back(std::move(sums));
+        decls.push_back({name + ".counts", {1, ne[1]}, gguf::ggml_type::f32});
+        data.push_back(std::vector<float>(static_cast<std::size_t>(ne[1]), 4.0f));
+    }
+    gguf::file_writer w(path,
+                        {{"general.type", gguf::value::str("imatrix")},
+                         {"imatrix.datasets", gguf::value::array_of<std::string>(gguf::value_type::string, {"calibration.txt"})},
+                         {"imatrix.chunk_count", gguf::value::u32(45)},
+                         {"imatrix.chunk_size", gguf::value::u32(512)}},
+                        decls);
+    for (const auto& d : data) w.write_tensor(std::as_bytes(std::span<const float>(d)));
+    w.finish();
+    return path;
+}
+
+const std::string stories260k = QFORGE_SOURCE_DIR "/tests/golden/fixtures/stories260k";
+
+/// The demo checkpoint as a Mixtral (stacked ffn_*_exps), wide enough for the K-quants.
+const std::string& moe_demo_dir() {
+    static const std::string d = [] {
+        std::string p = scratch("moe-demo");
+        demo_options o = testing::small_demo();
+        o.hidden = 256;
+        o.heads = 4;
+        o.kv_heads = 2;
+        o.moe = demo_moe::mixtral;
+        o.experts = 4;
+        o.moe_intermediate = 256;
+        write_demo_checkpoint(p, o);
+        return p;
+    }();
+    return d;
+}
+
+gguf::convert_report run_gguf_cluster(const std::string& src, const std::string& dst, const gguf::convert_options& o,
+                                      std::size_t units, std::size_t workers) {
+    cluster::make_gguf_plan(src, dst, o, units);
+    for (std::size_t w = 0; w < workers; ++w) cluster::work_gguf(dst, w, workers, o);
+    return cluster::finalize_gguf(dst, o);
+}
+
+}  // namespace
+
+TEST_CASE("cluster GGUF: byte-identical to convert_hf_to_gguf (Q8_0, Q4_K_M, with and without an imatrix, MoE)") {
+    const std::string im_dense = write_imatrix(scratch("im.gguf"), {{"blk.0.ffn_gate.weight", {64, 1}}, {"blk.1.attn_q.weight", {64, 1}}});
+    const std::string im_moe = write_imatrix(scratch("im-moe.gguf"), {{"blk.0.ffn_up_exps.weight", {256, 4}},
+                                                                     {"blk.1.attn_v.weight", {256, 1}},
+                                                                     {"blk.1.ffn_down_exps.weight", {256, 4}}});
+    thread_pool pool(2);
+    for (const std::string* src : {&stories260k, &moe_demo_dir()})
+        for (const std::string type : {"Q8_0", "Q4_K_M"})
+            for (const bool with_imatrix : {false, true}) {
+                CAPTURE(*src);
+                CAPTURE(type);
+                CAPTURE(with_imatrix);
+                gguf::convert_options o;
+                o.type = *gguf::parse_file_type(type);
+                o.allow_no_vocab = true;
+                o.chunk_rows = 100;  // chunks that do not divide the row counts
+                o.exec = pool.executor();
+                if (with_imatrix) o.imatrix_file = src == &stories260k ? im_dense : im_moe;
+                const std::string one = scratch("one.gguf"), many = scratch("many.gguf");
+                const gguf::convert_report a = gguf::convert_hf_to_gguf(*src, one, o);
+                const gguf::convert_report b = run_gguf_cluster(*src, many, o, 5, 2);  // 5 units on 2 workers
+                CHECK(io::read_file(one) == io::read_file(many));
+                CHECK_FALSE(io::path_exists(cluster::staging_dir(many)));
+                REQUIRE(a.tensors.size() == b.tensors.size());
+                CHECK(a.total_bytes == b.total_bytes);
+                CHECK(a.total_elements == b.total_elements);
+                CHECK(a.without_imatrix() == b.without_imatrix());
+                CHECK(a.fallbacks() == b.fallbacks());
+                for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+                    CHECK(a.tensors[i].gguf_name == b.tensors[i].gguf_name);
+                    CHECK(a.tensors[i].chosen == b.tensors[i].chosen);
+                    CHECK(a.tensors[i].snr_db == b.tensors[i].snr_db);
+                    CHECK(a.tensors[i].imatrix == b.tensors[i].imatrix);
+                }
+                if (with_imatrix)
+                    CHECK(std::any_of(b.tensors.begin(), b.tensors.end(), [](const gguf::tensor_report& t) { return t.imatrix == "used"; }));
+                if (src == &moe_demo_dir()) CHECK(io::read_file(one).find("ffn_down_exps.weight") != std::string::npos);
+            }
+}
+
+TEST_CASE("cluster GGUF: a unit killed midway is redone; corrupted bytes refused unless --no-verify-data; changes refused") {
+    gguf::convert_options o;
+    o.type = *gguf::parse_file_type("Q4_K_M");
+    o.allow_no_vocab = true;
+    const std::string one = scratch("g-one.gguf"), dst = scratch("g-many.gguf");
+    gguf::convert_hf_to_gguf(moe_demo_dir(), one, o);
+    const cluster::plan_summary s = cluster::make_gguf_plan(moe_demo_dir(), dst, o, 3);
+    CHECK(s.format == "gguf");
+    CHECK_THROWS_WITH_AS(cluster::work(dst, 0, 3, testing::w4a8_cpu()), doctest::Contains("GGUF plan"), unsupported_error);
+    cluster::work_gguf(dst, 0, 3, o);
+    cluster::work_gguf(dst, 2, 3, o);
+    CHECK_THROWS_WITH_AS(cluster::finalize_gguf(dst, o), doctest::Contains("unit 1: not converted"), unsupported_error);
+    gguf::convert_options other = o;
+    other.type = *gguf::parse_file_type("Q8_0");
+    CHECK_THROWS_WITH_AS(cluster::work_gguf(dst, 1, 3, other), doctest::Contains("changed since `plan`"), unsupported_error);
+    other = o;
+    other.imatrix = [](const std::string&) -> const std::vector<float>* { return nullptr; };
+    CHECK_THROWS_WITH_AS(cluster::work_gguf(dst, 1, 3, other), doctest::Contains("importance hook"), unsupported_error);
+    CHECK(cluster::work_gguf(dst, 1, 3, o).converted == std::vector<std::size_t>{1});
+    CHECK(cluster::work_gguf(dst, 1, 3, o).skipped == std::vector<std::size_t>{1});
+
+    // One byte of unit 1's first tensor flipped: refused with verification, trusted without.
+    const json rows = json::parse(io::read_file(s.staging + "/tensors.json"));
+    const json& victim = rows.as_array()[s.units[1].begin];
+    const std::string path = s.staging + "/" + victim.at("shard").as_string();
+    auto flip = [&] {
+        const int fd = ::open(path.c_str(), O_RDWR);
+        REQUIRE(fd >= 0);
+        unsigned char b = 0;
+        const off_t at = static_cast<off_t>(victim.at("offset").as_int());
+        REQUIRE(::pread(fd, &b, 1, at) == 1);
+        b ^= 0x40;
+        REQUIRE(::pwrite(fd, &b, 1, at) == 1);
+        ::close(fd);
+    };
+    flip();
+    CHECK_THROWS_WITH_AS(cluster::finalize_gguf(dst, o), doctest::Contains(doctest::String(("unit 1: tensor '" + victim.at("name").as_string() + "'").c_str())),
+                         unsupported_error);
+    CHECK_FALSE(io::path_exists(dst));
+    flip();  // restored: --no-verify-data trusts the records and gives the same file
+    cluster::finalize_gguf(dst, o, {.verify_data = false});
+    CHECK(io::read_file(one) == io::read_file(dst));
+    CHECK_THROWS_WITH_AS(cluster::make_gguf_plan(moe_demo_dir(), dst, o, 3), doctest::Contains("destination exists"), io_error);
+}
+
+TEST_CASE("cluster: activation scaling across workers: each unit searches the folds again, byte-identical to one process") {
+    const std::string im = write_imatrix(scratch("im-fold.gguf"), {{"blk.0.attn_q.weight", {128, 1}},
+                                                                  {"blk.0.attn_k.weight", {128, 1}},
+                                                                  {"blk.0.attn_v.weight", {128, 1}},
+                                                                  {"blk.0.attn_output.weight", {128, 1}},
+                                                                  {"blk.0.ffn_gate.weight", {128, 1}},
+                                                                  {"blk.0.ffn_up.weight", {128, 1}},
+                                                                  {"blk.0.ffn_down.weight", {256, 1}}});
+    convert_options o = small_shards(testing::w4a8_cpu());
+    o.imatrix = im;
+    o.activation_scaling = true;
+    const std::string one = scratch("f-one"), many = scratch("f-many");
+    const conversion_result a = convert(demo_dir(), one, o);
+    const conversion_result b = run_cluster(demo_dir(), many, o, 4, 2);
+    REQUIRE(a.report.activation_folds.size() == b.report.activation_folds.size());
+    CHECK(std::any_of(a.report.activation_folds.begin(), a.report.activation_folds.end(),
+                      [](const activation_fold_record& r) { return r.alpha > 0; }));
+    check_identical(one, many);
 }

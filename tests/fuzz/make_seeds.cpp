@@ -277,6 +277,34 @@ void fp8_source_seeds() {
     put("fp8_source", "ct_orphan", seed(ct, {{l + "_scale", dtype::BF16, {6, 1}}}));
 }
 
+/// fuzz_cluster_plan: a plan.json as convert/cluster/plan_file.hpp writes it, then one NUL and
+/// a unit record of its unit 0; near-misses: a gap between units, a shard name leaving the
+/// staging folder, a negative count, a record of another plan.
+void cluster_plan_seeds() {
+    using qforge::json;
+    auto plan = [](const json& units, const json& shards, std::int64_t tensors) {
+        return json::object({{"qforge_cluster_plan", 1}, {"source", "src"}, {"destination", "out"}, {"format", "gptq"},
+                             {"fingerprint", "0123456789abcdef"}, {"tensors", tensors}, {"shards", shards}, {"units", units},
+                             {"extra", json::object({{"args", json::array({"src", "out"})}, {"cwd", "/tmp"}})}})
+            .dump({.indent = 1});
+    };
+    auto unit = [](std::int64_t b, std::int64_t e) { return json::object({{"items", json::array({b, e})}, {"cost", 100}}); };
+    const json two = json::array({unit(0, 1), unit(1, 2)});
+    const json shard = json::array({json::object({{"file", "model.safetensors"}, {"bytes", 4096}})});
+    auto tensor = [](const char* n, std::int64_t b) { return json::object({{"name", n}, {"bytes", b}, {"checksum", "00000000000000ff"}}); };
+    const std::string record = json::object({{"unit", 0}, {"fingerprint", "0123456789abcdef"}, {"items", json::array({0, 1})},
+                                             {"tensors", json::array({tensor("model.embed_tokens.weight", 16), tensor("lm_head.weight", 32)})},
+                                             {"snr_bits", json::array({"4040000000000000"})}})
+                                   .dump();
+    const std::string sep(1, '\0');
+    put("cluster_plan", "plan_record", plan(two, shard, 2) + sep + record);
+    put("cluster_plan", "plan_only", plan(two, shard, 2));
+    put("cluster_plan", "gap", plan(json::array({unit(0, 1), unit(2, 3)}), shard, 2));
+    put("cluster_plan", "escape", plan(two, json::array({json::object({{"file", "../model.safetensors"}, {"bytes", 1}})}), 2));
+    put("cluster_plan", "negative", plan(two, shard, -1));
+    put("cluster_plan", "foreign_record", plan(two, shard, 2) + sep + std::string(record).replace(record.find("0123"), 4, "ffff"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -291,5 +319,6 @@ int main(int argc, char** argv) {
     gguf_seeds();
     imatrix_seeds();
     fp8_source_seeds();
+    cluster_plan_seeds();
     return 0;
 }

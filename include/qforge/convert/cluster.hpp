@@ -3,5 +3,6 @@
 #pragma once
 
 #include "qforge/convert/cluster/finalize.hpp"
+#include "qforge/convert/cluster/gguf.hpp"
 #include "qforge/convert/cluster/plan_file.hpp"
 #include "qforge/convert/cluster/work.hpp"

@@ -248,6 +248,11 @@ inline void rename_path(const std::string& from, const std::string& to) {
         fail_errno(from, "cannot rename to " + to, errno);
 }
 
+/// rename_path for cleanup paths (undoing a move after a failure): never throws.
+inline bool rename_path_noexcept(const std::string& from, const std::string& to) noexcept {
+    return detail::sys_rename(from.c_str(), to.c_str()) == 0;
+}
+
 inline void make_directory(const std::string& path) {
     if (detail::sys_mkdir(path.c_str(), 0755) != 0) fail_errno(path, "cannot create folder", errno);
 }

@@ -40,8 +40,31 @@ inline std::string checksum_of(const io::input_file& f, std::uint64_t offset, st
     return h.hex();
 }
 
-/// Why unit `u` cannot be finalized, or empty when its record and bytes match the plan.
-inline std::string unit_problem(const plan_summary& s, std::size_t u, const plan& p, const output_layout& L,
+/// Why `record` does not describe unit `u` as planned (`planned`: the unit's output tensors, in
+/// order), or empty; with `shards`, each tensor's bytes are also checksummed.
+inline std::string record_problem(const plan_summary& s, std::size_t u, const std::vector<staged_tensor>& planned,
+                                  const json& record, std::vector<io::input_file>* shards) {
+    if (!record_matches(s, u, record)) return "its record belongs to another plan";
+    try {
+        const json::array_t& tensors = record.at("tensors").as_array();
+        if (tensors.size() > planned.size()) return "its record lists more tensors than planned";
+        for (std::size_t k = 0; k < planned.size(); ++k) {
+            const staged_tensor& t = planned[k];
+            if (k >= tensors.size() || tensors[k].at("name").as_string() != t.name || tensors[k].at("bytes").as_int() < 0 ||
+                static_cast<std::uint64_t>(tensors[k].at("bytes").as_int()) != t.bytes)
+                return "its record does not list tensor '" + t.name + "' as planned";
+            const std::string& sum = tensors[k].at("checksum").as_string();
+            if (shards && checksum_of((*shards)[t.shard], t.offset, t.bytes) != sum)
+                return "tensor '" + t.name + "' in " + s.shard_files[t.shard] + " does not match its checksum";
+        }
+    } catch (const format_error& e) {
+        return std::string("its record is malformed (") + e.what() + ")";
+    }
+    return {};
+}
+
+/// Why unit `u` cannot be finalized, or empty when its record and bytes match `planned`.
+inline std::string unit_problem(const plan_summary& s, std::size_t u, const std::vector<staged_tensor>& planned,
                                 std::vector<io::input_file>& shards, json& record, bool verify_data) {
     const std::string path = unit_record_path(s.staging, u);
     if (!io::path_exists(path)) return "not converted (no record)";
@@ -50,21 +73,7 @@ inline std::string unit_problem(const plan_summary& s, std::size_t u, const plan
     } catch (const std::exception&) {
         return "its record does not parse";
     }
-    if (!unit_recorded(s, u)) return "its record belongs to another plan";
-    std::size_t k = 0;
-    const json::array_t& tensors = record.at("tensors").as_array();
-    for (std::size_t i = s.units[u].begin; i < s.units[u].end; ++i)
-        for (const planned_tensor& t : p.items[i].outputs) {
-            const auto& w = L.where.find(t.name)->second;
-            if (k >= tensors.size() || tensors[k].at("name").as_string() != t.name ||
-                static_cast<std::uint64_t>(tensors[k].at("bytes").as_int()) != w.bytes)
-                return "its record does not list tensor '" + t.name + "' as planned";
-            if (verify_data && checksum_of(shards[w.shard], w.offset, w.bytes) != tensors[k].at("checksum").as_string())
-                return "tensor '" + t.name + "' in " + s.shard_files[w.shard] + " does not match its checksum";
-            ++k;
-        }
-    if (k != tensors.size()) return "its record lists more tensors than planned";
-    return {};
+    return record_problem(s, u, planned, record, verify_data ? &shards : nullptr);
 }
 
 inline std::vector<std::string> string_list(const json& a) {
@@ -97,6 +106,7 @@ struct finalize_options {
 /// Finalizes the cluster conversion of `dst_dir` (see the file comment).
 inline conversion_result finalize(const std::string& dst_dir, const convert_options& opt, finalize_options fo = {}) {
     const plan_summary s = read_plan(dst_dir);
+    check_not_gguf(s);
     if (io::path_exists(dst_dir) && !opt.overwrite)
         fail<io_error>(dst_dir, {}, "destination exists (pass --overwrite to replace it)");
     check_cluster_options(opt, s.source);
@@ -107,14 +117,17 @@ inline conversion_result finalize(const std::string& dst_dir, const convert_opti
     p.throw_if_refused();
     if (fingerprint(src, p, opt) != s.fingerprint)
         fail<unsupported_error>(s.staging + "/plan.json", {}, "the source checkpoint or the options changed since `plan`; plan again");
+    s.check_items(p.items.size());
     const output_layout L = output_layout::of(p, opt.max_shard_bytes);
+    if (s.shard_files != L.shards.file_names)
+        fail<format_error>(s.staging + "/plan.json", {}, "its shard files are not the plan's (plan again)");
     std::vector<io::input_file> shards;
     for (const std::string& f : s.shard_files) shards.emplace_back(s.staging + "/" + f);
 
     std::vector<json> records(s.units.size());
     std::string bad;
     for (std::size_t u = 0; u < s.units.size(); ++u)
-        if (std::string why = detail::unit_problem(s, u, p, L, shards, records[u], fo.verify_data); !why.empty())
+        if (std::string why = detail::unit_problem(s, u, detail::tensors_of_unit(p, L, s.units[u]), shards, records[u], fo.verify_data); !why.empty())
             bad += (bad.empty() ? "" : "; ") + std::string("unit ") + std::to_string(u) + ": " + why;
     if (!bad.empty())
         fail<unsupported_error>(s.staging, {}, "finalize refused, re-run the workers of these units: " + bad);
@@ -136,6 +149,13 @@ inline conversion_result finalize(const std::string& dst_dir, const convert_opti
             for (auto& m : detail::string_list(r.at(key))) list->push_back(std::move(m));
     }
     qforge::detail::conversion_inputs in(s.source, opt, p);
+    if (opt.activation_scaling) {  // the report's fold records: the search the workers made
+        thread_pool pool(std::max(1u, opt.threads));
+        result.report.activation_folds =
+            plan_activation_folds(src, p, model_config::from_json(src.config(), src.dir() + "/config.json"), *in.importance,
+                                  pool.executor())
+                .records;
+    }
 
     // The headers: the only bytes of the shards no worker wrote.
     for (std::size_t k = 0; k < L.files.size(); ++k) {
@@ -144,8 +164,8 @@ inline conversion_result finalize(const std::string& dst_dir, const convert_opti
         if (fd < 0) io::fail_errno(path, "cannot open", errno);
         io::unique_fd guard(fd);
         const std::string prefix = L.files[k].prefix();
-        if (io::detail::sys_pwrite(fd, prefix.data(), prefix.size(), 0) != static_cast<ssize_t>(prefix.size()))
-            io::fail_errno(path, "cannot write the header", errno);
+        io::write_at(fd, path, std::as_bytes(std::span<const char>(prefix)), 0);
+        io::sync_file(fd, path);
     }
     io::atomic_output_dir out(dst_dir, opt.overwrite);
     std::vector<std::string> renamed;  // moved out of staging: put back if anything below fails
@@ -159,7 +179,7 @@ inline conversion_result finalize(const std::string& dst_dir, const convert_opti
         out.commit();
     } catch (...) {
         if (!out.committed())
-            for (const std::string& f : renamed) (void)io::detail::sys_rename(out.file(f).c_str(), (s.staging + "/" + f).c_str());
+            for (const std::string& f : renamed) (void)io::rename_path_noexcept(out.file(f), s.staging + "/" + f);
         throw;
     }
     io::remove_tree_noexcept(s.staging);

@@ -132,13 +132,12 @@ inline std::uint64_t item_cost(const plan_item& it, const convert_options& opt) 
     return io + it.in_bytes() * factor;
 }
 
-/// Splits the items into `n` contiguous units of about equal cost (cut where the running sum
-/// crosses k/n of the total; a unit may be empty when one item outweighs a share).
-inline std::vector<work_unit> split_units(const plan& p, const convert_options& opt, std::size_t n) {
+/// Splits items of the given costs into `n` contiguous units of about equal cost (cut where the
+/// running sum crosses k/n of the total; a unit may be empty when one item outweighs a share).
+inline std::vector<work_unit> split_costs(const std::vector<std::uint64_t>& cost, std::size_t n) {
     if (n == 0) fail<unsupported_error>({}, {}, "a cluster plan needs at least one work unit");
-    std::vector<std::uint64_t> cost(p.items.size());
     long double total = 0;
-    for (std::size_t i = 0; i < p.items.size(); ++i) total += static_cast<long double>(cost[i] = item_cost(p.items[i], opt));
+    for (std::uint64_t c : cost) total += static_cast<long double>(c);
     std::vector<work_unit> units(n);
     std::size_t i = 0;
     long double running = 0;
@@ -146,13 +145,20 @@ inline std::vector<work_unit> split_units(const plan& p, const convert_options& 
         units[u].begin = i;
         const long double target = total * static_cast<long double>(u + 1) / static_cast<long double>(n);
         // Take the next item while that brings the running sum closer to this unit's target.
-        while (i < p.items.size() && (u + 1 == n || running + static_cast<long double>(cost[i]) / 2 <= target)) {
+        while (i < cost.size() && (u + 1 == n || running + static_cast<long double>(cost[i]) / 2 <= target)) {
             running += static_cast<long double>(cost[i]);
             units[u].cost += cost[i++];
         }
         units[u].end = i;
     }
     return units;
+}
+
+/// The plan's items split into `n` units by item_cost.
+inline std::vector<work_unit> split_units(const plan& p, const convert_options& opt, std::size_t n) {
+    std::vector<std::uint64_t> cost(p.items.size());
+    for (std::size_t i = 0; i < p.items.size(); ++i) cost[i] = item_cost(p.items[i], opt);
+    return split_costs(cost, n);
 }
 
 /// Where every output tensor lands: the same split and layout the one-process writer computes.
@@ -196,6 +202,18 @@ inline void hash_file_identity(checksum& h, const std::string& path) {
              std::to_string(st.st_mtim.tv_nsec) + ";");
 }
 
+/// The source's tensor headers, the identity (size, mtime) of its shard files, its config.json.
+inline void hash_source(checksum& h, const checkpoint_source& src) {
+    std::set<std::string> files;
+    for (const source_tensor& t : src.tensors()) {
+        h.update(t.name + " " + std::string(dtype_name(t.type)) + " " + t.file + " ");
+        hash_shape(h, t.shape);
+        files.insert(t.file);
+    }
+    for (const std::string& f : files) hash_file_identity(h, src.dir() + "/" + f);
+    h.update(src.config().dump());
+}
+
 }  // namespace detail
 
 /// The fingerprint of a conversion: source headers, config, resolved plan, byte-changing options.
@@ -203,14 +221,7 @@ inline std::string fingerprint(const checkpoint_source& src, const plan& p, cons
     checksum h;
     h.update("qforge-cluster-plan 1;");
     h.update(std::string(format_name(p.format)) + ";" + std::to_string(opt.max_shard_bytes) + ";");
-    std::set<std::string> files;
-    for (const source_tensor& t : src.tensors()) {
-        h.update(t.name + " " + std::string(dtype_name(t.type)) + " " + t.file + " ");
-        detail::hash_shape(h, t.shape);
-        files.insert(t.file);
-    }
-    for (const std::string& f : files) detail::hash_file_identity(h, src.dir() + "/" + f);
-    h.update(src.config().dump());
+    detail::hash_source(h, src);
     for (const plan_item& it : p.items) {
         h.update(it.name + "<" + it.source + " " + std::to_string(it.row_begin) + ":" + std::to_string(it.row_end) + " " +
                  (it.cut ? std::to_string(it.cut->expert) : std::string("-")) + " " +
@@ -263,26 +274,56 @@ struct plan_summary {
                              {"extra", extra}});
     }
 
+    /// Reads plan.json, refusing (format_error naming `file`) what workers could misuse: a count
+    /// that is negative, units that do not tile the items from 0 in order, a shard file name
+    /// that is not a plain name inside the staging folder (it is joined to the staging path).
     static plan_summary from_json(const json& j, const std::string& file) {
         if (!j.is_object() || !j.contains("qforge_cluster_plan"))
             fail<format_error>(file, {}, "not a qforge cluster plan (run `qforge-convert plan` first)");
+        if (!j.at("qforge_cluster_plan").is_int() || j.at("qforge_cluster_plan").as_int() != 1)
+            fail<format_error>(file, {}, "cluster plan version is not 1 (made by another qforge: plan again)");
+        auto count = [&](const json& v, const char* what) {
+            const std::int64_t n = v.as_int();
+            if (n < 0) fail<format_error>(file, {}, std::string(what) + " is negative");
+            return static_cast<std::uint64_t>(n);
+        };
         plan_summary s;
         s.source = j.at("source").as_string();
         s.destination = j.at("destination").as_string();
+        if (s.source.empty() || s.destination.empty()) fail<format_error>(file, {}, "source or destination is empty");
         s.staging = staging_dir(s.destination);
         s.format = j.at("format").as_string();
         s.fingerprint = j.at("fingerprint").as_string();
-        s.tensors = static_cast<std::size_t>(j.at("tensors").as_int());
+        s.tensors = static_cast<std::size_t>(count(j.at("tensors"), "the tensor count"));
+        std::set<std::string> names;
         for (const json& f : j.at("shards").as_array()) {
-            s.shard_files.push_back(f.at("file").as_string());
-            s.shard_sizes.push_back(static_cast<std::uint64_t>(f.at("bytes").as_int()));
+            const std::string name = f.at("file").as_string();
+            if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\0') != std::string::npos ||
+                name == "plan.json" || name == "tensors.json" || name == "units" || name.find(".tmp-") != std::string::npos)
+                fail<format_error>(file, {}, "shard file name '" + name + "' is not a plain file name of the staging folder");
+            if (!names.insert(name).second) fail<format_error>(file, {}, "shard file '" + name + "' is listed twice");
+            s.shard_files.push_back(name);
+            s.shard_sizes.push_back(count(f.at("bytes"), "a shard size"));
         }
-        for (const json& u : j.at("units").as_array())
-            s.units.push_back({static_cast<std::size_t>(u.at("items").at(0).as_int()),
-                               static_cast<std::size_t>(u.at("items").at(1).as_int()),
-                               static_cast<std::uint64_t>(u.at("cost").as_int())});
+        for (const json& u : j.at("units").as_array()) {
+            const json& items = u.at("items");
+            if (items.size() != 2) fail<format_error>(file, {}, "a unit's items must be [begin, end]");
+            const work_unit w{static_cast<std::size_t>(count(items.at(0), "a unit's first item")),
+                              static_cast<std::size_t>(count(items.at(1), "a unit's end")), count(u.at("cost"), "a unit's cost")};
+            if (w.begin != (s.units.empty() ? 0 : s.units.back().end) || w.end < w.begin)
+                fail<format_error>(file, {}, "unit " + std::to_string(s.units.size()) + " does not start where the previous one ends");
+            s.units.push_back(w);
+        }
+        if (s.units.empty()) fail<format_error>(file, {}, "the plan has no work units");
         if (const json* e = j.find("extra")) s.extra = *e;
         return s;
+    }
+
+    /// Refuses a plan whose units do not cover exactly `items` items (the plan made again).
+    void check_items(std::size_t items) const {
+        if (units.back().end != items)
+            fail<format_error>(staging + "/plan.json", {}, "its units cover " + std::to_string(units.back().end) + " items, the plan has " +
+                                                               std::to_string(items) + " (plan again)");
     }
 
     /// max / mean of the unit costs (1.0 is perfect balance).
@@ -322,40 +363,54 @@ inline void write_file_atomically(const std::string& path, std::string_view text
     io::sync_directory(path.substr(0, path.rfind('/')));
 }
 
-/// tensors.json, one line per output tensor, streamed (a 671B plan has ~10^5 of them: no tree).
-inline void write_tensor_table(const std::string& path, const plan& p, const output_layout& L) {
+/// A JSON array written one row per line, streamed (a 671B plan has ~10^5 rows: no tree), then
+/// renamed into place. `each(emit)` calls emit(row) for every row.
+template <class EachRow>
+void write_json_lines(const std::string& path, EachRow each) {
     io::output_file out = io::output_file::create(path + temp_suffix());
     std::string buf = "[\n";
-    for (std::size_t i = 0; i < p.items.size(); ++i) {
-        const plan_item& it = p.items[i];
-        for (const planned_tensor& t : it.outputs) {
-            const auto& w = L.where.find(t.name)->second;
-            json shape = json::array();
-            for (std::int64_t d : t.shape) shape.push_back(json(d));
-            const json row = json::object({{"name", json(t.name)},
-                                           {"item", json(i)},
-                                           {"source", json(it.source)},
-                                           {"scheme", json(it.action == plan_action::quantize ? scheme_to_string(it.scheme)
-                                                                                              : std::string("keep"))},
-                                           {"dtype", json(dtype_name(t.type))},
-                                           {"shape", std::move(shape)},
-                                           {"shard", json(L.shards.file_names[w.shard])},
-                                           {"offset", json(w.offset)},
-                                           {"bytes", json(w.bytes)}});
-            if (buf.size() > 2) buf += ",\n";
-            buf += row.dump();
-            if (buf.size() > (1u << 20)) {
-                out.write(buf);
-                buf.clear();
-                buf = " ";  // keeps the comma logic: the next row starts with ",\n"
-            }
+    bool first = true;
+    each([&](const json& row) {
+        if (!first) buf += ",\n";
+        first = false;
+        buf += row.dump();
+        if (buf.size() > (1u << 20)) {
+            out.write(buf);
+            buf.clear();
         }
-    }
+    });
     buf += "\n]\n";
     out.write(buf);
     out.sync();
     out.close();
     io::rename_path(out.path(), path);
+}
+
+inline json shape_json(const std::vector<std::int64_t>& s) {
+    json shape = json::array();
+    for (std::int64_t d : s) shape.push_back(json(d));
+    return shape;
+}
+
+/// tensors.json, one line per output tensor.
+inline void write_tensor_table(const std::string& path, const plan& p, const output_layout& L) {
+    write_json_lines(path, [&](auto emit) {
+        for (std::size_t i = 0; i < p.items.size(); ++i) {
+            const plan_item& it = p.items[i];
+            for (const planned_tensor& t : it.outputs) {
+                const auto& w = L.where.find(t.name)->second;
+                emit(json::object({{"name", json(t.name)},
+                                   {"item", json(i)},
+                                   {"source", json(it.source)},
+                                   {"scheme", json(it.action == plan_action::quantize ? scheme_to_string(it.scheme) : std::string("keep"))},
+                                   {"dtype", json(dtype_name(t.type))},
+                                   {"shape", shape_json(t.shape)},
+                                   {"shard", json(L.shards.file_names[w.shard])},
+                                   {"offset", json(w.offset)},
+                                   {"bytes", json(w.bytes)}}));
+            }
+        }
+    });
 }
 
 /// Creates (or keeps) a shard file at exactly `size` bytes; the data stays a hole until written.
@@ -367,13 +422,30 @@ inline void presize(const std::string& path, std::uint64_t size) {
         io::fail_errno(path, "cannot size the shard file", errno);
 }
 
+/// Makes the staging folder for plan `s`: an existing one is kept when it holds the same plan
+/// (same fingerprint and unit count: its recorded units stay valid), else replaced; the shard
+/// files are pre-sized.
+inline void open_staging(const plan_summary& s) {
+    if (io::path_exists(s.staging + "/plan.json")) {
+        const plan_summary old = plan_summary::from_json(io::read_json_file(s.staging + "/plan.json"), s.staging + "/plan.json");
+        const bool same = old.fingerprint == s.fingerprint && old.units.size() == s.units.size();
+        if (!same) io::remove_tree(s.staging);
+    }
+    if (!io::is_directory(s.staging)) io::make_directory(s.staging);
+    if (!io::is_directory(s.staging + "/units")) io::make_directory(s.staging + "/units");
+    for (std::size_t k = 0; k < s.shard_files.size(); ++k) presize(s.staging + "/" + s.shard_files[k], s.shard_sizes[k]);
+}
+
 }  // namespace detail
 
-/// Checks that the options can run on a cluster (refused before anything is written).
+/// Checks that the options can run on a cluster (refused before anything is written). Every
+/// option runs today; activation scaling too: its folds are decided per decoder layer from the
+/// weights and the imatrix, and plan reads no tensor data, so each worker unit searches them
+/// again (deterministic: the same scales as one process) before converting its items, and
+/// finalize once more for the report. That costs one layer search per unit, not per tensor.
 inline void check_cluster_options(const convert_options& opt, const std::string& src_dir) {
-    if (opt.activation_scaling)
-        fail<unsupported_error>(src_dir, {}, "activation scaling searches whole decoder layers before any tensor; it is "
-                                             "not split across cluster workers yet (convert in one process)");
+    (void)opt;
+    (void)src_dir;
 }
 
 /// `plan`: resolves the rules against the source headers, refuses what convert() refuses, and
@@ -404,14 +476,7 @@ inline plan_summary make_plan(const std::string& src_dir, const std::string& dst
     for (const plan_item& it : p.items) s.tensors += it.outputs.size();
     s.extra = std::move(extra);
 
-    if (io::path_exists(s.staging + "/plan.json")) {
-        const plan_summary old = plan_summary::from_json(io::read_json_file(s.staging + "/plan.json"), s.staging + "/plan.json");
-        const bool same = old.fingerprint == s.fingerprint && old.units.size() == s.units.size();
-        if (!same) io::remove_tree(s.staging);
-    }
-    if (!io::is_directory(s.staging)) io::make_directory(s.staging);
-    if (!io::is_directory(s.staging + "/units")) io::make_directory(s.staging + "/units");
-    for (std::size_t k = 0; k < s.shard_files.size(); ++k) detail::presize(s.staging + "/" + s.shard_files[k], s.shard_sizes[k]);
+    detail::open_staging(s);
     detail::write_tensor_table(s.staging + "/tensors.json", p, L);
     detail::write_file_atomically(s.staging + "/plan.json", s.to_json().dump({.indent = 1}) + "\n");
     return s;

@@ -33,19 +33,37 @@ namespace qforge::cluster {
 
 namespace detail {
 
+/// One output tensor of a work unit: where its bytes go in the staging files.
+struct staged_tensor {
+    std::string name;
+    std::size_t shard = 0;
+    std::uint64_t offset = 0, bytes = 0;
+};
+
+/// The output tensors of plan items [u.begin, u.end), in item order.
+inline std::vector<staged_tensor> tensors_of_unit(const plan& p, const output_layout& L, const work_unit& u) {
+    std::vector<staged_tensor> v;
+    for (std::size_t i = u.begin; i < u.end; ++i)
+        for (const planned_tensor& t : p.items[i].outputs) {
+            const auto& w = L.where.find(t.name)->second;
+            v.push_back({t.name, w.shard, w.offset, w.bytes});
+        }
+    return v;
+}
+
 /// The Writer that convert_items writes a unit's tensors through: pwrite at the planned offset
 /// of the staging shard, a running checksum per tensor.
 class staged_writer {
 public:
-    staged_writer(std::string staging, const output_layout& L, const plan& p, const work_unit& u)
-        : staging_(std::move(staging)), layout_(&L) {
-        for (std::size_t i = u.begin; i < u.end; ++i)
-            for (const planned_tensor& t : p.items[i].outputs) {
-                const auto& w = L.where.find(t.name)->second;
-                tensors_.emplace(t.name, state{w.shard, w.offset, w.bytes, 0, {}});
-                order_.push_back(t.name);
-            }
+    staged_writer(std::string staging, std::vector<std::string> files, const std::vector<staged_tensor>& tensors)
+        : staging_(std::move(staging)), files_names_(std::move(files)) {
+        for (const staged_tensor& t : tensors) {
+            tensors_.emplace(t.name, state{t.shard, t.offset, t.bytes, 0, {}});
+            order_.push_back(t.name);
+        }
     }
+    staged_writer(std::string staging, const output_layout& L, const plan& p, const work_unit& u)
+        : staged_writer(std::move(staging), L.shards.file_names, tensors_of_unit(p, L, u)) {}
 
     void write(std::string_view name, std::span<const std::byte> bytes) {
         const auto it = tensors_.find(name);
@@ -80,7 +98,7 @@ private:
         std::uint64_t offset, bytes, written;
         checksum sum;
     };
-    std::string path_of(std::size_t shard) const { return staging_ + "/" + layout_->shards.file_names[shard]; }
+    std::string path_of(std::size_t shard) const { return staging_ + "/" + files_names_.at(shard); }
     int file(std::size_t shard) {
         auto it = files_.find(shard);
         if (it == files_.end()) {
@@ -93,7 +111,7 @@ private:
     }
 
     std::string staging_;
-    const output_layout* layout_;
+    std::vector<std::string> files_names_;
     std::map<std::string, state, std::less<>> tensors_;
     std::vector<std::string> order_;
     std::map<std::size_t, io::unique_fd> files_;
@@ -145,18 +163,35 @@ inline std::pair<std::size_t, std::size_t> worker_from_environment(std::optional
     return {*unit, *of};
 }
 
+/// Whether `r` is a record of unit `u` of this plan (its fingerprint and item range).
+inline bool record_matches(const plan_summary& s, std::size_t u, const json& r) noexcept {
+    try {
+        return u < s.units.size() && r.at("fingerprint").as_string() == s.fingerprint && r.at("unit").as_int() >= 0 &&
+               static_cast<std::size_t>(r.at("unit").as_int()) == u && r.at("items").size() == 2 &&
+               r.at("items").at(0).as_int() >= 0 && r.at("items").at(1).as_int() >= 0 &&
+               static_cast<std::size_t>(r.at("items").at(0).as_int()) == s.units[u].begin &&
+               static_cast<std::size_t>(r.at("items").at(1).as_int()) == s.units[u].end;
+    } catch (const std::exception&) {
+        return false;  // foreign
+    }
+}
+
 /// Whether unit `u`'s record is there, parses, and belongs to this plan.
 inline bool unit_recorded(const plan_summary& s, std::size_t u) {
     const std::string path = unit_record_path(s.staging, u);
     if (!io::path_exists(path)) return false;
     try {
-        const json r = io::read_json_file(path);
-        return r.at("fingerprint").as_string() == s.fingerprint && static_cast<std::size_t>(r.at("unit").as_int()) == u &&
-               static_cast<std::size_t>(r.at("items").at(0).as_int()) == s.units[u].begin &&
-               static_cast<std::size_t>(r.at("items").at(1).as_int()) == s.units[u].end;
+        return record_matches(s, u, io::read_json_file(path));
     } catch (const std::exception&) {
-        return false;  // torn or foreign: converted again
+        return false;  // torn: converted again
     }
+}
+
+/// A GGUF plan has its own worker and finalize (convert/cluster/gguf.hpp).
+inline void check_not_gguf(const plan_summary& s) {
+    if (s.format == "gguf")
+        fail<unsupported_error>(s.staging + "/plan.json", {}, "this is a GGUF plan: run its workers and finalize with the GGUF options "
+                                                              "(cluster::work_gguf, cluster::finalize_gguf)");
 }
 
 struct work_report {
@@ -168,6 +203,7 @@ struct work_report {
 /// for `dst_dir`; `opt` must be the options the plan was made with (threads may differ).
 inline work_report work(const std::string& dst_dir, std::size_t worker, std::size_t workers, const convert_options& opt) {
     const plan_summary s = read_plan(dst_dir);
+    check_not_gguf(s);
     const auto [first, last] = units_of_worker(worker, workers ? workers : s.units.size(), s.units.size());
     work_report rep;
     std::vector<std::size_t> todo;
@@ -180,6 +216,7 @@ inline work_report work(const std::string& dst_dir, std::size_t worker, std::siz
     p.throw_if_refused();
     if (fingerprint(src, p, opt) != s.fingerprint)
         fail<unsupported_error>(s.staging + "/plan.json", {}, "the source checkpoint or the options changed since `plan`; plan again");
+    s.check_items(p.items.size());
     const output_layout L = output_layout::of(p, opt.max_shard_bytes);
     qforge::detail::conversion_inputs in(s.source, opt, p);
     thread_pool pool(std::max(1u, opt.threads));

@@ -496,12 +496,57 @@ inline kv_list tokenizer_kvs(const convert_options& opt, const std::string& src_
     return tok;
 }
 
+/// Everything convert_hf_to_gguf fixes before it reads a tensor: the header's key/values, every
+/// tensor with its type, the imatrix. Also the plan of a cluster conversion (convert/cluster/gguf.hpp),
+/// which needs each tensor's offset up front: sizes follow from these shapes and types.
+struct gguf_plan {
+    model_hparams h;
+    kv_list kvs;
+    std::vector<planned_tensor> tensors;
+    std::optional<importance_matrix> imatrix;
+
+    std::vector<tensor_decl> decls() const {
+        std::vector<tensor_decl> d;
+        for (const auto& p : tensors) d.push_back(p.decl);
+        return d;
+    }
+};
+
+/// The plan step of convert_hf_to_gguf (headers, config, tokenizer, imatrix; no tensor data).
+inline gguf_plan plan_gguf(const checkpoint_source& src, const std::string& src_dir, const convert_options& opt) {
+    gguf_plan g;
+    const std::string cfg_file = src_dir + "/config.json";
+    const json& cfg = src.config();
+    g.h = read_hparams(cfg, cfg_file);
+    g.kvs = model_kvs(g.h, cfg, cfg_file, src_dir, opt);
+    std::int64_t n_vocab = 0;
+    g.tensors = plan_tensors(src, g.h, src_dir, n_vocab);
+    choose_types(g.tensors, g.h, opt);
+    g.kvs.emplace_back(g.h.arch_name + ".vocab_size", u32_value(n_vocab));
+    for (auto& kv : tokenizer_kvs(opt, src_dir, cfg, n_vocab)) g.kvs.push_back(std::move(kv));
+    if (!opt.imatrix_file.empty()) {
+        if (opt.imatrix) fail<unsupported_error>(opt.imatrix_file, "", "give an imatrix file or an importance hook, not both");
+        g.imatrix.emplace(importance_matrix::open(opt.imatrix_file));
+        add_imatrix_keys(g.kvs, opt.imatrix_file, *g.imatrix);
+        check_imatrix_sizes(*g.imatrix, g.tensors);
+    }
+    return g;
+}
+
+/// Elements of a planned tensor (every expert of a stacked one), as the report counts them.
+inline std::uint64_t element_count(const planned_tensor& p) {
+    return static_cast<std::uint64_t>((p.shape.size() == 2 ? p.shape[0] : 1) * p.decl.ne[0] * static_cast<std::int64_t>(p.parts.size()));
+}
+
 /// The streaming pass: each planned tensor read a chunk of rows at a time, quantized with the
-/// ggml kernels and appended to the GGUF; its buffers are reused from tensor to tensor.
+/// ggml kernels and handed to the Writer (file_writer: appended to the GGUF; a cluster worker's
+/// writer: pwritten at the tensor's planned offset); its buffers are reused from tensor to tensor.
+/// Writer: write_part(span of bytes), end_tensor().
+template <class Writer = file_writer>
 class tensor_stream {
 public:
     tensor_stream(const checkpoint_source& src, const std::string& src_dir, const convert_options& opt,
-                  importance_lookup* imatrix, file_writer& w)
+                  importance_lookup* imatrix, Writer& w)
         : src_(src), src_dir_(src_dir), opt_(opt), imatrix_(imatrix), w_(w) {}
 
     /// Writes one planned tensor (every expert's slice of a stacked one) and reports it.
@@ -594,7 +639,7 @@ private:
     const std::string& src_dir_;
     const convert_options& opt_;
     importance_lookup* imatrix_;  // the imatrix file's entries, or null
-    file_writer& w_;
+    Writer& w_;
     std::pair<double, double> snr_{0, 0};  // sum x^2, sum err^2 of the tensor so far
     std::vector<float> rows_, back_;
     std::vector<double> row_x2_, row_e2_;
@@ -611,39 +656,20 @@ QFORGE_DECL convert_report convert_hf_to_gguf(const std::string& src_dir, const 
 QFORGE_DECL convert_report convert_hf_to_gguf(const std::string& src_dir, const std::string& dst_file,
                                               const convert_options& opt, const progress_fn& progress) {
     const checkpoint_source src(src_dir);
-    const std::string cfg_file = src_dir + "/config.json";
-    const json& cfg = src.config();
-    const detail::model_hparams h = detail::read_hparams(cfg, cfg_file);
-    kv_list kvs = detail::model_kvs(h, cfg, cfg_file, src_dir, opt);
-
-    // ---- plan every tensor up front -----------------------------------------------------
-    std::int64_t n_vocab = 0;
-    std::vector<detail::planned_tensor> plan = detail::plan_tensors(src, h, src_dir, n_vocab);
-    detail::choose_types(plan, h, opt);
-    kvs.emplace_back(h.arch_name + ".vocab_size", detail::u32_value(n_vocab));
-    for (auto& kv : detail::tokenizer_kvs(opt, src_dir, cfg, n_vocab)) kvs.push_back(std::move(kv));
-    std::optional<importance_matrix> imatrix;
+    detail::gguf_plan g = detail::plan_gguf(src, src_dir, opt);  // every tensor up front
+    const std::vector<detail::planned_tensor>& plan = g.tensors;
     std::optional<importance_lookup> lookup;
-    if (!opt.imatrix_file.empty()) {
-        if (opt.imatrix) fail<unsupported_error>(opt.imatrix_file, "", "give an imatrix file or an importance hook, not both");
-        imatrix.emplace(importance_matrix::open(opt.imatrix_file));
-        detail::add_imatrix_keys(kvs, opt.imatrix_file, *imatrix);
-        detail::check_imatrix_sizes(*imatrix, plan);
-        lookup.emplace(*imatrix);
-    }
+    if (g.imatrix) lookup.emplace(*g.imatrix);
 
     // ---- stream ---------------------------------------------------------------------------
-    std::vector<tensor_decl> decls;
-    for (const auto& p : plan) decls.push_back(p.decl);
-    file_writer w(dst_file, kvs, decls);
+    file_writer w(dst_file, g.kvs, g.decls());
     convert_report report;
-    report.arch = h.arch_name;
+    report.arch = g.h.arch_name;
     detail::tensor_stream stream(src, src_dir, opt, lookup ? &*lookup : nullptr, w);
     for (std::size_t ti = 0; ti < plan.size(); ++ti) {
         const auto& p = plan[ti];
         tensor_report tr = stream.write(p);
-        report.total_elements += static_cast<std::uint64_t>((p.shape.size() == 2 ? p.shape[0] : 1) * p.decl.ne[0] *
-                                                            static_cast<std::int64_t>(p.parts.size()));
+        report.total_elements += detail::element_count(p);
         report.total_bytes += tr.bytes;
         report.tensors.push_back(std::move(tr));
         if (progress) progress(ti + 1, plan.size(), p.decl.name);
