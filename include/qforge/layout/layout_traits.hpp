@@ -48,6 +48,12 @@ struct layer_params {
     bool symmetric = true;
 };
 
+/// Who asks a layout's reader for a linear, and so how its refusals are worded. `unpack`: the
+/// layout reading its own output back (layout_unpacks below: the layout's shape rules, every
+/// tensor it writes required). `checkpoint`: a checkpoint on disk as its own writers make it
+/// (the repack path: optional tensors optional, the writers' quirks named).
+enum class read_mode { unpack, checkpoint };
+
 /// The layout concept, in named parts so that a type which is not a layout fails with the part
 /// it lacks ("... the concept 'layout_packs<L>' was not satisfied") rather than deep inside a
 /// template. `L::bits` is a compile-time constant the layout static_asserts on.
