@@ -15,6 +15,7 @@
 
 #include "qforge/convert/repack_ct_naive.hpp"
 #include "qforge/convert/repack_source.hpp"
+#include "qforge/layout/awq.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
 #include "qforge/layout/gptq.hpp"
 #include "qforge/layout/packing.hpp"
@@ -22,10 +23,6 @@
 
 namespace qforge {
 
-struct awq_args {
-    int bits = 4;
-    std::int64_t group_size = 128;
-};
 
 namespace repack_detail {
 
@@ -81,47 +78,7 @@ inline void pack_down(const std::uint8_t* z, std::int64_t N, std::int64_t G, int
 
 // read_gptq is the GPTQ layout's reader (layout/gptq.hpp), in its checkpoint mode.
 
-/// Reads AWQ GEMM `<prefix>.qweight` [K, N/8], `.qzeros` [K/g, N/8], `.scales` [K/g, N].
-/// AWQ always stores real zeros, so the result is asymmetric.
-inline quantized_tensor read_awq(const repack_source& src, const std::string& prefix, const awq_args& args) {
-    using namespace detail;
-    using namespace repack_detail;
-    const std::string& file = src.file;
-    const tensor_view& qw = src.require(prefix + ".qweight");
-    check_bits(args.bits, file, qw.name, {4}, "AWQ GEMM");
-    if (qw.rank() != 2) fail<shape_error>(file, qw.name, "qweight must be 2-D, shape " + shape_to_string(qw.shape));
-    const std::int64_t K = qw.shape[0], N = qw.shape[1] * 8;
-    if (N <= 0 || K <= 0) fail<shape_error>(file, qw.name, "empty weight");
-    const std::int64_t g = args.group_size > 0 ? args.group_size : K;
-    if (K % g != 0) fail<shape_error>(file, qw.name, "group size " + std::to_string(g) + " does not divide K = " + std::to_string(K));
-    const std::int64_t G = K / g;
-    quantized_tensor q;
-    q.name = prefix;
-    q.bits = 4;
-    q.rows = N;
-    q.cols = K;
-    q.group_size = g;
-    q.symmetric = false;
-    const auto words = words_of(qw, {K, N / 8}, file);
-    const auto zwords = words_of(src.require(prefix + ".qzeros"), {G, N / 8}, file);
-    const tensor_view& sc = src.require(prefix + ".scales");
-    require_shape(sc, {G, N}, file);
-    const auto spat = scale_patterns(sc, file);
-    q.scale_dtype = sc.type;
-    q.codes.resize(static_cast<std::size_t>(N * K));
-    // words [K][N/8] hold codes[k][n]: write them transposed into codes[n][k].
-    packing::unpack_awq4(words.data(), K, N, q.codes.data(), 1, K);
-    q.zeros.resize(static_cast<std::size_t>(N * G));
-    std::vector<std::uint8_t> zt(static_cast<std::size_t>(N * G));
-    packing::unpack_awq4(zwords.data(), G, N, zt.data(), 1, G);
-    for (std::size_t i = 0; i < zt.size(); ++i) q.zeros[i] = zt[i];
-    q.scales.resize(static_cast<std::size_t>(N * G));
-    for (std::int64_t gg = 0; gg < G; ++gg)
-        for (std::int64_t n = 0; n < N; ++n)
-            q.scales[static_cast<std::size_t>(n * G + gg)] = spat[static_cast<std::size_t>(gg * N + n)];
-    q.validate();
-    return q;
-}
+// read_awq is the AWQ layout's reader (layout/awq.hpp), in its checkpoint mode.
 
 /// Reads compressed-tensors `pack-quantized` `<prefix>.weight_packed` [N, words(K)],
 /// `.weight_shape`, `.weight_scale` [N, G], `.weight_zero_point` [words(N), G] (asymmetric

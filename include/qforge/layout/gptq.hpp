@@ -572,6 +572,73 @@ struct gptq_format_traits {
 
     static dtype default_scale_dtype(dtype /*checkpoint*/) noexcept { return dtype::F16; }
 
+    /// The width a requantization into GPTQ uses for `bits` codes: 5 to 7 bits have no GPTQ
+    /// packing, so they go up to 8.
+    static constexpr int nearest_bits(int bits) noexcept { return bits >= 5 && bits <= 7 ? 8 : bits; }
+    /// v1 cannot store a zero of 0, which minmax gives any group without negative weights: a
+    /// requantization into v1 is symmetric.
+    static constexpr bool requantizes_symmetric = V == gptq_format::v1;
+
+    // ---- what vLLM and the GPTQ readers do with it (convert/serving_check.hpp asks) ----
+
+    /// Codes per int32 word along the packed dimension: 32 codes per 3 words at 3 bits.
+    static constexpr std::int64_t vllm_pack_unit(int bits) noexcept { return bits == 3 ? 32 : 32 / bits; }
+
+    /// `AutoGPTQConfig.TYPE_MAP` holds (4, sym) and (8, sym) only and `__init__` raises
+    /// "Unsupported quantization config: bits=4, sym=False" (auto_gptq.py @055e47c2).
+    static std::optional<std::string> vllm_config_refusal(const layout_scheme& s) {
+        if ((s.bits == 4 || s.bits == 8) && s.symmetric) return std::nullopt;
+        return std::string("vLLM refuses the config: AutoGPTQConfig (auto_gptq.py @055e47c2) supports (4, sym) and (8, sym) only") +
+               (s.symmetric && s.bits == 2 ? " (later trees add 2-bit uint2b2)" : "") + ": "
+               "\"Unsupported quantization config: bits=" + std::to_string(s.bits) + ", sym=" + (s.symmetric ? "True" : "False") + "\"";
+    }
+
+    static void vllm_scheme_warnings(const serving_facts& f, std::vector<std::string>& w) {
+        if (f.asymmetric)
+            w.push_back(std::string("asymmetric GPTQ loads in GPTQModel only") + (V == gptq_format::v1 ? " and AutoGPTQ" : "") +
+                        ": vLLM refuses it at config load (auto_gptq.py AutoGPTQConfig.TYPE_MAP holds (4, sym) and (8, sym): "
+                        "\"Unsupported quantization config: bits=" + std::to_string(f.bits) + ", sym=False\")" +
+                        (V == gptq_format::v2
+                             ? "; AutoGPTQ converts gptq_v2 to v1 by subtracting 1 from each packed zero, which wraps a zero of 0"
+                             : "") +
+                        ". For vLLM use compressed-tensors asym (--format compressed-tensors --asym, preset w4a16-asym): "
+                        "CompressedTensorsWNA16 reads weight_zero_point");
+        detail::model_dtype_scales_warning(
+            f, std::string("; --scale-dtype ") + (f.model == dtype::BF16 ? "bf16" : "fp16") + " stores what vLLM keeps", w);
+    }
+
+    /// gptq-v2 symmetric experts: vLLM's CPU MoE path adds 1 to every stored zero.
+    static void moe_warnings(const moe_facts& f, std::vector<std::string>& w) {
+        if (V == gptq_format::v2 && f.symmetric_experts)
+            w.push_back(
+                "gptq-v2 symmetric MoE: vLLM's CPU MoE path decodes every expert weight one step off. vLLM does not "
+                "read checkpoint_format (auto_gptq.py AutoGPTQConfig.from_config), passes the stored qzeros to the CPU "
+                "kernel (AutoGPTQMoEMethod.get_fused_moe_quant_config: use_zp on the CPU backend), and that kernel "
+                "adds 1 to every stored zero (cpu_moe.py prepare_int4_moe_layer_for_cpu), so v2's zero 8 decodes as "
+                "9. GPU vLLM and GPTQModel decode it correctly; --format gptq (v1, stored zero 7) decodes correctly "
+                "on all three");
+    }
+
+    static void vllm_layer_warnings(const serving_facts& f, std::vector<std::string>& w) {
+        if (f.mixed_schemes)
+            w.push_back("mixed GPTQ schemes are written as GPTQModel `dynamic` overrides: GPTQModel (config.py dynamic_get) and "
+                        "vLLM (gptq_utils.py get_dynamic_override, 4/8-bit sym only) read them; AutoGPTQ and optimum ignore "
+                        "`dynamic` and build every layer with the base scheme");
+    }
+
+    /// Why GPTQ cannot hold the codes of `q` exactly as they are (a repack moves codes,
+    /// zeros and scales unchanged), or nullopt. Shapes are refusal()'s.
+    static std::optional<std::string> repack_refusal(const quantized_tensor& q) {
+        if (q.bits != 2 && q.bits != 3 && q.bits != 4 && q.bits != 8)
+            return "GPTQ stores 2, 3, 4 or 8 bits; " + q.name + " has " + std::to_string(q.bits) + "-bit codes";
+        if (V == gptq_format::v1 && !q.symmetric)
+            for (std::size_t i = 0; i < q.zeros.size(); ++i)
+                if (q.zeros[i] == 0)
+                    return "GPTQ v1 cannot store zero point 0 found in " + detail::where_group(q, i) +
+                           " (it stores zero - 1); use --format gptq-v2 or compressed-tensors";
+        return std::nullopt;
+    }
+
     /// Why GPTQ cannot hold a [n x k] weight under `s` (the plan's wording; the layout's
     /// check_shape refuses the same shapes when a weight is packed).
     static std::optional<std::string> refusal(std::int64_t n, std::int64_t k, const layout_scheme& s) {
