@@ -26,6 +26,8 @@
 #include "qforge/io/file.hpp"
 #include "qforge/io/safetensors/index.hpp"
 
+#include "bench/support.hpp"
+
 namespace {
 
 using namespace qforge;
@@ -34,46 +36,16 @@ std::string root = "/tmp/qforge-bench-cluster-" + std::to_string(::getpid());
 std::string src = root + "/src";
 bool all_identical = true;
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+using qforge_bench::now_s;
 
 /// Llama-shaped widths (hidden 2048, MLP 5632), as many layers as fit the size; weights reuse
 /// a pool of Student-t values at shifting offsets (sampling 0.5 G values would dominate).
 void make_checkpoint(std::uint64_t target_bytes) {
-    demo_options o;
-    o.hidden = 2048;
-    o.intermediate = 5632;
-    o.heads = 16;
-    o.kv_heads = 16;
-    o.vocab = 32000;
-    const std::uint64_t per_layer = 2 * (4 * 2048ull * 2048 + 3 * 2048ull * 5632), embed = 2 * 32000ull * 2048;
-    o.layers = static_cast<std::int64_t>(std::max<std::uint64_t>(1, (target_bytes > embed ? target_bytes - embed : 0) / per_layer));
+    const demo_options o = qforge_bench::llama_like(target_bytes);
     io::make_directory(root);
     io::make_directory(src);
-    const auto tensors = demo_tensors(o);
-    std::vector<safetensors::tensor_spec> specs;
-    std::uint64_t total = 0;
-    for (const auto& t : tensors) {
-        specs.push_back({t.name, t.type, t.shape});
-        total += t.bytes();
-    }
-    safetensors::sharded_writer w(src, specs, total / 2 + 1, safetensors::default_metadata(), {.sync = false});
-    detail::demo_rng rng(7);
-    std::vector<std::uint16_t> pool(std::size_t{1} << 22);
-    for (auto& h : pool) h = float_to_bf16(static_cast<float>(0.02 * rng.student_t5()));
-    std::vector<std::uint16_t> buf;
-    std::size_t shift = 0;
-    for (const auto& t : tensors) {
-        buf.resize(static_cast<std::size_t>(t.bytes() / 2));
-        for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = t.shape.size() == 1 ? 0x3F80 : pool[(i + shift) % pool.size()];
-        shift += 7919;
-        w.write(t.name, std::as_bytes(std::span<const std::uint16_t>(buf)));
-    }
-    w.finish();
-    json cfg = json::object({{"hidden_size", json(o.hidden)}, {"intermediate_size", json(o.intermediate)},
-                             {"num_attention_heads", json(o.heads)}, {"num_key_value_heads", json(o.kv_heads)},
-                             {"num_hidden_layers", json(o.layers)}, {"vocab_size", json(o.vocab)},
-                             {"tie_word_embeddings", json(true)}});
-    io::write_file(src + "/config.json", cfg.dump({.indent = 2}));
+    qforge_bench::write_pooled_shards(src, o, 22, 7);
+    qforge_bench::write_llama_config(src, o);
 }
 
 convert_options options(scale_method m) {

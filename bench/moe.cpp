@@ -30,14 +30,15 @@
 #include "qforge/io/file.hpp"
 #include "qforge/io/safetensors/index.hpp"
 
+#include "bench/support.hpp"
+
 namespace {
 
 using namespace qforge;
 
-std::uint64_t env_or(const char* name, std::uint64_t fallback) {
-    const char* v = std::getenv(name);
-    return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
-}
+using qforge_bench::env_or;
+using qforge_bench::reset_hwm;
+using qforge_bench::vm_hwm_mib;
 
 struct bench_state {
     std::string root = "/tmp/qforge-bench-moe-" + std::to_string(::getpid());
@@ -67,40 +68,12 @@ void make_checkpoint() {
     const demo_options o = model();
     io::make_directory(g.root);
     io::make_directory(g.src);
-    const auto tensors = demo_tensors(o);
-    std::vector<safetensors::tensor_spec> specs;
-    for (const auto& t : tensors) {
-        specs.push_back({t.name, t.type, t.shape});
-        g.bytes += t.bytes();
-        g.largest = std::max(g.largest, t.bytes());
-        if (t.shape.size() == 3) g.expert_block = std::max(g.expert_block, t.bytes() / static_cast<std::uint64_t>(t.shape[0]));
-    }
-    safetensors::sharded_writer w(g.src, specs, g.bytes / 2 + 1, safetensors::default_metadata(), {.sync = false});
-    detail::demo_rng rng(11);
-    std::vector<std::uint16_t> pool(std::size_t{1} << 20);
-    for (auto& h : pool) h = float_to_bf16(static_cast<float>(0.02 * rng.student_t5()));
-    std::vector<std::uint16_t> buf;
-    std::size_t shift = 0;
-    for (const auto& t : tensors) {
-        buf.resize(static_cast<std::size_t>(t.bytes() / 2));
-        for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = t.shape.size() == 1 ? 0x3F80 : pool[(i + shift) % pool.size()];
-        shift += 7919;
-        w.write(t.name, std::as_bytes(std::span<const std::uint16_t>(buf)));
-    }
-    w.finish();
+    const qforge_bench::checkpoint_sizes sizes = qforge_bench::sizes_of(demo_tensors(o));
+    g.bytes = sizes.bytes;
+    g.largest = sizes.largest;
+    g.expert_block = sizes.expert_block;
+    qforge_bench::write_pooled_shards(g.src, o, 20, 11);
     write_demo_side_files(g.src, o);
-}
-
-double vm_hwm_mib() {
-    std::ifstream f("/proc/self/status");
-    for (std::string line; std::getline(f, line);)
-        if (line.starts_with("VmHWM:")) return std::stod(line.substr(6)) / 1024.0;
-    return -1;
-}
-
-void reset_hwm() {
-    std::ofstream f("/proc/self/clear_refs");
-    f << "5";
 }
 
 void read_input(benchmark::State& state) {

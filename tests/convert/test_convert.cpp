@@ -7,6 +7,7 @@
 #include <cmath>
 #include <span>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -399,6 +400,21 @@ double weighted_error(const checkpoint_source& out, const tensor_view& w, const 
 }
 
 }  // namespace
+
+TEST_CASE("--imatrix: an entry of the wrong size is refused at plan time, before any tensor or output exists") {
+    const std::string im = scratch("imatrix-wrong-size.gguf");
+    write_imatrix(im, {{"blk.0.attn_q.weight", std::vector<float>(64, 1.0f)}});  // q_proj has K = 128
+    convert_options o = w4a8_cpu();
+    o.imatrix = im;
+    std::size_t tensors_started = 0;
+    o.before_tensor = [&](std::size_t) { ++tensors_started; };
+    const std::string out = scratch("out-imatrix-wrong-size");
+    CHECK_THROWS_WITH_AS(convert(demo_dir(), out, o),
+                         doctest::Contains("imatrix has 64 values, but model.layers.0.self_attn.q_proj.weight needs 128"),
+                         shape_error);
+    CHECK(tensors_started == 0);
+    CHECK_FALSE(std::filesystem::exists(out));
+}
 
 TEST_CASE("activation scaling: power-of-two scales folded exactly into the norms, lower weighted output error, reported") {
     const std::string im = scratch("imatrix-scaling.gguf");

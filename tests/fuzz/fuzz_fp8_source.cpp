@@ -6,9 +6,6 @@
 //    a 2-D F8_E4M3 weight whose scale grid, ceil(N / block_rows) x ceil(K / block_cols),
 //    is the element count of a scale tensor of the file with the recorded dtype;
 //  - decode_fp8_weight either refuses or returns N x K finite floats.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -22,28 +19,13 @@
 #include "qforge/io/json.hpp"
 #include "qforge/io/safetensors/reader.hpp"
 
+#include "../support/memfile.hpp"
+
 namespace st = qforge::safetensors;
 
 namespace {
 
-struct memfile {
-    int fd = -1;
-    std::string path;
-    explicit memfile(const char* name) {
-        fd = ::memfd_create(name, 0);
-        if (fd < 0) std::abort();
-        path = "/proc/self/fd/" + std::to_string(fd);
-    }
-    void assign(const std::uint8_t* data, std::size_t size) const {
-        if (::ftruncate(fd, 0) != 0) std::abort();
-        std::size_t done = 0;
-        while (done < size) {
-            const ssize_t n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(done));
-            if (n <= 0) std::abort();
-            done += static_cast<std::size_t>(n);
-        }
-    }
-};
+using qforge_fuzz::memfile;
 
 constexpr st::reader_limits limits{.max_header_bytes = 1 << 20, .max_tensors = 4096, .max_rank = 8,
                                    .max_elements = std::uint64_t{1} << 22};

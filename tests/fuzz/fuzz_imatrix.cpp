@@ -18,20 +18,14 @@
 
 #include "qforge/io/gguf/imatrix.hpp"
 
+#include "../support/memfile.hpp"
+
 namespace gg = qforge::gguf;
 
 namespace {
 
-struct memfd_file {
-    int fd = ::memfd_create("fuzz-imatrix", 0);
-    memfd_file() {
-        if (fd < 0) std::abort();
-    }
-    std::string put(const std::uint8_t* data, std::size_t size) const {
-        if (::ftruncate(fd, 0) != 0) std::abort();
-        if (size && ::pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) std::abort();
-        return "/proc/self/fd/" + std::to_string(fd);
-    }
+struct memfd_file : qforge_fuzz::memfile {
+    memfd_file() : memfile("fuzz-imatrix") {}
 };
 
 /// Everything an opened matrix yields, or nothing when it (or one of its entries) is refused.

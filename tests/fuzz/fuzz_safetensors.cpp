@@ -8,9 +8,6 @@
 //    every view is touched (an out-of-range span would fault here);
 //  - writing the accepted tensors back with safetensors::writer and reading that file gives
 //    the same tensors (names, dtypes, shapes, bytes).
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -21,28 +18,13 @@
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
 
+#include "../support/memfile.hpp"
+
 namespace st = qforge::safetensors;
 
 namespace {
 
-struct memfile {
-    int fd = -1;
-    std::string path;
-    explicit memfile(const char* name) {
-        fd = ::memfd_create(name, 0);
-        if (fd < 0) std::abort();
-        path = "/proc/self/fd/" + std::to_string(fd);
-    }
-    void assign(const std::uint8_t* data, std::size_t size) const {
-        if (::ftruncate(fd, 0) != 0) std::abort();
-        std::size_t done = 0;
-        while (done < size) {
-            const ssize_t n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(done));
-            if (n <= 0) std::abort();
-            done += static_cast<std::size_t>(n);
-        }
-    }
-};
+using qforge_fuzz::memfile;
 
 // Small limits so that claims of many tensors / huge shapes are refused quickly; the rules
 // they guard are the same code as with the defaults.

@@ -19,6 +19,7 @@
 #include "qforge/layout/gguf/quantize.hpp"
 #include "support/fp8_checkpoint.hpp"
 #include "support/independent_decoders.hpp"
+#include "support/lcg_checkpoint.hpp"
 
 using namespace qforge;
 using namespace qforge::gguf;
@@ -587,8 +588,7 @@ namespace {
 std::string write_qwen3(const std::string& tag, const std::vector<std::pair<std::string, shape_t>>& extra = {},
                         const std::string& config_tail = "", std::int64_t norm_len = 128) {
     const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_qwen3_" + tag;
-    if (io::path_exists(dir)) io::remove_tree(dir);
-    io::make_directory(dir);
+    qforge::testing::fresh_dir(dir);
     io::write_file(dir + "/config.json",
                    R"({"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":256,"intermediate_size":512,)"
                    R"("num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":128,)"
@@ -607,17 +607,7 @@ std::string write_qwen3(const std::string& tag, const std::vector<std::pair<std:
             specs.push_back({p + n, dtype::BF16, shape});
     }
     for (const auto& [n, shape] : extra) specs.push_back({n, dtype::BF16, shape});
-    safetensors::writer w(dir + "/model.safetensors", specs, safetensors::default_metadata(), {.sync = false});
-    std::uint32_t state = 12345;
-    for (const auto& s : specs) {
-        std::vector<std::uint16_t> v(static_cast<std::size_t>(checked_numel(s.shape)));
-        for (auto& x : v) {
-            state = state * 1664525u + 1013904223u;
-            x = float_to_bf16((static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 0.1f);
-        }
-        w.write(s.name, std::as_bytes(std::span<const std::uint16_t>(v)));
-    }
-    w.finish();
+    qforge::testing::write_lcg_bf16(dir + "/model.safetensors", specs, 12345);
     return dir;
 }
 
@@ -722,8 +712,7 @@ namespace {
 std::string write_moe(const std::string& tag, bool mixtral, const std::string& drop = "",
                       const std::vector<std::pair<std::string, shape_t>>& extra = {}, const std::string& config_tail = "") {
     const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_moe_" + tag;
-    if (io::path_exists(dir)) io::remove_tree(dir);
-    io::make_directory(dir);
+    qforge::testing::fresh_dir(dir);
     const int n_expert = mixtral ? 8 : 12;
     io::write_file(dir + "/config.json",
                    mixtral ? R"({"model_type":"mixtral","hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,)"
@@ -759,17 +748,7 @@ std::string write_moe(const std::string& tag, bool mixtral, const std::string& d
             if (p + n != drop) specs.push_back({p + n, dtype::BF16, shape});
     }
     for (const auto& [n, shape] : extra) specs.push_back({n, dtype::BF16, shape});
-    safetensors::writer w(dir + "/model.safetensors", specs, safetensors::default_metadata(), {.sync = false});
-    std::uint32_t state = 777;
-    for (const auto& s : specs) {
-        std::vector<std::uint16_t> v(static_cast<std::size_t>(checked_numel(s.shape)));
-        for (auto& x : v) {
-            state = state * 1664525u + 1013904223u;
-            x = float_to_bf16((static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 0.1f);
-        }
-        w.write(s.name, std::as_bytes(std::span<const std::uint16_t>(v)));
-    }
-    w.finish();
+    qforge::testing::write_lcg_bf16(dir + "/model.safetensors", specs, 777);
     return dir;
 }
 

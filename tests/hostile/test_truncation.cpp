@@ -257,6 +257,35 @@ std::chrono::microseconds time_of(const std::function<void()>& f) {
     return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
 }
 
+/// The cut loop every "cut at a random moment" case runs: one warm conversion (the files
+/// cached), one timed (the window the cuts fall in), then `runs` cut conversions.
+struct timed_cuts {
+    cut_outcomes seen;
+    std::chrono::microseconds window{};
+};
+timed_cuts cut_at_random(const fs::path& root, const fs::path& src, const fs::path& saved, const fs::path& dst,
+                         const std::function<void(const std::string&)>& convert_once, int runs, unsigned seed) {
+    convert_once(dst.string());  // warm: the window is that of a run with the files cached
+    fs::remove_all(dst);
+    timed_cuts t;
+    t.window = time_of([&] { convert_once(dst.string()); });
+    fs::remove_all(dst);
+    t.seen = truncate_while_converting(root, src, saved, dst, convert_once, runs, t.window, seed);
+    return t;
+}
+
+/// What a cut conversion must come to: an io_error or a finished run, never a signal, and
+/// some cuts inside a conversion (so the case tested something).
+void check_never_a_signal(const timed_cuts& t, int runs) {
+    const cut_outcomes& seen = t.seen;
+    MESSAGE(runs << " cuts within " << t.window.count() << " us: " << seen.refused << " io_error naming the tensor, "
+                 << seen.refused_at_open << " refused at open, " << seen.finished << " finished, "
+                 << seen.signalled << " signals, " << seen.other << " other");
+    CHECK(seen.signalled == 0);
+    CHECK(seen.other == 0);
+    CHECK(seen.refused > 0);  // the cuts did land inside conversions
+}
+
 }  // namespace
 
 TEST_CASE("truncation: the harness sees a SIGBUS from a truncated mapping (so the cases below can fail)") {
@@ -295,17 +324,7 @@ TEST_CASE("truncation: a source cut at a random moment of a conversion is an io_
         opts.threads = 2;  // the pool and the write-behind job read too
         opts.rules.keep("re:.*norm.*", qforge::dtype::F32);  // kept tensors go through a cast
         const auto convert_once = [&](const std::string& out) { qforge::convert(src.string(), out, opts); };
-        convert_once(dst.string());  // warm: the window is that of a run with the files cached
-        fs::remove_all(dst);
-        const auto window = time_of([&] { convert_once(dst.string()); });
-        fs::remove_all(dst);
-        const cut_outcomes seen = truncate_while_converting(root.path(), src, saved, dst, convert_once, 40, window, 20 + static_cast<unsigned>(f));
-        MESSAGE("40 cuts within " << window.count() << " us: " << seen.refused << " io_error naming the tensor, "
-                                  << seen.refused_at_open << " refused at open, " << seen.finished << " finished, "
-                                  << seen.signalled << " signals, " << seen.other << " other");
-        CHECK(seen.signalled == 0);
-        CHECK(seen.other == 0);
-        CHECK(seen.refused > 0);  // the cuts did land inside conversions
+        check_never_a_signal(cut_at_random(root.path(), src, saved, dst, convert_once, 40, 20 + static_cast<unsigned>(f)), 40);
     }
 }
 
@@ -329,11 +348,9 @@ TEST_CASE("truncation: the same random cuts kill a conversion from the mapping, 
         opts.read = mode;
         opts.rules.default_scheme = qforge::quant_spec{4, 64, true, qforge::scale_method::mse, qforge::dtype::F16};
         const auto convert_once = [&](const std::string& out) { qforge::convert(src.string(), out, opts); };
-        convert_once(dst.string());
-        fs::remove_all(dst);
-        const auto window = time_of([&] { convert_once(dst.string()); });
-        fs::remove_all(dst);
-        const cut_outcomes seen = truncate_while_converting(root.path(), src, saved, dst, convert_once, 20, window, 99);
+        const timed_cuts t = cut_at_random(root.path(), src, saved, dst, convert_once, 20, 99);
+        const cut_outcomes& seen = t.seen;
+        const auto window = t.window;
         const bool mapped = mode == qforge::source_read::mapped;
         signalled[mapped] = seen.signalled;
         MESSAGE(std::string(mapped ? "source_read::mapped" : "source_read::pread") << ", 20 cuts within " << window.count() << " us: "
@@ -354,17 +371,7 @@ TEST_CASE("truncation: the GGUF converter cut at a random moment is an io_error 
     o.allow_no_vocab = true;
     o.chunk_rows = 64;
     const auto convert_once = [&](const std::string& out) { qforge::gguf::convert_hf_to_gguf(src.string(), out, o); };
-    convert_once(dst.string());
-    fs::remove_all(dst);
-    const auto window = time_of([&] { convert_once(dst.string()); });
-    fs::remove_all(dst);
-    const cut_outcomes seen = truncate_while_converting(root.path(), src, saved, dst, convert_once, 40, window, 7);
-    MESSAGE("40 cuts within " << window.count() << " us: " << seen.refused << " io_error naming the tensor, "
-                              << seen.refused_at_open << " refused at open, " << seen.finished << " finished, "
-                              << seen.signalled << " signals, " << seen.other << " other");
-    CHECK(seen.signalled == 0);
-    CHECK(seen.other == 0);
-    CHECK(seen.refused > 0);
+    check_never_a_signal(cut_at_random(root.path(), src, saved, dst, convert_once, 40, 7), 40);
 }
 
 TEST_CASE("truncation: a repack whose source is cut at a random moment is an io_error or a finished run, never a signal") {
@@ -381,15 +388,5 @@ TEST_CASE("truncation: a repack whose source is cut at a random moment is an io_
     qforge::repack_options o;
     o.format = qforge::output_format::compressed_tensors;
     const auto convert_once = [&](const std::string& out) { qforge::repack_checkpoint(src.string(), out, o); };
-    convert_once(dst.string());
-    fs::remove_all(dst);
-    const auto window = time_of([&] { convert_once(dst.string()); });
-    fs::remove_all(dst);
-    const cut_outcomes seen = truncate_while_converting(root.path(), src, saved, dst, convert_once, 40, window, 11);
-    MESSAGE("40 cuts within " << window.count() << " us: " << seen.refused << " io_error naming the tensor, "
-                              << seen.refused_at_open << " refused at open, " << seen.finished << " finished, "
-                              << seen.signalled << " signals, " << seen.other << " other");
-    CHECK(seen.signalled == 0);
-    CHECK(seen.other == 0);
-    CHECK(seen.refused > 0);
+    check_never_a_signal(cut_at_random(root.path(), src, saved, dst, convert_once, 40, 11), 40);
 }

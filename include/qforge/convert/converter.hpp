@@ -245,6 +245,7 @@ struct conversion_inputs {
         act_order = regroups;
         if (!opt.imatrix.empty()) imatrix.emplace(gguf::importance_matrix::open(opt.imatrix));
         if (imatrix) importance.emplace(*imatrix);
+        if (importance) check_imatrix_sizes(opt, p);
         if (opt.activation_scaling && !imatrix)
             fail<unsupported_error>(src_dir, {}, "activation scaling needs the input statistics of an imatrix (--imatrix)");
         if (opt.activation_scaling && hessians)
@@ -256,6 +257,21 @@ struct conversion_inputs {
             fail<unsupported_error>(src_dir, {}, std::string(format_name(p.format)) +
                                                      ": activation scaling is not supported (the fused groups' global scales come from the unfolded weights)");
     }
+    /// Every weight the imatrix will weight, against its entry's size, before any output
+    /// exists (as the GGUF converter's check_imatrix_sizes): a wrong-sized entry is refused
+    /// here with the lookup's own shape_error, not when its tensor's turn comes.
+    void check_imatrix_sizes(const convert_options& opt, const plan& p) {
+        for (const plan_item& it : p.items)
+            if (it.action == plan_action::quantize && it.shape.size() == 2 && imatrix_selected(opt, it.name))
+                (void)importance->find(it.name, it.shape[1]);
+    }
+
+    /// Whether `--imatrix-layers` (none: every layer) lets the imatrix weight `name`.
+    static bool imatrix_selected(const convert_options& opt, const std::string& name) {
+        return opt.imatrix_layers.empty() ||
+               std::any_of(opt.imatrix_layers.begin(), opt.imatrix_layers.end(), [&](const selector& s) { return s.matches(name); });
+    }
+
     conversion_inputs(const conversion_inputs&) = delete;
     conversion_inputs& operator=(const conversion_inputs&) = delete;
 };
@@ -503,10 +519,7 @@ private:
     /// The imatrix weights of the item's input columns (valid until the next lookup: the
     /// quantizer is done with them by then), when the imatrix covers the item.
     std::span<const float> item_importance(const plan_item& it, const std::string& module) {
-        const bool selected =
-            opt_.imatrix_layers.empty() ||
-            std::any_of(opt_.imatrix_layers.begin(), opt_.imatrix_layers.end(), [&](const selector& s) { return s.matches(it.name); });
-        if (!in_.importance || !selected) return {};
+        if (!in_.importance || !conversion_inputs::imatrix_selected(opt_, it.name)) return {};
         const std::span<const float> imp = in_.importance->find(it.name, it.shape[1]);
         (imp.empty() ? result_.layers_without_imatrix : result_.imatrix_layers).push_back(module);
         return imp;

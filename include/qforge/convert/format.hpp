@@ -109,6 +109,16 @@ inline bool has_own_quantizer(output_format f) {
     return visit_format(f, [](auto t) { return decltype(t)::codes != code_kind::integer; });
 }
 
+/// The name of the float codes format `f` holds ("E4M3", "E2M1"), for refusals that tell a user
+/// why integer codes cannot move into it; empty for an integer format.
+inline std::string_view float_codes_name(output_format f) {
+    return visit_format(f, [](auto t) -> std::string_view {
+        if constexpr (decltype(t)::codes == code_kind::e4m3) return "E4M3";
+        else if constexpr (decltype(t)::codes == code_kind::e2m1) return "E2M1";
+        else return {};
+    });
+}
+
 /// Whether format `f` gives the members of a fused group (q/k/v, gate/up, an expert's w1/w3)
 /// one global scale, computed from the group's amax before any member is quantized (NVFP4).
 inline bool shares_fused_global_scale(output_format f) {
@@ -293,6 +303,74 @@ inline json format_config(output_format f, std::span<const linear_entry> linears
 inline std::vector<side_file> format_side_files(output_format f, std::span<const linear_entry> linears,
                                                 const layout_request& main) {
     return visit_format(f, [&](auto t) { return decltype(t)::side_files(linears, main); });
+}
+
+// ---- what a repack (convert/repack*.hpp) asks: codes moved, not recomputed ----------------
+// Each rule below is a member of the format's traits where the format has one, with the
+// default of a format that has none; the repack itself never names a format.
+
+/// Why format `f` cannot hold the integer codes of `q` exactly as they are (bits, zero points,
+/// act-order), or nullopt; shapes are format_refusal's.
+inline std::optional<std::string> format_codes_refusal(output_format f, const quantized_tensor& q) {
+    return visit_format(f, [&](auto t) -> std::optional<std::string> {
+        using T = decltype(t);
+        if constexpr (T::codes != code_kind::integer)
+            return std::string(T::name) + " holds " + std::string(float_codes_name(f)) + " codes, which integer codes of " + q.name +
+                   " do not map onto bit for bit; convert the float checkpoint instead";
+        else if constexpr (requires { T::repack_refusal(q); }) return T::repack_refusal(q);
+        else return std::nullopt;
+    });
+}
+
+/// The tensors of the prepared tensor `q` in format `f`: the format's own pack(q, prefix, r)
+/// where it has one (compressed-tensors adds act-order's weight_g_idx), else its layout's.
+inline std::vector<owned_tensor> format_pack(output_format f, const quantized_tensor& q, std::string_view prefix,
+                                             const layout_request& r) {
+    return visit_format(f, [&](auto t) -> std::vector<owned_tensor> {
+        using T = decltype(t);
+        if constexpr (T::codes != code_kind::integer)
+            fail<unsupported_error>({}, std::string(prefix), std::string(T::name) + " holds " + std::string(float_codes_name(f)) +
+                                                                 " codes: integer codes do not repack into it");
+        else if constexpr (requires { T::pack(q, prefix, r); }) return T::pack(q, prefix, r);
+        else return T::with_layout(r, [&](const auto& layout) { return layout.pack(q, prefix); });
+    });
+}
+
+/// The scale dtype a repack into `f` writes when the user leaves it open: the format's
+/// repack_scale_dtype(model) where it has one, else F16 (what GPTQ and AWQ loaders expect).
+inline dtype repack_scale_dtype(output_format f, dtype model) noexcept {
+    return visit_format(f, [&](auto t) -> dtype {
+        if constexpr (requires { decltype(t)::repack_scale_dtype(model); }) return decltype(t)::repack_scale_dtype(model);
+        else return dtype::F16;
+    });
+}
+
+/// The g_idx tensor suffix every module must carry once one module is act-order, for a
+/// format whose config states one actorder for all (compressed-tensors), else nullopt.
+inline std::optional<std::string_view> act_order_g_idx_suffix(output_format f) noexcept {
+    return visit_format(f, [&](auto t) -> std::optional<std::string_view> {
+        if constexpr (requires { decltype(t)::act_order_g_idx; }) return decltype(t)::act_order_g_idx;
+        else return std::nullopt;
+    });
+}
+
+/// The width a requantization into `f` uses for `bits`-bit codes (the format's nearest_bits).
+inline int requantize_bits(output_format f, int bits) noexcept {
+    return visit_format(f, [&](auto t) -> int {
+        if constexpr (requires { decltype(t)::nearest_bits(bits); }) return decltype(t)::nearest_bits(bits);
+        else return bits;
+    });
+}
+
+/// Whether a requantization into `f` of a `symmetric` tensor is symmetric: formats may force
+/// it (requantizes_symmetric: GPTQ v1) or forbid it (stores_zero_points: AWQ).
+inline bool requantize_symmetric(output_format f, bool symmetric) noexcept {
+    return visit_format(f, [&](auto t) -> bool {
+        using T = decltype(t);
+        if constexpr (requires { T::stores_zero_points; }) return false;
+        else if constexpr (requires { T::requantizes_symmetric; }) return symmetric || T::requantizes_symmetric;
+        else return symmetric;
+    });
 }
 
 }  // namespace qforge

@@ -336,34 +336,10 @@ inline void check_experts(plan& p, output_format format) {
                     scheme_to_string(first->scheme)));
         }
     }
-    if (format == output_format::gptq_v2 && symmetric_experts)
-        p.warnings.push_back(
-            "gptq-v2 symmetric MoE: vLLM's CPU MoE path decodes every expert weight one step off. vLLM does not "
-            "read checkpoint_format (auto_gptq.py AutoGPTQConfig.from_config), passes the stored qzeros to the CPU "
-            "kernel (AutoGPTQMoEMethod.get_fused_moe_quant_config: use_zp on the CPU backend), and that kernel "
-            "adds 1 to every stored zero (cpu_moe.py prepare_int4_moe_layer_for_cpu), so v2's zero 8 decodes as "
-            "9. GPU vLLM and GPTQModel decode it correctly; --format gptq (v1, stored zero 7) decodes correctly "
-            "on all three");
-    if (format == output_format::compressed_tensors && dense_experts)
-        p.warnings.push_back(
-            std::string("compressed-tensors with MoE experts kept dense: older vLLM's CompressedTensorsMoEMethod."
-                        "get_moe_method reads target_scheme_map[\"Linear\"] for every fused-MoE layer and checks no "
-                        "ignore list, so ") +
-            (symmetric_experts || asymmetric_experts
-                 ? "it gives the dense blocks the quantized experts' scheme and cannot load them"
-                 : "it fails with KeyError 'Linear' (no group targets Linear when no expert is quantized)") +
-            "; newer vLLM finds Qwen-named dense experts in `ignore` (UnquantizedFusedMoEMethod) but looks "
-            "Mixtral-named ones up as <prefix>.0.gate_proj, which no ignore entry names. Quantize every expert, "
-            "or serve with a recent vLLM and Qwen-style names");
-    if (format == output_format::compressed_tensors && asymmetric_experts)
-        p.warnings.push_back(
-            "compressed-tensors asymmetric MoE: transformers (v5, whose MoE models hold the experts as fused 3-D "
-            "parameters) cannot load these experts. Its fused-expert decompression (integrations/compressed_tensors.py DecompressExperts, components of "
-            "_EXPERT_COMPONENTS_BY_FORMAT[\"pack-quantized\"] = weight_packed, weight_scale, weight_shape) never "
-            "collects weight_zero_point, and compressed-tensors' PackedQuantizationCompressor.decompress asserts "
-            "a zero point for an asymmetric scheme. vLLM loads them (CompressedTensorsWNA16MarlinMoEMethod "
-            "registers w13/w2_weight_zero_point); SGLang's CompressedTensorsWNA16MoE asserts a symmetric scheme. "
-            "For transformers and SGLang use a symmetric scheme");
+    const moe_facts facts{symmetric_experts, asymmetric_experts, dense_experts};
+    visit_format(format, [&](auto t) {  // what engines misread of this format's experts
+        if constexpr (requires { decltype(t)::moe_warnings(facts, p.warnings); }) decltype(t)::moe_warnings(facts, p.warnings);
+    });
 }
 
 }  // namespace detail

@@ -90,41 +90,12 @@ inline quantized_tensor read_quantized(const repack_source& src, const std::stri
 
 /// The target layout's tensors for one prepared tensor (see repack_prepare).
 inline std::vector<owned_tensor> repack_pack(const quantized_tensor& q, const std::string& prefix, const repack_target& t) {
-    switch (t.format) {
-        case output_format::gptq:
-        case output_format::gptq_v2: {
-            const gptq_options o{t.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2, q.scale_dtype,
-                                 !q.g_idx.empty()};
-            return with_gptq_layout(q.bits, o, [&](const auto& layout) { return layout.pack(q, prefix); });
-        }
-        case output_format::awq:
-            return with_awq_layout(q.bits, [&](const auto& layout) { return layout.pack(q, prefix); });
-        case output_format::compressed_tensors_w8a8:
-            return ct_int8_layout(ct_options{t.packing, q.scale_dtype}).pack(q, prefix);
-        case output_format::compressed_tensors_fp8:
-        case output_format::fp8:
-            fail<unsupported_error>({}, prefix, std::string(format_name(t.format)) + " holds E4M3 codes: integer codes do not repack into it");
-        case output_format::compressed_tensors_nvfp4:
-        case output_format::compressed_tensors_mxfp4:
-            fail<unsupported_error>({}, prefix, std::string(format_name(t.format)) + " holds E2M1 codes: integer codes do not repack into it");
-        case output_format::compressed_tensors: {
-            // The layout writes contiguous groups; act-order is the same words plus
-            // `weight_g_idx` (compressed-tensors actorder "group", formats.md 4.1), which the
-            // codes' packing does not depend on.
-            quantized_tensor contiguous_view;
-            const quantized_tensor* src = &q;
-            if (!q.g_idx.empty()) {
-                contiguous_view = q;
-                contiguous_view.g_idx.clear();
-                src = &contiguous_view;
-            }
-            auto out = with_ct_layout(q.bits, ct_options{t.packing, q.scale_dtype},
-                                      [&](const auto& layout) { return layout.pack(*src, prefix); });
-            if (!q.g_idx.empty()) out.push_back(detail::make_tensor(prefix + ".weight_g_idx", dtype::I32, {q.cols}, q.g_idx));
-            return out;
-        }
-    }
-    fail<unsupported_error>({}, q.name, "unknown target format");
+    // Scales stay in the dtype repack_prepare gave them (compressed-tensors scales are stored
+    // in the request's checkpoint dtype); act-order is the tensor's own g_idx.
+    layout_request r{q.bits, q.scale_dtype, q.scale_dtype};
+    r.desc_act = !q.g_idx.empty();
+    r.packing = static_cast<int>(t.packing);
+    return format_pack(t.format, q, prefix, r);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -39,7 +39,6 @@
 #include "qforge/io/json.hpp"
 #include "qforge/io/safetensors/index.hpp"
 #include "qforge/io/safetensors/writer.hpp"
-#include "qforge/layout/awq.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
 #include "qforge/layout/gptq.hpp"
@@ -154,14 +153,12 @@ struct open_checkpoint {
 inline quant_options requant_options(const quantized_tensor& q, const repack_target& t) {
     quant_options o;
     o.bits = q.bits;
-    if (t.format == output_format::awq) o.bits = 4;
-    if ((t.format == output_format::gptq || t.format == output_format::gptq_v2) && (o.bits == 5 || o.bits == 6 || o.bits == 7)) o.bits = 8;
+    o.bits = requantize_bits(t.format, q.bits);
     o.group_size = q.group_size >= q.cols ? -1 : static_cast<int>(q.group_size);
     if (o.group_size > 0 && (o.group_size & (o.group_size - 1)) != 0) o.group_size = 128;
     if (o.group_size > q.cols) o.group_size = -1;
-    // GPTQ v1 cannot store a zero of 0, which minmax gives any group without negative
-    // weights: requantize symmetric there. AWQ stores zeros always: asymmetric.
-    o.symmetric = (q.symmetric || t.format == output_format::gptq) && t.format != output_format::awq;
+    // The format may force the symmetry (GPTQ v1 cannot store a zero of 0; AWQ stores zeros).
+    o.symmetric = requantize_symmetric(t.format, q.symmetric);
     o.policy = o.symmetric ? scale_policy::gptq_absmax : scale_policy::minmax;
     o.scale_dtype = target_scale_dtype(t);
     return o;
@@ -207,6 +204,15 @@ inline std::string repack_one(const repack_source& src, const std::string& m, co
     return layer.how;
 }
 
+/// What the target's config is built from: the first quantized module's width, the target's
+/// scale dtype, whether every module carries act-order's g_idx, and the target's packing.
+inline layout_request repack_config_request(const repack_target& t, const linear_entry& first, bool act_order) {
+    layout_request r{first.bits, target_scale_dtype(t), target_scale_dtype(t)};
+    r.desc_act = act_order;
+    r.packing = static_cast<int>(t.packing);
+    return r;
+}
+
 /// The target's quantization_config for the repacked modules.
 inline json repack_quantization_config(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order,
                                        json* gptq_side_file) {
@@ -217,34 +223,20 @@ inline json repack_quantization_config(const repack_target& t, const std::vector
             break;
         }
     if (!first) fail<unsupported_error>({}, {}, "no quantized module to repack");
-    switch (t.format) {
-        case output_format::gptq:
-        case output_format::gptq_v2: {
-            const gptq_options o{t.format == output_format::gptq ? gptq_format::v1 : gptq_format::v2, target_scale_dtype(t), act_order};
-            // The config states the scheme most modules use; the others become `dynamic` overrides.
-            return with_gptq_layout(majority_scheme(linears)->bits, o, [&](const auto& layout) {
-                if (gptq_side_file) *gptq_side_file = layout.side_file(linears);
-                return layout.config(linears);
-            });
-        }
-        case output_format::awq:
-            return with_awq_layout(first->bits, [&](const auto& layout) { return layout.config(linears); });
-        case output_format::compressed_tensors_w8a8:
-            return ct_int8_layout(ct_options{t.packing, target_scale_dtype(t)}).config(linears);
-        case output_format::compressed_tensors_fp8:
-        case output_format::fp8:
-            fail<unsupported_error>({}, {}, std::string(format_name(t.format)) + " holds E4M3 codes: integer codes do not repack into it");
-        case output_format::compressed_tensors_nvfp4:
-        case output_format::compressed_tensors_mxfp4:
-            fail<unsupported_error>({}, {}, std::string(format_name(t.format)) + " holds E2M1 codes: integer codes do not repack into it");
-        case output_format::compressed_tensors: {
-            json c = ct_config(linears, ct_options{t.packing, target_scale_dtype(t)});
-            if (act_order)  // every module carries weight_g_idx (formats.md 4.1, actorder "group")
-                for (json_member& g : c.at("config_groups").as_object()) g.value.at("weights").set("actorder", "group");
-            return c;
-        }
-    }
-    return json();
+    if (has_own_quantizer(t.format))
+        fail<unsupported_error>({}, {}, std::string(format_name(t.format)) + " holds " + std::string(float_codes_name(t.format)) +
+                                            " codes: integer codes do not repack into it");
+    const layout_request r = repack_config_request(t, *first, act_order);
+    if (gptq_side_file)
+        for (side_file& f : format_side_files(t.format, linears, r)) *gptq_side_file = std::move(f.content);
+    return format_config(t.format, linears, r);
+}
+
+/// The files the target writes beside config.json (GPTQ's quantize_config.json), or none.
+inline std::vector<side_file> repack_side_files(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order) {
+    for (const auto& e : linears)
+        if (e.quantized) return format_side_files(t.format, linears, repack_config_request(t, e, act_order));
+    return {};
 }
 
 }  // namespace repack_detail
@@ -302,19 +294,22 @@ QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const st
         report.layers.push_back(std::move(layer));
         in.release(m);
     }
-    const bool ct_g_idx = act_order && t.format == output_format::compressed_tensors;
-    if (ct_g_idx)  // one actorder for the config group: identity g_idx where a module has none
+    // A format whose config states one actorder for all (compressed-tensors' config group)
+    // gives every module a g_idx once one is act-order: the identity where it has none.
+    const std::optional<std::string_view> g_idx_suffix = act_order ? act_order_g_idx_suffix(t.format) : std::nullopt;
+    const bool ct_g_idx = g_idx_suffix.has_value();
+    if (ct_g_idx)
         for (const linear_entry& e : linears) {
             auto& specs = module_specs[e.name];
             bool has = false;
-            for (const auto& s : specs) has = has || s.name == e.name + ".weight_g_idx";
-            if (!has) specs.push_back({e.name + ".weight_g_idx", dtype::I32, {e.cols}});
+            const std::string g_idx_name = e.name + std::string(*g_idx_suffix);
+            for (const auto& s : specs) has = has || s.name == g_idx_name;
+            if (!has) specs.push_back({g_idx_name, dtype::I32, {e.cols}});
         }
     for (const std::string& n : in.reader.tensor_names())
         if (!owner.count(n) && n.ends_with(".weight") && n.rfind("lm_head", 0) == 0)
             linears.push_back({module_prefix(n), false, 0, 0, true, 0, 0, {}});
-    json side;
-    const json qconfig = repack_quantization_config(t, linears, act_order, &side);
+    const json qconfig = repack_quantization_config(t, linears, act_order, nullptr);
 
     // Output tensors in the input's order, each module's outputs where its first tensor was.
     std::vector<safetensors::tensor_spec> all;
@@ -355,7 +350,10 @@ QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const st
         repack_layer layer;
         const std::string how = repack_one(src, name, schemes[name], t, opt.requantize, out, info, layer);
         for (const owned_tensor& o : out) writer.write(o.name, o.bytes);
-        if (ct_g_idx && info.g_idx.empty()) writer.write(name + ".weight_g_idx", make_tensor(name + ".weight_g_idx", dtype::I32, {info.cols}, full_g_idx(info)).bytes);
+        if (ct_g_idx && info.g_idx.empty()) {
+            const std::string g_idx_name = name + std::string(*g_idx_suffix);
+            writer.write(g_idx_name, make_tensor(g_idx_name, dtype::I32, {info.cols}, full_g_idx(info)).bytes);
+        }
         in.release(name);
         if (opt.progress) opt.progress(++done, in.scheme.modules.size(), name, how);
     }
@@ -365,8 +363,7 @@ QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const st
     json cfg = in.config;
     cfg.set("quantization_config", qconfig);
     io::write_config(dir.path(), cfg);
-    if ((t.format == output_format::gptq || t.format == output_format::gptq_v2) && side.is_object())
-        io::write_json_file(dir.file("quantize_config.json"), side);
+    for (const side_file& f : repack_side_files(t, linears, act_order)) io::write_json_file(dir.file(f.name), f.content);
     io::copy_side_files(src_dir, dir.path());
     dir.commit();
     return report;

@@ -34,25 +34,13 @@ struct repack_target {
 
 /// The scale dtype a target writes for tensors of a checkpoint.
 inline dtype target_scale_dtype(const repack_target& t) noexcept {
-    if (t.scale_dtype) return *t.scale_dtype;
-    if (t.format == output_format::compressed_tensors &&
-        (t.model_dtype == dtype::F16 || t.model_dtype == dtype::BF16))
-        return t.model_dtype;
-    return dtype::F16;
+    return t.scale_dtype ? *t.scale_dtype : repack_scale_dtype(t.format, t.model_dtype);
 }
 
 namespace repack_detail {
 
-inline std::string where_group(const quantized_tensor& q, std::size_t i) {
-    return q.name + " group " + std::to_string(static_cast<std::int64_t>(i) % q.groups()) + " (row " +
-           std::to_string(static_cast<std::int64_t>(i) / q.groups()) + ")";
-}
-
-inline bool g_idx_is_contiguous(const quantized_tensor& q) noexcept {
-    for (std::int64_t k = 0; k < q.cols; ++k)
-        if (q.group_of(k) != k / q.group_size) return false;
-    return true;
-}
+using detail::where_group;
+using detail::g_idx_is_contiguous;
 
 }  // namespace repack_detail
 
@@ -81,39 +69,7 @@ inline std::optional<std::string> convert_scales_exactly(quantized_tensor& q, dt
 /// (zero points, act-order, bits, symmetry) are checked here on the data itself.
 inline std::optional<std::string> repack_refusal(const quantized_tensor& q, const repack_target& t) {
     const std::string fmt(format_name(t.format));
-    const std::string b = std::to_string(q.bits);
-    switch (t.format) {
-        case output_format::gptq:
-        case output_format::gptq_v2:
-            if (q.bits != 2 && q.bits != 3 && q.bits != 4 && q.bits != 8)
-                return "GPTQ stores 2, 3, 4 or 8 bits; " + q.name + " has " + b + "-bit codes";
-            if (t.format == output_format::gptq && !q.symmetric)
-                for (std::size_t i = 0; i < q.zeros.size(); ++i)
-                    if (q.zeros[i] == 0)
-                        return "GPTQ v1 cannot store zero point 0 found in " + repack_detail::where_group(q, i) +
-                               " (it stores zero - 1); use --format gptq-v2 or compressed-tensors";
-            break;
-        case output_format::awq:
-            if (q.bits != 4) return "AWQ stores 4 bits only; " + q.name + " has " + b + "-bit codes";
-            if (!repack_detail::g_idx_is_contiguous(q))
-                return "AWQ has no g_idx, but " + q.name + " is act-order (its g_idx is not k / " +
-                       std::to_string(q.group_size) + "); use GPTQ or compressed-tensors, which keep it";
-            break;
-        case output_format::compressed_tensors:
-            break;
-        case output_format::compressed_tensors_w8a8:
-            if (q.bits != 8 || !q.symmetric) return "W8A8 stores 8-bit symmetric weights; " + q.name + " has " + b + "-bit codes";
-            if (!repack_detail::g_idx_is_contiguous(q)) return "W8A8 has no g_idx, but " + q.name + " is act-order";
-            break;
-        case output_format::compressed_tensors_fp8:
-        case output_format::fp8:
-            return fmt + " holds E4M3 codes, which integer codes of " + q.name +
-                   " do not map onto bit for bit; convert the float checkpoint instead";
-        case output_format::compressed_tensors_nvfp4:
-        case output_format::compressed_tensors_mxfp4:
-            return fmt + " holds E2M1 codes, which integer codes of " + q.name +
-                   " do not map onto bit for bit; convert the float checkpoint instead";
-    }
+    if (auto why = format_codes_refusal(t.format, q)) return why;
     quant_spec s;
     s.bits = q.bits;
     s.group_size = q.group_size;

@@ -24,7 +24,6 @@
 #include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/regex.hpp"
-#include "qforge/layout/awq.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 
 namespace qforge {
@@ -86,11 +85,72 @@ inline std::optional<std::pair<std::string, std::vector<std::string_view>>> fuse
     return std::nullopt;
 }
 
-/// Codes per int32 word along the packed dimension: dense 2/4/8 bits, 32 codes per 3 words
-/// for GPTQ 3-bit, floor(32/b) for compressed-tensors' padded rows.
+/// Codes per int32 word along the packed dimension: the format's vllm_pack_unit (GPTQ 3-bit:
+/// 32 codes per 3 words), else floor(32/b) (dense 2/4/8 bits, compressed-tensors' padded rows).
 inline std::int64_t pack_unit(output_format f, int bits) {
-    if (f == output_format::gptq || f == output_format::gptq_v2) return bits == 3 ? 32 : 32 / bits;
-    return 32 / bits;
+    return visit_format(f, [&](auto t) -> std::int64_t {
+        if constexpr (requires { decltype(t)::vllm_pack_unit(bits); }) return decltype(t)::vllm_pack_unit(bits);
+        else return 32 / bits;
+    });
+}
+
+/// The format's name in prose (its display_name, e.g. "AWQ"), else its table name.
+inline std::string_view display_name(output_format f) {
+    return visit_format(f, [](auto t) -> std::string_view {
+        if constexpr (requires { decltype(t)::display_name; }) return decltype(t)::display_name;
+        else return decltype(t)::name;
+    });
+}
+
+/// AWQ-style formats pack N (their vllm_n_pack_factor), not K; 0 for a format that packs K.
+inline std::int64_t n_pack_factor(output_format f) {
+    return visit_format(f, [](auto t) -> std::int64_t {
+        if constexpr (requires { decltype(t)::vllm_n_pack_factor; }) return decltype(t)::vllm_n_pack_factor;
+        else return 0;
+    });
+}
+
+/// Whether the zero points of `f` pack along N for a scheme of this symmetry (GPTQ qzeros
+/// always; compressed-tensors weight_zero_point only when asymmetric).
+inline bool zeros_along_n(output_format f, bool symmetric) {
+    return visit_format(f, [&](auto t) -> bool {
+        if constexpr (requires { decltype(t)::vllm_zeros_along_n(symmetric); }) return decltype(t)::vllm_zeros_along_n(symmetric);
+        else return true;
+    });
+}
+
+/// Whether `f` stores zero points whatever the scheme's symmetry (AWQ).
+inline bool stores_zero_points(output_format f) {
+    return visit_format(f, [](auto t) -> bool {
+        if constexpr (requires { decltype(t)::stores_zero_points; }) return decltype(t)::stores_zero_points;
+        else return false;
+    });
+}
+
+/// The format's own vLLM CPU kernel rule (AWQ's cpu_awq), or nullopt for CPUWNA16.
+inline std::optional<kernel_verdict> own_cpu_kernel(output_format f, const quant_spec& s, std::int64_t n, std::int64_t k,
+                                                    std::int64_t g) {
+    return visit_format(f, [&](auto t) -> std::optional<kernel_verdict> {
+        using T = decltype(t);
+        if constexpr (requires { T::vllm_cpu_refusal(s.bits, n, k, g); }) {
+            kernel_verdict v{std::string(T::vllm_cpu_kernel), true, {}};
+            if (auto why = T::vllm_cpu_refusal(s.bits, n, k, g)) {
+                v.ok = false;
+                v.why = std::move(*why);
+            }
+            return v;
+        } else {
+            return std::nullopt;
+        }
+    });
+}
+
+/// How the report names a CPU load of `f`: its own kernel's words, else CPUWNA16's.
+inline std::string_view cpu_loads_text(output_format f) {
+    return visit_format(f, [](auto t) -> std::string_view {
+        if constexpr (requires { decltype(t)::vllm_cpu_loads; }) return decltype(t)::vllm_cpu_loads;
+        else return "loads (CPUWNA16)";
+    });
 }
 
 /// vLLM pads the vocabulary of ParallelLMHead to a multiple of 64
@@ -128,18 +188,18 @@ inline std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quan
     };
     if (row_parallel && g > 0 && k % g != 0)
         refuse(loader, "K per rank " + detail::num(k) + " is not a multiple of group " + detail::num(g));
-    if (f == output_format::awq) {
-        // AWQ packs N: qweight [K, N/8], qzeros [G, N/8] (AWQLinearMethod.create_weights:
-        // output_size_per_partition % pack_factor).
+    if (const std::int64_t npf = detail::n_pack_factor(f)) {
+        // The format packs N (AWQ: qweight [K, N/8], qzeros [G, N/8]).
         for (std::int64_t pn : parts_n)
-            if (pn % 8 != 0) refuse(loader, "N per rank " + detail::num(pn) + " is not a multiple of AWQ's pack factor 8");
+            if (pn % npf != 0)
+                refuse(loader, "N per rank " + detail::num(pn) + " is not a multiple of " + std::string(detail::display_name(f)) +
+                                   "'s pack factor " + detail::num(npf));
     } else {
         // GPTQ qweight and compressed-tensors weight_packed pack K (PackedvLLMParameter packed_dim
         // along the input); GPTQ qzeros and CT asym weight_zero_point pack N.
         if (row_parallel && k % unit != 0)
             refuse(loader, "K per rank " + detail::num(k) + " does not fill whole int32 words of " + detail::num(unit) + " codes");
-        const bool zeros_along_n = f != output_format::compressed_tensors || !s.symmetric;
-        if (zeros_along_n)
+        if (detail::zeros_along_n(f, s.symmetric))
             for (std::int64_t pn : parts_n)
                 if (pn % unit != 0)
                     refuse(loader, "N per rank " + detail::num(pn) + " does not fill whole int32 words of packed zeros (" +
@@ -151,22 +211,15 @@ inline std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quan
     // and of the group; MARLIN_SUPPORTED_GROUP_SIZES = [-1, 32, 64, 128]; types uint4b8 /
     // uint8b128 without zero points, uint4 with them (query_marlin_supported_quant_types).
     kernel_verdict marlin{"vLLM Marlin", true, {}};
-    const bool zp = f == output_format::awq || !s.symmetric;
+    const bool zp = detail::stores_zero_points(f) || !s.symmetric;
     if (zp ? s.bits != 4 : (s.bits != 4 && s.bits != 8))
         refuse(marlin, std::string("no Marlin type for ") + detail::num(s.bits) + "-bit " + (zp ? "with zero points" : "symmetric"));
     if (g > 0 && g != 32 && g != 64 && g != 128) refuse(marlin, "group " + detail::num(g) + " is not in [-1, 32, 64, 128]");
     if (n % 64 != 0) refuse(marlin, "N per rank " + detail::num(n) + " is not a multiple of min_thread_n 64");
     if (k % 128 != 0) refuse(marlin, "K per rank " + detail::num(k) + " is not a multiple of min_thread_k 128");
     out.push_back(marlin);
-    if (f == output_format::awq) {
-        // AWQ on CPU: `AutoAWQConfig.override_quantization_method` leaves CPU to cpu_awq
-        // (auto_awq.py @0043d6b5), whose `cpu_wna16.py CPUAWQLinearMethod.process_weights_after_loading`
-        // regroups the unpacked columns into blocks of 16 output channels (view(K, -1, 16 // 8)):
-        // N per rank a multiple of 16; 4 bits only (CPUAWQConfig asserts weight_bits == 4).
-        kernel_verdict cpu{"vLLM CPUAWQLinearMethod", true, {}};
-        if (s.bits != 4) refuse(cpu, "CPU AWQ holds 4 bits only");
-        if (n % 16 != 0) refuse(cpu, "output size " + detail::num(n) + " (of the fused partition) is not a multiple of 16");
-        out.push_back(cpu);
+    if (auto own = detail::own_cpu_kernel(f, s, n, k, g)) {  // AWQ: cpu_awq (layout/awq.hpp)
+        out.push_back(std::move(*own));
         return out;
     }
     // CPU (kernels/linear/mixed_precision/cpu.py CPUWNA16LinearKernel.can_implement): uint4 or
@@ -180,18 +233,14 @@ inline std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quan
     return out;
 }
 
-/// Why vLLM refuses the whole config before any shape is looked at, or nullopt.
-/// GPTQ: `AutoGPTQConfig.TYPE_MAP` holds (4, sym) and (8, sym) only and `__init__` raises
-/// "Unsupported quantization config: bits=4, sym=False" (auto_gptq.py @055e47c2).
-/// AWQ: `AutoAWQConfig.TYPE_MAP` holds 4 bits (auto_awq.py @0043d6b5).
+/// Why vLLM refuses the whole config before any shape is looked at, or nullopt: the format's
+/// vllm_config_refusal (GPTQ: AutoGPTQConfig.TYPE_MAP; AWQ: AutoAWQConfig.TYPE_MAP).
 inline std::optional<std::string> vllm_config_refusal(output_format f, const quant_spec& s) {
-    if ((f == output_format::gptq || f == output_format::gptq_v2) &&
-        !((s.bits == 4 || s.bits == 8) && s.symmetric))
-        return std::string("vLLM refuses the config: AutoGPTQConfig (auto_gptq.py @055e47c2) supports (4, sym) and (8, sym) only") +
-               (s.symmetric && s.bits == 2 ? " (later trees add 2-bit uint2b2)" : "") + ": "
-               "\"Unsupported quantization config: bits=" + detail::num(s.bits) + ", sym=" + (s.symmetric ? "True" : "False") + "\"";
-    if (f == output_format::awq && s.bits != 4) return "vLLM refuses the config: AutoAWQConfig supports 4 bits only";
-    return std::nullopt;
+    return visit_format(f, [&](auto t) -> std::optional<std::string> {
+        const layout_scheme ls{s.bits, s.group_size, s.symmetric, s.scale_dtype};
+        if constexpr (requires { decltype(t)::vllm_config_refusal(ls); }) return decltype(t)::vllm_config_refusal(ls);
+        else return std::nullopt;
+    });
 }
 
 /// The serving check: every quantized linear of `p` at every degree in `tps`.
@@ -325,7 +374,7 @@ inline void print_serving(std::ostream& os, const serving_report& r) {
     for (int tp : r.tps) {
         os << "serving: tp " << tp << ": vLLM GPU " << (r.loads_gpu(tp) ? (r.marlin(tp) ? "loads (Marlin)" : "loads (Marlin refused on some layers: another kernel)") : "refused")
            << ", vLLM CPU "
-           << (r.loads_cpu(tp) ? (r.format == output_format::awq ? "loads (cpu_awq)" : "loads (CPUWNA16)") : "refused") << "\n";
+           << (r.loads_cpu(tp) ? detail::cpu_loads_text(r.format) : "refused") << "\n";
     }
 }
 
@@ -347,50 +396,26 @@ inline std::vector<std::string> loader_warnings(const plan& p, const model_confi
     if (!first) return w;
     const dtype model = first->source_type;
     const dtype scales = first->scheme.scale_dtype.value_or(default_scale_dtype(p.format, model));
-    const bool gptq = p.format == output_format::gptq || p.format == output_format::gptq_v2;
-    if (gptq && asym)
-        w.push_back(std::string("asymmetric GPTQ loads in GPTQModel only") +
-                    (p.format == output_format::gptq ? " and AutoGPTQ" : "") +
-                    ": vLLM refuses it at config load (auto_gptq.py AutoGPTQConfig.TYPE_MAP holds (4, sym) and (8, sym): "
-                    "\"Unsupported quantization config: bits=" + std::to_string(first->scheme.bits) + ", sym=False\")" +
-                    (p.format == output_format::gptq_v2
-                         ? "; AutoGPTQ converts gptq_v2 to v1 by subtracting 1 from each packed zero, which wraps a zero of 0"
-                         : "") +
-                    ". For vLLM use compressed-tensors asym (--format compressed-tensors --asym, preset w4a16-asym): "
-                    "CompressedTensorsWNA16 reads weight_zero_point");
-    if ((gptq || p.format == output_format::awq) && (model == dtype::BF16 || model == dtype::F16) && scales != model)
-        w.push_back(std::string("scales are ") + std::string(dtype_name(scales)) + " in a " + std::string(dtype_name(model)) +
-                    " model: vLLM allocates scales in the model dtype (GroupQuantScaleParameter dtype=params_dtype in "
-                    "create_weights) and rounds them to " + std::string(dtype_name(model)) +
-                    ", so vLLM decodes slightly other weights than quantization_report.json measured" +
-                    (gptq ? std::string("; --scale-dtype ") + (model == dtype::BF16 ? "bf16" : "fp16") +
-                                " stores what vLLM keeps"
-                          : std::string("; AWQ readers expect F16 scales: serve with --dtype float16 to decode them as stored")));
+    serving_facts facts;
+    facts.bits = first->scheme.bits;
+    facts.asymmetric = asym;
+    facts.lm_head = lm_head;
+    facts.mixed_schemes = mixed;
+    facts.model = model;
+    facts.scales = scales;
+    facts.linears = p.linears;
+    facts.has_config = p.quantization_config.is_object();
+    visit_format(p.format, [&](auto t) {
+        if constexpr (requires { decltype(t)::vllm_scheme_warnings(facts, w); }) decltype(t)::vllm_scheme_warnings(facts, w);
+    });
     if (require_w4a8 && model != dtype::BF16)
         w.push_back(std::string("vLLM CPU takes the W4A16 path (cpu_gemm_wna16), not W4A8, for a ") +
                     std::string(dtype_name(model)) +
                     " model: CPUWNA16LinearKernel sets use_w4a8 only when the activation dtype is bfloat16 "
                     "(cpu.py process_weights_after_loading); serve with --dtype bfloat16");
-    if (p.format == output_format::awq && lm_head)
-        w.push_back("quantized lm_head: vLLM reads \"lm_head\": true (AutoAWQConfig.from_config); transformers' AwqQuantizer "
-                    "always keeps the output embedding dense (get_modules_to_not_convert(add_default_skips=True)) and "
-                    "AutoAWQ replaces block linears only: both leave lm_head.weight missing");
-    if (p.format == output_format::compressed_tensors && lm_head)
-        w.push_back("quantized lm_head loads only in vLLM with PR #37291 (merged 2026-03-30; v0.19.0 at the earliest): "
-                    "older CompressedTensorsConfig.get_quant_method handles LinearBase, Attention and FusedMoE only and "
-                    "builds a dense head that cannot take lm_head.weight_packed");
-    if (gptq && mixed)
-        w.push_back("mixed GPTQ schemes are written as GPTQModel `dynamic` overrides: GPTQModel (config.py dynamic_get) and "
-                    "vLLM (gptq_utils.py get_dynamic_override, 4/8-bit sym only) read them; AutoGPTQ and optimum ignore "
-                    "`dynamic` and build every layer with the base scheme");
-    if (p.format == output_format::awq && p.quantization_config.is_object()) {
-        const auto skip = awq_layout<4>::awq_modules_to_not_convert(p.linears);
-        for (const auto& m : skip.autoawq_misses)
-            w.push_back("AutoAWQ matches modules_to_not_convert against block-relative names (awq/utils/module.py "
-                        "exclude_layers_to_not_quantize), which cannot keep '" + m +
-                        "' dense while other blocks quantize it: AutoAWQ would load it as WQLinear_GEMM; vLLM and "
-                        "transformers load it dense");
-    }
+    visit_format(p.format, [&](auto t) {
+        if constexpr (requires { decltype(t)::vllm_layer_warnings(facts, w); }) decltype(t)::vllm_layer_warnings(facts, w);
+    });
     // vLLM's CPU kernel at tp 1 (a warning: GPU kernels may still serve it).
     const int one = 1;
     const serving_report r = check_serving(p, cfg, std::span<const int>(&one, 1));

@@ -19,6 +19,7 @@
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/json_value.hpp"
+#include "qforge/core/tensor_source.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/detail/pack_band.hpp"
@@ -27,6 +28,12 @@
 #include "qforge/quant/quantized_tensor.hpp"
 
 namespace qforge {
+
+/// What an AWQ quantization_config says about a layer (what read_awq reads it with).
+struct awq_args {
+    int bits = 4;
+    std::int64_t group_size = 128;
+};
 
 template <int Bits = 4>
 class awq_layout {
@@ -100,27 +107,53 @@ public:
 
     quantized_tensor unpack(std::span<const tensor_view> views, std::string_view prefix,
                             layer_params params) const {
-        const std::string p(prefix);
-        const tensor_view& qw = detail::find_view(views, p + ".qweight");
-        if (qw.rank() != 2) fail<shape_error>({}, qw.name, "AWQ qweight must be 2-D");
-        const std::int64_t k = qw.shape[0], n = qw.shape[1] * 8;
-        const std::int64_t group = detail::effective_group(params.group_size, k);
-        check_shape(qw.name, n, k, group);
-        const std::int64_t groups = k / group;
-        const tensor_view& qz = detail::find_view(views, p + ".qzeros");
-        const tensor_view& sc = detail::find_view(views, p + ".scales");
-        detail::expect_view(qw, dtype::I32, {k, n / 8});
-        detail::expect_view(qz, dtype::I32, {groups, n / 8});
-        detail::expect_view(sc, dtype::F16, {groups, n});
+        return read(make_tensor_source(views), std::string(prefix), {Bits, params.group_size}, read_mode::unpack,
+                    params.symmetric);
+    }
 
-        quantized_tensor q = detail::unpacked_header(p, Bits, n, k, group, params.symmetric, dtype::F16);
-        const auto words = detail::copy_elements<std::uint32_t>(qw);
-        detail::unpack_awq4(words.data(), k, n, q.codes.data(), 1, k);
-        std::vector<std::uint8_t> zeros(static_cast<std::size_t>(n * groups));
-        const auto zwords = detail::copy_elements<std::uint32_t>(qz);
-        detail::unpack_awq4(zwords.data(), groups, n, zeros.data(), 1, groups);
+    /// The one AWQ GEMM reader: `<prefix>.qweight` [K, N/8], `.qzeros` [K/g, N/8], `.scales`
+    /// [K/g, N], checked in `mode`'s words (see read_mode). AWQ stores real zeros: a
+    /// checkpoint reads as asymmetric; unpack keeps the symmetry the config states.
+    static quantized_tensor read(const tensor_source& src, const std::string& prefix, const awq_args& args,
+                                 read_mode mode, bool symmetric = false) {
+        const std::string& file = src.file;
+        const tensor_view& qw = src.require(prefix + ".qweight");
+        if (qw.rank() != 2)
+            fail<shape_error>(file, qw.name, mode == read_mode::unpack ? std::string("AWQ qweight must be 2-D")
+                                                                       : "qweight must be 2-D, shape " + shape_to_string(qw.shape));
+        const std::int64_t K = qw.shape[0], N = qw.shape[1] * 8;
+        const std::int64_t g = mode == read_mode::unpack ? detail::effective_group(args.group_size, K)
+                                                         : (args.group_size > 0 ? args.group_size : K);
+        if (mode == read_mode::unpack) check_shape(qw.name, N, K, g);
+        else if (N <= 0 || K <= 0) fail<shape_error>(file, qw.name, "empty weight");
+        else if (K % g != 0)
+            fail<shape_error>(file, qw.name, "group size " + std::to_string(g) + " does not divide K = " + std::to_string(K));
+        const std::int64_t G = K / g;
+        detail::word_span words, zwords;
+        const tensor_view* sc = nullptr;
+        if (mode == read_mode::unpack) {
+            const tensor_view& qz = src.require(prefix + ".qzeros");
+            sc = &src.require(prefix + ".scales");
+            detail::expect_view(qw, dtype::I32, {K, N / 8});
+            detail::expect_view(qz, dtype::I32, {G, N / 8});
+            detail::expect_view(*sc, dtype::F16, {G, N});
+            words = detail::words_of(qw, qw.shape, file);
+            zwords = detail::words_of(qz, qz.shape, file);
+        } else {
+            words = detail::words_of(qw, {K, N / 8}, file);
+            zwords = detail::words_of(src.require(prefix + ".qzeros"), {G, N / 8}, file);
+            sc = &src.require(prefix + ".scales");
+            detail::require_shape(*sc, {G, N}, file);
+        }
+        const auto spat = detail::scale_patterns(*sc, file);
+        quantized_tensor q = quantized_tensor::with_header(prefix, Bits, N, K, g, mode == read_mode::unpack && symmetric,
+                                                           sc->type, quantized_tensor::storage::codes);
+        // words [K][N/8] hold codes[k][n]: write them transposed into codes[n][k].
+        detail::unpack_awq4(words.data(), K, N, q.codes.data(), 1, K);
+        std::vector<std::uint8_t> zeros(static_cast<std::size_t>(N * G));
+        detail::unpack_awq4(zwords.data(), G, N, zeros.data(), 1, G);
         q.zeros.assign(zeros.begin(), zeros.end());
-        q.scales = detail::transpose_scales(detail::copy_elements<std::uint16_t>(sc), groups, n);
+        q.scales = detail::transpose_scales(spat, G, N);
         q.validate();
         return q;
     }
@@ -230,6 +263,13 @@ decltype(auto) with_awq_layout(int bits, F&& f) {
     return f(awq_layout<4>());
 }
 
+/// Reads AWQ GEMM `<prefix>.qweight` [K, N/8], `.qzeros` [K/g, N/8], `.scales` [K/g, N] of a
+/// checkpoint. AWQ always stores real zeros, so the result is asymmetric.
+inline quantized_tensor read_awq(const tensor_source& src, const std::string& prefix, const awq_args& args) {
+    detail::check_bits(args.bits, src.file, src.require(prefix + ".qweight").name, {4}, "AWQ GEMM");
+    return awq_layout<4>::read(src, prefix, args, read_mode::checkpoint);
+}
+
 /// AWQ as the converter's format table sees it (convert/format.hpp): F16 scales (AutoAWQ
 /// writes .half()), contiguous groups, one scheme per checkpoint (AutoAWQConfig has no
 /// per-module override), and `minmax --asym` is AutoAWQ's own zero-point rule (awq_minmax).
@@ -242,6 +282,63 @@ struct awq_format_traits {
     static constexpr scale_policy asymmetric_minmax = scale_policy::awq_minmax;
 
     static dtype default_scale_dtype(dtype /*checkpoint*/) noexcept { return dtype::F16; }
+
+    /// A requantization into AWQ: 4 bits; AWQ stores zero points always (asymmetric, and vLLM
+    /// picks its zero-point kernels).
+    static constexpr int nearest_bits(int /*bits*/) noexcept { return 4; }
+    static constexpr bool stores_zero_points = true;
+
+    // ---- what vLLM and the AWQ readers do with it (convert/serving_check.hpp asks) ----
+
+    /// AWQ packs N: qweight [K, N/8], qzeros [G, N/8] (AWQLinearMethod.create_weights:
+    /// output_size_per_partition % pack_factor).
+    static constexpr std::int64_t vllm_n_pack_factor = 8;
+    static constexpr std::string_view display_name = "AWQ";
+
+    /// `AutoAWQConfig.TYPE_MAP` holds 4 bits (auto_awq.py @0043d6b5).
+    static std::optional<std::string> vllm_config_refusal(const layout_scheme& s) {
+        if (s.bits != 4) return std::string("vLLM refuses the config: AutoAWQConfig supports 4 bits only");
+        return std::nullopt;
+    }
+
+    /// AWQ on CPU: `AutoAWQConfig.override_quantization_method` leaves CPU to cpu_awq
+    /// (auto_awq.py @0043d6b5), whose `cpu_wna16.py CPUAWQLinearMethod.process_weights_after_loading`
+    /// regroups the unpacked columns into blocks of 16 output channels (view(K, -1, 16 // 8)):
+    /// N per rank a multiple of 16; 4 bits only (CPUAWQConfig asserts weight_bits == 4).
+    static constexpr std::string_view vllm_cpu_kernel = "vLLM CPUAWQLinearMethod";
+    static constexpr std::string_view vllm_cpu_loads = "loads (cpu_awq)";
+    static std::optional<std::string> vllm_cpu_refusal(int bits, std::int64_t n, std::int64_t /*k*/, std::int64_t /*group*/) {
+        if (bits != 4) return std::string("CPU AWQ holds 4 bits only");
+        if (n % 16 != 0) return "output size " + std::to_string(n) + " (of the fused partition) is not a multiple of 16";
+        return std::nullopt;
+    }
+
+    static void vllm_scheme_warnings(const serving_facts& f, std::vector<std::string>& w) {
+        detail::model_dtype_scales_warning(f, "; AWQ readers expect F16 scales: serve with --dtype float16 to decode them as stored", w);
+    }
+
+    static void vllm_layer_warnings(const serving_facts& f, std::vector<std::string>& w) {
+        if (f.lm_head)
+            w.push_back("quantized lm_head: vLLM reads \"lm_head\": true (AutoAWQConfig.from_config); transformers' AwqQuantizer "
+                        "always keeps the output embedding dense (get_modules_to_not_convert(add_default_skips=True)) and "
+                        "AutoAWQ replaces block linears only: both leave lm_head.weight missing");
+        if (!f.has_config) return;
+        const auto skip = awq_layout<4>::awq_modules_to_not_convert(f.linears);
+        for (const auto& m : skip.autoawq_misses)
+            w.push_back("AutoAWQ matches modules_to_not_convert against block-relative names (awq/utils/module.py "
+                        "exclude_layers_to_not_quantize), which cannot keep '" + m +
+                        "' dense while other blocks quantize it: AutoAWQ would load it as WQLinear_GEMM; vLLM and "
+                        "transformers load it dense");
+    }
+
+    /// Why AWQ cannot hold the codes of `q` exactly as they are, or nullopt.
+    static std::optional<std::string> repack_refusal(const quantized_tensor& q) {
+        if (q.bits != 4) return "AWQ stores 4 bits only; " + q.name + " has " + std::to_string(q.bits) + "-bit codes";
+        if (!detail::g_idx_is_contiguous(q))
+            return "AWQ has no g_idx, but " + q.name + " is act-order (its g_idx is not k / " +
+                   std::to_string(q.group_size) + "); use GPTQ or compressed-tensors, which keep it";
+        return std::nullopt;
+    }
 
     /// Why AWQ cannot hold a [n x k] weight under `s` (the plan's wording; the layout's
     /// check_shape refuses the same shapes when a weight is packed).

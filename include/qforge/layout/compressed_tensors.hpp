@@ -379,6 +379,52 @@ struct ct_format_traits {
 
     static dtype default_scale_dtype(dtype checkpoint) noexcept { return detail::ct_scale_dtype(checkpoint); }
 
+    // ---- what vLLM does with it (convert/serving_check.hpp asks) ----
+
+    /// weight_zero_point packs N (PackedvLLMParameter), and exists only for asymmetric schemes.
+    static constexpr bool vllm_zeros_along_n(bool symmetric) noexcept { return !symmetric; }
+
+    /// What older vLLM, transformers and SGLang misread of compressed-tensors MoE experts.
+    static void moe_warnings(const moe_facts& f, std::vector<std::string>& w) {
+        if (f.dense_experts)
+            w.push_back(
+                std::string("compressed-tensors with MoE experts kept dense: older vLLM's CompressedTensorsMoEMethod."
+                            "get_moe_method reads target_scheme_map[\"Linear\"] for every fused-MoE layer and checks no "
+                            "ignore list, so ") +
+                (f.symmetric_experts || f.asymmetric_experts
+                     ? "it gives the dense blocks the quantized experts' scheme and cannot load them"
+                     : "it fails with KeyError 'Linear' (no group targets Linear when no expert is quantized)") +
+                "; newer vLLM finds Qwen-named dense experts in `ignore` (UnquantizedFusedMoEMethod) but looks "
+                "Mixtral-named ones up as <prefix>.0.gate_proj, which no ignore entry names. Quantize every expert, "
+                "or serve with a recent vLLM and Qwen-style names");
+        if (f.asymmetric_experts)
+            w.push_back(
+                "compressed-tensors asymmetric MoE: transformers (v5, whose MoE models hold the experts as fused 3-D "
+                "parameters) cannot load these experts. Its fused-expert decompression (integrations/compressed_tensors.py DecompressExperts, components of "
+                "_EXPERT_COMPONENTS_BY_FORMAT[\"pack-quantized\"] = weight_packed, weight_scale, weight_shape) never "
+                "collects weight_zero_point, and compressed-tensors' PackedQuantizationCompressor.decompress asserts "
+                "a zero point for an asymmetric scheme. vLLM loads them (CompressedTensorsWNA16MarlinMoEMethod "
+                "registers w13/w2_weight_zero_point); SGLang's CompressedTensorsWNA16MoE asserts a symmetric scheme. "
+                "For transformers and SGLang use a symmetric scheme");
+    }
+
+    static void vllm_layer_warnings(const serving_facts& f, std::vector<std::string>& w) {
+        if (f.lm_head)
+            w.push_back("quantized lm_head loads only in vLLM with PR #37291 (merged 2026-03-30; v0.19.0 at the earliest): "
+                        "older CompressedTensorsConfig.get_quant_method handles LinearBase, Attention and FusedMoE only and "
+                        "builds a dense head that cannot take lm_head.weight_packed");
+    }
+
+    /// The config states one actorder for a config group: once a module is act-order, every
+    /// module carries this tensor (the identity where it has no g_idx of its own).
+    static constexpr std::string_view act_order_g_idx = ".weight_g_idx";
+
+    /// A repack keeps 16-bit scales in the model's dtype (it keeps scales in the checkpoint's
+    /// dtype, formats.md 4.1), F16 for any other model dtype.
+    static dtype repack_scale_dtype(dtype model) noexcept {
+        return model == dtype::F16 || model == dtype::BF16 ? model : dtype::F16;
+    }
+
     /// Why compressed-tensors cannot hold a [n x k] weight under `s` (n is free: rows pack alone).
     static std::optional<std::string> refusal(std::int64_t /*n*/, std::int64_t k, const layout_scheme& s) {
         if (auto why = detail::ct_scale_refusal(s, true)) return why;
@@ -391,12 +437,33 @@ struct ct_format_traits {
 
     template <class F>
     static decltype(auto) with_layout(const layout_request& r, F&& f) {
-        return with_ct_layout(r.bits, ct_options{ct_packing::padded_v0_12, r.checkpoint}, std::forward<F>(f));
+        return with_ct_layout(r.bits, ct_options{static_cast<ct_packing>(r.packing), r.checkpoint}, std::forward<F>(f));
     }
 
-    /// Every layer's scheme, whatever its width (ct_config).
+    /// Every layer's scheme, whatever its width (ct_config). With act-order every module
+    /// carries weight_g_idx (formats.md 4.1, actorder "group").
     static json config(std::span<const linear_entry> linears, const layout_request& r) {
-        return with_layout(r, [&](const auto& layout) { return ct_config(linears, layout.options()); });
+        json c = with_layout(r, [&](const auto& layout) { return ct_config(linears, layout.options()); });
+        if (r.desc_act)
+            for (json_member& g : c.at("config_groups").as_object()) g.value.at("weights").set("actorder", "group");
+        return c;
+    }
+
+    /// The tensors of `q` (act-order included): the layout writes contiguous groups, and
+    /// act-order is the same words plus `weight_g_idx` (compressed-tensors actorder "group",
+    /// formats.md 4.1), which the codes' packing does not depend on.
+    static std::vector<owned_tensor> pack(const quantized_tensor& q, std::string_view prefix, const layout_request& r) {
+        quantized_tensor contiguous_view;
+        const quantized_tensor* src = &q;
+        if (!q.g_idx.empty()) {
+            contiguous_view = q;
+            contiguous_view.g_idx.clear();
+            src = &contiguous_view;
+        }
+        auto out = with_layout(r, [&](const auto& layout) { return layout.pack(*src, prefix); });
+        if (!q.g_idx.empty())
+            out.push_back(detail::make_tensor(std::string(prefix) + std::string(act_order_g_idx), dtype::I32, {q.cols}, q.g_idx));
+        return out;
     }
 
     static std::vector<side_file> side_files(std::span<const linear_entry>, const layout_request&) { return {}; }

@@ -121,6 +121,14 @@ struct ct_int8_format_traits {
 
     static dtype default_scale_dtype(dtype checkpoint) noexcept { return detail::ct_scale_dtype(checkpoint); }
 
+    /// Why W8A8 cannot hold the codes of `q` exactly as they are, or nullopt.
+    static std::optional<std::string> repack_refusal(const quantized_tensor& q) {
+        if (q.bits != 8 || !q.symmetric)
+            return "W8A8 stores 8-bit symmetric weights; " + q.name + " has " + std::to_string(q.bits) + "-bit codes";
+        if (!detail::g_idx_is_contiguous(q)) return "W8A8 has no g_idx, but " + q.name + " is act-order";
+        return std::nullopt;
+    }
+
     static std::optional<std::string> refusal(std::int64_t /*n*/, std::int64_t k, const layout_scheme& s) {
         if (s.bits != 8 || !s.symmetric)
             return "W8A8 holds 8-bit symmetric weights, not " + std::to_string(s.bits) + "-bit " + (s.symmetric ? "sym" : "asym");
@@ -134,7 +142,7 @@ struct ct_int8_format_traits {
     template <class F>
     static decltype(auto) with_layout(const layout_request& r, F&& f) {
         if (r.bits != 8) fail<unsupported_error>({}, {}, "W8A8 holds 8 bits, got " + std::to_string(r.bits));
-        return f(ct_int8_layout(ct_options{ct_packing::padded_v0_12, r.checkpoint}));
+        return f(ct_int8_layout(ct_options{static_cast<ct_packing>(r.packing), r.checkpoint}));
     }
 
     static json config(std::span<const linear_entry> linears, layout_request r) {

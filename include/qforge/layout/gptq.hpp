@@ -29,10 +29,12 @@
 #include "qforge/core/error.hpp"
 #include "qforge/core/json_value.hpp"
 #include "qforge/core/regex.hpp"
+#include "qforge/core/tensor_source.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/layout_traits.hpp"
+#include "qforge/layout/packing.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 
 namespace qforge {
@@ -148,6 +150,14 @@ struct gptq_options {
     bool desc_act = false;           ///< written to the config; g_idx is written either way
 };
 
+/// What a GPTQ quantization_config says about a layer (what read_gptq reads it with).
+struct gptq_args {
+    int bits = 4;
+    std::int64_t group_size = 128;  ///< -1 (or <= 0): one group over all of K
+    bool sym = true;
+    bool v2 = false;  ///< checkpoint_format / format "gptq_v2": qzeros hold the zero, not zero - 1
+};
+
 template <int Bits>
 class gptq_layout {
     static_assert(Bits == 2 || Bits == 3 || Bits == 4 || Bits == 8,
@@ -260,49 +270,40 @@ public:
     /// symmetry from the config (`params`).
     quantized_tensor unpack(std::span<const tensor_view> views, std::string_view prefix,
                             layer_params params) const {
-        const std::string p(prefix);
-        const tensor_view& qw = detail::find_view(views, p + ".qweight");
-        const tensor_view& gi = detail::find_view(views, p + ".g_idx");
-        if (qw.rank() != 2 || gi.rank() != 1)
-            fail<shape_error>({}, qw.name, "GPTQ qweight must be 2-D and g_idx 1-D");
-        const std::int64_t n = qw.shape[1], k = gi.shape[0];
-        const std::int64_t group = detail::effective_group(params.group_size, k);
-        check_shape(p + ".qweight", n, k, group);
-        const std::int64_t groups = k / group;
-        const tensor_view& qz = detail::find_view(views, p + ".qzeros");
-        const tensor_view& sc = detail::find_view(views, p + ".scales");
-        detail::expect_view(qw, dtype::I32, {k * Bits / 32, n});
-        detail::expect_view(gi, dtype::I32, {k});
-        detail::expect_view(qz, dtype::I32, {groups, n * Bits / 32});
-        if (sc.type != dtype::F16 && sc.type != dtype::BF16)
-            fail<format_error>({}, sc.name, "GPTQ scales must be F16 or BF16");
-        detail::expect_view(sc, sc.type, {groups, n});
+        const gptq_args args{Bits, params.group_size, params.symmetric, opt_.format == gptq_format::v2};
+        return read(make_tensor_source(views), std::string(prefix), args, read_mode::unpack);
+    }
 
-        quantized_tensor q = detail::unpacked_header(p, Bits, n, k, group, params.symmetric, sc.type);
-        const auto words = detail::copy_elements<std::uint32_t>(qw);
-        detail::unpack_dense_transposed(words.data(), n, k, Bits, q.codes.data());
-
-        const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
-        const std::int32_t maxq = (1 << Bits) - 1;
-        const auto zwords = detail::copy_elements<std::uint32_t>(qz);
-        std::vector<std::uint8_t> stored(static_cast<std::size_t>(n));
-        q.zeros.resize(static_cast<std::size_t>(n * groups));
-        for (std::int64_t g = 0; g < groups; ++g) {
-            detail::unpack_dense(zwords.data() + g * (n * Bits / 32), 1, n, Bits, stored.data(), 1);
-            for (std::int64_t r = 0; r < n; ++r) {
-                const std::int32_t z = stored[static_cast<std::size_t>(r)] + offset;
-                if (z > maxq)  // only a v1 field of all ones: AutoGPTQ's wrapped -1 (zero 0)
-                    fail<format_error>({}, qz.name, "v1 zero field " + std::to_string(z - 1) +
-                                                        " at row " + std::to_string(r) + ", group " +
-                                                        std::to_string(g) +
-                                                        " decodes to a zero outside the code range "
-                                                        "(a corrupted zero-0 word?)");
-                q.zeros[static_cast<std::size_t>(r * groups + g)] = z;
-            }
+    /// The one GPTQ reader: `<prefix>.qweight`, `.qzeros`, `.scales`, `.g_idx`, checked and
+    /// moved into a quantized_tensor with no rounding. `mode` says who asks (see read_mode):
+    /// the checks are the same steps, worded for that caller. With `unpack_codes` false the
+    /// codes are left empty (the word-level repack moves qweight as words); every other check
+    /// still runs.
+    static quantized_tensor read(const tensor_source& src, const std::string& prefix, const gptq_args& args,
+                                 read_mode mode, bool unpack_codes = true) {
+        const tensor_view& qw = src.require(prefix + ".qweight");
+        const tensor_view* gi = mode == read_mode::unpack ? &src.require(prefix + ".g_idx") : src.optional(prefix + ".g_idx");
+        quantized_tensor q = read_header(src, qw, gi, prefix, args, mode, unpack_codes);
+        const std::int64_t N = q.rows, K = q.cols, G = q.groups();
+        const auto [words, zwords, sc] = read_views(src, qw, gi, prefix, q, mode);
+        // qweight is packed along K (dim 0): column n of the words is the stream of row n's codes.
+        if (K * Bits % 32 != 0)
+            for (std::int64_t n = 0; n < N; ++n)
+                if (packing::dense_has_stray_bits(words.data() + n, N, K, Bits))
+                    fail<format_error>(src.file, qw.name, "bits set past the last code of column " + std::to_string(n));
+        if (unpack_codes) {
+            if (K * Bits % 32 == 0) detail::unpack_dense_transposed(words.data(), N, K, Bits, q.codes.data());
+            else
+                for (std::int64_t n = 0; n < N; ++n) packing::unpack_dense(words.data() + n, N, K, Bits, q.codes.data() + n * K, 1);
         }
-        q.scales = detail::transpose_scales(detail::copy_elements<std::uint16_t>(sc), groups, n);
-        q.g_idx = detail::canonical_g_idx(detail::copy_elements<std::int32_t>(gi), group, gi.name, groups);
-        q.validate();
+        read_zeros_scales(q, zwords, *sc, prefix, args, mode, src.file);
+        if (gi && mode == read_mode::unpack) {
+            q.g_idx = detail::canonical_g_idx(detail::copy_elements<std::int32_t>(*gi), q.group_size, gi->name, G);
+        } else if (gi) {
+            q.g_idx = detail::read_g_idx_i32(*gi, K, G, src.file);
+            if (detail::is_identity_g_idx(q.g_idx, q.group_size)) q.g_idx.clear();
+        }
+        if (unpack_codes) q.validate();
         return q;
     }
 
@@ -399,6 +400,115 @@ public:
     }
 
 private:
+    /// N, K and the group: K from g_idx (always there in unpack mode, whose rank and shape
+    /// rules are the layout's), else from qweight's rows.
+    static quantized_tensor read_header(const tensor_source& src, const tensor_view& qw, const tensor_view* gi,
+                                        const std::string& prefix, const gptq_args& args, read_mode mode,
+                                        bool unpack_codes) {
+        const std::string& file = src.file;
+        std::int64_t N = 0, K = 0, group = 0;
+        if (mode == read_mode::unpack) {
+            if (qw.rank() != 2 || gi->rank() != 1)
+                fail<shape_error>(file, qw.name, "GPTQ qweight must be 2-D and g_idx 1-D");
+            N = qw.shape[1];
+            K = gi->shape[0];
+            group = detail::effective_group(args.group_size, K);
+            check_shape(prefix + ".qweight", N, K, group);
+        } else {
+            if (qw.rank() != 2) fail<shape_error>(file, qw.name, "qweight must be 2-D, shape " + shape_to_string(qw.shape));
+            N = qw.shape[1];
+            if (gi && gi->rank() == 1) K = gi->shape[0];
+            else if (qw.shape[0] * 32 % Bits == 0) K = qw.shape[0] * 32 / Bits;
+            else fail<shape_error>(file, qw.name, "qweight rows " + std::to_string(qw.shape[0]) + " do not hold whole " + std::to_string(Bits) + "-bit columns");
+            if (N <= 0 || K <= 0) fail<shape_error>(file, qw.name, "empty weight");
+            group = args.group_size > 0 ? (args.group_size > K ? K : args.group_size) : K;
+        }
+        return quantized_tensor::with_header(prefix, Bits, N, K, group, args.sym, dtype::F16,
+                                             unpack_codes ? quantized_tensor::storage::codes : quantized_tensor::storage::none);
+    }
+
+    struct read_tensors {
+        detail::word_span words, zwords;
+        const tensor_view* scales;
+    };
+
+    /// qweight, qzeros and scales checked against q's shape, in the order and words of `mode`.
+    static read_tensors read_views(const tensor_source& src, const tensor_view& qw, const tensor_view* gi,
+                                   const std::string& prefix, quantized_tensor& q, read_mode mode) {
+        const std::string& file = src.file;
+        const std::int64_t N = q.rows, K = q.cols, G = q.groups();
+        read_tensors r;
+        if (mode == read_mode::unpack) {
+            const tensor_view& qz = src.require(prefix + ".qzeros");
+            const tensor_view& sc = src.require(prefix + ".scales");
+            detail::expect_view(qw, dtype::I32, {K * Bits / 32, N});
+            detail::expect_view(*gi, dtype::I32, {K});
+            detail::expect_view(qz, dtype::I32, {G, N * Bits / 32});
+            if (sc.type != dtype::F16 && sc.type != dtype::BF16)
+                fail<format_error>(file, sc.name, "GPTQ scales must be F16 or BF16");
+            detail::expect_view(sc, sc.type, {G, N});
+            r.words = detail::words_of(qw, qw.shape, file);
+            r.zwords = detail::words_of(qz, qz.shape, file);
+            r.scales = &sc;
+        } else {
+            r.words = detail::words_of(qw, {packing::dense_words(K, Bits), N}, file);
+            r.zwords = detail::words_of(src.require(prefix + ".qzeros"), {G, packing::dense_words(N, Bits)}, file);
+            r.scales = &src.require(prefix + ".scales");
+            detail::require_shape(*r.scales, {G, N}, file);
+        }
+        q.scale_dtype = r.scales->type;
+        return r;
+    }
+
+    /// qzeros [G][N] packed along N and scales [G][N] -> q.zeros and q.scales [n][g]. Row by
+    /// row: writes of [N][G] are sequential, the G rows read stay in L1. The loop only flags a
+    /// bad zero; the rescan names the first one (kept out of the hot loop), in `mode`'s words.
+    static void read_zeros_scales(quantized_tensor& q, const detail::word_span& zwords, const tensor_view& sc,
+                                  const std::string& prefix, const gptq_args& args, read_mode mode,
+                                  const std::string& file) {
+        const std::int64_t N = q.rows, G = q.groups();
+        const auto spat = detail::scale_patterns(sc, file);
+        std::vector<std::uint8_t> zf(static_cast<std::size_t>(G * N));
+        for (std::int64_t gg = 0; gg < G; ++gg)
+            packing::unpack_dense(zwords.data() + gg * packing::dense_words(N, Bits), 1, N, Bits, zf.data() + gg * N, 1);
+        constexpr int maxq = (1 << Bits) - 1, mid = 1 << (Bits - 1);
+        const int add = args.v2 ? 0 : 1;
+        const bool check_sym = args.sym && mode == read_mode::checkpoint;
+        q.zeros.resize(static_cast<std::size_t>(N * G));
+        q.scales.resize(static_cast<std::size_t>(N * G));
+        bool bad = false;
+        for (std::int64_t n = 0; n < N; ++n)
+            for (std::int64_t gg = 0; gg < G; ++gg) {
+                const int field = zf[static_cast<std::size_t>(gg * N + n)];
+                bad |= (add == 1 && field == maxq) || (check_sym && field + add != mid);
+                q.zeros[static_cast<std::size_t>(n * G + gg)] = field + add;
+                q.scales[static_cast<std::size_t>(n * G + gg)] = spat[static_cast<std::size_t>(gg * N + n)];
+            }
+        if (bad && mode == read_mode::unpack)
+            for (std::int64_t gg = 0; gg < G; ++gg)
+                for (std::int64_t n = 0; n < N; ++n)
+                    if (const int field = zf[static_cast<std::size_t>(gg * N + n)]; add == 1 && field == maxq)
+                        fail<format_error>(file, prefix + ".qzeros",
+                                           "v1 zero field " + std::to_string(field) + " at row " + std::to_string(n) +
+                                               ", group " + std::to_string(gg) +
+                                               " decodes to a zero outside the code range (a corrupted zero-0 word?)");
+        for (std::int64_t n = 0; bad && mode == read_mode::checkpoint && n < N; ++n)
+            for (std::int64_t gg = 0; gg < G; ++gg) {
+                const int field = zf[static_cast<std::size_t>(gg * N + n)];
+                if (!args.v2 && field == maxq)
+                    fail<unsupported_error>(file, prefix + ".qzeros",
+                                            "GPTQ v1 zero field " + std::to_string(field) + " in group " + std::to_string(gg) + " column " +
+                                                std::to_string(n) + " decodes to zero " + std::to_string(maxq + 1) +
+                                                ", outside the grid (a zero point 0 written by a v1 packer; loaders disagree on it)");
+                const int zero = field + add;
+                if (args.sym && zero != mid)
+                    fail<format_error>(file, prefix + ".qzeros",
+                                       "config says sym but group " + std::to_string(gg) + " column " + std::to_string(n) + " has zero " +
+                                           std::to_string(zero) + " (expected " + std::to_string(mid) +
+                                           "; is checkpoint_format " + (args.v2 ? "gptq_v2" : "gptq (v1)") + " right?)");
+            }
+    }
+
     static void check_shape(const std::string& tensor, std::int64_t n, std::int64_t k,
                             std::int64_t group) {
         const std::int64_t unit = Bits == 3 ? 32 : 32 / Bits;  // codes per whole number of words
@@ -431,6 +541,18 @@ decltype(auto) with_gptq_layout(int bits, gptq_options options, F&& f) {
     }
 }
 
+/// Reads a GPTQ checkpoint's `<prefix>.qweight`, `.qzeros`, `.scales`, `.g_idx` (optional).
+/// K comes from g_idx when present, else from qweight's rows. A v1 field of 2^b - 1 (zero 2^b,
+/// which is how AutoGPTQ and GPTQModel write a zero of 0, and on which loaders disagree) is
+/// refused. With `unpack_codes` false the codes are left empty; every other check still runs.
+inline quantized_tensor read_gptq(const tensor_source& src, const std::string& prefix, const gptq_args& args,
+                                  bool unpack_codes = true) {
+    detail::check_bits(args.bits, src.file, src.require(prefix + ".qweight").name, {2, 3, 4, 8}, "GPTQ");
+    return with_gptq_layout(args.bits, {}, [&](const auto& layout) {
+        return layout.read(src, prefix, args, read_mode::checkpoint, unpack_codes);
+    });
+}
+
 /// The GPTQ formats as the converter's format table sees them (convert/format.hpp): v1
 /// (`checkpoint_format: "gptq"`) and v2. Scales default to F16, what AutoGPTQ and GPTQModel
 /// write (.half()); g_idx carries act-order; the config states the scheme most layers use and
@@ -449,6 +571,73 @@ struct gptq_format_traits {
     static constexpr scale_policy asymmetric_minmax = scale_policy::minmax;
 
     static dtype default_scale_dtype(dtype /*checkpoint*/) noexcept { return dtype::F16; }
+
+    /// The width a requantization into GPTQ uses for `bits` codes: 5 to 7 bits have no GPTQ
+    /// packing, so they go up to 8.
+    static constexpr int nearest_bits(int bits) noexcept { return bits >= 5 && bits <= 7 ? 8 : bits; }
+    /// v1 cannot store a zero of 0, which minmax gives any group without negative weights: a
+    /// requantization into v1 is symmetric.
+    static constexpr bool requantizes_symmetric = V == gptq_format::v1;
+
+    // ---- what vLLM and the GPTQ readers do with it (convert/serving_check.hpp asks) ----
+
+    /// Codes per int32 word along the packed dimension: 32 codes per 3 words at 3 bits.
+    static constexpr std::int64_t vllm_pack_unit(int bits) noexcept { return bits == 3 ? 32 : 32 / bits; }
+
+    /// `AutoGPTQConfig.TYPE_MAP` holds (4, sym) and (8, sym) only and `__init__` raises
+    /// "Unsupported quantization config: bits=4, sym=False" (auto_gptq.py @055e47c2).
+    static std::optional<std::string> vllm_config_refusal(const layout_scheme& s) {
+        if ((s.bits == 4 || s.bits == 8) && s.symmetric) return std::nullopt;
+        return std::string("vLLM refuses the config: AutoGPTQConfig (auto_gptq.py @055e47c2) supports (4, sym) and (8, sym) only") +
+               (s.symmetric && s.bits == 2 ? " (later trees add 2-bit uint2b2)" : "") + ": "
+               "\"Unsupported quantization config: bits=" + std::to_string(s.bits) + ", sym=" + (s.symmetric ? "True" : "False") + "\"";
+    }
+
+    static void vllm_scheme_warnings(const serving_facts& f, std::vector<std::string>& w) {
+        if (f.asymmetric)
+            w.push_back(std::string("asymmetric GPTQ loads in GPTQModel only") + (V == gptq_format::v1 ? " and AutoGPTQ" : "") +
+                        ": vLLM refuses it at config load (auto_gptq.py AutoGPTQConfig.TYPE_MAP holds (4, sym) and (8, sym): "
+                        "\"Unsupported quantization config: bits=" + std::to_string(f.bits) + ", sym=False\")" +
+                        (V == gptq_format::v2
+                             ? "; AutoGPTQ converts gptq_v2 to v1 by subtracting 1 from each packed zero, which wraps a zero of 0"
+                             : "") +
+                        ". For vLLM use compressed-tensors asym (--format compressed-tensors --asym, preset w4a16-asym): "
+                        "CompressedTensorsWNA16 reads weight_zero_point");
+        detail::model_dtype_scales_warning(
+            f, std::string("; --scale-dtype ") + (f.model == dtype::BF16 ? "bf16" : "fp16") + " stores what vLLM keeps", w);
+    }
+
+    /// gptq-v2 symmetric experts: vLLM's CPU MoE path adds 1 to every stored zero.
+    static void moe_warnings(const moe_facts& f, std::vector<std::string>& w) {
+        if (V == gptq_format::v2 && f.symmetric_experts)
+            w.push_back(
+                "gptq-v2 symmetric MoE: vLLM's CPU MoE path decodes every expert weight one step off. vLLM does not "
+                "read checkpoint_format (auto_gptq.py AutoGPTQConfig.from_config), passes the stored qzeros to the CPU "
+                "kernel (AutoGPTQMoEMethod.get_fused_moe_quant_config: use_zp on the CPU backend), and that kernel "
+                "adds 1 to every stored zero (cpu_moe.py prepare_int4_moe_layer_for_cpu), so v2's zero 8 decodes as "
+                "9. GPU vLLM and GPTQModel decode it correctly; --format gptq (v1, stored zero 7) decodes correctly "
+                "on all three");
+    }
+
+    static void vllm_layer_warnings(const serving_facts& f, std::vector<std::string>& w) {
+        if (f.mixed_schemes)
+            w.push_back("mixed GPTQ schemes are written as GPTQModel `dynamic` overrides: GPTQModel (config.py dynamic_get) and "
+                        "vLLM (gptq_utils.py get_dynamic_override, 4/8-bit sym only) read them; AutoGPTQ and optimum ignore "
+                        "`dynamic` and build every layer with the base scheme");
+    }
+
+    /// Why GPTQ cannot hold the codes of `q` exactly as they are (a repack moves codes,
+    /// zeros and scales unchanged), or nullopt. Shapes are refusal()'s.
+    static std::optional<std::string> repack_refusal(const quantized_tensor& q) {
+        if (q.bits != 2 && q.bits != 3 && q.bits != 4 && q.bits != 8)
+            return "GPTQ stores 2, 3, 4 or 8 bits; " + q.name + " has " + std::to_string(q.bits) + "-bit codes";
+        if (V == gptq_format::v1 && !q.symmetric)
+            for (std::size_t i = 0; i < q.zeros.size(); ++i)
+                if (q.zeros[i] == 0)
+                    return "GPTQ v1 cannot store zero point 0 found in " + detail::where_group(q, i) +
+                           " (it stores zero - 1); use --format gptq-v2 or compressed-tensors";
+        return std::nullopt;
+    }
 
     /// Why GPTQ cannot hold a [n x k] weight under `s` (the plan's wording; the layout's
     /// check_shape refuses the same shapes when a weight is packed).

@@ -48,6 +48,12 @@ struct layer_params {
     bool symmetric = true;
 };
 
+/// Who asks a layout's reader for a linear, and so how its refusals are worded. `unpack`: the
+/// layout reading its own output back (layout_unpacks below: the layout's shape rules, every
+/// tensor it writes required). `checkpoint`: a checkpoint on disk as its own writers make it
+/// (the repack path: optional tensors optional, the writers' quirks named).
+enum class read_mode { unpack, checkpoint };
+
 /// The layout concept, in named parts so that a type which is not a layout fails with the part
 /// it lacks ("... the concept 'layout_packs<L>' was not satisfied") rather than deep inside a
 /// template. `L::bits` is a compile-time constant the layout static_asserts on.
@@ -119,7 +125,43 @@ struct layout_request {
     std::int64_t group_size = -1;    ///< the main scheme's (float formats' block size)
     dtype values = dtype::F32;       ///< the dtype of the weight's values (float formats round x / scale to it)
     bool desc_act = false;           ///< columns regrouped by act-order (formats that carry g_idx)
+    int packing = 0;                 ///< the format's word-packing variant, 0 its default (compressed-tensors: a ct_packing)
 };
+
+/// What the serving check (convert/serving_check.hpp) tells a format's traits about a plan,
+/// so each format words what its loaders will do differently from what is written: its
+/// `vllm_scheme_warnings` (said first) and `vllm_layer_warnings` (said after the model-wide
+/// ones) append to `warnings`.
+struct serving_facts {
+    int bits = 4;                              ///< the first quantized layer's
+    bool asymmetric = false;                   ///< some quantized layer is
+    bool lm_head = false;                      ///< lm_head is quantized
+    bool mixed_schemes = false;                ///< quantized layers differ in bits, group or symmetry
+    dtype model = dtype::BF16;                 ///< the model dtype
+    dtype scales = dtype::F16;                 ///< the scale dtype written
+    std::span<const linear_entry> linears;     ///< what the config describes
+    bool has_config = false;                   ///< the plan built a quantization_config
+};
+
+/// What the plan (convert/plan.hpp check_experts) tells a format's traits about its MoE
+/// experts, for its `moe_warnings`: which kinds of expert linears the plan writes.
+struct moe_facts {
+    bool symmetric_experts = false;
+    bool asymmetric_experts = false;
+    bool dense_experts = false;
+};
+
+namespace detail {
+/// vLLM keeps scales in the model dtype: GPTQ and AWQ scales of another dtype decode to
+/// other weights than were measured. `advice` ends the sentence.
+inline void model_dtype_scales_warning(const serving_facts& f, std::string_view advice, std::vector<std::string>& w) {
+    if ((f.model == dtype::BF16 || f.model == dtype::F16) && f.scales != f.model)
+        w.push_back(std::string("scales are ") + std::string(dtype_name(f.scales)) + " in a " + std::string(dtype_name(f.model)) +
+                    " model: vLLM allocates scales in the model dtype (GroupQuantScaleParameter dtype=params_dtype in "
+                    "create_weights) and rounds them to " + std::string(dtype_name(f.model)) +
+                    ", so vLLM decodes slightly other weights than quantization_report.json measured" + std::string(advice));
+}
+}  // namespace detail
 
 /// A file a format writes beside config.json (GPTQ's quantize_config.json).
 struct side_file {
@@ -290,6 +332,19 @@ inline std::vector<std::int32_t> full_g_idx(const quantized_tensor& q) {
     std::vector<std::int32_t> g(static_cast<std::size_t>(q.cols));
     for (std::int64_t k = 0; k < q.cols; ++k) g[static_cast<std::size_t>(k)] = q.group_of(k);
     return g;
+}
+
+/// "<name> group g (row r)" for element i of q's [rows][groups] scales or zeros.
+inline std::string where_group(const quantized_tensor& q, std::size_t i) {
+    return q.name + " group " + std::to_string(static_cast<std::int64_t>(i) % q.groups()) + " (row " +
+           std::to_string(static_cast<std::int64_t>(i) / q.groups()) + ")";
+}
+
+/// Whether q's groups are the plain k / group_size ones (no act-order regrouping).
+inline bool g_idx_is_contiguous(const quantized_tensor& q) noexcept {
+    for (std::int64_t k = 0; k < q.cols; ++k)
+        if (q.group_of(k) != k / q.group_size) return false;
+    return true;
 }
 
 /// Keeps a read g_idx only when it is not the plain k / group_size map.
