@@ -8,9 +8,12 @@
 #   conv-sep  the converter with QFORGE_SEPARATE_COMPILATION (its qforge code compiled elsewhere)
 #   impl      the one TU that defines QFORGE_IMPLEMENTATION (paid once per program)
 # and the ratios the issue aims at (umbrella <= 2x std, converter <= 3x its std headers).
+# With QFORGE_COST_FOLDER=<tests folder> (e.g. io) it also compiles that test folder file by file
+# and as the one translation unit the suite builds (tests/CMakeLists.txt: QFORGE_UNITY_TESTS).
 #
 #   bench/compile_cost.sh [CXX] [FLAGS...]     e.g. bench/compile_cost.sh clang++ -O2
-# Defaults: g++ -O2. Run it at low priority on a quiet machine: each figure is one compile.
+# Defaults: g++ -O2. Run it at low priority on a quiet machine: each figure is one compile, and
+# the load average before and after is printed (CPU seconds grow on a loaded machine too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CXX="${1:-g++}"
@@ -57,7 +60,7 @@ conv=bench/compile_cost/custom_converter.cpp
 { std_headers_of "$conv"; printf 'int main() {}\n'; } >"$tmp/conv_std.cpp"
 printf '#define QFORGE_IMPLEMENTATION\n#include "qforge/qforge.hpp"\n' >"$tmp/impl.cpp"
 
-echo "$CXX ${FLAGS[*]} (CPU seconds, one compile each)"
+echo "$CXX ${FLAGS[*]} (CPU seconds, one compile each; $(nproc) CPUs, load before:$(cut -d' ' -f1-3 /proc/loadavg))"
 cpu std "$tmp/std.cpp"
 cpu umbrella "$tmp/umbrella.cpp"
 cpu conv-std "$tmp/conv_std.cpp"
@@ -73,3 +76,18 @@ if [[ -n "$(secs conv-sep)" ]]; then
     awk -v c="$(secs conv-sep)" -v cs="$(secs conv-std)" 'BEGIN {
         printf "separate converter / its std %5.2fx\n", c / cs }'
 fi
+if [[ -n "${QFORGE_COST_FOLDER:-}" ]]; then
+    folder="tests/$QFORGE_COST_FOLDER"
+    sep=()
+    case "$QFORGE_COST_FOLDER" in convert | gguf | hostile | repack | quality) sep=(-DQFORGE_SEPARATE_COMPILATION) ;; esac
+    own=(-Itests -DQFORGE_SOURCE_DIR=\"$PWD\" -DQFORGE_BINARY_DIR=\"$tmp\" "${sep[@]}")
+    : >"$tmp/unity.cpp"
+    for src in "$folder"/*.cpp; do
+        printf '#include "%s"\n' "$PWD/$src" >>"$tmp/unity.cpp"
+        cpu "file" "$src" "${own[@]}" >/dev/null
+    done
+    cpu unity "$tmp/unity.cpp" "${own[@]}" >/dev/null
+    awk -v f="$folder" '$1 == "file" { t += $2; n++ } $1 == "unity" { u = $2 }
+        END { printf "%s: %d files one by one %.2f s, as one TU %.2f s (%.2fx)\n", f, n, t, u, t / u }' "$tmp/table"
+fi
+echo "load after:$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -26,7 +26,7 @@ using namespace qforge;
 
 namespace {
 
-std::string scratch(const std::string& name) {
+std::string moe_scratch(const std::string& name) {
     static const testing::scratch_root root("moe");
     return root.fresh(name);
 }
@@ -46,7 +46,7 @@ const std::string& moe_dir(demo_moe style, bool shared = false) {
     static std::map<std::pair<int, bool>, std::string> dirs;
     auto [it, inserted] = dirs.emplace(std::pair{static_cast<int>(style), shared}, std::string());
     if (inserted) {
-        it->second = scratch("src" + std::to_string(static_cast<int>(style)) + (shared ? "s" : ""));
+        it->second = moe_scratch("src" + std::to_string(static_cast<int>(style)) + (shared ? "s" : ""));
         write_demo_checkpoint(it->second, moe_demo(style, shared));
     }
     return it->second;
@@ -234,7 +234,7 @@ TEST_CASE("fused experts kept dense: every per-expert tensor is its source slice
         const std::string& src_dir = moe_dir(gpt_oss ? demo_moe::gpt_oss : demo_moe::qwen_moe_fused);
         convert_options o = options(output_format::compressed_tensors);
         o.rules.keep("re:.*\\.experts\\..*");
-        const std::string out = scratch(std::string("keep") + (gpt_oss ? "-oss" : "-qwen"));
+        const std::string out = moe_scratch(std::string("keep") + (gpt_oss ? "-oss" : "-qwen"));
         convert(src_dir, out, o);
         checkpoint_source src(src_dir), dst(out);
         CHECK_FALSE(dst.contains("model.layers.0.mlp.experts.gate_up_proj"));
@@ -265,7 +265,7 @@ TEST_CASE("fused experts quantized: decoded per expert, each matches its own sou
     for (const bool gpt_oss : {false, true}) {
         CAPTURE(gpt_oss);
         const std::string& src_dir = moe_dir(gpt_oss ? demo_moe::gpt_oss : demo_moe::qwen_moe_fused);
-        const std::string out = scratch(std::string("q") + (gpt_oss ? "-oss" : "-qwen"));
+        const std::string out = moe_scratch(std::string("q") + (gpt_oss ? "-oss" : "-qwen"));
         const conversion_result r = convert(src_dir, out, options(output_format::compressed_tensors));
         checkpoint_source src(src_dir), dst(out);
         for (const auto& t : dst.tensors()) CHECK(t.shape.size() <= 2);  // never a fused 3-D quantized tensor
@@ -294,7 +294,7 @@ TEST_CASE("fused experts quantized: decoded per expert, each matches its own sou
 TEST_CASE("fused experts of an architecture without a verified rule are refused, nothing written") {
     // Mixtral v5 and Qwen3-VL-MoE also store fused experts, in orientations qforge has not read
     // in their modeling code: a guess would corrupt silently, so the plan refuses with the reason.
-    const std::string src_dir = scratch("fused-unknown");
+    const std::string src_dir = moe_scratch("fused-unknown");
     write_demo_checkpoint(src_dir, moe_demo(demo_moe::qwen_moe_fused));
     json cfg = json::parse(io::read_file(src_dir + "/config.json"));
     cfg.set("model_type", "qwen3_vl_moe");
@@ -307,7 +307,7 @@ TEST_CASE("fused experts of an architecture without a verified rule are refused,
     CHECK(p.refusals.front().find(".mlp.experts.") != std::string::npos);
     CHECK(p.refusals.front().find("qwen3_vl_moe") != std::string::npos);
     CHECK(p.refusals.front().find("no verified orientation rule") != std::string::npos);
-    const std::string out = scratch("fused-unknown-out");
+    const std::string out = moe_scratch("fused-unknown-out");
     CHECK_THROWS_AS(convert(src_dir, out, options(output_format::gptq)), unsupported_error);
     CHECK_FALSE(io::path_exists(out));
 }
@@ -343,7 +343,7 @@ TEST_CASE("per-expert MoE, both naming styles: every expert of every format deco
             CAPTURE(st.block);
             CAPTURE(format_name(f));
             const quant_spec s{4, 64, f != output_format::awq, scale_method::minmax, std::nullopt};
-            const std::string out = scratch(std::string("pe-") + st.leaves[0] + "-" + std::string(format_name(f)));
+            const std::string out = moe_scratch(std::string("pe-") + st.leaves[0] + "-" + std::string(format_name(f)));
             convert(moe_dir(st.style), out, options(f, s));
             checkpoint_source src(moe_dir(st.style)), dst(out);
             for (int l = 0; l < 2; ++l)
@@ -363,7 +363,7 @@ TEST_CASE("compressed-tensors MoE config: the shape every vLLM MoE path and tran
     for (const demo_moe style : {demo_moe::qwen_moe, demo_moe::mixtral}) {
         const bool mixtral = style == demo_moe::mixtral;
         CAPTURE(mixtral);
-        const std::string out = scratch(mixtral ? "ct-mixtral" : "ct-qwen");
+        const std::string out = moe_scratch(mixtral ? "ct-mixtral" : "ct-qwen");
         convert(moe_dir(style, !mixtral), out, options(output_format::compressed_tensors));
         const json qc = quantization_config(out);
         const json& groups = qc.at("config_groups");
@@ -416,7 +416,7 @@ TEST_CASE("compressed-tensors MoE config: the shape every vLLM MoE path and tran
 TEST_CASE("compressed-tensors MoE with several schemes: experts' group first with Linear; fused layers must join it") {
     convert_options o = options(output_format::compressed_tensors);
     o.rules.quantize("re:.*o_proj", {8, -1, true, scale_method::minmax, std::nullopt});
-    const std::string out = scratch("ct-mixed");
+    const std::string out = moe_scratch("ct-mixed");
     convert(moe_dir(demo_moe::qwen_moe), out, o);
     const json groups = quantization_config(out).at("config_groups");
     REQUIRE(groups.size() == 2);
@@ -471,7 +471,7 @@ TEST_CASE("MoE experts of one block share one scheme, and all experts share one"
 }
 
 TEST_CASE("AWQ MoE: routers and shared-expert gates listed in modules_to_not_convert") {
-    const std::string out = scratch("awq-moe");
+    const std::string out = moe_scratch("awq-moe");
     convert(moe_dir(demo_moe::qwen_moe, true), out, options(output_format::awq, {4, 64, false, scale_method::minmax, std::nullopt}));
     const auto skip = strings(quantization_config(out).at("modules_to_not_convert"));
     // vLLM auto_awq.py get_quant_method -> is_layer_skipped(prefix, modules_to_not_convert);
@@ -502,7 +502,7 @@ TEST_CASE("AWQ MoE: routers and shared-expert gates listed in modules_to_not_con
 
 TEST_CASE("GPTQ MoE: routers kept dense through GPTQModel's dynamic negative matches") {
     for (const demo_moe style : {demo_moe::qwen_moe, demo_moe::mixtral}) {
-        const std::string out = scratch(style == demo_moe::mixtral ? "gptq-mixtral" : "gptq-qwen");
+        const std::string out = moe_scratch(style == demo_moe::mixtral ? "gptq-mixtral" : "gptq-qwen");
         convert(moe_dir(style), out, options(output_format::gptq));
         const json qc = quantization_config(out);
         const json side = json::parse(io::read_file(out + "/quantize_config.json"));
@@ -531,8 +531,8 @@ TEST_CASE("GPTQ MoE: routers kept dense through GPTQModel's dynamic negative mat
         CHECK(dst.view(router + ".weight").type == dtype::BF16);
     }
     // Dense models get no dynamic key (their bytes are unchanged).
-    const std::string dense = scratch("gptq-dense");
-    const std::string src = scratch("dense-src");
+    const std::string dense = moe_scratch("gptq-dense");
+    const std::string src = moe_scratch("dense-src");
     write_demo_checkpoint(src, testing::small_demo());
     convert(src, dense, options(output_format::gptq));
     CHECK_FALSE(quantization_config(dense).contains("dynamic"));
@@ -554,7 +554,7 @@ TEST_CASE("MoE warnings name the engine that misreads the output") {
     CHECK(v2_warned[0].find("--format gptq") != std::string::npos);
     CHECK(with(plan_conversion(src, options(output_format::gptq)), "prepare_int4_moe_layer_for_cpu").empty());
     // The stored v1 zero really is 7 (+1 = 8 in that kernel) and v2's is 8 (+1 = 9).
-    const std::string v1 = scratch("w-v1"), v2 = scratch("w-v2");
+    const std::string v1 = moe_scratch("w-v1"), v2 = moe_scratch("w-v2");
     convert(moe_dir(demo_moe::qwen_moe), v1, options(output_format::gptq));
     convert(moe_dir(demo_moe::qwen_moe), v2, options(output_format::gptq_v2));
     CHECK(at<std::uint32_t>(checkpoint_source(v1).view("model.layers.0.mlp.experts.1.up_proj.qzeros"), 0) == 0x77777777u);
@@ -565,7 +565,7 @@ TEST_CASE("MoE warnings name the engine that misreads the output") {
     CHECK(with(plan_conversion(src, options(output_format::compressed_tensors, asym)), "DecompressExperts").size() == 1);
     CHECK(with(plan_conversion(src, options(output_format::compressed_tensors)), "DecompressExperts").empty());
     // A dense model warns about neither.
-    const std::string dense_dir = scratch("dense-warn");
+    const std::string dense_dir = moe_scratch("dense-warn");
     write_demo_checkpoint(dense_dir, testing::small_demo());
     checkpoint_source dense(dense_dir);
     CHECK(with(plan_conversion(dense, options(output_format::gptq_v2)), "MoE").empty());
@@ -616,7 +616,7 @@ TEST_CASE("fused experts: mapped or copied reads, one or two threads, write the 
     const std::string& src = moe_dir(demo_moe::gpt_oss);
     convert_options o = options(output_format::gptq);
     o.threads = 1;
-    const std::string a = scratch("same-a"), b = scratch("same-b");
+    const std::string a = moe_scratch("same-a"), b = moe_scratch("same-b");
     convert(src, a, o);
     o.threads = 2;
     o.read = source_read::copied;

@@ -19,7 +19,7 @@ namespace {
 
 std::string tmp_path(const char* name) { return std::string(QFORGE_BINARY_DIR) + "/gguf_test_" + name + ".gguf"; }
 
-std::vector<std::byte> slurp(const std::string& path) {
+std::vector<std::byte> slurp_bytes(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     std::vector<char> c{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
     std::vector<std::byte> b(c.size());
@@ -52,7 +52,7 @@ std::vector<std::byte> valid_image() {
     w.write_tensor(bytes_of(68, 1));
     w.write_tensor(bytes_of(20, 2));
     w.finish();
-    return slurp(path);
+    return slurp_bytes(path);
 }
 
 void put_u32(std::vector<std::byte>& b, std::size_t at, std::uint32_t v) { std::memcpy(b.data() + at, &v, 4); }
@@ -91,7 +91,7 @@ TEST_CASE("gguf writer -> reader round trip keeps metadata types, shapes, offset
         w.write_tensor(b);
         w.finish();
     }
-    const auto img = slurp(path);
+    const auto img = slurp_bytes(path);
     reader r(path);
     CHECK(r.version() == 3);
     CHECK(r.alignment() == 32);
@@ -226,7 +226,7 @@ TEST_CASE("gguf reader refuses every malformed file") {
         w.write_tensor(bytes_of(16, 0));
         w.write_tensor(bytes_of(16, 1));
         w.finish();
-        auto d = slurp(p);
+        auto d = slurp_bytes(p);
         d[find(d, "t2") + 1] = std::byte{'1'};
         refused(d, "duplicate tensor name");
     }
@@ -260,7 +260,7 @@ TEST_CASE("gguf reader refuses every malformed file") {
         file_writer w(p, {}, {{std::string(63, 'x'), {4}, ggml_type::f32}});
         w.write_tensor(bytes_of(16, 0));
         w.finish();
-        auto d = slurp(p);
+        auto d = slurp_bytes(p);
         const auto at = find(d, std::string(63, 'x'));
         put_u32(d, at - 8, 64);  // claim 64 bytes: the name now swallows one byte of n_dims
         refused(d, "");
@@ -270,7 +270,7 @@ TEST_CASE("gguf reader refuses every malformed file") {
         const auto p = tmp_path("badalign");
         file_writer w(p, {{"general.alignment", value::u32(32)}}, {});
         w.finish();
-        auto d = slurp(p);
+        auto d = slurp_bytes(p);
         const auto at = find(d, "general.alignment");
         put_u32(d, at + 17 + 4, 48);
         refused(d, "power of two");

@@ -9,13 +9,15 @@
 #include <new>
 
 namespace {
-void* allocate(std::size_t n) noexcept {
+// Not inlined into the operators: where the folder compiles as one TU (QFORGE_UNITY_TESTS), g++
+// would otherwise see free() applied to memory from operator new (-Wmismatched-new-delete).
+[[gnu::noinline]] void* allocate(std::size_t n) noexcept {
     qforge::hostile::note_allocation(n);
     void* p = std::malloc(n ? n : 1);
     if (p) qforge::hostile::note_block(malloc_usable_size(p));
     return p;
 }
-void release(void* p) noexcept {
+[[gnu::noinline]] void release(void* p) noexcept {
     if (p) qforge::hostile::note_release(malloc_usable_size(p));
     std::free(p);
 }

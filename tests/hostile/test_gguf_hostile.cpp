@@ -48,7 +48,7 @@ struct gguf_bytes {
 };
 
 template <class E>
-void refused(const gguf_bytes& g, const char* needle, std::size_t max_alloc = std::size_t{1} << 20) {
+void gguf_refused(const gguf_bytes& g, const char* needle, std::size_t max_alloc = std::size_t{1} << 20) {
     alloc_probe probe;
     CHECK_THROWS_WITH_AS(gg::reader::from_memory(g.span(), "hostile.gguf"), doctest::Contains(needle), E);
     CHECK(probe.largest() <= max_alloc);
@@ -57,22 +57,22 @@ void refused(const gguf_bytes& g, const char* needle, std::size_t max_alloc = st
 }  // namespace
 
 TEST_CASE("gguf hostile: counts and lengths beyond the file are refused without allocating them") {
-    refused<qforge::format_error>(gguf_bytes{}.head(INT64_MAX, 0), "tensor count");
-    refused<qforge::format_error>(gguf_bytes{}.head(-1, 0), "tensor count");
-    refused<qforge::format_error>(gguf_bytes{}.head(0, INT64_MAX), "key/value count");
+    gguf_refused<qforge::format_error>(gguf_bytes{}.head(INT64_MAX, 0), "tensor count");
+    gguf_refused<qforge::format_error>(gguf_bytes{}.head(-1, 0), "tensor count");
+    gguf_refused<qforge::format_error>(gguf_bytes{}.head(0, INT64_MAX), "key/value count");
     // A key whose string length claims 2^63 bytes.
     gguf_bytes long_key;
     long_key.head(0, 1).pod<std::uint64_t>(std::uint64_t{1} << 63).b += std::string(64, 'k');
-    refused<qforge::format_error>(long_key, "runs past the end");
+    gguf_refused<qforge::format_error>(long_key, "runs past the end");
     // An array of 2^60 u64 elements.
-    refused<qforge::format_error>(gguf_bytes{}.head(0, 1).str("k").pod<std::uint32_t>(9).pod<std::uint32_t>(10).pod<std::uint64_t>(std::uint64_t{1} << 60),
+    gguf_refused<qforge::format_error>(gguf_bytes{}.head(0, 1).str("k").pod<std::uint32_t>(9).pod<std::uint32_t>(10).pod<std::uint64_t>(std::uint64_t{1} << 60),
                                   "runs past the end");
     // An array of 2^40 strings (each at least 8 bytes of length).
-    refused<qforge::format_error>(gguf_bytes{}.head(0, 1).str("k").pod<std::uint32_t>(9).pod<std::uint32_t>(8).pod<std::uint64_t>(std::uint64_t{1} << 40),
+    gguf_refused<qforge::format_error>(gguf_bytes{}.head(0, 1).str("k").pod<std::uint32_t>(9).pod<std::uint32_t>(8).pod<std::uint64_t>(std::uint64_t{1} << 40),
                                   "runs past the end");
     // Nested arrays and unknown value types.
-    refused<qforge::format_error>(gguf_bytes{}.head(0, 1).str("k").pod<std::uint32_t>(9).pod<std::uint32_t>(9).pod<std::uint64_t>(0), "nested array");
-    refused<qforge::format_error>(gguf_bytes{}.head(0, 1).str("k").pod<std::uint32_t>(13).pod<std::uint32_t>(0), "invalid GGUF type");
+    gguf_refused<qforge::format_error>(gguf_bytes{}.head(0, 1).str("k").pod<std::uint32_t>(9).pod<std::uint32_t>(9).pod<std::uint64_t>(0), "nested array");
+    gguf_refused<qforge::format_error>(gguf_bytes{}.head(0, 1).str("k").pod<std::uint32_t>(13).pod<std::uint32_t>(0), "invalid GGUF type");
 }
 
 TEST_CASE("gguf hostile: tensor tables with impossible sizes are refused") {
@@ -83,22 +83,22 @@ TEST_CASE("gguf hostile: tensor tables with impossible sizes are refused") {
         g.pod(type).pod(offset).pad();
         return g;
     };
-    refused<qforge::format_error>(one_tensor({INT64_MAX, 4}, 0, 0), "overflows");
-    refused<qforge::format_error>(one_tensor({-1}, 0, 0), "negative");
-    refused<qforge::format_error>(one_tensor({1, 1, 1, 1, 1}, 0, 0), "at most 4");
-    refused<qforge::format_error>(one_tensor({33}, 8, 0), "not a multiple");           // q8_0 blocks of 32
-    refused<qforge::format_error>(one_tensor({32}, 4, 0), "invalid ggml type");        // removed id 4
-    refused<qforge::format_error>(one_tensor({4}, 0, 32), "expected 0");                // offset not the running sum
-    refused<qforge::format_error>(one_tensor({std::int64_t{1} << 40}, 0, 0), "past the end");  // 4 TiB of f32
-    refused<qforge::format_error>(one_tensor({4}, 0, 0, std::string(64, 'n')), "at most 63");
+    gguf_refused<qforge::format_error>(one_tensor({INT64_MAX, 4}, 0, 0), "overflows");
+    gguf_refused<qforge::format_error>(one_tensor({-1}, 0, 0), "negative");
+    gguf_refused<qforge::format_error>(one_tensor({1, 1, 1, 1, 1}, 0, 0), "at most 4");
+    gguf_refused<qforge::format_error>(one_tensor({33}, 8, 0), "not a multiple");           // q8_0 blocks of 32
+    gguf_refused<qforge::format_error>(one_tensor({32}, 4, 0), "invalid ggml type");        // removed id 4
+    gguf_refused<qforge::format_error>(one_tensor({4}, 0, 32), "expected 0");                // offset not the running sum
+    gguf_refused<qforge::format_error>(one_tensor({std::int64_t{1} << 40}, 0, 0), "past the end");  // 4 TiB of f32
+    gguf_refused<qforge::format_error>(one_tensor({4}, 0, 0, std::string(64, 'n')), "at most 63");
     // Found by tests/fuzz/fuzz_gguf.cpp: ne[0] = 2^62 + 3 f32 elements is 2^64 + 12 bytes, which
     // wrapped to 12; the 12 bytes present then passed and read_f32 tried to allocate 2^62 floats.
     gguf_bytes wrap = one_tensor({(std::int64_t{1} << 62) + 3}, 0, 0);
     wrap.b += std::string(32, '\0');
-    refused<qforge::format_error>(wrap, "overflows");
+    gguf_refused<qforge::format_error>(wrap, "overflows");
     gguf_bytes wrap_f64 = one_tensor({(std::int64_t{1} << 61) + 1}, 28, 0);  // f64: 2^64 + 8 bytes
     wrap_f64.b += std::string(32, '\0');
-    refused<qforge::format_error>(wrap_f64, "overflows");
+    gguf_refused<qforge::format_error>(wrap_f64, "overflows");
 }
 
 TEST_CASE("gguf hostile: a zero-element tensor reads as zero bytes (no memcpy on a null pointer)") {

@@ -31,12 +31,12 @@ void write_index(const fs::path& folder, const std::string& shard_name, const st
 }
 
 // The hostile shard names, each with a word its refusal message must contain.
-struct bad_name {
+struct unsafe_name {
     std::string name;
     const char* needle;
 };
 
-std::vector<bad_name> bad_names(const fs::path& outside_file) {
+std::vector<unsafe_name> unsafe_names(const fs::path& outside_file) {
     return {
         {outside_file.string(), "path separator"},              // absolute path to a real file
         {"../outside.safetensors", "path separator"},           // climbing out
@@ -54,7 +54,7 @@ std::vector<bad_name> bad_names(const fs::path& outside_file) {
 }  // namespace
 
 TEST_CASE("path safety: check_plain_file_name refuses every non-plain name, naming the source file") {
-    for (const bad_name& bad : bad_names("/etc/passwd")) {
+    for (const unsafe_name& bad : unsafe_names("/etc/passwd")) {
         const std::string name = bad.name;
         const char* const needle = bad.needle;
         CAPTURE(name);
@@ -74,7 +74,7 @@ TEST_CASE("path safety: index.json shard names that leave the folder are refused
     fs::create_directories(model);
     write_one_tensor_shard(root / "outside.safetensors", "w");  // a valid file the attacker wants read
     write_one_tensor_shard(model / "model.safetensors", "w");
-    for (const bad_name& bad : bad_names(root / "outside.safetensors")) {
+    for (const unsafe_name& bad : unsafe_names(root / "outside.safetensors")) {
         const std::string name = bad.name;
         const char* const needle = bad.needle;
         CAPTURE(name);
@@ -136,7 +136,7 @@ TEST_CASE("path safety: side files that are symlinks out of the source are not c
 TEST_CASE("path safety: an atomic output folder only hands out plain names inside it") {
     scratch_dir root;
     io::atomic_output_dir out((root / "out").string());
-    for (const bad_name& bad : bad_names(root / "x")) {
+    for (const unsafe_name& bad : unsafe_names(root / "x")) {
         const std::string name = bad.name;
         const char* const needle = bad.needle;
         CAPTURE(name);

@@ -32,13 +32,13 @@ struct f32_matrix {
     }
 };
 
-std::vector<std::uint8_t> bytes_of(const owned_tensor& t) {
+std::vector<std::uint8_t> fp4_bytes_of(const owned_tensor& t) {
     std::vector<std::uint8_t> out(t.bytes.size());
     std::memcpy(out.data(), t.bytes.data(), out.size());
     return out;
 }
 
-std::vector<tensor_view> views_of(const std::vector<owned_tensor>& ts) {
+std::vector<tensor_view> fp4_views_of(const std::vector<owned_tensor>& ts) {
     std::vector<tensor_view> v;
     for (const auto& t : ts) v.push_back(t.view());
     return v;
@@ -82,9 +82,9 @@ TEST_CASE("NVFP4 golden: one group, every E2M1 tie to the even code, -0.25 keeps
     CHECK(t[0].name == "l.weight_packed");
     CHECK(t[0].type == dtype::U8);
     CHECK(t[0].shape == shape_t{1, 8});
-    CHECK(bytes_of(t[0]) == std::vector<std::uint8_t>{0x00, 0x21, 0x22, 0x43, 0x44, 0x65, 0x66, 0x87});
+    CHECK(fp4_bytes_of(t[0]) == std::vector<std::uint8_t>{0x00, 0x21, 0x22, 0x43, 0x44, 0x65, 0x66, 0x87});
     CHECK(t[1].type == dtype::F8_E4M3);
-    CHECK(bytes_of(t[1]) == std::vector<std::uint8_t>{0x7E});  // 448 * (6 / 6) = 448
+    CHECK(fp4_bytes_of(t[1]) == std::vector<std::uint8_t>{0x7E});  // 448 * (6 / 6) = 448
     CHECK(t[2].type == dtype::F32);
     CHECK(t[2].shape == shape_t{1});
     CHECK(global_of(t) == 448.0f);  // 2688 / 6
@@ -99,11 +99,11 @@ TEST_CASE("NVFP4 golden: zero group -> eps scale 0.125, small normal scale, subn
     CHECK(global_of(t) == 448.0f);
     // g0: amax 0 -> scale 0 -> 0.125 (0x20). g1: 448 * 0.001/6 = 0.0747 -> 1.25 * 2^-4 (0x1A).
     // g2: 448 * 7.9e-5/6 = 3.02 * 2^-9 -> subnormal 3 * 2^-9 (0x03).
-    CHECK(bytes_of(t[1]) == std::vector<std::uint8_t>{0x20, 0x1A, 0x03});
+    CHECK(fp4_bytes_of(t[1]) == std::vector<std::uint8_t>{0x20, 0x1A, 0x03});
     std::vector<std::uint8_t> packed(24, 0);
     packed[8] = 0xD7;   // 0.001 / (0.078125/448) = 5.73 -> 6 (7); -0.0005 -> -2.87 -> -3 (0xD)
     packed[16] = 0x07;  // 7.9e-5 / (0.005859375/448) = 6.04 -> clamp 6 (7)
-    CHECK(bytes_of(t[0]) == packed);
+    CHECK(fp4_bytes_of(t[0]) == packed);
 }
 
 TEST_CASE("NVFP4 decode of the written bytes: e2m1 * (e4m3(scale) / global), and the SNR it reports") {
@@ -111,7 +111,7 @@ TEST_CASE("NVFP4 decode of the written bytes: e2m1 * (e4m3(scale) / global), and
     snr_sums sums;
     const nvfp4_layout layout({false, dtype::F32});
     const auto t = layout.quantize(w.view(), "m", std::nullopt, {}, &sums);
-    const auto dq = layout.decode(views_of(t), "m");
+    const auto dq = layout.decode(fp4_views_of(t), "m");
     const float g = global_of(t);
     double sig = 0, err = 0;
     for (std::int64_t r = 0; r < 8; ++r)
@@ -136,12 +136,12 @@ TEST_CASE("NVFP4 fused group: siblings quantized under the group's amax share on
     const nvfp4_layout layout({false, dtype::F32});
     const float amax = std::max({nvfp4_layout::amax_of(q.view()), nvfp4_layout::amax_of(k.view()), nvfp4_layout::amax_of(v.view())});
     const auto tq = layout.quantize(q.view(), "q", amax), tk = layout.quantize(k.view(), "k", amax), tv = layout.quantize(v.view(), "v", amax);
-    CHECK(bytes_of(tq[2]) == bytes_of(tk[2]));
-    CHECK(bytes_of(tk[2]) == bytes_of(tv[2]));
+    CHECK(fp4_bytes_of(tq[2]) == fp4_bytes_of(tk[2]));
+    CHECK(fp4_bytes_of(tk[2]) == fp4_bytes_of(tv[2]));
     CHECK(global_of(tq) == nvfp4_global_scale(amax));
     CHECK(global_of(layout.quantize(q.view(), "q")) != global_of(tq));  // its own amax is smaller
     // Decoding each sibling with the one shared global gives back what was written.
-    for (const auto* t : {&tq, &tk, &tv}) CHECK_NOTHROW(layout.decode(views_of(*t), t->front().name.substr(0, 1)));
+    for (const auto* t : {&tq, &tk, &tv}) CHECK_NOTHROW(layout.decode(fp4_views_of(*t), t->front().name.substr(0, 1)));
 }
 
 TEST_CASE("NVFP4 BF16 weights: amax/6 is rounded to bf16 before the global multiplies it") {
@@ -154,8 +154,8 @@ TEST_CASE("NVFP4 BF16 weights: amax/6 is rounded to bf16 before the global multi
     const tensor_view w{"b.weight", dtype::BF16, {1, 32}, std::span<const std::byte>(reinterpret_cast<const std::byte*>(h.data()), 64)};
     const auto t = nvfp4_layout({false, dtype::BF16}).quantize(w, "b", 3e-3f);
     const float local = bf16_to_float(float_to_bf16(bf16_to_float(h[16]) / 6.0f));
-    CHECK(bytes_of(t[1])[1] == float_to_e4m3(nvfp4_global_scale(3e-3f) * local));
-    CHECK(bytes_of(t[1])[0] == 0x7E);
+    CHECK(fp4_bytes_of(t[1])[1] == float_to_e4m3(nvfp4_global_scale(3e-3f) * local));
+    CHECK(fp4_bytes_of(t[1])[0] == 0x7E);
 }
 
 TEST_CASE("NVFP4 refusals name the tensor: K odd, K not a multiple of 16, NaN, wrong dtype") {
@@ -172,7 +172,7 @@ TEST_CASE("NVFP4 refusals name the tensor: K odd, K not a multiple of 16, NaN, w
     CHECK_THROWS_WITH_AS(layout.quantize(nan.view(), "z"), doctest::Contains("row 0, column 5"), unsupported_error);
     const f32_matrix ok = random_matrix(1, 16, 3);
     const auto t = layout.quantize(ok.view(), "m");
-    auto views = views_of(t);
+    auto views = fp4_views_of(t);
     views.pop_back();  // no weight_global_scale
     CHECK_THROWS_WITH_AS(layout.decode(views, "m"), doctest::Contains("m.weight_global_scale"), format_error);
 }
@@ -222,15 +222,15 @@ TEST_CASE("MXFP4 (compressed-tensors) golden: exponent from round_to_power_2, co
     REQUIRE(t.size() == 2);
     CHECK(t[1].type == dtype::U8);
     CHECK(t[1].shape == shape_t{3, 1});
-    CHECK(bytes_of(t[1]) == std::vector<std::uint8_t>{0x7F, 0x80, 0x00});
+    CHECK(fp4_bytes_of(t[1]) == std::vector<std::uint8_t>{0x7F, 0x80, 0x00});
     std::vector<std::uint8_t> packed(48, 0);
     packed[0] = 0xD7;   // 6 -> 7, -3 -> 0xD
     packed[1] = 0x04;   // 1.75 -> 2 (even), 0.25 -> 0 (even)
     packed[2] = 0x62;   // 0.75 -> 1 (even), 5 -> 4 (even)
     packed[16] = 0x16;  // 7/2 = 3.5 -> 4 (6), 1/2 -> 0.5 (1)
     packed[17] = 0x80;  // 0.5/2 = 0.25 -> 0, -0.25 -> -0 (8)
-    CHECK(bytes_of(t[0]) == packed);
-    const auto dq = mxfp4_layout().decode(views_of(t), "e");
+    CHECK(fp4_bytes_of(t[0]) == packed);
+    const auto dq = mxfp4_layout().decode(fp4_views_of(t), "e");
     CHECK(dq[0] == 6.0f);
     CHECK(dq[32] == 8.0f);
     CHECK(dq[33] == 1.0f);
@@ -287,7 +287,7 @@ TEST_CASE("GGUF MXFP4 golden: e = floor(log2 amax) - 2 + 127, low nibble j / hig
 TEST_CASE("compressed-tensors MXFP4 -> GGUF MXFP4 is a nibble permutation: same values decoded") {
     const f32_matrix w = random_matrix(4, 64, 11);
     const auto t = mxfp4_layout().quantize(w.view(), "m");
-    const auto ct = mxfp4_layout().decode(views_of(t), "m");
+    const auto ct = mxfp4_layout().decode(fp4_views_of(t), "m");
     std::vector<gguf::block_mxfp4> blocks(4 * 2);
     for (int r = 0; r < 4; ++r)
         gguf::ct_mxfp4_row_to_gguf(reinterpret_cast<const std::uint8_t*>(t[0].bytes.data()) + r * 32,

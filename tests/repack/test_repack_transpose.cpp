@@ -122,13 +122,13 @@ TEST_CASE("field test on words agrees with a loop over the fields") {
 
 namespace {
 
-store store_of(const std::vector<owned_tensor>& ts) {
+store transpose_store_of(const std::vector<owned_tensor>& ts) {
     store st;
     for (const auto& t : ts) st.add(t);
     return st;
 }
 
-bool same_tensors(const std::vector<owned_tensor>& a, const std::vector<owned_tensor>& b) {
+bool same_transposed(const std::vector<owned_tensor>& a, const std::vector<owned_tensor>& b) {
     if (a.size() != b.size()) return false;
     for (std::size_t i = 0; i < a.size(); ++i)
         if (a[i].name != b[i].name || a[i].type != b[i].type || a[i].shape != b[i].shape || a[i].bytes != b[i].bytes) return false;
@@ -220,7 +220,7 @@ TEST_CASE("fast path = general path: large layers (streamed), scale dtype change
         if (c.N * c.bits % 32 == 0) {  // else GPTQ cannot hold it: only the compressed-tensors input exists
             repack_target keep = to(c.v2 ? output_format::gptq_v2 : output_format::gptq, c.scale);
             keep.scale_dtype = c.scale;  // the input keeps its scale dtype
-            store gs = store_of(repack_pack(repack_prepare(q, keep), p, keep));
+            store gs = transpose_store_of(repack_pack(repack_prepare(q, keep), p, keep));
             const repack_source gsrc = make_repack_source(gs.views, "in");
             std::vector<owned_tensor> fast{owned_tensor{}};
             const std::string slow_err = general(gsrc, p, gptq_in(c.bits, c.g, c.sym, c.v2), to(output_format::compressed_tensors, c.ct_model), slow);
@@ -229,13 +229,13 @@ TEST_CASE("fast path = general path: large layers (streamed), scale dtype change
             std::vector<owned_tensor> probe;
             CHECK(repack_detail::fast_gptq_to_ct(gsrc, p, gptq_in(c.bits, c.g, c.sym, c.v2).gptq, to(output_format::compressed_tensors, c.ct_model), probe) == c.fast);
             if (!slow_err.empty()) continue;
-            CHECK(same_tensors(fast, slow));
+            CHECK(same_transposed(fast, slow));
             CHECK(same_shape_info(gsrc, p, gptq_in(c.bits, c.g, c.sym, c.v2), to(output_format::compressed_tensors, c.ct_model)));
         }
 
         repack_target ck = to(output_format::compressed_tensors, c.ct_model);
         ck.scale_dtype = c.scale;
-        store cs = store_of(repack_pack(repack_prepare(q, ck), p, ck));
+        store cs = transpose_store_of(repack_pack(repack_prepare(q, ck), p, ck));
         const repack_source csrc = make_repack_source(cs.views, "in");
         std::vector<owned_tensor> slow2, fast2 = slow;  // reused storage of other shapes
         const std::string e1 = general(csrc, p, ct_in(c.bits, c.g, c.sym), to(c.gptq_target), slow2);
@@ -244,7 +244,7 @@ TEST_CASE("fast path = general path: large layers (streamed), scale dtype change
         std::vector<owned_tensor> probe;
         CHECK(repack_detail::fast_ct_to_gptq(csrc, p, ct_in(c.bits, c.g, c.sym).ct, to(c.gptq_target), probe) == c.fast);
         if (!e1.empty()) continue;
-        CHECK(same_tensors(fast2, slow2));
+        CHECK(same_transposed(fast2, slow2));
         CHECK(same_shape_info(csrc, p, ct_in(c.bits, c.g, c.sym), to(c.gptq_target)));
     }
 }
@@ -254,7 +254,7 @@ TEST_CASE("fast path hands malformed zero points to the general path, which name
     quantized_tensor q = random_qt(64, 256, 4, 64, false, dtype::F16, 9, false);
     q.name = p;
     const auto v1 = to(output_format::gptq);
-    store gs = store_of(repack_pack(repack_prepare(q, v1), p, v1));
+    store gs = transpose_store_of(repack_pack(repack_prepare(q, v1), p, v1));
     auto& qz = gs.owned.at(p + ".qzeros");
     std::uint32_t w;
     std::memcpy(&w, qz.bytes.data() + 4 * 3, 4);

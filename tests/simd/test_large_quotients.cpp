@@ -28,8 +28,8 @@ float reference_error(const std::vector<float>& w, const grid_params& p) {
     float part[8] = {};
     for (std::size_t i = 0; i < w.size(); ++i) {
         const float q = static_cast<float>(reference_code(w[i], p)) - p.zero;
-        const float e = detail::no_contract(q * p.scale) - w[i];
-        part[i % 8] += detail::no_contract(e * e);
+        const float e = qforge::simd::detail::no_contract(q * p.scale) - w[i];
+        part[i % 8] += qforge::simd::detail::no_contract(e * e);
     }
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }

@@ -15,7 +15,7 @@ using namespace qforge::simd;
 
 namespace {
 
-std::vector<isa> other_isas() {
+std::vector<isa> pack_other_isas() {
     std::vector<isa> out;
     for (isa i : all_isas) {
         if (i == isa::scalar) continue;
@@ -99,7 +99,7 @@ TEST_CASE("pack kernels: or_bytes is the OR of every byte on every ISA") {
 
 TEST_CASE("pack kernels: pack4_rows is the transposed dense 4-bit stream, identical on every ISA") {
     const auto& ref = kernels_of<pack_kernels>(isa::scalar);
-    const auto others = other_isas();
+    const auto others = pack_other_isas();
     for (std::int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 15, 16})
         for (std::int64_t cols : {1, 7, 8, 13, 16, 24, 31, 32, 33, 40, 64, 96, 136, 264, 1000}) {
             CAPTURE(rows);
@@ -125,7 +125,7 @@ TEST_CASE("pack kernels: pack4_rows is the transposed dense 4-bit stream, identi
 
 TEST_CASE("pack kernels: awq4_transposed is the AWQ gather, identical on every ISA") {
     const auto& ref = kernels_of<pack_kernels>(isa::scalar);
-    const auto others = other_isas();
+    const auto others = pack_other_isas();
     for (std::int64_t rows : {8, 16, 24, 40, 64, 136, 200})
         for (std::int64_t cols : {8, 16, 56, 64, 72, 128, 200}) {
             CAPTURE(rows);
@@ -146,7 +146,7 @@ TEST_CASE("pack kernels: awq4_transposed is the AWQ gather, identical on every I
 
 TEST_CASE("pack kernels: awq4_band writes the band's word columns only, identical on every ISA") {
     const auto& ref = kernels_of<pack_kernels>(isa::scalar);
-    const auto others = other_isas();
+    const auto others = pack_other_isas();
     for (std::int64_t rows : {8, 16, 24, 32, 40, 64, 104})
         for (std::int64_t cols : {1, 7, 8, 9, 13, 15, 16, 17, 45, 61, 64, 100}) {
             CAPTURE(rows);

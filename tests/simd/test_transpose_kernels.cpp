@@ -15,7 +15,7 @@ using namespace qforge::simd;
 
 namespace {
 
-std::vector<isa> runnable_isas() {
+std::vector<isa> transpose_isas() {
     std::vector<isa> out;
     for (isa i : all_isas)
         if (available(i)) out.push_back(i);
@@ -73,7 +73,7 @@ TEST_CASE("transpose kernels: words, words_tiled and words_streamed of every ISA
             CAPTURE(shift);
             REQUIRE(run_words(ref.words_streamed, src, rows, cols, shift) == want);
             REQUIRE(run_words(ref.words_tiled, src, rows, cols, shift) == want);
-            for (isa i : runnable_isas()) {
+            for (isa i : transpose_isas()) {
                 CAPTURE(std::string(isa_name(i)));
                 const transpose_kernels& k = kernels_of<transpose_kernels>(i);
                 CHECK(k.id == i);
@@ -93,7 +93,7 @@ TEST_CASE("transpose kernels: words() streams large matrices, with the bytes of 
         const std::vector<std::uint32_t> src = source_words(rows, cols);
         for (std::size_t shift : {0, 5}) {
             const std::vector<std::uint32_t> want = expected_words(src, rows, cols, shift);
-            for (isa i : runnable_isas()) {
+            for (isa i : transpose_isas()) {
                 CAPTURE(std::string(isa_name(i)));
                 CHECK(run_words(kernels_of<transpose_kernels>(i).words, src, rows, cols, shift) == want);
             }
@@ -115,7 +115,7 @@ TEST_CASE("transpose kernels: 16-bit patterns from any byte offset, every ISA") 
             std::vector<std::uint16_t> want(static_cast<std::size_t>(rows * cols) + 8, 0xBEEF);
             for (std::int64_t r = 0; r < rows; ++r)
                 for (std::int64_t c = 0; c < cols; ++c) std::memcpy(&want[static_cast<std::size_t>(c * rows + r)], src + 2 * (r * cols + c), 2);
-            for (isa i : runnable_isas()) {
+            for (isa i : transpose_isas()) {
                 CAPTURE(std::string(isa_name(i)));
                 std::vector<std::uint16_t> dst(want.size(), 0xBEEF);
                 kernels_of<transpose_kernels>(i).patterns16(src, rows, cols, dst.data());
