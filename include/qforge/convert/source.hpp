@@ -82,12 +82,22 @@ public:
         if (full.shape.size() < 2 || cut.expert < 0 || cut.expert >= full.shape[0])
             fail<shape_error>(file_of(fused), std::string(fused), "expert cut outside the fused tensor");
         const std::uint64_t block = expert_block_bytes(full), at = block * static_cast<std::uint64_t>(cut.expert);
+        const source_scale* s = scale_of(fused);
+        if (!s && !cut.transposed && cut.step == 1 && full.shape.size() == 3 && shape.size() == 2) {
+            // rows [first, first + rows) of the expert's [A, B] block: one contiguous range
+            const std::uint64_t row = block / static_cast<std::uint64_t>(full.shape[1]);
+            if (cut.first < 0 || cut.first + shape[0] > full.shape[1] || shape[1] != full.shape[2])
+                fail<shape_error>(file_of(fused), std::string(fused), "expert cut outside the fused tensor");
+            owned_tensor rows = expert_block(fused, full, at + row * static_cast<std::uint64_t>(cut.first),
+                                             row * static_cast<std::uint64_t>(shape[0]), copied);
+            return owned_tensor{name, full.type, shape, std::move(rows.bytes)};
+        }
         shape_t one = full.shape;
         one[0] = 1;
         expert_cut local = cut;
         local.expert = 0;
         owned_tensor codes = expert_block(fused, full, at, block, copied);
-        if (const source_scale* s = scale_of(fused)) {
+        if (s) {
             const tensor_view sfull = view_or_header(s->name);
             const std::uint64_t sblock = expert_block_bytes(sfull);
             const owned_tensor sc = expert_block(s->name, sfull, sblock * static_cast<std::uint64_t>(cut.expert), sblock, copied);
