@@ -1111,6 +1111,28 @@ TEST_CASE("HF -> GGUF from FP8 sources: the bytes of the dequantized twin; a mal
         CHECK(r.find_tensor("blk.0.attn_q.weight")->type == ggml_type::q8_0);
         ++n;
     }
+    {  // fused 3-D FP8 experts (transformers FP8Expert, `<name>_scales_inv` [E, N/128, K/128]): each
+       // expert's slice decoded on its own gives the stacked tensors of the F32 twin, bit for bit
+        testing::fp8_fixture f;
+        f.fused_experts = 4;
+        const std::string src = std::string(QFORGE_BINARY_DIR) + "/gguf_fp8_fused", twin = src + "_twin";
+        for (const auto& d : {src, twin})
+            if (io::path_exists(d)) io::remove_tree(d);
+        testing::write_fp8_checkpoint(src, f);
+        f.twin = true;
+        testing::write_fp8_checkpoint(twin, f);
+        convert_options o;
+        o.type = *parse_file_type("Q8_0");
+        o.allow_no_vocab = true;
+        o.model_name = "fp8";
+        convert_hf_to_gguf(twin, out_path("fp8_fused_twin"), o);
+        for (const bool mapped : {false, true}) {
+            o.read_mapped = mapped;
+            convert_hf_to_gguf(src, out_path("fp8_fused"), o);
+            check_same_gguf(out_path("fp8_fused"), out_path("fp8_fused_twin"));
+        }
+        CHECK(reader(out_path("fp8_fused")).find_tensor("blk.0.ffn_gate_exps.weight")->ne == std::vector<std::int64_t>{192, 320, 4});
+    }
     testing::fp8_fixture f;
     const std::string bad = std::string(QFORGE_BINARY_DIR) + "/gguf_fp8_bad";
     if (io::path_exists(bad)) io::remove_tree(bad);

@@ -454,7 +454,7 @@ inline void rewrite_source(plan& p, const source_tensor& s, const model_config& 
     const plan_item whole = whole_item(s);
     std::vector<plan_item> parts;
     std::string why;
-    if (is_floating(s.type) && is_fused_expert_tensor(s.name)) parts = expert_items(whole, cfg, why);
+    if ((is_floating(s.type) || s.scale) && is_fused_expert_tensor(s.name)) parts = expert_items(whole, cfg, why);
     else if (const rule* r = rules.last_match<split_action>(s.name)) parts = split_items(whole, std::get<split_action>(r->action), cfg, why);
     else parts.push_back(whole);
     if (!why.empty()) {
