@@ -648,7 +648,7 @@ inline void print_plan(std::ostream& os, const plan& p) {
         if (it.scale) {
             os << " x " << dtype_name(it.scale->type) << " scale ";
             if (it.scale->block_rows == 1) os << "per row";
-            else if (it.scale->block_rows >= it.source_shape[0] && it.scale->block_cols >= it.source_shape.back()) os << "per tensor";
+            else if (it.scale->block_rows >= it.source_shape[it.source_shape.size() - 2] && it.scale->block_cols >= it.source_shape.back()) os << "per tensor";
             else os << "per " << it.scale->block_rows << "x" << it.scale->block_cols << " block";
         }
         if (it.name != it.source || !it.whole_source()) {
