@@ -535,6 +535,41 @@ TEST_CASE("FP8 block-scaled source (quant_method fp8, ragged 128x128 grid): GPTQ
     }
 }
 
+// transformers' FP8Expert keeps the fused experts of a Qwen3-MoE FP8 checkpoint as
+// `gate_up_proj [E, 2I, H]` F8_E4M3 with `gate_up_proj_scales_inv [E, 2I/128, H/128]`
+// (src/transformers/integrations/finegrained_fp8.py FP8Expert.__init__, Fp8Quantize.convert).
+// Each expert is read and decoded on its own under its own grid: the output is the bytes of the
+// F32 twin's, under pread (the default), the mapping and whole copies alike.
+TEST_CASE("FP8 fused 3-D experts (transformers FP8Expert): the bytes of the dequantized twin, every read mode") {
+    testing::fp8_fixture f;
+    f.fused_experts = 4;
+    const std::string src = fp8_checkpoint(f, "fp8-fused");
+    f.twin = true;
+    const std::string twin = fp8_checkpoint(f, "fp8-fused-twin");
+    for (const output_format fmt : {output_format::gptq, output_format::awq}) {
+        CAPTURE(format_name(fmt));
+        convert_options o;
+        o.format = fmt;
+        o.rules.default_scheme = quant_spec{4, 64, fmt == output_format::gptq, scale_method::minmax, std::nullopt};
+        o.threads = 2;
+        const std::string b = scratch("fp8-fused-twin-out");
+        convert(twin, b, o);
+        for (const source_read mode : {source_read::pread, source_read::mapped, source_read::copied}) {
+            CAPTURE(static_cast<int>(mode));
+            o.read = mode;
+            const std::string a = scratch("fp8-fused-out");
+            const conversion_result r = convert(src, a, o);
+            CHECK(r.report.tensors.size() == 4 + 3 * 4);  // attention + every expert's gate, up and down
+            CHECK(same_file(a + "/model.safetensors", b + "/model.safetensors"));
+            CHECK(same_file(a + "/quantization_report.json", b + "/quantization_report.json"));
+            for (const auto& [name, t] : tensors_of(a)) {
+                CHECK_FALSE(name.ends_with("_scales_inv"));
+                CHECK(t.second.size() <= 2);  // never a fused 3-D quantized tensor
+            }
+        }
+    }
+}
+
 TEST_CASE("FP8 source read through pread copies gives the bytes of the mapped read") {
     const std::string src = fp8_checkpoint({}, "fp8-read");
     convert_options o;

@@ -292,24 +292,109 @@ TEST_CASE("fused experts quantized: decoded per expert, each matches its own sou
 }
 
 TEST_CASE("fused experts of an architecture without a verified rule are refused, nothing written") {
-    // Mixtral v5 and Qwen3-VL-MoE also store fused experts, in orientations qforge has not read
-    // in their modeling code: a guess would corrupt silently, so the plan refuses with the reason.
+    // OLMoE also stores fused experts in transformers v5, in an orientation qforge has not read
+    // in its modeling code: a guess would corrupt silently, so the plan refuses with the reason.
     const std::string src_dir = moe_scratch("fused-unknown");
     write_demo_checkpoint(src_dir, moe_demo(demo_moe::qwen_moe_fused));
     json cfg = json::parse(io::read_file(src_dir + "/config.json"));
-    cfg.set("model_type", "qwen3_vl_moe");
-    cfg.set("architectures", json::array({"Qwen3VLMoeForConditionalGeneration"}));
+    cfg.set("model_type", "olmoe");
+    cfg.set("architectures", json::array({"OlmoeForCausalLM"}));
     io::write_file(src_dir + "/config.json", cfg.dump({.indent = 2}));
     checkpoint_source src(src_dir);
     const plan p = plan_conversion(src, options(output_format::gptq));
     REQUIRE(p.refused());
     CAPTURE(p.refusals.front());
     CHECK(p.refusals.front().find(".mlp.experts.") != std::string::npos);
-    CHECK(p.refusals.front().find("qwen3_vl_moe") != std::string::npos);
+    CHECK(p.refusals.front().find("olmoe") != std::string::npos);
     CHECK(p.refusals.front().find("no verified orientation rule") != std::string::npos);
     const std::string out = moe_scratch("fused-unknown-out");
     CHECK_THROWS_AS(convert(src_dir, out, options(output_format::gptq)), unsupported_error);
     CHECK_FALSE(io::path_exists(out));
+}
+
+namespace {
+
+/// A fused tensor [E, A, B] in memory whose element (e, a, b) is the BF16 of e * 10000 + a * 100 + b
+/// (every value distinct and exact): a cut is checked element by element against its formula.
+owned_tensor numbered_fused(const std::string& name, std::int64_t E, std::int64_t A, std::int64_t B) {
+    owned_tensor t{name, dtype::F32, {E, A, B}, std::vector<std::byte>(static_cast<std::size_t>(E * A * B) * 4)};
+    for (std::int64_t i = 0; i < E * A * B; ++i) {
+        const float v = static_cast<float>((i / (A * B)) * 10000 + ((i / B) % A) * 100 + i % B);
+        std::memcpy(t.bytes.data() + 4 * i, &v, 4);
+    }
+    return t;
+}
+
+float at(const owned_tensor& t, std::int64_t r, std::int64_t c) {
+    float v;
+    std::memcpy(&v, t.bytes.data() + 4 * (r * t.shape[1] + c), 4);
+    return v;
+}
+
+}  // namespace
+
+// Qwen3-VL-MoE's Hub checkpoint holds the transpose of its in-memory [E, 2I, H] experts
+// (transformers src/transformers/conversion_mapping.py _build_checkpoint_conversion_mapping
+// "qwen3_vl_moe": Transpose(1, 2) on load; modeling_qwen3_vl_moe.py Qwen3VLMoeTextExperts):
+// gate_up_proj [E, H, 2I], gate = columns [0, I), up = [I, 2I); down_proj [E, I, H]. Qwen3.5 MoE
+// keeps the Qwen2-MoE [E, 2I, H] layout (modular_qwen3_5_moe.py Qwen3_5MoeExperts(Qwen3NextExperts),
+// modular_qwen3_next.py Qwen3NextExperts(Qwen2MoeExperts)). Mixtral v5 is refused with its reason.
+TEST_CASE("fused expert rules: Qwen3-VL-MoE on-disk [E, H, 2I], Qwen3.5 MoE [E, 2I, H], Mixtral v5 refused") {
+    const std::string p = "model.language_model.layers.0.mlp.experts.";
+    model_config vl;
+    vl.model_type = "qwen3_vl_moe";
+    vl.hidden_size = 96;
+    vl.moe_intermediate_size = 64;
+    vl.num_experts = 3;
+    std::string why;
+    const owned_tensor gu = numbered_fused(p + "gate_up_proj", 3, 96, 128), down = numbered_fused(p + "down_proj", 3, 64, 96);
+    const auto gpieces = split_fused_experts(gu.name, gu.shape, vl, why);
+    REQUIRE_MESSAGE(gpieces.size() == 6, why);
+    const auto dpieces = split_fused_experts(down.name, down.shape, vl, why);
+    REQUIRE_MESSAGE(dpieces.size() == 3, why);
+    for (std::int64_t e = 0; e < 3; ++e) {
+        const expert_piece& g = gpieces[static_cast<std::size_t>(2 * e)];
+        const expert_piece& u = gpieces[static_cast<std::size_t>(2 * e + 1)];
+        const expert_piece& d = dpieces[static_cast<std::size_t>(e)];
+        CHECK(g.name == p + std::to_string(e) + ".gate_proj.weight");
+        CHECK(d.name == p + std::to_string(e) + ".down_proj.weight");
+        CHECK(g.shape == shape_t{64, 96});
+        CHECK(d.shape == shape_t{96, 64});
+        const owned_tensor gt = gather_expert(gu.view(), g.cut, g.name, g.shape), ut = gather_expert(gu.view(), u.cut, u.name, u.shape);
+        const owned_tensor dt = gather_expert(down.view(), d.cut, d.name, d.shape);
+        bool ok = true;  // gate[r][k] = gate_up[e][k][r], up[r][k] = gate_up[e][k][I + r], down[h][i] = down_proj[e][i][h]
+        for (std::int64_t r = 0; r < 64; ++r)
+            for (std::int64_t k = 0; k < 96; ++k) {
+                ok = ok && at(gt, r, k) == static_cast<float>(e * 10000 + k * 100 + r);
+                ok = ok && at(ut, r, k) == static_cast<float>(e * 10000 + k * 100 + 64 + r);
+                ok = ok && at(dt, k, r) == static_cast<float>(e * 10000 + r * 100 + k);
+            }
+        CHECK(ok);
+    }
+    // the in-memory orientation, and shapes where both orientations coincide, are refused
+    CHECK(split_fused_experts(gu.name, {3, 128, 96}, vl, why).empty());
+    CHECK(why.find("transpose of the on-disk layout") != std::string::npos);
+    model_config square = vl;
+    square.moe_intermediate_size = 48;  // 2I == H
+    CHECK(split_fused_experts(gu.name, {3, 96, 96}, square, why).empty());
+    CHECK(why.find("orientation would be a guess") != std::string::npos);
+
+    // Qwen3.5 MoE: the cuts qwen3_moe makes
+    model_config q35 = vl, q3 = vl;
+    q35.model_type = "qwen3_5_moe";
+    q3.model_type = "qwen3_moe";
+    const auto a = split_fused_experts(gu.name, {3, 128, 96}, q35, why), b = split_fused_experts(gu.name, {3, 128, 96}, q3, why);
+    REQUIRE(a.size() == 6);
+    REQUIRE(b.size() == 6);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        CHECK(a[i].name == b[i].name);
+        CHECK(a[i].shape == b[i].shape);
+        CHECK((a[i].cut.first == b[i].cut.first && a[i].cut.step == b[i].cut.step && a[i].cut.transposed == b[i].cut.transposed));
+    }
+    model_config mx = vl;
+    mx.model_type = "mixtral";
+    CHECK(split_fused_experts(gu.name, {3, 128, 96}, mx, why).empty());
+    CHECK(why.find("block_sparse_moe.experts.E.w1/w3/w2") != std::string::npos);
 }
 
 TEST_CASE("a 3-D weight tensor no rule covers is refused, a keep rule keeps it and the plan counts it") {

@@ -268,6 +268,25 @@ TEST_CASE("FP8 source refusals: scales missing, orphaned, of the wrong dtype or 
         check_one_refusal(native({{"model.layers.0.x.weight", dtype::F8_E4M3, {7}, "s1.safetensors"}}), F,
                           "model.layers.0.x.weight", "an F8_E4M3 tensor must be a 2-D linear weight");
     }
+    SUBCASE("fused 3-D FP8 experts: the per-expert grid `<name>_scales_inv` [E, N/128, K/128] (transformers FP8Expert)") {
+        const std::string gu = "model.layers.0.mlp.experts.gate_up_proj";
+        const fp8_source ok = native({{gu, dtype::F8_E4M3, {4, 640, 192}, "s1.safetensors"},
+                                      {gu + "_scales_inv", dtype::F32, {4, 5, 2}, "s1.safetensors"}});
+        CHECK(ok.refusals.empty());
+        REQUIRE(ok.tensors.size() == 1);
+        REQUIRE(ok.tensors[0].scale.has_value());
+        CHECK(ok.tensors[0].scale->block_rows == 128);
+        check_one_refusal(native({{gu, dtype::F8_E4M3, {4, 640, 192}, "s1.safetensors"}}), F, gu,
+                          "F8_E4M3 weight without its scale '" + gu + "_scales_inv'");
+        check_one_refusal(native({{gu, dtype::F8_E4M3, {4, 640, 192}, "s1.safetensors"},
+                                  {gu + "_scales_inv", dtype::F32, {5, 2}, "s1.safetensors"}}),
+                          F, gu + "_scales_inv", "scale shape [5, 2] does not fit weight [4, 640, 192]: expected [4, 5, 2]");
+        check_one_refusal(native({{gu + "_scales_inv", dtype::F32, {4, 5, 2}, "s1.safetensors"}}), F, gu + "_scales_inv",
+                          "scale tensor without an F8_E4M3 weight");
+        check_one_refusal(native({{"model.layers.0.mlp.experts.gate_up_proj", dtype::F8_E4M3, {4, 0, 192}, "s1.safetensors"},
+                                  {gu + "_scales_inv", dtype::F32, {4, 0, 2}, "s1.safetensors"}}),
+                          F, gu, "cannot have an empty dimension");
+    }
     SUBCASE("E5M2 weights") {
         check_one_refusal(native({{w576, dtype::F8_E5M2, {576, 7168}, "s1.safetensors"}}), F, w576,
                           "F8_E5M2 weights are not read (F8_E4M3 only)");

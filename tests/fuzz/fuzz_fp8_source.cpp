@@ -3,9 +3,10 @@
 // (put in a memfd and read through /proc/self/fd/N, the reader's real path). Properties:
 //  - refusals are qforge::error (read_fp8_source itself never throws: it returns refusals);
 //  - no scale tensor survives as a tensor of its own; every FP8 weight that carries a scale is
-//    a 2-D F8_E4M3 weight whose scale grid, ceil(N / block_rows) x ceil(K / block_cols),
-//    is the element count of a scale tensor of the file with the recorded dtype;
-//  - decode_fp8_weight either refuses or returns N x K finite floats.
+//    a 2-D F8_E4M3 weight (or a fused 3-D expert tensor [E, N, K], one grid per expert) whose
+//    scale grid, (E x) ceil(N / block_rows) x ceil(K / block_cols), is the element count of a
+//    scale tensor of the file with the recorded dtype;
+//  - decode_fp8_weight either refuses or returns N x K finite floats (2-D weights).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -54,13 +55,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 if (u.scale && u.scale->name == t.name) std::abort();  // a scale is never carried over
         for (const qforge::source_tensor& t : f.tensors) {
             if (!t.scale) continue;
-            if (t.type != qforge::dtype::F8_E4M3 || t.shape.size() != 2) std::abort();
+            const bool fused = t.shape.size() == 3 && qforge::is_fused_expert_tensor(t.name);
+            if (t.type != qforge::dtype::F8_E4M3 || (t.shape.size() != 2 && !fused)) std::abort();
             const qforge::source_scale& s = *t.scale;
             if (s.block_rows <= 0 || s.block_cols <= 0) std::abort();
-            const std::int64_t n = t.shape[0], k = t.shape[1];
-            const std::int64_t grid = ((n + s.block_rows - 1) / s.block_rows) * ((k + s.block_cols - 1) / s.block_cols);
+            const std::int64_t e = fused ? t.shape[0] : 1, n = t.shape[t.shape.size() - 2], k = t.shape.back();
+            const std::int64_t grid = e * ((n + s.block_rows - 1) / s.block_rows) * ((k + s.block_cols - 1) / s.block_cols);
             const st::tensor_info* si = r.find(s.name);
             if (!si || si->type != s.type || qforge::checked_numel(si->shape) != grid) std::abort();
+            if (fused) continue;  // decoded expert by expert by checkpoint_source::read_expert
             try {
                 const qforge::owned_tensor d = qforge::decode_fp8_weight(r.view(t.name), r.view(s.name), s, "w", "s");
                 if (d.bytes.size() != static_cast<std::size_t>(n * k) * 4) std::abort();

@@ -754,6 +754,96 @@ std::string write_moe(const std::string& tag, bool mixtral, const std::string& d
 
 }  // namespace
 
+namespace {
+
+/// The transformers v5 twin of a per-expert Qwen3-MoE checkpoint (write_moe): every layer's
+/// experts fused into `mlp.experts.gate_up_proj [E, 2I, H]` (expert e's gate rows, then its up
+/// rows: Qwen3MoeExperts, transformers src/transformers/models/qwen3_moe/modeling_qwen3_moe.py)
+/// and `mlp.experts.down_proj [E, H, I]`, the same bytes; every other tensor as it was.
+std::string fuse_qwen_experts(const std::string& per_expert, const std::string& tag) {
+    const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_moe_fused_" + tag;
+    if (io::path_exists(dir)) io::remove_tree(dir);
+    io::make_directory(dir);
+    io::write_file(dir + "/config.json", io::read_file(per_expert + "/config.json"));
+    const safetensors::reader st(per_expert + "/model.safetensors");
+    const json cfg = json::parse(io::read_file(per_expert + "/config.json"));
+    const std::int64_t n_expert = cfg.at("num_experts").as_int(), layers = cfg.at("num_hidden_layers").as_int();
+    std::vector<safetensors::tensor_spec> specs;
+    for (const auto& t : st.tensors())
+        if (t.name.find(".mlp.experts.") == std::string::npos) specs.push_back({t.name, t.type, t.shape});
+    for (std::int64_t l = 0; l < layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".mlp.experts.";
+        const auto& g = st.view(p + "0.gate_proj.weight").shape;
+        specs.push_back({p + "gate_up_proj", dtype::BF16, {n_expert, 2 * g[0], g[1]}});
+        specs.push_back({p + "down_proj", dtype::BF16, {n_expert, g[1], g[0]}});
+    }
+    safetensors::writer w(dir + "/model.safetensors", specs, safetensors::default_metadata(), {.sync = false});
+    for (const auto& s : specs) {
+        if (!s.name.ends_with("_proj") || s.name.find(".mlp.experts.") == std::string::npos) {
+            w.write(s.name, st.view(s.name).bytes);
+            continue;
+        }
+        const std::string p = s.name.substr(0, s.name.rfind('.') + 1);
+        std::vector<std::byte> bytes;
+        for (std::int64_t e = 0; e < n_expert; ++e)
+            for (const char* leaf : s.name.ends_with("gate_up_proj") ? std::vector<const char*>{"gate_proj", "up_proj"}
+                                                                      : std::vector<const char*>{"down_proj"}) {
+                const auto v = st.view(p + std::to_string(e) + "." + leaf + ".weight");
+                bytes.insert(bytes.end(), v.bytes.begin(), v.bytes.end());
+            }
+        w.write(s.name, bytes);
+    }
+    w.finish();
+    return dir;
+}
+
+/// Two GGUF files hold the same metadata and the same tensors, byte for byte (the tensor order
+/// may differ: it follows each source's data order).
+void check_same_gguf(const std::string& a, const std::string& b) {
+    const reader r(a), t(b);
+    CHECK(r.metadata().size() == t.metadata().size());
+    REQUIRE(r.tensors().size() == t.tensors().size());
+    for (const auto& e : r.tensors()) {
+        CAPTURE(e.name);
+        const tensor_entry* same = t.find_tensor(e.name);
+        REQUIRE(same);
+        CHECK(same->type == e.type);
+        CHECK(same->ne == e.ne);
+        CHECK(r.read_bytes(e) == t.read_bytes(*same));
+    }
+}
+
+}  // namespace
+
+// A fused source is planned as the per-expert slices of the stacked tensors and read one
+// expert's block at a time (pread by default, the mapping with read_mapped): the GGUF is the
+// one its per-expert twin gives, tensor for tensor.
+TEST_CASE("HF -> GGUF: Qwen3-MoE fused 3-D experts stack into the bytes of the per-expert checkpoint") {
+    const auto per_expert = write_moe("fuse_src", false);
+    const auto fused = fuse_qwen_experts(per_expert, "qwen3");
+    convert_options o;
+    o.allow_no_vocab = true;
+    o.model_name = "moe";
+    o.type = *parse_file_type("Q4_K_M");
+    const auto want = out_path("fused_want"), got = out_path("fused_got"), mapped = out_path("fused_mapped");
+    const auto rep_want = convert_hf_to_gguf(per_expert, want, o);
+    const auto rep = convert_hf_to_gguf(fused, got, o);
+    check_same_gguf(got, want);
+    CHECK(rep.total_elements == rep_want.total_elements);
+    CHECK(rep.total_bytes == rep_want.total_bytes);
+    CHECK(reader(got).find_tensor("blk.1.ffn_down_exps.weight")->ne == std::vector<std::int64_t>{512, 256, 12});
+    o.read_mapped = true;
+    convert_hf_to_gguf(fused, mapped, o);
+    check_same_gguf(mapped, want);
+    // a fused tensor its rule cannot cut is refused with the reason, nothing written
+    auto cfg = io::read_file(fused + "/config.json");
+    const auto bad = fuse_qwen_experts(per_expert, "bad");
+    io::write_file(bad + "/config.json", cfg.replace(cfg.find("\"moe_intermediate_size\":512"), 27, "\"moe_intermediate_size\":384"));
+    CHECK_THROWS_WITH_AS(convert_hf_to_gguf(bad, out_path("fused_bad"), o), doctest::Contains("differs from config.json's moe_intermediate_size 384"),
+                         unsupported_error);
+    CHECK_FALSE(io::path_exists(out_path("fused_bad")));
+}
+
 // LC convert_hf_to_gguf.py LlamaModel.modify_tensors (Mixtral: w1 -> ffn_gate_exps, w3 -> ffn_up_exps,
 // w2 -> ffn_down_exps, torch.stack over experts 0..E-1) and Qwen2MoeModel.modify_tensors (the
 // same for gate_proj/up_proj/down_proj); LC src/llama-model.cpp load_tensors: ffn_gate_inp
@@ -1001,6 +1091,28 @@ TEST_CASE("HF -> GGUF from FP8 sources: the bytes of the dequantized twin; a mal
         }
         CHECK(r.find_tensor("blk.0.attn_q.weight")->type == ggml_type::q8_0);
         ++n;
+    }
+    {  // fused 3-D FP8 experts (transformers FP8Expert, `<name>_scales_inv` [E, N/128, K/128]): each
+       // expert's slice decoded on its own gives the stacked tensors of the F32 twin, bit for bit
+        testing::fp8_fixture f;
+        f.fused_experts = 4;
+        const std::string src = std::string(QFORGE_BINARY_DIR) + "/gguf_fp8_fused", twin = src + "_twin";
+        for (const auto& d : {src, twin})
+            if (io::path_exists(d)) io::remove_tree(d);
+        testing::write_fp8_checkpoint(src, f);
+        f.twin = true;
+        testing::write_fp8_checkpoint(twin, f);
+        convert_options o;
+        o.type = *parse_file_type("Q8_0");
+        o.allow_no_vocab = true;
+        o.model_name = "fp8";
+        convert_hf_to_gguf(twin, out_path("fp8_fused_twin"), o);
+        for (const bool mapped : {false, true}) {
+            o.read_mapped = mapped;
+            convert_hf_to_gguf(src, out_path("fp8_fused"), o);
+            check_same_gguf(out_path("fp8_fused"), out_path("fp8_fused_twin"));
+        }
+        CHECK(reader(out_path("fp8_fused")).find_tensor("blk.0.ffn_gate_exps.weight")->ne == std::vector<std::int64_t>{192, 320, 4});
     }
     testing::fp8_fixture f;
     const std::string bad = std::string(QFORGE_BINARY_DIR) + "/gguf_fp8_bad";

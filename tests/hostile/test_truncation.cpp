@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -372,6 +373,53 @@ TEST_CASE("truncation: the GGUF converter cut at a random moment is an io_error 
     o.chunk_rows = 64;
     const auto convert_once = [&](const std::string& out) { qforge::gguf::convert_hf_to_gguf(src.string(), out, o); };
     check_never_a_signal(cut_at_random(root.path(), src, saved, dst, convert_once, 40, 7), 40);
+}
+
+// The last reads the default path took from a mapping: one expert of a fused 3-D tensor (now
+// read on its own with pread, checkpoint_source::read_expert) and the --hessians file (now
+// opened in pread mode). A cut of the source shards or of the Hessian file is an io_error naming
+// it and the tensor, or a finished run: never a signal.
+TEST_CASE("truncation: fused experts and a GPTQ Hessian file cut at a random moment are an io_error or a finished run, never a signal") {
+    for (const bool hessians : {false, true}) {
+        CAPTURE(hessians);
+        scratch_dir root(hessians ? "truncate-hessians" : "truncate-fused", true);
+        const fs::path src = root / "src", saved = root / "saved", dst = root / "dst";
+        qforge::demo_options d = cut_demo();
+        if (!hessians) {
+            d.moe = qforge::demo_moe::qwen_moe_fused;
+            d.experts = 8;
+            d.moe_intermediate = 256;
+        }
+        qforge::write_demo_checkpoint(src.string(), d);
+        auto opts = tiny_gptq();
+        opts.threads = 2;
+        if (hessians) {  // beside the shards (the index does not list it), so the cutter picks it too
+            const std::int64_t k = d.hidden;
+            std::vector<double> h(static_cast<std::size_t>(k * k));
+            for (std::int64_t r = 0; r < k; ++r) h[static_cast<std::size_t>(r * k + r)] = 1.0 + 0.01 * static_cast<double>(r % 5);
+            std::vector<st::tensor_spec> specs;
+            for (int l = 0; l < d.layers; ++l)
+                for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "mlp.up_proj"})
+                    specs.push_back({"model.layers." + std::to_string(l) + "." + m + ".hessian", qforge::dtype::F64, {k, k}});
+            st::writer w((src / "hessians.safetensors").string(), specs, st::default_metadata(), {.sync = false});
+            for (const auto& sp : specs) w.write(sp.name, std::as_bytes(std::span(h)));
+            w.finish();
+            opts.hessians = (src / "hessians.safetensors").string();
+        }
+        fs::copy(src, saved, fs::copy_options::recursive);
+        const auto convert_once = [&](const std::string& out) { qforge::convert(src.string(), out, opts); };
+        convert_once(dst.string());
+        fs::remove_all(dst);
+        const auto window = time_of([&] { convert_once(dst.string()); });
+        fs::remove_all(dst);
+        const cut_outcomes seen = truncate_while_converting(root.path(), src, saved, dst, convert_once, 30, window, hessians ? 31 : 37);
+        MESSAGE(std::string(hessians ? "hessians" : "fused experts") << ", 30 cuts within " << window.count() << " us: " << seen.refused
+                << " io_error naming the tensor, " << seen.refused_at_open << " refused at open, " << seen.finished
+                << " finished, " << seen.signalled << " signals, " << seen.other << " other");
+        CHECK(seen.signalled == 0);
+        CHECK(seen.other == 0);
+        CHECK(seen.refused > 0);
+    }
 }
 
 TEST_CASE("truncation: a repack whose source is cut at a random moment is an io_error or a finished run, never a signal") {

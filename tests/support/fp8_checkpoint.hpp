@@ -29,6 +29,13 @@ struct fp8_fixture {
     bool twin = false;  ///< write the dequantized twin: F32 linears, no quantization_config
     bool nan_code = false;  ///< put the E4M3 NaN code 0x7F at down_proj [1, 2]
     std::uint32_t seed = 7;
+    /// > 0: a Qwen3-MoE block instead of the dense MLP: router `mlp.gate.weight` BF16 [E, 192]
+    /// and the fused experts `mlp.experts.gate_up_proj [E, 640, 192]` and `down_proj
+    /// [E, 192, 320]`, each with its per-expert 128 x 128 grid `<name>_scales_inv [E, rows/128,
+    /// cols/128]` as transformers' FP8Expert stores them (src/transformers/integrations/
+    /// finegrained_fp8.py: FP8Expert.__init__, Fp8Quantize.convert's `target_keys + "_scales_inv"`).
+    /// native_block only; the twin holds the fused tensors as F32.
+    std::int64_t fused_experts = 0;
 };
 
 /// E4M3 by definition: s.eeee.mmm, bias 7, e = 0 subnormal.
@@ -38,14 +45,23 @@ inline float e4m3_by_definition(std::uint8_t c) {
     return static_cast<float>(s ? -v : v);
 }
 
-inline std::vector<std::string> fp8_fixture_linears() {
-    return {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj",
-            "model.layers.0.self_attn.o_proj", "model.layers.0.mlp.gate_proj",    "model.layers.0.mlp.up_proj",
-            "model.layers.0.mlp.down_proj"};
+inline std::vector<std::string> fp8_fixture_linears(std::int64_t fused_experts = 0) {
+    std::vector<std::string> m = {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+                                  "model.layers.0.self_attn.v_proj", "model.layers.0.self_attn.o_proj"};
+    for (const char* mlp : {"gate_proj", "up_proj", "down_proj"})
+        if (!fused_experts) m.push_back(std::string("model.layers.0.mlp.") + mlp);
+    if (fused_experts) {
+        m.push_back("model.layers.0.mlp.experts.gate_up_proj");
+        m.push_back("model.layers.0.mlp.experts.down_proj");
+    }
+    return m;
 }
 
-inline shape_t fp8_fixture_shape(const std::string& module) {
+/// [N, K] of a linear, or [E, N, K] of a fused expert tensor.
+inline shape_t fp8_fixture_shape(const std::string& module, std::int64_t fused_experts = 0) {
     const std::int64_t h = 192, i = 320;
+    if (module.ends_with("gate_up_proj")) return {fused_experts, 2 * i, h};
+    if (module.ends_with("experts.down_proj")) return {fused_experts, h, i};
     if (module.ends_with("q_proj") || module.ends_with("o_proj")) return {h, h};
     if (module.ends_with("k_proj") || module.ends_with("v_proj")) return {64, h};
     if (module.ends_with("down_proj")) return {h, i};
@@ -86,9 +102,12 @@ inline void write_fp8_checkpoint(const std::string& dir, const fp8_fixture& f) {
     bf16_tensor("model.norm.weight", {192}, 0.0f);
     bf16_tensor("model.layers.0.input_layernorm.weight", {192}, 0.0f);
     bf16_tensor("model.layers.0.post_attention_layernorm.weight", {192}, 0.0f);
-    for (const std::string& m : fp8_fixture_linears()) {
-        const shape_t shape = fp8_fixture_shape(m);
-        const std::int64_t n = shape[0], k = shape[1];
+    if (f.fused_experts) bf16_tensor("model.layers.0.mlp.gate.weight", {f.fused_experts, 192}, 0.05f);
+    for (const std::string& m : fp8_fixture_linears(f.fused_experts)) {
+        const shape_t shape = fp8_fixture_shape(m, f.fused_experts);
+        const bool fused = shape.size() == 3;
+        const std::int64_t E = fused ? shape[0] : 1, n = shape[shape.size() - 2], k = shape.back();
+        const std::string wname = fused ? m : m + ".weight";
         bool dense = false;
         for (const auto& d : f.dense) dense = dense || d == m;
         if (dense) {
@@ -96,13 +115,13 @@ inline void write_fp8_checkpoint(const std::string& dir, const fp8_fixture& f) {
             continue;
         }
         const std::int64_t sr = block ? (n + 127) / 128 : n, sc = block ? (k + 127) / 128 : 1;
-        std::vector<float> scales(static_cast<std::size_t>(sr * sc));
+        std::vector<float> scales(static_cast<std::size_t>(E * sr * sc));
         for (float& s : scales) {
             // 2^-9 .. 2^-8 with a full float mantissa (the product then rounds in float32)
             s = std::ldexp(1.0f + static_cast<float>(next() % 1000003) / 1000003.0f, -9);
             if (f.scale_type == dtype::BF16) s = bf16_to_float(float_to_bf16(s));
         }
-        std::vector<std::uint8_t> codes(static_cast<std::size_t>(n * k));
+        std::vector<std::uint8_t> codes(static_cast<std::size_t>(E * n * k));
         for (auto& c : codes) {
             const std::uint32_t r = next();
             // exponents 0 (subnormals) .. 14, a few at 15 (up to 448), never the NaN code
@@ -113,21 +132,23 @@ inline void write_fp8_checkpoint(const std::string& dir, const fp8_fixture& f) {
         if (f.nan_code && m.ends_with("down_proj")) codes[static_cast<std::size_t>(k + 2)] = 0x7F;
         const std::int64_t brows = block ? 128 : 1, bcols = block ? 128 : k;
         if (f.twin) {
-            tensor t{m + ".weight", dtype::F32, shape, std::vector<std::byte>(codes.size() * 4)};
-            for (std::int64_t r = 0; r < n; ++r)
-                for (std::int64_t c = 0; c < k; ++c) {
-                    const float v = e4m3_by_definition(codes[static_cast<std::size_t>(r * k + c)]) *
-                                    scales[static_cast<std::size_t>((r / brows) * sc + c / bcols)];
-                    std::memcpy(t.bytes.data() + 4 * static_cast<std::size_t>(r * k + c), &v, 4);
-                }
+            tensor t{wname, dtype::F32, shape, std::vector<std::byte>(codes.size() * 4)};
+            for (std::int64_t e = 0; e < E; ++e)  // expert e's [n, k] block under its own grid
+                for (std::int64_t r = 0; r < n; ++r)
+                    for (std::int64_t c = 0; c < k; ++c) {
+                        const auto at = static_cast<std::size_t>((e * n + r) * k + c);
+                        const float v = e4m3_by_definition(codes[at]) *
+                                        scales[static_cast<std::size_t>(e * sr * sc + (r / brows) * sc + c / bcols)];
+                        std::memcpy(t.bytes.data() + 4 * at, &v, 4);
+                    }
             ts.push_back(std::move(t));
             continue;
         }
-        tensor w{m + ".weight", dtype::F8_E4M3, shape, std::vector<std::byte>(codes.size())};
+        tensor w{wname, dtype::F8_E4M3, shape, std::vector<std::byte>(codes.size())};
         std::memcpy(w.bytes.data(), codes.data(), codes.size());
         ts.push_back(std::move(w));
-        const shape_t scale_shape = block ? shape_t{sr, sc} : shape_t{n, 1};
-        tensor s{m + scale_suffix, f.scale_type, scale_shape, {}};
+        const shape_t scale_shape = fused ? shape_t{E, sr, sc} : block ? shape_t{sr, sc} : shape_t{n, 1};
+        tensor s{fused ? m + "_scales_inv" : m + scale_suffix, f.scale_type, scale_shape, {}};
         s.bytes.resize(scales.size() * dtype_size(f.scale_type));
         for (std::size_t j = 0; j < scales.size(); ++j) {
             if (f.scale_type == dtype::BF16) {
@@ -158,6 +179,15 @@ inline void write_fp8_checkpoint(const std::string& dir, const fp8_fixture& f) {
                              {"rms_norm_eps", 1e-5},
                              {"tie_word_embeddings", false},
                              {"torch_dtype", "bfloat16"}});
+    if (f.fused_experts) {
+        cfg.set("architectures", json::array({"Qwen3MoeForCausalLM"}));
+        cfg.set("model_type", "qwen3_moe");
+        cfg.set("num_experts", f.fused_experts);
+        cfg.set("num_experts_per_tok", 2);
+        cfg.set("moe_intermediate_size", 320);
+        cfg.set("decoder_sparse_step", 1);
+        cfg.set("mlp_only_layers", json::array());
+    }
     if (!f.twin) {
         json dense = json::array();
         for (const auto& d : f.dense) dense.push_back(d);

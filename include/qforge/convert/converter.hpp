@@ -377,7 +377,7 @@ public:
         }
         src_.verify_unchanged(it.source);  // a shard truncated underneath us: an io_error, not a SIGBUS
         const std::string module(module_of(it.name));
-        const std::optional<tensor_view> h = find_hessian(it, module);
+        const std::optional<owned_tensor> h = find_hessian(it, module);  // read with pread
         const bool copy_fp8 = copies_fp8(it);
         const item_read how = choose_read(it, h.has_value(), copy_fp8);
         const tensor_view full = load_source(it, how);
@@ -389,7 +389,7 @@ public:
         if (it.action == plan_action::keep) return write_kept(i, v, how, std::move(expert), std::move(ev));
         weight_rows rows = fold_rows(it, v, item_importance(it, module));
         quantized_item q = copy_fp8 ? copy_fp8_tensors(it, v)
-                           : h      ? solve_gptq(it, rows, *h)
+                           : h      ? solve_gptq(it, rows, h->view())
                                     : quantize_packed_rows(i, rows, v, how, module);
         result_.report.tensors.push_back({module, it.shape, it.scheme, q.snr_db});
         ev.snr_db = q.snr_db;
@@ -415,9 +415,9 @@ private:
     }
 
     /// With Hessians: the layer's (or its fused source's) Hessian, recorded in the result.
-    std::optional<tensor_view> find_hessian(const plan_item& it, const std::string& module) {
+    std::optional<owned_tensor> find_hessian(const plan_item& it, const std::string& module) {
         if (!in_.hessians || it.action == plan_action::keep) return std::nullopt;
-        std::optional<tensor_view> h = in_.hessians->find(module, it.shape[1]);
+        std::optional<owned_tensor> h = in_.hessians->find(module, it.shape[1]);
         if (!h) h = in_.hessians->find(module_of(it.source), it.shape[1]);  // a fused source's input
         (h ? result_.gptq_layers : result_.rtn_layers).push_back(module);
         return h;
@@ -433,6 +433,8 @@ private:
     }
 
     item_read choose_read(const plan_item& it, bool solved, bool copy_fp8) const {
+        // One expert of a fused 3-D tensor: its block alone is read (and decoded), see cut_expert.
+        if (it.cut) return opt_.read == source_read::mapped ? item_read::mapped : item_read::streamed;
         if (it.scale && !copy_fp8) return item_read::decoded;
         if (opt_.read == source_read::copied) return item_read::whole;
         if (opt_.read == source_read::mapped) return item_read::mapped;
@@ -442,8 +444,7 @@ private:
 
     /// The item's source as a view: the buffer read whole (split parts share it), or the
     /// mapping. Under pread without a whole read, the mapping's bytes only give sizes and
-    /// offsets, except for one expert of a fused 3-D tensor, still gathered from the mapping
-    /// (one expert in memory): the one read under pread that can SIGBUS on a truncated source.
+    /// offsets (one expert of a fused 3-D tensor is read on its own by cut_expert).
     tensor_view load_source(const plan_item& it, item_read how) {
         if (copied_.name != it.source && !copied_.name.empty()) {
             behind_.drain();           // a job behind may still be writing from the buffer
@@ -456,16 +457,14 @@ private:
         return copied_.view();
     }
 
-    /// The expert's block of the fused tensor is copied out: once its last piece is, its pages
-    /// are dropped, so resident memory follows one expert, not the whole fused tensor.
+    /// The expert's piece of the fused tensor, read on its own (checkpoint_source::read_expert:
+    /// with pread unless the conversion reads the mapping, an FP8 block decoded with its
+    /// expert's scales), so memory follows one expert and a source truncated underneath is an
+    /// io_error naming file and tensor, never a SIGBUS.
     owned_tensor cut_expert(std::size_t i, const tensor_view& full, item_read how) {
         const plan_item& it = p_.items[i];
-        owned_tensor expert = gather_expert(full, *it.cut, it.name, it.shape);
-        const plan_item* next = i + 1 < p_.items.size() ? &p_.items[i + 1] : nullptr;
-        if (!held_whole(how) && (!next || !next->cut || next->source != it.source || next->cut->expert != it.cut->expert))
-            src_.release(it.source, expert_block_bytes(full) * static_cast<std::uint64_t>(it.cut->expert),
-                         expert_block_bytes(full));
-        return expert;
+        if (held_whole(how)) return gather_expert(full, *it.cut, it.name, it.shape);
+        return src_.read_expert(it.source, *it.cut, it.name, it.shape, how != item_read::mapped);
     }
 
     /// A kept tensor, written behind too: a dense embedding is 125 MiB of pwrite, and the
@@ -476,8 +475,8 @@ private:
         if (it.cut) {
             behind_.submit(
                 [this, &it, data = std::move(expert), release] {
-                    if (it.out_type == it.source_type) writer_.write(it.name, data.bytes);
-                    else writer_.write(it.name, detail::cast_floats(data.bytes, it.source_type, it.out_type));
+                    if (it.out_type == it.value_type()) writer_.write(it.name, data.bytes);
+                    else writer_.write(it.name, detail::cast_floats(data.bytes, it.value_type(), it.out_type));
                     if (release) src_.release(it.source);
                     writeback_.start(shard_path_.find(it.name)->second);
                 },

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "qforge/convert/format.hpp"
+#include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
@@ -65,6 +66,14 @@ struct fp8_source {
 };
 
 namespace detail {
+
+/// The scale of a fused FP8 expert tensor `<p>.experts.gate_up_proj` is `<p>.experts.
+/// gate_up_proj_scales_inv` [E, ceil(N/bn), ceil(K/bk)] (transformers src/transformers/
+/// integrations/finegrained_fp8.py: FP8Expert.__init__ `gate_up_proj_scales_inv`, and
+/// Fp8Quantize.convert: `scale_key = target_keys + "_scales_inv"` for a key not ending in
+/// "weight", the scales keeping the leading expert dim); Fp8Dequantize multiplies each expert's
+/// [N, K] block by its own grid, as for a 2-D weight.
+inline constexpr std::string_view fused_scale_suffix = "_scales_inv";
 
 struct fp8_grid {
     std::string strategy;  ///< "block", "channel" or "tensor"
@@ -210,10 +219,12 @@ inline fp8_source read_fp8_source(const json& config, const std::string& config_
         const source_tensor& t = tensors[i];
         const std::string_view name = t.name;
         // Scales and static activation scales belong to a weight; each is checked from it.
-        if (name.ends_with(".weight" + scale_suffix) || name.ends_with(".input_scale")) {
-            const std::string weight = name.ends_with(".input_scale")
-                                           ? std::string(name.substr(0, name.size() - 12)) + ".weight"
-                                           : std::string(name.substr(0, name.size() - scale_suffix.size()));
+        const bool fused_scale = name.ends_with("_proj" + std::string(detail::fused_scale_suffix)) &&
+                                 is_fused_expert_tensor(name.substr(0, name.size() - detail::fused_scale_suffix.size()));
+        if (name.ends_with(".weight" + scale_suffix) || name.ends_with(".input_scale") || fused_scale) {
+            const std::string weight = name.ends_with(".input_scale") ? std::string(name.substr(0, name.size() - 12)) + ".weight"
+                                       : fused_scale ? std::string(name.substr(0, name.size() - detail::fused_scale_suffix.size()))
+                                                     : std::string(name.substr(0, name.size() - scale_suffix.size()));
             drop[i] = true;
             const auto w = index.find(weight);
             if (w == index.end() || tensors[w->second].type != dtype::F8_E4M3)
@@ -233,12 +244,23 @@ inline fp8_source read_fp8_source(const json& config, const std::string& config_
             if (t.shape.size() == 2 && name.ends_with(".weight") && is_floating(t.type)) out.kept_dense.push_back(t.name);
             continue;
         }
-        if (t.shape.size() != 2 || !name.ends_with(".weight") || t.shape[0] <= 0 || t.shape[1] <= 0) {
-            refuse(file_of(t), t.name, "an F8_E4M3 tensor must be a 2-D linear weight '<module>.weight', not shape " +
-                                           shape_to_string(t.shape));
+        // transformers' FP8Expert: a fused 3-D expert tensor [E, N, K] of a native fp8 source
+        const bool fused = t.shape.size() == 3 && is_fused_expert_tensor(name) && !name.ends_with(".weight");
+        if (fused && out.kind != fp8_source_kind::native_fp8) {
+            refuse(file_of(t), t.name, "fused 3-D FP8 experts are read from quant_method \"fp8\" sources only "
+                                       "(transformers FP8Expert); no compressed-tensors layout for them is known");
             continue;
         }
-        const std::string sname = t.name + scale_suffix;
+        if (!fused && (t.shape.size() != 2 || !name.ends_with(".weight"))) {
+            refuse(file_of(t), t.name, "an F8_E4M3 tensor must be a 2-D linear weight '<module>.weight' or a fused 3-D "
+                                       "expert tensor, not shape " + shape_to_string(t.shape));
+            continue;
+        }
+        if (std::any_of(t.shape.begin(), t.shape.end(), [](std::int64_t d) { return d <= 0; })) {
+            refuse(file_of(t), t.name, "an F8_E4M3 weight cannot have an empty dimension: " + shape_to_string(t.shape));
+            continue;
+        }
+        const std::string sname = t.name + (fused ? std::string(detail::fused_scale_suffix) : scale_suffix);
         const auto s = index.find(sname);
         if (s == index.end()) {
             refuse(file_of(t), t.name, "F8_E4M3 weight without its scale '" + sname + "'");
@@ -249,11 +271,12 @@ inline fp8_source read_fp8_source(const json& config, const std::string& config_
             refuse(file_of(st), st.name, "scale dtype is " + std::string(dtype_name(st.type)) + ", expected F32, BF16 or F16");
             continue;
         }
-        const std::int64_t n = t.shape[0], k = t.shape[1];
+        const std::int64_t n = t.shape[t.shape.size() - 2], k = t.shape.back();
         const detail::fp8_grid* grid = nullptr;
         std::string expected;
         for (const auto& g : grids) {
             shape_t want = detail::fp8_scale_shape(g, n, k);
+            if (fused) want.insert(want.begin(), t.shape[0]);  // one grid per expert: [E, N/bn, K/bk]
             const bool fits = st.shape == want || (g.strategy == "tensor" && (st.shape.empty() || st.shape == shape_t{1, 1}));
             if (fits) {
                 grid = &g;

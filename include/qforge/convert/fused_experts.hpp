@@ -13,6 +13,24 @@
 //    4, ..., up = columns 1, 3, 5, ... (`gate_up[..., ::2], gate_up[..., 1::2]`), bias
 //    `gate_up_proj_bias [E, 2I]` interleaved the same way; `down_proj [E, I, H]` ([in, out]),
 //    `down_proj_bias [E, H]`.
+//  - qwen3_5_moe (Qwen3.5 MoE): `Qwen3_5MoeExperts(Qwen3NextExperts)` (src/transformers/models/
+//    qwen3_5_moe/modular_qwen3_5_moe.py), `Qwen3NextExperts(Qwen2MoeExperts)` (qwen3_next/
+//    modular_qwen3_next.py): the Qwen2/Qwen3-MoE layout above, [E, 2I, H] gate then up; the
+//    checkpoint is only renamed on load (conversion_mapping.py _MODEL_TO_CONVERSION_PATTERN
+//    "qwen3_5_moe_text" -> "qwen3_5_text": a `model.language_model.` prefix), so it is on disk so.
+//  - qwen3_vl_moe (Qwen3-VL-MoE): in memory `Qwen3VLMoeTextExperts` is [E, 2I, H] gate then up
+//    (modeling_qwen3_vl_moe.py), but the Hub checkpoint is its transpose: transformers
+//    src/transformers/conversion_mapping.py _build_checkpoint_conversion_mapping "qwen3_vl_moe"
+//    loads `mlp.experts.gate_up_proj` and `down_proj` through `Transpose(1, 2)`. On disk then:
+//    `gate_up_proj [E, H, 2I]` ([in, out]; gate = columns [0, I), up = [I, 2I)) and `down_proj
+//    [E, I, H]`. Only that orientation is read, checked against hidden_size and
+//    moe_intermediate_size; where H == 2I (gate_up) or H == I (down) the two orientations have
+//    one shape and the tensor is refused rather than guessed.
+//  - mixtral in the v5 layout is known (conversion_mapping.py "mixtral": `.block_sparse_moe.` ->
+//    `.mlp.`, w1 and w3 stacked and concatenated into `.experts.gate_up_proj [E, 2I, H]`, w2 into
+//    `.experts.down_proj [E, H, I]`) but refused: its pieces would need Mixtral's per-expert names
+//    (`block_sparse_moe.experts.E.w1/w3/w2`, router `block_sparse_moe.gate`) that Mixtral
+//    loaders read, which the cut does not write yet.
 //
 // Each cut is gathered one expert at a time (gather_expert): memory follows one expert matrix.
 #pragma once
@@ -35,6 +53,7 @@ namespace qforge {
 enum class fused_expert_layout {
     out_in_concat,   ///< [E, 2I, H] gate rows then up rows; down [E, H, I] (qwen3_moe)
     in_out_strided,  ///< [E, H, 2I] gate/up interleaved along the last dim; down [E, I, H] (gpt_oss)
+    in_out_concat,   ///< [E, H, 2I] gate columns then up columns; down [E, I, H] (qwen3_vl_moe on disk)
 };
 
 /// One per-expert tensor cut out of a fused expert tensor. The source is seen as
@@ -57,8 +76,9 @@ struct expert_piece {
 
 /// The architectures with a known fused layout, as "model_type (ArchitectureClass)".
 inline std::string_view known_fused_expert_architectures() noexcept {
-    return "qwen3_moe (Qwen3MoeForCausalLM): [E, 2I, H] gate then up; gpt_oss (GptOssForCausalLM): [E, H, 2I] "
-           "gate/up interleaved";
+    return "qwen3_moe (Qwen3MoeForCausalLM) and qwen3_5_moe (Qwen3_5MoeForConditionalGeneration): [E, 2I, H] gate "
+           "then up; gpt_oss (GptOssForCausalLM): [E, H, 2I] gate/up interleaved; qwen3_vl_moe "
+           "(Qwen3VLMoeForConditionalGeneration): [E, H, 2I] gate then up";
 }
 
 /// The fused-expert layout of the model `c` describes, or nullopt (then `why` says so).
@@ -70,8 +90,17 @@ inline std::optional<fused_expert_layout> fused_expert_layout_for(const model_co
         return false;
     };
     if (is("qwen3_moe", "Qwen3MoeForCausalLM")) return fused_expert_layout::out_in_concat;
+    if (is("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration") || is("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM"))
+        return fused_expert_layout::out_in_concat;
     if (is("gpt_oss", "GptOssForCausalLM")) return fused_expert_layout::in_out_strided;
+    if (is("qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration")) return fused_expert_layout::in_out_concat;
     std::string archs;
+    if (is("mixtral", "MixtralForCausalLM")) {
+        why = "fused 3-D Mixtral experts (transformers v5 `mlp.experts.gate_up_proj [E, 2I, H]`, w1 then w3) are not "
+              "cut: Mixtral loaders read per-expert `block_sparse_moe.experts.E.w1/w3/w2`, names the cut does not write "
+              "yet; convert the per-expert checkpoint";
+        return std::nullopt;
+    }
     for (const auto& a : c.architectures) archs += (archs.empty() ? "" : ", ") + a;
     why = "fused 3-D experts of model_type '" + c.model_type + "' (architectures [" + archs +
           "]) have no verified orientation rule in qforge; splitting them on a guess would corrupt "
@@ -100,6 +129,31 @@ inline std::optional<fused_part> fused_part_of(std::string_view name, std::strin
             return part;
         }
     return std::nullopt;
+}
+
+/// For a layout read in one orientation only ([E, H, 2I] / [E, I, H]): the config's sizes must
+/// be known and must not also fit the transposed shape (then which one the file holds is a guess).
+inline bool one_orientation(const shape_t& shape, fused_part part, const model_config& c, std::string& why) {
+    if (c.hidden_size <= 0 || c.moe_intermediate_size <= 0) {
+        why = "config.json must give hidden_size and moe_intermediate_size to tell this layout's orientation";
+        return false;
+    }
+    if (shape.size() != 3) return true;  // the shape checks that follow say why
+    const std::int64_t H = c.hidden_size, I = c.moe_intermediate_size, n = part == fused_part::gate_up ? 2 * I : I;
+    if (H == n) {
+        why = "hidden_size equals the " + std::string(part == fused_part::gate_up ? "gate/up" : "intermediate") +
+              " size (" + std::to_string(H) + "): [E, H, N] and its transpose have one shape, the orientation would be a guess";
+        return false;
+    }
+    // on disk: gate_up [E, H, 2I], down [E, I, H]; their transposes are the in-memory layout
+    const bool gate_up = part == fused_part::gate_up;
+    if (gate_up ? (shape[1] == n && shape[2] == H) : (shape[1] == H && shape[2] == n)) {
+        why = "shape " + shape_to_string(shape) + " is the transpose of the on-disk layout [E, " +
+              std::to_string(gate_up ? H : n) + ", " + std::to_string(gate_up ? n : H) +
+              "] transformers loads (conversion_mapping.py: Transpose(1, 2)); not read";
+        return false;
+    }
+    return true;
 }
 
 }  // namespace detail
@@ -149,7 +203,9 @@ inline std::vector<expert_piece> split_fused_experts(std::string_view name, cons
         return {};
     }
     // Output [rows, cols] (rows = out features) of each piece, and how it is read.
-    const bool strided = *layout == fused_expert_layout::in_out_strided;
+    const bool strided = *layout != fused_expert_layout::out_in_concat;  // stored [in, out]
+    const bool interleaved = *layout == fused_expert_layout::in_out_strided;
+    if (*layout == fused_expert_layout::in_out_concat && !detail::one_orientation(shape, *part, c, why)) return {};
     const std::int64_t a = shape[1], b = bias ? 0 : shape[2];
     const bool gate_up = *part == detail::fused_part::gate_up || *part == detail::fused_part::gate_up_bias;
     const std::int64_t two_i = bias ? a : (strided ? b : a);  // the dim that holds gate and up
@@ -175,7 +231,7 @@ inline std::vector<expert_piece> split_fused_experts(std::string_view name, cons
         const std::string suffix = bias ? ".bias" : ".weight";
         if (gate_up) {
             for (int which = 0; which < 2; ++which) {  // 0 gate, 1 up
-                expert_cut cut{e, strided, strided ? which : which * I, strided ? 2 : 1};
+                expert_cut cut{e, strided, interleaved ? which : which * I, interleaved ? 2 : 1};
                 shape_t s = bias ? shape_t{I} : shape_t{I, other};
                 out.push_back({p + (which == 0 ? "gate_proj" : "up_proj") + suffix, std::move(s), cut});
             }

@@ -12,7 +12,9 @@
 // own Hessian wins when both exist.
 //
 // Reading the file is the converter's job (this header); the solver that uses a Hessian is
-// quant/gptq_solver.hpp, which sees only the numbers.
+// quant/gptq_solver.hpp, which sees only the numbers. The file is never mapped: each Hessian is
+// read with pread when asked for, so a file truncated underneath is an io_error naming the file
+// and the tensor, never a SIGBUS (issue 20 item 3).
 #pragma once
 
 #include <cstdint>
@@ -31,7 +33,7 @@ namespace qforge {
 
 class hessian_file {
 public:
-    explicit hessian_file(std::string path) : reader_(std::move(path)) {
+    explicit hessian_file(std::string path) : reader_(std::move(path), safetensors::read_mode::pread) {
         for (const auto& t : reader_.tensors()) {
             const std::string_view n = t.name;
             if (n.ends_with(".hessian")) {
@@ -52,23 +54,26 @@ public:
     /// Every layer with a Hessian, in file order.
     const std::vector<std::string>& layers() const noexcept { return layers_; }
 
-    /// The Hessian of `layer` checked against its K input columns, or nullopt when absent.
-    std::optional<tensor_view> find(std::string_view layer, std::int64_t k) const {
+    /// The Hessian of `layer` checked against its K input columns (read with pread), or nullopt
+    /// when absent.
+    std::optional<owned_tensor> find(std::string_view layer, std::int64_t k) const {
         const std::string name = std::string(layer) + ".hessian";
         if (!reader_.contains(name)) return std::nullopt;
-        tensor_view v = reader_.view(name);
+        const safetensors::tensor_info& v = *reader_.find(name);
         if (v.shape[0] != k)
             fail<shape_error>(path(), name, "Hessian " + shape_to_string(v.shape) + " does not match the " +
                                                 std::to_string(k) + " input columns of the layer");
+        owned_tensor h = reader_.read_tensor(name);
         used_.insert(std::string(layer));
-        return v;
+        return h;
     }
 
     /// `<layer>.nsamples` when present.
     std::optional<double> nsamples(std::string_view layer) const {
         const std::string name = std::string(layer) + ".nsamples";
         if (!reader_.contains(name)) return std::nullopt;
-        const tensor_view v = reader_.view(name);
+        const owned_tensor t = reader_.read_tensor(name);
+        const tensor_view v = t.view();
         if (v.numel() != 1) fail<shape_error>(path(), name, "nsamples must hold one value");
         switch (v.type) {
             case dtype::I64: return static_cast<double>(load<std::int64_t>(v));

@@ -430,7 +430,7 @@ inline void rewrite_source(plan& p, const source_tensor& s, const model_config& 
     const plan_item whole = whole_item(s);
     std::vector<plan_item> parts;
     std::string why;
-    if (is_floating(s.type) && is_fused_expert_tensor(s.name)) parts = expert_items(whole, cfg, why);
+    if ((is_floating(s.type) || s.scale) && is_fused_expert_tensor(s.name)) parts = expert_items(whole, cfg, why);
     else if (const rule* r = rules.last_match<split_action>(s.name)) parts = split_items(whole, std::get<split_action>(r->action), cfg, why);
     else parts.push_back(whole);
     if (!why.empty()) {
@@ -624,7 +624,7 @@ inline void print_plan(std::ostream& os, const plan& p) {
         if (it.scale) {
             os << " x " << dtype_name(it.scale->type) << " scale ";
             if (it.scale->block_rows == 1) os << "per row";
-            else if (it.scale->block_rows >= it.source_shape[0] && it.scale->block_cols >= it.source_shape.back()) os << "per tensor";
+            else if (it.scale->block_rows >= it.source_shape[it.source_shape.size() - 2] && it.scale->block_cols >= it.source_shape.back()) os << "per tensor";
             else os << "per " << it.scale->block_rows << "x" << it.scale->block_cols << " block";
         }
         if (it.name != it.source || !it.whole_source()) {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <span>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "qforge/convert/fp8_source.hpp"
+#include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
@@ -70,6 +72,45 @@ public:
     }
     std::uint64_t total_bytes() const noexcept { return shards_.total_size(); }
 
+    /// One expert's piece `name` [shape] of the fused 3-D tensor `fused` (convert/fused_experts.hpp):
+    /// only that expert's block [A, B] is read, with pread when `copied` (a file truncated
+    /// underneath is an io_error naming file and tensor, never a SIGBUS), else from the mapping
+    /// (its pages dropped after). An FP8 fused tensor is decoded with its expert's scale block.
+    owned_tensor read_expert(std::string_view fused, const expert_cut& cut, const std::string& name, const shape_t& shape,
+                             bool copied) const {
+        const tensor_view full = view_or_header(fused);
+        if (full.shape.size() < 2 || cut.expert < 0 || cut.expert >= full.shape[0])
+            fail<shape_error>(file_of(fused), std::string(fused), "expert cut outside the fused tensor");
+        const std::uint64_t block = expert_block_bytes(full), at = block * static_cast<std::uint64_t>(cut.expert);
+        const source_scale* s = scale_of(fused);
+        if (!s && !cut.transposed && cut.step == 1 && full.shape.size() == 3 && shape.size() == 2) {
+            // rows [first, first + rows) of the expert's [A, B] block: one contiguous range
+            const std::uint64_t row = block / static_cast<std::uint64_t>(full.shape[1]);
+            if (cut.first < 0 || cut.first + shape[0] > full.shape[1] || shape[1] != full.shape[2])
+                fail<shape_error>(file_of(fused), std::string(fused), "expert cut outside the fused tensor");
+            owned_tensor rows = expert_block(fused, full, at + row * static_cast<std::uint64_t>(cut.first),
+                                             row * static_cast<std::uint64_t>(shape[0]), copied);
+            return owned_tensor{name, full.type, shape, std::move(rows.bytes)};
+        }
+        shape_t one = full.shape;
+        one[0] = 1;
+        expert_cut local = cut;
+        local.expert = 0;
+        owned_tensor codes = expert_block(fused, full, at, block, copied);
+        if (s) {
+            const tensor_view sfull = view_or_header(s->name);
+            const std::uint64_t sblock = expert_block_bytes(sfull);
+            const owned_tensor sc = expert_block(s->name, sfull, sblock * static_cast<std::uint64_t>(cut.expert), sblock, copied);
+            const shape_t mat{full.shape[1], full.shape.size() == 3 ? full.shape[2] : 1};
+            const shape_t smat{sfull.shape.size() == 3 ? sfull.shape[1] : 1, sfull.shape.size() == 3 ? sfull.shape[2] : 1};
+            source_scale s2 = *s;
+            s2.shape = smat;
+            codes = decode_fp8_weight(tensor_view{codes.name, codes.type, mat, codes.bytes},
+                                      tensor_view{sc.name, sc.type, smat, sc.bytes}, s2, file_of(fused), file_of(s->name));
+        }
+        return gather_expert(tensor_view{codes.name, codes.type, one, codes.bytes}, local, name, shape);
+    }
+
     tensor_view view(std::string_view name) const { return shards_.view(name); }
     /// A copy of the tensor read with pread: a file truncated underneath gives an io_error
     /// naming file and tensor instead of a SIGBUS (the cost is one copy of the tensor).
@@ -93,6 +134,26 @@ public:
     void verify_unchanged(std::string_view tensor = {}) const { shards_.verify_unchanged(tensor); }
 
 private:
+    std::string file_of(std::string_view t) const { return shards_.shard_of(t)->path(); }
+
+    /// The tensor's header as a view: its bytes are the mapping's, touched only when read mapped.
+    tensor_view view_or_header(std::string_view name) const { return shards_.view(name); }
+
+    /// Bytes [at, at + n) of tensor `name` as an owned tensor (pread, or copied from the mapping
+    /// whose pages are then dropped).
+    owned_tensor expert_block(std::string_view name, const tensor_view& full, std::uint64_t at, std::uint64_t n,
+                              bool copied) const {
+        owned_tensor out{std::string(name), full.type, {}, std::vector<std::byte>(static_cast<std::size_t>(n))};
+        if (copied) {
+            shards_.read_tensor_range(name, at, out.bytes);
+        } else {
+            verify_unchanged(name);
+            std::memcpy(out.bytes.data(), full.bytes.data() + at, static_cast<std::size_t>(n));
+            shards_.release(name, at, n);
+        }
+        return out;
+    }
+
     static std::string check_dir(std::string d) {
         while (d.size() > 1 && d.back() == '/') d.pop_back();
         if (!io::is_directory(d)) fail<io_error>(d, {}, "not a checkpoint folder");

@@ -27,10 +27,12 @@
 #include <string>
 #include <vector>
 
+#include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/gguf/name_map.hpp"
 #include "qforge/convert/gguf/tokenizer.hpp"
 #include "qforge/convert/gguf/type_choice.hpp"
 #include "qforge/convert/importance.hpp"
+#include "qforge/convert/model_config.hpp"
 #include "qforge/convert/source.hpp"
 #include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
@@ -120,6 +122,9 @@ struct planned_tensor {
     tensor_decl decl;
     type_decision decision;
     std::vector<std::string> parts;  // the source tensors in ne[2] order: {hf}, or expert 0..E-1
+    /// Per part: the expert's cut when the part is a slice of a fused 3-D source (parts[e] then
+    /// names the fused tensor, convert/fused_experts.hpp), else nullopt.
+    std::vector<std::optional<expert_cut>> cuts;
 };
 
 /// The GGUF architecture name llama.cpp loads each source architecture as.
@@ -400,7 +405,8 @@ inline void check_source_tensor(const source_tensor& t, const mapped_name& m, co
 /// llama.cpp's load_tensors shapes are gate/up {n_embd, n_ff_exp, n_expert} and down
 /// {n_ff_exp, n_embd, n_expert}.
 inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::string, std::size_t>& stacked,
-                             const source_tensor& t, const mapped_name& m, const model_hparams& h, const std::string& where) {
+                             const source_tensor& t, const mapped_name& m, const model_hparams& h, const std::string& where,
+                             const std::string& fused = {}, std::optional<expert_cut> cut = std::nullopt) {
     const bool down = m.gguf.ends_with("ffn_down_exps.weight");
     const shape_t want = down ? shape_t{h.n_embd, h.n_ff_exp} : shape_t{h.n_ff_exp, h.n_embd};
     if (t.shape != want) fail<shape_error>(where, t.name, "an expert must be " + shape_to_string(want));
@@ -408,7 +414,8 @@ inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::st
         fail<format_error>(where, t.name, "expert " + std::to_string(m.expert) + " is past the expert count (" + std::to_string(h.n_expert) + ")");
     auto [it, fresh] = stacked.emplace(m.gguf, plan.size());
     if (fresh) {
-        planned_tensor p{t.name, m, t.type, t.shape, {}, {}, std::vector<std::string>(static_cast<std::size_t>(h.n_expert))};
+        planned_tensor p{t.name, m, t.type, t.shape, {}, {}, std::vector<std::string>(static_cast<std::size_t>(h.n_expert)),
+                         std::vector<std::optional<expert_cut>>(static_cast<std::size_t>(h.n_expert))};
         p.decl.name = m.gguf;
         p.decl.ne = {t.shape[1], t.shape[0], h.n_expert};
         plan.push_back(std::move(p));
@@ -417,7 +424,26 @@ inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::st
     if (t.type != p.src_type) fail<format_error>(where, t.name, "the experts of " + m.gguf + " do not share one dtype");
     auto& slot = p.parts[static_cast<std::size_t>(m.expert)];
     if (!slot.empty()) fail<format_error>(where, t.name, "expert " + std::to_string(m.expert) + " of " + m.gguf + " appears twice");
-    slot = t.name;
+    slot = fused.empty() ? t.name : fused;
+    p.cuts[static_cast<std::size_t>(m.expert)] = cut;
+}
+
+/// A fused 3-D expert tensor (transformers v5 `mlp.experts.gate_up_proj [E, 2I, H]`,
+/// `down_proj [E, H, I]`) planned as the per-expert slices of the stacked tensors, cut by the
+/// architecture's rule of convert/fused_experts.hpp (an unknown rule is refused): the GGUF is
+/// the one the equivalent per-expert checkpoint gives.
+inline void add_fused_experts(std::vector<planned_tensor>& plan, std::map<std::string, std::size_t>& stacked,
+                              const source_tensor& t, const model_config& mc, const model_hparams& h, const std::string& where) {
+    std::string why;
+    const std::vector<expert_piece> pieces = split_fused_experts(t.name, t.shape, mc, why);
+    if (pieces.empty()) fail<unsupported_error>(where, t.name, why);
+    for (const expert_piece& piece : pieces) {
+        const source_tensor part{piece.name, t.type, piece.shape, t.file, t.scale};
+        const auto m = map_hf_name(piece.name, h.arch, static_cast<int>(h.n_head), static_cast<int>(h.n_head_kv));
+        if (!m || m->expert < 0) fail<unsupported_error>(where, t.name, "expert piece " + piece.name + " has no GGUF name for " + h.arch_name);
+        check_source_tensor(part, *m, h, where);
+        add_expert_slice(plan, stacked, part, *m, h, where, t.name, piece.cut);
+    }
 }
 
 /// Every output tensor, named and shaped, before any is read; `n_vocab` is the embedding's rows.
@@ -428,9 +454,14 @@ inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, co
     // An FP8 source (convert/fp8_source.hpp) is read through its decoded weights: the scale
     // tensors are folded in, the first malformed one refuses the conversion.
     if (!src.fp8().refusals.empty()) fail<unsupported_error>({}, {}, src.fp8().refusals.front().substr(8));
+    const model_config mc = model_config::from_json(src.config(), src_dir + "/config.json");
     for (const auto& t : src.model_tensors()) {
         if (t.name.ends_with("rotary_emb.inv_freq")) continue;  // convert_hf_to_gguf skips it
         const std::string where = src_dir + "/" + t.file;
+        if (is_fused_expert_tensor(t.name) && t.shape.size() != 1) {
+            add_fused_experts(plan, stacked, t, mc, h, where);
+            continue;
+        }
         auto m = map_hf_name(t.name, h.arch, static_cast<int>(h.n_head), static_cast<int>(h.n_head_kv));
         if (!m) fail<unsupported_error>(where, t.name, "tensor has no GGUF name for " + h.arch_name);
         check_source_tensor(t, *m, h, where);
@@ -439,7 +470,7 @@ inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, co
             add_expert_slice(plan, stacked, t, *m, h, where);
             continue;
         }
-        planned_tensor p{t.name, *m, t.type, t.shape, {}, {}, {t.name}};
+        planned_tensor p{t.name, *m, t.type, t.shape, {}, {}, {t.name}, {std::nullopt}};
         p.decl.name = m->gguf;
         for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) p.decl.ne.push_back(*it);
         plan.push_back(std::move(p));
@@ -559,7 +590,9 @@ public:
         for (std::size_t part = 0; part < p.parts.size(); ++part) {
             const std::string& hf = p.parts[part];
             owned_tensor decoded;  // an FP8 weight's float32 values (convert/fp8_source.hpp), this part only
-            if (src_.scale_of(hf)) decoded = src_.decode(hf, !opt_.read_mapped);
+            const std::optional<expert_cut>& cut = p.cuts.empty() ? std::nullopt : p.cuts[part];
+            if (cut) decoded = src_.read_expert(hf, *cut, p.hf, p.shape, !opt_.read_mapped);  // one expert's slice
+            else if (src_.scale_of(hf)) decoded = src_.decode(hf, !opt_.read_mapped);
             const bool in_memory = opt_.read_mapped || !decoded.bytes.empty();  // else v gives sizes only
             const tensor_view v = decoded.bytes.empty() ? src_.view(hf) : decoded.view();
             const float* imr = im.data(static_cast<std::int64_t>(part));
