@@ -30,6 +30,7 @@
 #include "qforge/convert/cluster.hpp"
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/gguf/converter.hpp"
+#include "qforge/convert/gguf/dry_run.hpp"
 #include "qforge/convert/repack_checkpoint.hpp"
 
 namespace {
@@ -239,7 +240,7 @@ const std::vector<option>& options() {
          }},
         {"--max-shard-size", "SIZE", "largest output shard, e.g. 5GB, 500MB, 2GiB (default 5GB)",
          [](settings& s, const std::string& v) { s.max_shard = parse_size(v); }},
-        {"--dry-run", "", "print the plan (per tensor in -> out, totals, bits per weight) and stop",
+        {"--dry-run", "", "print the plan (per tensor in -> out, totals, bits per weight; with --format gguf the type per tensor and, with --tp, the block rule per degree) and stop",
          [](settings& s, const std::string&) { s.dry_run = true; }},
         {"--overwrite", "", "replace an existing destination (only once the new one is complete)",
          [](settings& s, const std::string&) { s.overwrite = true; }},
@@ -437,9 +438,7 @@ int run_repack(const settings& s) {
 }
 
 // --format gguf (issue 6): Hugging Face -> GGUF in one streaming pass, llama.cpp's bytes.
-int run_gguf(const settings& s) {
-    if (io::path_exists(s.dst) && !s.overwrite)
-        throw unsupported_error(s.dst, {}, "destination exists (pass --overwrite to replace it)");
+gguf::convert_options gguf_options(const settings& s) {
     gguf::convert_options o;
     const auto type = gguf::parse_file_type(s.gguf_type);
     if (!type) usage_error("unknown GGUF type '" + s.gguf_type + "'");
@@ -450,6 +449,20 @@ int run_gguf(const settings& s) {
     o.allow_no_vocab = s.no_vocab;
     o.imatrix_file = s.imatrix;
     o.read_mapped = s.read_mapped;
+    return o;
+}
+
+int run_gguf(const settings& s) {
+    // --dry-run: the converter's own plan step (types, fallbacks) and the block rule per --tp
+    // degree; --tp alone prints the block rule to stderr and converts.
+    if (s.dry_run || !s.tp.empty()) {
+        const gguf::dry_run_report plan = gguf::dry_run_hf_to_gguf(s.src, gguf_options(s), s.tp);
+        gguf::print_dry_run(s.dry_run ? std::cout : std::cerr, plan);
+        if (s.dry_run) return 0;
+    }
+    if (io::path_exists(s.dst) && !s.overwrite)
+        throw unsupported_error(s.dst, {}, "destination exists (pass --overwrite to replace it)");
+    gguf::convert_options o = gguf_options(s);
     thread_pool pool(s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency()));
     o.exec = pool.executor();
     gguf::progress_fn progress;
