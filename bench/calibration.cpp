@@ -15,6 +15,7 @@
 // Figures: weight SNR and output SNR (10 log10 tr(W H W^T) / tr(dW H dW^T)) averaged over the 35
 // linears, and the model's mean next-token KL divergence from the float model on sequences the
 // statistics never saw. At 4 bits g32 asymmetric and at the w4a8-cpu grid (4 bits sym g64).
+// The forward pass is tests/support/llama_reference.hpp, shared with the llama.cpp logits test.
 //
 //   bench_calibration [--stories DIR] [--sequences N] [--length L] [--write-imatrix FILE.gguf]
 //
@@ -38,8 +39,10 @@
 #include "qforge/quant/dequantize.hpp"
 #include "qforge/quant/gptq_solver.hpp"
 #include "qforge/quant/quantize.hpp"
+#include "tests/support/llama_reference.hpp"
 
 using namespace qforge;
+using namespace qforge::testing::llama_ref;
 
 namespace {
 
@@ -53,19 +56,6 @@ struct rng {
         return static_cast<double>((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
     }
 };
-
-struct matrix {
-    std::int64_t rows = 0, cols = 0;
-    std::vector<float> w;
-    const float* row(std::int64_t r) const { return w.data() + r * cols; }
-};
-
-matrix load(const safetensors::reader& rd, const std::string& name) {
-    const tensor_view v = rd.view(name);
-    matrix m{v.shape[0], v.rank() == 2 ? v.shape[1] : 1, std::vector<float>(static_cast<std::size_t>(v.numel()))};
-    for (std::size_t i = 0; i < m.w.size(); ++i) m.w[i] = bf16_to_float(v.data<std::uint16_t>()[i]);
-    return m;
-}
 
 /// The five linears' inputs of one layer, accumulated: sum x x^T and the token count.
 struct input_stats {
@@ -84,99 +74,12 @@ struct input_stats {
     }
 };
 
-struct layer {
-    matrix attn_norm, q, k, v, o, ffn_norm, gate, up, down;
-};
-
-struct model {
-    std::int64_t hidden = 0, ff = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
-    double eps = 1e-5, theta = 10000;
-    matrix embed, norm;
-    std::vector<layer> layers;
-};
-
 /// Inputs seen by each layer's linears: [layer][0 attn_in, 1 attn_out, 2 mlp_in, 3 mlp_act].
 using stats_table = std::vector<std::array<input_stats, 4>>;
 
-std::vector<float> matvec(const matrix& m, const std::vector<float>& x) {
-    std::vector<float> y(static_cast<std::size_t>(m.rows));
-    for (std::int64_t r = 0; r < m.rows; ++r) {
-        double s = 0;
-        for (std::int64_t c = 0; c < m.cols; ++c) s += static_cast<double>(m.row(r)[c]) * x[c];
-        y[r] = static_cast<float>(s);
-    }
-    return y;
-}
-
-std::vector<float> rmsnorm(const std::vector<float>& x, const matrix& g, double eps) {
-    double ss = 0;
-    for (float v : x) ss += static_cast<double>(v) * v;
-    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
-    std::vector<float> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = static_cast<float>(x[i] * inv) * g.w[i];
-    return y;
-}
-
-/// Hugging Face rotate_half RoPE on one head (pairs i, i + d/2).
-void rope(float* h, std::int64_t d, std::int64_t pos, double theta) {
-    for (std::int64_t i = 0; i < d / 2; ++i) {
-        const double f = static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
-        const double c = std::cos(f), s = std::sin(f), a = h[i], b = h[i + d / 2];
-        h[i] = static_cast<float>(a * c - b * s);
-        h[i + d / 2] = static_cast<float>(b * c + a * s);
-    }
-}
-
-/// One sequence through the model, token by token with a KV cache: the logits after each
-/// token, and (when `stats`) every linear's input added to the statistics.
-std::vector<std::vector<float>> run(const model& m, const std::vector<int>& tokens, stats_table* stats) {
-    const std::int64_t hd = m.head_dim, rep = m.heads / m.kv_heads;
-    std::vector<std::vector<std::vector<float>>> kc(m.layers.size()), vc(m.layers.size());
-    std::vector<std::vector<float>> logits;
-    for (std::size_t t = 0; t < tokens.size(); ++t) {
-        std::vector<float> x(m.embed.row(tokens[t]), m.embed.row(tokens[t]) + m.hidden);
-        for (std::size_t l = 0; l < m.layers.size(); ++l) {
-            const layer& L = m.layers[l];
-            const std::vector<float> a = rmsnorm(x, L.attn_norm, m.eps);
-            std::vector<float> q = matvec(L.q, a), k = matvec(L.k, a), v = matvec(L.v, a);
-            for (std::int64_t h = 0; h < m.heads; ++h) rope(q.data() + h * hd, hd, static_cast<std::int64_t>(t), m.theta);
-            for (std::int64_t h = 0; h < m.kv_heads; ++h) rope(k.data() + h * hd, hd, static_cast<std::int64_t>(t), m.theta);
-            kc[l].push_back(k);
-            vc[l].push_back(v);
-            std::vector<float> att(static_cast<std::size_t>(m.heads * hd), 0.0f);
-            for (std::int64_t h = 0; h < m.heads; ++h) {
-                const std::int64_t g = h / rep;
-                std::vector<double> sc(t + 1);
-                double mx = -1e300;
-                for (std::size_t j = 0; j <= t; ++j) {
-                    double s = 0;
-                    for (std::int64_t d = 0; d < hd; ++d) s += static_cast<double>(q[h * hd + d]) * kc[l][j][g * hd + d];
-                    sc[j] = s / std::sqrt(static_cast<double>(hd));
-                    mx = std::max(mx, sc[j]);
-                }
-                double z = 0;
-                for (auto& s : sc) z += (s = std::exp(s - mx));
-                for (std::size_t j = 0; j <= t; ++j)
-                    for (std::int64_t d = 0; d < hd; ++d) att[h * hd + d] += static_cast<float>(sc[j] / z * vc[l][j][g * hd + d]);
-            }
-            const std::vector<float> o = matvec(L.o, att);
-            for (std::int64_t i = 0; i < m.hidden; ++i) x[i] += o[i];
-            const std::vector<float> b = rmsnorm(x, L.ffn_norm, m.eps);
-            const std::vector<float> gate = matvec(L.gate, b), up = matvec(L.up, b);
-            std::vector<float> act(gate.size());
-            for (std::size_t i = 0; i < act.size(); ++i) act[i] = static_cast<float>(gate[i] / (1.0 + std::exp(-gate[i]))) * up[i];
-            const std::vector<float> d = matvec(L.down, act);
-            for (std::int64_t i = 0; i < m.hidden; ++i) x[i] += d[i];
-            if (stats) {
-                (*stats)[l][0].add(a);
-                (*stats)[l][1].add(att);
-                (*stats)[l][2].add(b);
-                (*stats)[l][3].add(act);
-            }
-        }
-        logits.push_back(matvec(m.embed, rmsnorm(x, m.norm, m.eps)));  // tied head
-    }
-    return logits;
+/// Every linear's input of `tokens` added to `st`.
+void collect(const model& m, const std::vector<int>& tokens, stats_table& st) {
+    (void)run(m, tokens, [&](std::size_t l, int slot, const std::vector<float>& x) { st[l][static_cast<std::size_t>(slot)].add(x); });
 }
 
 /// Sequences the model writes itself from BOS (token 1), sampled at temperature 1.
@@ -186,7 +89,7 @@ std::vector<std::vector<int>> sample(const model& m, int count, int length, std:
     for (int s = 0; s < count; ++s) {
         std::vector<int> toks = {1};
         while (static_cast<int>(toks.size()) < length) {
-            const auto lg = run(m, toks, nullptr).back();  // O(L^2): fine at this size
+            const auto lg = run(m, toks).back();  // O(L^2): fine at this size
             const float mx = *std::max_element(lg.begin(), lg.end());
             double z = 0;
             for (float v : lg) z += std::exp(static_cast<double>(v - mx));
@@ -208,7 +111,7 @@ double mean_kl(const model& ref, const model& q, const std::vector<std::vector<i
     double kl = 0;
     std::size_t n = 0;
     for (const auto& s : seqs) {
-        const auto a = run(ref, s, nullptr), b = run(q, s, nullptr);
+        const auto a = run(ref, s), b = run(q, s);
         for (std::size_t t = 0; t < a.size(); ++t) {
             auto logp = [](const std::vector<float>& lg) {
                 const double mx = *std::max_element(lg.begin(), lg.end());
@@ -328,31 +231,6 @@ void write_imatrix(const model& m, const stats_table& st, const std::string& pat
     w.finish();
 }
 
-model load_model(const std::string& dir) {
-    const json cfg = json::parse(io::read_file(dir + "/config.json"), dir + "/config.json");
-    const safetensors::reader rd(dir + "/model.safetensors");
-    model m;
-    m.hidden = cfg.at("hidden_size").as_int();
-    m.ff = cfg.at("intermediate_size").as_int();
-    m.heads = cfg.at("num_attention_heads").as_int();
-    m.kv_heads = cfg.at("num_key_value_heads").as_int();
-    m.head_dim = m.hidden / m.heads;
-    m.eps = cfg.at("rms_norm_eps").as_double();
-    m.theta = cfg.at("rope_theta").as_double();
-    m.embed = load(rd, "model.embed_tokens.weight");
-    m.norm = load(rd, "model.norm.weight");
-    m.vocab = m.embed.rows;
-    for (std::int64_t l = 0; l < cfg.at("num_hidden_layers").as_int(); ++l) {
-        const std::string p = "model.layers." + std::to_string(l) + ".";
-        m.layers.push_back({load(rd, p + "input_layernorm.weight"), load(rd, p + "self_attn.q_proj.weight"),
-                            load(rd, p + "self_attn.k_proj.weight"), load(rd, p + "self_attn.v_proj.weight"),
-                            load(rd, p + "self_attn.o_proj.weight"), load(rd, p + "post_attention_layernorm.weight"),
-                            load(rd, p + "mlp.gate_proj.weight"), load(rd, p + "mlp.up_proj.weight"),
-                            load(rd, p + "mlp.down_proj.weight")});
-    }
-    return m;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -370,7 +248,7 @@ int main(int argc, char** argv) {
     const auto held_out = sample(m, 8, length, 7);
     stats_table st(m.layers.size());
     for (auto& l : st) l = {input_stats(m.hidden), input_stats(m.heads * m.head_dim), input_stats(m.hidden), input_stats(m.ff)};
-    for (const auto& s : calib) (void)run(m, s, &st);
+    for (const auto& s : calib) collect(m, s, st);
     std::printf("stories260k: %d self-sampled sequences of %d tokens for the statistics (%lld tokens), 8 held out for KL\n\n",
                 sequences, length, static_cast<long long>(st[0][0].tokens));
     if (!imatrix_out.empty()) {

@@ -32,6 +32,7 @@
 #include "qforge/convert/cluster.hpp"
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/gguf/converter.hpp"
+#include "qforge/convert/gguf/dry_run.hpp"
 #include "qforge/convert/repack_checkpoint.hpp"
 
 namespace {
@@ -47,11 +48,11 @@ struct settings {
     unsigned threads = 0;
     std::uint64_t max_shard = 5'000'000'000;
     bool dry_run = false, overwrite = false, quiet = false;
-    std::string hessians;  // GPTQ calibration file (issue 9)
+    std::string hessians;  // GPTQ calibration file
     gptq_solver_options gptq{};
-    bool repack = false, requantize = false;  // --repack (issue 8)
+    bool repack = false, requantize = false;  // --repack
     int qat_bits = 0;
-    bool gguf = false;  // --format gguf (issue 6): one streaming pass HF -> GGUF
+    bool gguf = false;  // --format gguf: one streaming pass HF -> GGUF
     std::string gguf_type = "Q4_K_M", tokenizer_from, pre_tokenizer;
     std::string imatrix;  // llama-imatrix output
     std::vector<std::string> imatrix_layers;
@@ -251,7 +252,7 @@ const std::vector<option>& options() {
          }},
         {"--max-shard-size", "SIZE", "largest output shard, e.g. 5GB, 500MB, 2GiB (default 5GB)",
          [](settings& s, const std::string& v) { s.max_shard = parse_size(v); }},
-        {"--dry-run", "", "print the plan (per tensor in -> out, totals, bits per weight) and stop",
+        {"--dry-run", "", "print the plan (per tensor in -> out, totals, bits per weight; with --format gguf the type per tensor and, with --tp, the block rule per degree) and stop",
          [](settings& s, const std::string&) { s.dry_run = true; }},
         {"--overwrite", "", "replace an existing destination (only once the new one is complete)",
          [](settings& s, const std::string&) { s.overwrite = true; }},
@@ -432,7 +433,7 @@ std::string mib(std::uint64_t b) {
     return buf;
 }
 
-// --repack (issue 8): an already-quantized SRC moved into --format without re-quantizing.
+// --repack: an already-quantized SRC moved into --format without re-quantizing.
 int run_repack(const settings& s) {
     repack_options o;
     o.format = *s.format;
@@ -468,8 +469,15 @@ gguf::convert_options gguf_options(const settings& s) {
     return o;
 }
 
-// --format gguf (issue 6): Hugging Face -> GGUF in one streaming pass, llama.cpp's bytes.
+// --format gguf: Hugging Face -> GGUF in one streaming pass, llama.cpp's bytes.
 int run_gguf(const settings& s) {
+    // --dry-run: the converter's own plan step (types, fallbacks) and the block rule per --tp
+    // degree; --tp alone prints the block rule to stderr and converts.
+    if (s.dry_run || !s.tp.empty()) {
+        const gguf::dry_run_report plan = gguf::dry_run_hf_to_gguf(s.src, gguf_options(s), s.tp);
+        gguf::print_dry_run(s.dry_run ? std::cout : std::cerr, plan);
+        if (s.dry_run) return 0;
+    }
     if (io::path_exists(s.dst) && !s.overwrite)
         throw unsupported_error(s.dst, {}, "destination exists (pass --overwrite to replace it)");
     gguf::convert_options o = gguf_options(s);
@@ -496,7 +504,7 @@ int run_gguf(const settings& s) {
 }
 
 
-// plan / work / finalize (issue 18). `plan` keeps its command line in the plan file, so that
+// plan / work / finalize. `plan` keeps its command line in the plan file, so that
 // `work DST` and `finalize DST` rebuild the very same options (only --threads may differ).
 std::size_t parse_count(const std::string& v, const char* what) {
     char* end = nullptr;

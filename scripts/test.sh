@@ -43,6 +43,11 @@ cmake -S . -B build/test-gcc -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLA
 cmake --build build/test-gcc -j "$JOBS"
 (cd build/test-gcc && ctest --output-on-failure -j "$JOBS")
 
+step "llama.cpp loads qforge's GGUF files: logits against the reference forward pass"
+# Installs a pinned node-llama-cpp (prebuilt llama.cpp) once into ~/.cache/qforge; skips with
+# the reason where node >= 20 or linux-x64 is missing.
+tests/gguf/llama_logits_test.sh build/test-gcc
+
 step "meson + clang++ with AddressSanitizer and UBSan: build, meson test"
 # meson finds test files at configure time, so an existing build folder is reconfigured.
 reconfigure=()

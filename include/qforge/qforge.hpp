@@ -91,6 +91,7 @@
 #include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/gguf/converter.hpp"
 #include "qforge/convert/gguf/decode.hpp"
+#include "qforge/convert/gguf/dry_run.hpp"
 #include "qforge/convert/gguf/name_map.hpp"
 #include "qforge/convert/gguf/tokenizer.hpp"
 #include "qforge/convert/gguf/type_choice.hpp"

@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/convert/gguf/converter.hpp"
 #include "qforge/convert/gguf/decode.hpp"
+#include "qforge/convert/gguf/dry_run.hpp"
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
@@ -294,7 +296,7 @@ struct expectation {
 // Every expected type below is written from the text of LC src/llama-quant.cpp
 // llama_tensor_get_type (llama.cpp b4753, the day after c392e509): for each mix and model shape,
 // every tensor kind, every layer.
-TEST_CASE("type choice: every mix gives llama-quantize's types (llama-quant.cpp llama_tensor_get_type)") {
+TEST_CASE("type choice: every mix gives llama-quantize's types (llama.cpp b4753 llama-quant.cpp llama_tensor_get_type)") {
     const auto& a = untied_gqa4_8;
     const auto& t = tied_mha_16;
     const auto& two = untied_gqa2_2;
@@ -437,7 +439,12 @@ TEST_CASE("type choice: every mix gives llama-quantize's types (llama-quant.cpp 
     }
 }
 
-TEST_CASE("type choice: fallbacks are reported, llama-quantize's refusals named, overrides applied") {
+// The fallbacks are b4753's (llama_model_quantize_impl: Q2_K/Q3_K -> IQ4_NL). Newer llama.cpp
+// moved them into tensor_type_fallback (LC src/llama-quant.cpp, stored copy id 57928331346, and
+// the v0.5.0 build node-llama-cpp 3.22.1 ships), where Q2_K/Q3_K -> Q4_0 instead (IQ types still
+// -> IQ4_NL, the rest unchanged). qforge follows b4753, the release its golden blocks and
+// byte-identity runs are pinned to (README, GGUF section).
+TEST_CASE("type choice: fallbacks are reported, llama-quantize's refusals named, overrides applied (llama.cpp b4753)") {
     const auto q4km = *parse_file_type("Q4_K_M");
     const mix_model m = ragged.m;
     const auto embd = choose_type(q4km, {}, "token_embd.weight", 2, 320, -1, m);
@@ -452,6 +459,12 @@ TEST_CASE("type choice: fallbacks are reported, llama-quantize's refusals named,
     CHECK(down.chosen == ggml_type::f16);
     CHECK(down.fallback.find("Q5_0") != std::string::npos);
     CHECK(down.fallback.find("refuses") == std::string::npos);  // the ladder's F16, as llama-quantize does
+    for (const char* mix : {"Q2_K", "Q3_K_S"}) {
+        CAPTURE(mix);
+        const auto gate = choose_type(*parse_file_type(mix), {}, "blk.3.ffn_gate.weight", 2, 320, 3, m);
+        CHECK(gate.requested == (std::string(mix) == "Q2_K" ? ggml_type::q2_k : ggml_type::q3_k));
+        CHECK(gate.chosen == ggml_type::iq4_nl);  // b4753; llama.cpp v0.5.0 writes Q4_0 here
+    }
     const auto q8 = choose_type(*parse_file_type("Q8_0"), {}, "blk.1.ffn_down.weight", 2, 1000, 1, m);
     CHECK(q8.chosen == ggml_type::f16);
     CHECK(q8.fallback.find("llama-quantize has no fallback") != std::string::npos);
@@ -1202,4 +1215,58 @@ TEST_CASE("HF -> GGUF MXFP4_MOE (Qwen3-MoE, Mixtral): stacked experts are MXFP4 
         for (const auto& t : rep.tensors)
             if (t.gguf_name.ends_with("_exps.weight")) CHECK(t.snr_db > 12.0);  // E2M1 under power-of-two scales
     }
+}
+
+// --dry-run for GGUF (issue 15): the plan is convert_hf_to_gguf's own plan step, so every
+// tensor's planned type and fallback equal what the conversion then writes; the serving check's
+// block rule (gguf_shard_refusal) applies to the row-parallel tensors per degree. stories260k
+// under Q4_K_M: attn_output has K = 64, Q4_K falls back to Q5_0 (block 32), so tp 2 keeps whole
+// blocks (32 per rank) and tp 4 does not (16); ffn_down has K = 172, F16 (block 1): 172 does
+// not split into 8 ranks.
+TEST_CASE("GGUF dry run: the converter's planned types and fallbacks, the block rule per tp") {
+    convert_options o;
+    o.type = *parse_file_type("Q4_K_M");
+    o.tokenizer_from = make_template();
+    const std::vector<int> tp = {1, 2, 4, 8};
+    const dry_run_report plan = dry_run_hf_to_gguf(fixture, o, tp);
+    const convert_report wrote = convert_hf_to_gguf(fixture, out_path("dry-q4km"), o);
+    REQUIRE(plan.tensors.size() == wrote.tensors.size());
+    for (std::size_t i = 0; i < plan.tensors.size(); ++i) {
+        const auto& p = plan.tensors[i];
+        const auto& w = wrote.tensors[i];
+        CAPTURE(p.gguf_name);
+        CHECK(p.gguf_name == w.gguf_name);
+        CHECK(p.ne == w.ne);
+        CHECK(p.requested == w.requested);
+        CHECK(p.chosen == w.chosen);
+        CHECK(p.fallback == w.fallback);
+        CHECK(p.bytes == w.bytes);
+    }
+    CHECK(plan.total_bytes == wrote.total_bytes);
+    auto find = [&](const std::string& name) -> const dry_run_tensor& {
+        const auto it = std::find_if(plan.tensors.begin(), plan.tensors.end(), [&](const auto& t) { return t.gguf_name == name; });
+        REQUIRE(it != plan.tensors.end());
+        return *it;
+    };
+    const dry_run_tensor& o0 = find("blk.0.attn_output.weight");
+    CHECK(o0.row_parallel);
+    CHECK(o0.chosen == ggml_type::q5_0);
+    CHECK_FALSE(o0.tp_refusals[0]);
+    CHECK_FALSE(o0.tp_refusals[1]);
+    CHECK(o0.tp_refusals[2].value_or("").find("K per rank 16 is not a multiple of the 32-weight block") != std::string::npos);
+    const dry_run_tensor& d0 = find("blk.0.ffn_down.weight");
+    CHECK(d0.chosen == ggml_type::f16);
+    CHECK_FALSE(d0.tp_refusals[2]);
+    CHECK(d0.tp_refusals[3].value_or("").find("does not split into 8 ranks") != std::string::npos);
+    const dry_run_tensor& q0 = find("blk.0.attn_q.weight");  // column-parallel: K is never split
+    CHECK_FALSE(q0.row_parallel);
+    CHECK_FALSE(q0.tp_refusals[3]);
+
+    std::ostringstream os;
+    print_dry_run(os, plan);
+    const std::string text = os.str();
+    CHECK(text.find("blk.0.attn_output.weight [64x64] Q5_0 (fallback: ") != std::string::npos);
+    CHECK(text.find("serving tp=2: every row-parallel shard holds whole blocks") != std::string::npos);
+    CHECK(text.find("serving tp=4: blk.0.attn_output.weight (Q5_0): K per rank 16") != std::string::npos);
+    CHECK(text.find("serving tp=8: 10 row-parallel tensor(s) break a quant block") != std::string::npos);
 }
