@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
                     reported[t.at("name").as_string()] = t.at("snr_db").as_double();
         }
         if (io::path_exists(against + "/config.json") && io::read_config(against).contains("quantization_config")) {
-            // Two quantized checkpoints (repack, issue 8): decode both, compare bit for bit.
+            // Two quantized checkpoints (repack): decode both, compare bit for bit.
             int differ = 0;
             for (const layer_comparison& c : compare_quantized_checkpoints(path, against)) {
                 if (!c.note.empty()) std::printf("  %-48s %s\n", c.module.c_str(), c.note.c_str());
