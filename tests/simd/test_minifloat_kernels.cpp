@@ -5,6 +5,7 @@
 // lanes bit for bit and sentinels after every output.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -164,5 +165,61 @@ TEST_CASE("minifloat kernels: a NaN or infinite quotient (an all-zero NVFP4 grou
         kernels_of<minifloat_kernels>(i).e2m1_groups(x.data(), 32, 16, s.data(), e2m1_op::divide, m.data(), got.data(),
                                                      nullptr, nullptr);
         CHECK(got == want);
+    }
+}
+
+TEST_CASE("minifloat kernels: e4m3_row and abs_max give the definitions' codes, and one SNR order, on every ISA") {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const std::vector<float> probe = e4m3_probe();
+    for (std::size_t bc : {std::size_t{128}, std::size_t{37}, std::size_t{300}}) {
+        const std::size_t n = 300;  // ragged last block for 128 and 37
+        std::vector<float> x(n), m((n + bc - 1) / bc);
+        for (float& v : m) v = std::fabs(u(rng)) * 0.01f + 1e-4f;
+        for (std::size_t j = 0; j < n; ++j) {
+            const float mj = m[j / bc];
+            // E4M3 values, midpoints and random quotients times the divisor (finite probes only)
+            float q = probe[rng() % (probe.size() - 4096)];
+            if (!std::isfinite(q) || std::fabs(q) > 1e4f) q = u(rng) * 500.0f;
+            x[j] = rng() % 3 ? q * mj : u(rng);
+        }
+        x[5] = -0.0f;
+        for (dtype quotient : {dtype::F32, dtype::BF16, dtype::F16}) {
+            std::vector<std::uint8_t> want(n + 1, 0xA5);
+            for (std::size_t j = 0; j < n; ++j) {
+                float q = x[j] / m[j / bc];
+                if (quotient == dtype::BF16) q = bf16_to_float(float_to_bf16(q));
+                if (quotient == dtype::F16) q = fp16_to_float(float_to_fp16(q));
+                want[j] = float_to_e4m3(q);
+            }
+            std::vector<double> first;
+            for (isa i : runnable_isas()) {
+                CAPTURE(isa_name(i));
+                CAPTURE(bc);
+                const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
+                std::vector<std::uint8_t> got(n + 1, 0xA5);
+                std::vector<double> snr(8, 0.0);
+                k.e4m3_row(x.data(), n, bc, m.data(), quotient, got.data(), snr.data());
+                CHECK(got == want);
+                double sig = 0, err = 0, want_sig = 0, want_err = 0;
+                for (int p = 0; p < 4; ++p) sig += snr[p], err += snr[4 + p];
+                for (std::size_t j = 0; j < n; ++j) {
+                    const double e = static_cast<double>(x[j]) - static_cast<double>(e4m3_to_float(want[j]) * m[j / bc]);
+                    want_sig += static_cast<double>(x[j]) * x[j];
+                    want_err += e * e;
+                }
+                CHECK(sig == doctest::Approx(want_sig).epsilon(1e-12));
+                CHECK(err == doctest::Approx(want_err).epsilon(1e-12));
+                if (first.empty()) first = snr;
+                CHECK(snr == first);  // the same partials on every ISA
+                std::vector<std::uint8_t> bare(n + 1, 0xA5);
+                k.e4m3_row(x.data(), n, bc, m.data(), quotient, bare.data(), nullptr);
+                CHECK(bare == want);
+                float top = 0;
+                for (std::size_t j = 0; j < std::min(bc, n - 3); ++j) top = std::fmax(top, std::fabs(x[j + 3]));
+                CHECK(k.abs_max(x.data() + 3, std::min(bc, n - 3)) == top);
+                CHECK(k.abs_max(x.data(), 0) == 0.0f);
+            }
+        }
     }
 }

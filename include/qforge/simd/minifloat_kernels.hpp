@@ -14,7 +14,10 @@
 #include <cstring>
 #include <string_view>
 
+#include "qforge/core/dtype.hpp"
+#include "qforge/core/half.hpp"
 #include "qforge/core/minifloat.hpp"
+#include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/family.hpp"
 #include "qforge/simd/tags.hpp"
 
@@ -50,6 +53,17 @@ struct minifloat_kernels {
     /// (x_i - dq_i)^2 with dq_i = e2m1_to_float(code_i) * m[g], in float, never fused.
     void (*e2m1_groups)(const float* x, std::size_t n, std::size_t gsize, const float* s, e2m1_op op, const float* m,
                         std::uint8_t* packed, float* signal, float* error) noexcept;
+
+    /// max |x_i| over x[0..n), any n (0 for n == 0); the values are finite.
+    float (*abs_max)(const float* x, std::size_t n) noexcept;
+
+    /// One FP8 row: codes[i] = float_to_e4m3(round(x_i / m[i / bc], quotient)) for i < n (bc
+    /// >= 1), round to the quotient dtype (F32: none; BF16, F16: RNE, as core/half.hpp
+    /// rounds). With `snr` (8 doubles: signal partials 0-3, error partials 4-7) the element at
+    /// offset t of its block adds x^2 and (x - e4m3_to_float(code) * m)^2 in double to partial
+    /// t % 4, in increasing t, never fused (the same order on every ISA).
+    void (*e4m3_row)(const float* x, std::size_t n, std::size_t bc, const float* m, dtype quotient,
+                     std::uint8_t* codes, double* snr) noexcept;
 };
 
 }  // namespace qforge::simd

@@ -330,6 +330,12 @@ QFORGE_TARGET_AVX2 inline void mf_store_nibbles(std::uint8_t* out, vf lo, vf hi)
     const __m256i b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(t, pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
 }
+QFORGE_TARGET_AVX2 inline vf mf_round_bf16(vf a) noexcept {
+    const __m256i u = _mm256_castps_si256(a);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
 // ---- end of minifloat_kernels primitives ----
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by

@@ -230,6 +230,12 @@ QFORGE_TARGET_AVX512 inline void mf_store_nibbles(std::uint8_t* out, vf lo, vf h
     const __m128i pb = _mm512_cvtepi64_epi8(_mm512_or_si512(b, _mm512_srli_epi64(b, 28)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(pa, pb));
 }
+QFORGE_TARGET_AVX512 inline vf mf_round_bf16(vf a) noexcept {
+    const __m512i u = _mm512_castps_si512(a);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
 // ---- end of minifloat_kernels primitives ----
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by

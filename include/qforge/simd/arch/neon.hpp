@@ -380,6 +380,13 @@ inline void mf_store_nibbles(std::uint8_t* out, vf lo, vf hi) noexcept {
     const uint8x16_t j = vorrq_u8(vuzp1q_u8(c, c), vshlq_n_u8(vuzp2q_u8(c, c), 4));
     vst1_u8(out, vget_low_u8(j));
 }
+inline float32x4_t mf_round_bf16_4(float32x4_t a) noexcept {
+    const uint32x4_t u = vreinterpretq_u32_f32(a);
+    const uint32x4_t odd = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vaddq_u32(u, vaddq_u32(odd, vdupq_n_u32(0x7FFF)));
+    return vreinterpretq_f32_u32(vandq_u32(r, vdupq_n_u32(0xFFFF0000u)));
+}
+inline vf mf_round_bf16(vf a) noexcept { return {mf_round_bf16_4(a.a), mf_round_bf16_4(a.b)}; }
 // ---- end of minifloat_kernels primitives ----
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by

@@ -442,6 +442,15 @@ inline void mf_store_nibbles(std::uint8_t* out, vf lo, vf hi) noexcept {
     for (int j = 0; j < 8; ++j)
         out[j] = static_cast<std::uint8_t>(static_cast<std::uint32_t>(c[2 * j]) | (static_cast<std::uint32_t>(c[2 * j + 1]) << 4));
 }
+/// Each lane rounded to bfloat16 and back (RNE: float_to_bf16's carry trick); lanes are not NaN.
+inline vf mf_round_bf16(vf a) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) {
+        const std::uint32_t u = std::bit_cast<std::uint32_t>(a.v[j]);
+        r.v[j] = std::bit_cast<float>((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
+    }
+    return r;
+}
 // ---- end of minifloat_kernels primitives ----
 
 /// The kernel tables of this ISA: each family's .ipp, compiled here by

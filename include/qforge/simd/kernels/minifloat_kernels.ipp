@@ -43,14 +43,39 @@ QFORGE_KFN vf e2m1_block(const float* x, vf s, vf m, e2m1_op op, vf* signal, vf*
 // E4M3 of one vector: for |x| below 448, with e = max(floor(log2 |x|), -6) the value's
 // exponent (the subnormals share -6), n = RNE(|x| * 2^(3 - e)) in [0, 16] counts its steps of
 // 2^(e - 3) and the code is 8 (e + 7) + n - 8 (n = 16 carries into the next exponent, as the
-// bit pattern's increment does); beyond, 126 (+-448); NaN 127; the sign bit on top.
-QFORGE_KFN vf e4m3_of(vf x) noexcept {
+// bit pattern's increment does); beyond, 126 (+-448); NaN 127; the sign bit on top. The
+// magnitude the code decodes to is n * 2^(e - 3) (at most 448; NaN for NaN).
+struct e4m3_lanes {
+    vf code;       // 0..255
+    vf magnitude;  // |e4m3_to_float(code)|
+};
+QFORGE_KFN e4m3_lanes e4m3_of(vf x) noexcept {
     const vf a = vabs(x);
     const vf e = vmax(mf_exponent(a), vset(-6.0f));
     const vf n = vround(vmul(a, mf_pow2(vsub(vset(3.0f), e))));
     const vf code = vadd(vmul(vadd(e, vset(7.0f)), vset(8.0f)), vsub(n, vset(8.0f)));
     const vf sat = vsel_ge(a, a, vmin(code, vset(126.0f)), vset(127.0f));  // a >= a fails only for NaN
-    return vadd(sat, mf_sign_as(x, vset(128.0f)));
+    const vf mag = vsel_ge(a, a, vmin(vmul(n, mf_pow2(vsub(e, vset(3.0f)))), vset(448.0f)), a);
+    return {vadd(sat, mf_sign_as(x, vset(128.0f))), mag};
+}
+
+// The quotient's rounding to the weight's dtype (BF16 here; F16 goes through the definition).
+QFORGE_KFN vf round_bf16_keep_nan(vf q) noexcept {
+    const vf a = vabs(q);
+    return vsel_ge(a, a, mf_round_bf16(q), q);
+}
+
+// One element of k_e4m3_row through the definitions (tails, F16 quotients).
+QFORGE_KFN void e4m3_one(float x, float m, dtype quotient, std::size_t t, std::uint8_t* code, double* snr) noexcept {
+    float q = x / m;
+    if (quotient == dtype::BF16) q = bf16_to_float(float_to_bf16(q));
+    else if (quotient == dtype::F16) q = fp16_to_float(float_to_fp16(q));
+    *code = ::qforge::float_to_e4m3(q);
+    if (snr) {
+        const double xd = x, e = xd - static_cast<double>(no_contract(::qforge::e4m3_to_float(*code) * m));
+        snr[t % 4] += no_contract(xd * xd);
+        snr[4 + t % 4] += no_contract(e * e);
+    }
 }
 
 QFORGE_KFN void k_group_amax(const float* x, std::size_t n, std::size_t gsize, float* amax) noexcept {
@@ -64,8 +89,48 @@ QFORGE_KFN void k_group_amax(const float* x, std::size_t n, std::size_t gsize, f
 
 QFORGE_KFN void k_e4m3_encode(const float* x, std::size_t n, std::uint8_t* codes) noexcept {
     std::size_t i = 0;
-    for (; i + lanes <= n; i += lanes) vstore_codes(codes + i, e4m3_of(vload(x + i)));
+    for (; i + lanes <= n; i += lanes) vstore_codes(codes + i, e4m3_of(vload(x + i)).code);
     for (; i < n; ++i) codes[i] = ::qforge::float_to_e4m3(x[i]);  // the definition itself
+}
+
+QFORGE_KFN float k_abs_max(const float* x, std::size_t n) noexcept {
+    std::size_t i = 0;
+    float top = 0.0f;
+    if (n >= lanes) {
+        vf acc = vabs(vload(x));
+        for (i = lanes; i + lanes <= n; i += lanes) acc = vmax(acc, vabs(vload(x + i)));
+        top = vhmax(acc);
+    }
+    for (; i < n; ++i) top = std::fabs(x[i]) > top ? std::fabs(x[i]) : top;
+    return top;
+}
+
+// Block by block (its own divisor); within a block whole vectors, then the tail element by
+// element, each element to SNR partial (offset in block) % 4 in increasing offset, so every
+// ISA sums in the same order.
+QFORGE_KFN void k_e4m3_row(const float* x, std::size_t n, std::size_t bc, const float* m, dtype quotient,
+                           std::uint8_t* codes, double* snr) noexcept {
+    for (std::size_t b0 = 0, blk = 0; b0 < n; b0 += bc, ++blk) {
+        const std::size_t len = bc < n - b0 ? bc : n - b0;
+        const float mb = m[blk];
+        std::size_t t = 0;
+        if (quotient != dtype::F16) {
+            const vf mv = vset(mb);
+            snr_acc acc{};
+            if (snr) acc = snr_load(snr);
+            for (; t + lanes <= len; t += lanes) {
+                const vf xv = vload(x + b0 + t);
+                vf q = vdiv(xv, mv);
+                if (quotient == dtype::BF16) q = round_bf16_keep_nan(q);
+                const e4m3_lanes e = e4m3_of(q);
+                vstore_codes(codes + b0 + t, e.code);
+                // |x| and |dq| carry the same sign, so the error's square is x - dq's.
+                if (snr) acc = snr_add(acc, vabs(xv), vmul(e.magnitude, mv));
+            }
+            if (snr) snr_store(snr, acc);
+        }
+        for (; t < len; ++t) e4m3_one(x[b0 + t], mb, quotient, t, codes + b0 + t, snr);
+    }
 }
 
 // Two vectors a step (one nibble-pair store); a group spans whole vectors (gsize % 16 == 0),
@@ -107,6 +172,7 @@ QFORGE_KFN void k_e2m1_groups(const float* x, std::size_t n, std::size_t gsize, 
 template <>
 inline const minifloat_kernels& family_table<minifloat_kernels>() noexcept {
     static constexpr minifloat_kernels table{QFORGE_KERNEL_ISA, &minifloat_family::k_group_amax,
-                                             &minifloat_family::k_e4m3_encode, &minifloat_family::k_e2m1_groups};
+                                             &minifloat_family::k_e4m3_encode, &minifloat_family::k_e2m1_groups, &minifloat_family::k_abs_max,
+                                             &minifloat_family::k_e4m3_row};
     return table;
 }
