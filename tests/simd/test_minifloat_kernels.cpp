@@ -15,20 +15,14 @@
 
 #include "qforge/core/minifloat.hpp"
 #include "qforge/simd/minifloat_kernels.hpp"
+#include "support/isas.hpp"
 
 using namespace qforge;
 using namespace qforge::simd;
 
 namespace {
 
-std::vector<isa> runnable_isas() {
-    std::vector<isa> out;
-    for (isa i : all_isas) {
-        if (available(i)) out.push_back(i);
-        else MESSAGE("skipped: " << isa_name(i) << " not available on this CPU");
-    }
-    return out;
-}
+std::vector<isa> runnable_isas() { return qforge::testing::available_isas(); }
 
 float next_up(float f) { return std::nextafter(f, std::numeric_limits<float>::infinity()); }
 float next_down(float f) { return std::nextafter(f, -std::numeric_limits<float>::infinity()); }
