@@ -130,8 +130,10 @@ public:
     }
 
     /// The layer's tensors for the float weight `w` [N, K] (F32, BF16 or F16), with the SNR
-    /// sums of what a loader decodes (code * scale) against `w`. NaN or infinity is refused
-    /// naming the element.
+    /// sums of what a loader decodes (code * scale) against `w`, added in the partial order of
+    /// simd::minifloat_kernels::e4m3_row (the same on every ISA). NaN or infinity is refused
+    /// naming the element. Rows go through the group kernels' to_f32 and the minifloat
+    /// kernels (block amax, quotient, E4M3 code), each table looked up once per tensor.
     std::vector<owned_tensor> quantize(const tensor_view& w, std::string_view prefix, const executor& ex = {},
                                        snr_sums* snr = nullptr) const {
         if (const std::string why = refusal(); !why.empty()) fail<unsupported_error>({}, w.name, why);
