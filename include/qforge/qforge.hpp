@@ -38,6 +38,7 @@
 #include "qforge/simd/group_kernels.hpp"
 #include "qforge/simd/kernel_table.hpp"
 #include "qforge/simd/lsq_kernels.hpp"
+#include "qforge/simd/minifloat_kernels.hpp"
 #include "qforge/simd/rounding.hpp"
 #include "qforge/simd/pack_kernels.hpp"
 #include "qforge/simd/no_contract.hpp"

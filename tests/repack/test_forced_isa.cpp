@@ -11,6 +11,7 @@
 
 #include "qforge/convert/repack.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
+#include "qforge/layout/nvfp4.hpp"
 #include "qforge/quant/quantize.hpp"
 #include "qforge/simd/gguf_kernels.hpp"
 #include "qforge/simd/group_kernels.hpp"
@@ -18,6 +19,7 @@
 #include "qforge/convert/repack_transpose.hpp"
 #include "qforge/quant/least_squares.hpp"
 #include "qforge/simd/lsq_kernels.hpp"
+#include "qforge/simd/minifloat_kernels.hpp"
 #include "qforge/simd/transpose_kernels.hpp"
 #include "repack/repack_test_support.hpp"
 
@@ -70,6 +72,7 @@ void quantize_one_layer() {
     if (quantize(v, o).rows != 8) FAIL("quantize lost rows");
     std::vector<std::uint16_t> blocks(static_cast<std::size_t>(gguf::quantized_size(gguf::ggml_type::q4_k, 8, 256) / 2));
     gguf::quantize_rows(gguf::ggml_type::q4_k, w.data(), 8, 256, nullptr, reinterpret_cast<std::byte*>(blocks.data()));
+    if (nvfp4_layout().quantize(v, "model.layers.0.mlp.up_proj").size() != 3) FAIL("NVFP4 lost a tensor");  // minifloat kernels
 }
 
 template <class... Families>
@@ -79,7 +82,7 @@ void forget_all() {
 
 }  // namespace
 
-// Every kernel family of simd/ (group, pack, gguf, transpose, least squares) is reached by a
+// Every kernel family of simd/ (group, pack, gguf, transpose, least squares, minifloat) is reached by a
 // library entry point that takes no ISA: each then ran the ISA QFORGE_FORCE_ISA names (under
 // =scalar, the scalar definition), and an unknown name stops every one of them.
 TEST_CASE("QFORGE_FORCE_ISA reaches every kernel family through the library's entry points") {
@@ -95,7 +98,7 @@ TEST_CASE("QFORGE_FORCE_ISA reaches every kernel family through the library's en
         CHECK_THROWS_AS(repack_one_layer(), unsupported_error);
         return;
     }
-    forget_all<group_kernels, pack_kernels, gguf_kernels, transpose_kernels, lsq_kernels>();
+    forget_all<group_kernels, pack_kernels, gguf_kernels, transpose_kernels, lsq_kernels, minifloat_kernels>();
     quantize_one_layer();
     repack_one_layer();  // packs (GPTQ) and transposes (to compressed-tensors)
     fit_one_group();
@@ -105,6 +108,7 @@ TEST_CASE("QFORGE_FORCE_ISA reaches every kernel family through the library's en
     CHECK(last_isa_of<gguf_kernels>() == want);
     CHECK(last_isa_of<transpose_kernels>() == want);
     CHECK(last_isa_of<lsq_kernels>() == want);
+    CHECK(last_isa_of<minifloat_kernels>() == want);
 }
 
 TEST_CASE("QFORGE_FORCE_ISA reaches the transpose and least-squares families") {

@@ -12,6 +12,7 @@
 
 #include "qforge/layout/gguf/quantize.hpp"
 #include "qforge/simd/gguf_kernels.hpp"
+#include "support/isas.hpp"
 #include "support/synthetic.hpp"
 
 using namespace qforge;
@@ -48,11 +49,7 @@ constexpr ggml_type all_types[] = {ggml_type::q4_0, ggml_type::q4_1, ggml_type::
 
 TEST_CASE("gguf kernels: every ISA gives the scalar port's bytes for every GGUF type") {
     int compared = 0;
-    for (simd::isa i : simd::all_isas) {
-        if (!simd::available(i)) {
-            MESSAGE("skipped: " << simd::isa_name(i) << " not available on this CPU");
-            continue;
-        }
+    for (simd::isa i : qforge::testing::available_isas()) {
         CHECK(simd::kernels_of<simd::gguf_kernels>(i).id == i);
         for (ggml_type t : all_types) {
             for (std::int64_t n_per_row : {256, 768, 1280, 2816}) {

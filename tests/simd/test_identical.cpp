@@ -14,20 +14,14 @@
 #include "qforge/quant/quantize.hpp"
 #include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/dispatch.hpp"
+#include "support/isas.hpp"
 #include "support/synthetic.hpp"
 
 using namespace qforge;
 
 namespace {
 
-std::vector<simd::isa> other_isas() {
-    std::vector<simd::isa> out;
-    for (simd::isa i : {simd::isa::avx512, simd::isa::avx2, simd::isa::neon}) {
-        if (simd::available(i)) out.push_back(i);
-        else MESSAGE("skipped: " << simd::isa_name(i) << " not available on this CPU");
-    }
-    return out;
-}
+std::vector<simd::isa> other_isas() { return qforge::testing::available_isas(qforge::testing::with_scalar::no); }
 
 std::uint32_t bits_of(float f) {
     std::uint32_t u;

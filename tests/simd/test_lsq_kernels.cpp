@@ -12,6 +12,7 @@
 
 #include "qforge/core/half.hpp"
 #include "qforge/simd/group_kernels.hpp"
+#include "support/isas.hpp"
 #include "qforge/simd/lsq_kernels.hpp"
 #include "support/synthetic.hpp"
 
@@ -19,12 +20,7 @@ using namespace qforge::simd;
 
 namespace {
 
-std::vector<isa> runnable_isas() {
-    std::vector<isa> out;
-    for (isa i : all_isas)
-        if (available(i)) out.push_back(i);
-    return out;
-}
+std::vector<isa> runnable_isas() { return qforge::testing::available_isas(); }
 
 /// A grid of stored (F16) scale 1 / m roughly, zero z.
 grid_params grid(float m, float z, float maxq) {

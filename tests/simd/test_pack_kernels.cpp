@@ -10,20 +10,13 @@
 #include <vector>
 
 #include "qforge/simd/pack_kernels.hpp"
+#include "support/isas.hpp"
 
 using namespace qforge::simd;
 
 namespace {
 
-std::vector<isa> pack_other_isas() {
-    std::vector<isa> out;
-    for (isa i : all_isas) {
-        if (i == isa::scalar) continue;
-        if (available(i)) out.push_back(i);
-        else MESSAGE("skipped: " << isa_name(i) << " not available on this CPU");
-    }
-    return out;
-}
+std::vector<isa> pack_other_isas() { return qforge::testing::available_isas(qforge::testing::with_scalar::no); }
 
 std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint32_t seed) {
     std::mt19937 rng(seed);

@@ -10,17 +10,13 @@
 #include <vector>
 
 #include "qforge/simd/transpose_kernels.hpp"
+#include "support/isas.hpp"
 
 using namespace qforge::simd;
 
 namespace {
 
-std::vector<isa> transpose_isas() {
-    std::vector<isa> out;
-    for (isa i : all_isas)
-        if (available(i)) out.push_back(i);
-    return out;
-}
+std::vector<isa> transpose_isas() { return qforge::testing::available_isas(); }
 
 using words_fn = void (*)(const std::uint32_t*, std::int64_t, std::int64_t, std::uint32_t*) noexcept;
 

@@ -44,6 +44,8 @@
 #include "qforge/layout/detail/ct_envelope.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/quant/snr.hpp"
+#include "qforge/simd/group_kernels.hpp"
+#include "qforge/simd/minifloat_kernels.hpp"
 
 namespace qforge {
 
@@ -128,8 +130,10 @@ public:
     }
 
     /// The layer's tensors for the float weight `w` [N, K] (F32, BF16 or F16), with the SNR
-    /// sums of what a loader decodes (code * scale) against `w`. NaN or infinity is refused
-    /// naming the element.
+    /// sums of what a loader decodes (code * scale) against `w`, added in the partial order of
+    /// simd::minifloat_kernels::e4m3_row (the same on every ISA). NaN or infinity is refused
+    /// naming the element. Rows go through the group kernels' to_f32 and the minifloat
+    /// kernels (block amax, quotient, E4M3 code), each table looked up once per tensor.
     std::vector<owned_tensor> quantize(const tensor_view& w, std::string_view prefix, const executor& ex = {},
                                        snr_sums* snr = nullptr) const {
         if (const std::string why = refusal(); !why.empty()) fail<unsupported_error>({}, w.name, why);
@@ -148,21 +152,30 @@ public:
         auto* codes = reinterpret_cast<std::uint8_t*>(out[0].bytes.data());
         std::byte* scales = out[1].bytes.data();
         const std::size_t ss = dtype_size(opt_.scale_dtype);
+        const simd::group_kernels& conv = simd::active_kernels<simd::group_kernels>();
+        const simd::minifloat_kernels& mf = simd::active_kernels<simd::minifloat_kernels>();
+        const std::size_t es = dtype_size(w.type);
         parallel_for(ex, 0, static_cast<std::size_t>(bands), 1, [&](std::size_t lo, std::size_t hi) {
             std::vector<float> amax(static_cast<std::size_t>(scols)), s(static_cast<std::size_t>(scols));
+            std::vector<float> x(static_cast<std::size_t>(k));
+            auto load = [&](std::int64_t r) {
+                return conv.to_f32(w.bytes.data() + static_cast<std::size_t>(r * k) * es, w.type, static_cast<std::size_t>(k),
+                                   x.data());
+            };
             for (std::size_t b = lo; b < hi; ++b) {
                 const std::int64_t r0 = static_cast<std::int64_t>(b) * br, r1 = std::min(n, r0 + br);
                 std::fill(amax.begin(), amax.end(), 0.0f);
-                for (std::int64_t r = r0; r < r1 && bad[b] < 0; ++r)
-                    for (std::int64_t c = 0; c < k; ++c) {
-                        const float x = detail::element(w, static_cast<std::size_t>(r * k + c));
-                        if (!std::isfinite(x)) {
-                            bad[b] = r * k + c;
-                            break;
-                        }
-                        float& a = amax[static_cast<std::size_t>(c / bc)];
-                        a = std::max(a, std::fabs(x));
+                for (std::int64_t r = r0; r < r1; ++r) {
+                    if (const std::int64_t c = load(r); c >= 0) {
+                        bad[b] = r * k + c;
+                        break;
                     }
+                    for (std::int64_t j = 0; j < scols; ++j) {
+                        const std::int64_t c0 = j * bc, len = std::min(bc, k - c0);
+                        float& a = amax[static_cast<std::size_t>(j)];
+                        a = std::max(a, mf.abs_max(x.data() + c0, static_cast<std::size_t>(len)));
+                    }
+                }
                 if (bad[b] >= 0) continue;
                 for (std::int64_t j = 0; j < scols; ++j) {
                     float v = detail::round_to(amax[static_cast<std::size_t>(j)] / e4m3_max, opt_.scale_dtype);
@@ -171,18 +184,14 @@ public:
                     detail::store_scale(scales + static_cast<std::size_t>(static_cast<std::int64_t>(b) * scols + j) * ss, v,
                                         opt_.scale_dtype);
                 }
-                snr_sums sums;
-                for (std::int64_t r = r0; r < r1; ++r)
-                    for (std::int64_t c = 0; c < k; ++c) {
-                        const auto i = static_cast<std::size_t>(r * k + c);
-                        const float x = detail::element(w, i), m = s[static_cast<std::size_t>(c / bc)];
-                        const std::uint8_t code = float_to_e4m3(detail::round_to(x / m, opt_.quotient_dtype));
-                        codes[i] = code;
-                        const double e = static_cast<double>(x) - static_cast<double>(e4m3_to_float(code) * m);
-                        sums.signal += static_cast<double>(x) * static_cast<double>(x);
-                        sums.error += e * e;
-                    }
-                band_snr[b] = sums;
+                double partial[8] = {};  // SNR partials (minifloat_kernels::e4m3_row's order), the band's rows in order
+                for (std::int64_t r = r0; r < r1; ++r) {
+                    (void)load(r);
+                    mf.e4m3_row(x.data(), static_cast<std::size_t>(k), static_cast<std::size_t>(bc), s.data(),
+                                opt_.quotient_dtype, codes + static_cast<std::size_t>(r * k), snr ? partial : nullptr);
+                }
+                band_snr[b].signal = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+                band_snr[b].error = (partial[4] + partial[5]) + (partial[6] + partial[7]);
             }
         });
         for (std::size_t b = 0; b < bad.size(); ++b)

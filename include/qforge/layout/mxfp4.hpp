@@ -79,42 +79,16 @@ public:
         for (const tensor_spec& t : specs(n, k)) out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape));
         auto* packed = reinterpret_cast<std::uint8_t*>(out[0].bytes.data());
         auto* scales = reinterpret_cast<std::uint8_t*>(out[1].bytes.data());
-        std::vector<snr_sums> row_snr(static_cast<std::size_t>(n));
-        std::vector<std::int64_t> bad(static_cast<std::size_t>(n), -1);
-        parallel_for(ex, 0, static_cast<std::size_t>(n), 16, [&](std::size_t lo, std::size_t hi) {
-            std::vector<float> x(static_cast<std::size_t>(k));
-            std::vector<std::uint8_t> codes(static_cast<std::size_t>(k));
-            for (std::size_t r = lo; r < hi; ++r) {
-                bad[r] = detail::load_row(w, static_cast<std::int64_t>(r), x.data());
-                if (bad[r] >= 0) continue;
-                detail::lane_sums<mxfp4_group> sums;
-                for (std::int64_t g = 0; g < groups; ++g) {
-                    const float* xg = x.data() + g * mxfp4_group;
-                    const std::uint8_t e = mxfp4_scale_code(detail::abs_max(xg, mxfp4_group));
-                    scales[r * static_cast<std::size_t>(groups) + static_cast<std::size_t>(g)] = e;
-                    // x / 2^(e-127) == x * 2^(127-e) exactly: both are the exact product rounded once.
-                    const float inv = e8m0_to_float(static_cast<std::uint8_t>(254 - e)), s = e8m0_to_float(e);
-                    std::uint8_t* cg = codes.data() + g * mxfp4_group;
-                    float dq[mxfp4_group];
-                    for (std::int64_t j = 0; j < mxfp4_group; ++j)
-                        cg[j] = detail::e2m1_code_of(std::min(std::max(xg[j] * inv, -e2m1_max), e2m1_max));
-                    float value[16];  // what a loader decodes for each code of this group
-                    for (std::uint8_t c = 0; c < 16; ++c) value[c] = e2m1_to_float(c) * s;
-                    for (std::int64_t j = 0; j < mxfp4_group; ++j) dq[j] = value[cg[j]];
-                    sums.add(xg, dq);
+        // x / 2^(e-127) == x * 2^(127-e) exactly: both are the exact product rounded once.
+        detail::quantize_fp4_rows<mxfp4_group>(
+            w, simd::e2m1_op::multiply, packed, ex, snr, [&](std::size_t r, detail::fp4_row<mxfp4_group>& row) {
+                std::uint8_t* sc = scales + r * static_cast<std::size_t>(groups);
+                for (std::size_t g = 0; g < row.amax.size(); ++g) {
+                    const std::uint8_t e = sc[g] = mxfp4_scale_code(row.amax[g]);
+                    row.s[g] = e8m0_to_float(static_cast<std::uint8_t>(254 - e));
+                    row.m[g] = e8m0_to_float(e);
                 }
-                row_snr[r] = sums.reduce();
-                detail::pack_nibbles(codes.data(), k, packed + r * static_cast<std::size_t>(k / 2));
-            }
-        });
-        for (std::size_t r = 0; r < bad.size(); ++r)
-            if (bad[r] >= 0)
-                fail<unsupported_error>({}, w.name, "weight holds NaN or infinity at row " + std::to_string(r) + ", column " +
-                                                        std::to_string(bad[r]));
-        if (snr) {
-            *snr = {};
-            for (const snr_sums& s : row_snr) snr->add_row(s);
-        }
+            });
         return out;
     }
 
@@ -152,12 +126,7 @@ public:
 /// `quantization/quant_scheme.py` MXFP4A16; what vLLM `_is_mxfp4` accepts), unquantized
 /// linears in `ignore`.
 inline json mxfp4_config(std::span<const linear_entry> linears) {
-    check_untied(linears, "mxfp4");
-    check_fused_share_scheme(linears, "mxfp4");
-    json targets = json::array();
-    for (const linear_entry& e : linears)
-        if (e.quantized) targets.push_back(e.name);
-    if (targets.size() == 0) fail<unsupported_error>({}, {}, "mxfp4: no quantized layer to export");
+    json targets = detail::fp4_config_targets(linears, "mxfp4");
     json weights = detail::ct_quantization_args("float", 4, "group", true, json(false), json(mxfp4_group), nullptr,
                                                 json("minmax"));
     json group = detail::ct_config_group("mxfp4-pack-quantized", nullptr, std::move(targets), std::move(weights));

@@ -76,10 +76,24 @@ inline float nvfp4_global_scale(float amax) noexcept {
 
 /// The E4M3 code of one group's scale (see the file comment): `amax` is the group's, `global`
 /// the tensor's (fused group's) global scale, `values` the weight's dtype.
-inline std::uint8_t nvfp4_group_scale(float amax, float global, dtype values) noexcept {
-    const float local = detail::round_to(amax / e2m1_max, values);
-    const std::uint8_t code = float_to_e4m3(std::clamp(global * local, -e4m3_max, e4m3_max));
+inline std::uint8_t nvfp4_group_scale(float amax, float global, dtype values) noexcept;
+
+namespace detail {
+
+/// What nvfp4_group_scale rounds to E4M3: clamp(global * round_to(amax / 6, values), +-448).
+inline float nvfp4_scale_value(float amax, float global, dtype values) noexcept {
+    return std::clamp(global * round_to(amax / e2m1_max, values), -e4m3_max, e4m3_max);
+}
+
+/// A scale code that decodes to zero becomes 0.125's (`_get_dtype_eps`).
+inline std::uint8_t nvfp4_nonzero_scale(std::uint8_t code) noexcept {
     return e4m3_to_float(code) == 0.0f ? float_to_e4m3(0.125f) : code;
+}
+
+}  // namespace detail
+
+inline std::uint8_t nvfp4_group_scale(float amax, float global, dtype values) noexcept {
+    return detail::nvfp4_nonzero_scale(float_to_e4m3(detail::nvfp4_scale_value(amax, global, values)));
 }
 
 class nvfp4_layout {
@@ -102,11 +116,25 @@ public:
     std::string refusal(std::int64_t k) const { return detail::fp4_shape_refusal(k, nvfp4_group, "NVFP4"); }
 
     /// amax |w| over the weight (what the global scale of a group of one is computed from).
+    /// Rows are converted and reduced by the group and minifloat kernels; a row holding NaN
+    /// or infinity is reduced element by element (NaN ignored, infinity kept).
     static float amax_of(const tensor_view& w) {
         detail::check_fp4_weight(w, nvfp4_group, "NVFP4");
+        const std::int64_t n = w.shape[0], k = w.shape[1];
+        const std::size_t es = dtype_size(w.type);
+        const simd::group_kernels& conv = simd::active_kernels<simd::group_kernels>();
+        const simd::minifloat_kernels& mf = simd::active_kernels<simd::minifloat_kernels>();
+        std::vector<float> x(static_cast<std::size_t>(k)), amax(static_cast<std::size_t>(k / nvfp4_group));
         float a = 0.0f;
-        const std::size_t n = static_cast<std::size_t>(w.shape[0] * w.shape[1]);
-        for (std::size_t i = 0; i < n; ++i) a = std::max(a, std::fabs(detail::element(w, i)));
+        for (std::int64_t r = 0; r < n; ++r) {
+            const std::size_t at = static_cast<std::size_t>(r * k);
+            if (conv.to_f32(w.bytes.data() + at * es, w.type, static_cast<std::size_t>(k), x.data()) >= 0) {
+                for (std::size_t i = at; i < at + static_cast<std::size_t>(k); ++i) a = std::max(a, std::fabs(detail::element(w, i)));
+                continue;
+            }
+            mf.group_amax(x.data(), static_cast<std::size_t>(k), nvfp4_group, amax.data());
+            for (const float g : amax) a = std::max(a, g);
+        }
         return a;
     }
 
@@ -125,27 +153,20 @@ public:
         if (opt_.w4a4) std::memcpy(out[3].bytes.data(), &opt_.input_global_scale, 4);
         auto* packed = reinterpret_cast<std::uint8_t*>(out[0].bytes.data());
         auto* scales = reinterpret_cast<std::uint8_t*>(out[1].bytes.data());
-        std::vector<snr_sums> row_snr(static_cast<std::size_t>(n));
-        std::vector<std::int64_t> bad(static_cast<std::size_t>(n), -1);
-        parallel_for(ex, 0, static_cast<std::size_t>(n), 16, [&](std::size_t lo, std::size_t hi) {
-            std::vector<float> x(static_cast<std::size_t>(k));
-            std::vector<std::uint8_t> codes(static_cast<std::size_t>(k));
-            for (std::size_t r = lo; r < hi; ++r) {
-                bad[r] = detail::load_row(w, static_cast<std::int64_t>(r), x.data());
-                if (bad[r] >= 0) continue;
-                row_snr[r] = quantize_row(x.data(), k, global, opt_.values, codes.data(),
-                                          scales + r * static_cast<std::size_t>(groups));
-                detail::pack_nibbles(codes.data(), k, packed + r * static_cast<std::size_t>(k / 2));
-            }
-        });
-        for (std::size_t r = 0; r < bad.size(); ++r)
-            if (bad[r] >= 0)
-                fail<unsupported_error>({}, w.name, "weight holds NaN or infinity at row " + std::to_string(r) + ", column " +
-                                                        std::to_string(bad[r]));
-        if (snr) {
-            *snr = {};
-            for (const snr_sums& s : row_snr) snr->add_row(s);
-        }
+        const simd::minifloat_kernels& mf = simd::active_kernels<simd::minifloat_kernels>();
+        float multiplier[256];  // e4m3(code) / global: the quotient's divisor and what a loader multiplies by
+        for (int c = 0; c < 256; ++c) multiplier[c] = e4m3_to_float(static_cast<std::uint8_t>(c)) / global;
+        const dtype values = opt_.values;
+        detail::quantize_fp4_rows<nvfp4_group>(
+            w, simd::e2m1_op::divide, packed, ex, snr, [&](std::size_t r, detail::fp4_row<nvfp4_group>& row) {
+                std::uint8_t* sc = scales + r * static_cast<std::size_t>(groups);
+                for (std::size_t g = 0; g < row.amax.size(); ++g) row.s[g] = detail::nvfp4_scale_value(row.amax[g], global, values);
+                mf.e4m3_encode(row.s.data(), row.s.size(), sc);
+                for (std::size_t g = 0; g < row.amax.size(); ++g) {
+                    sc[g] = detail::nvfp4_nonzero_scale(sc[g]);
+                    row.s[g] = row.m[g] = multiplier[sc[g]];
+                }
+            });
         return out;
     }
 
@@ -186,28 +207,6 @@ public:
     json config(std::span<const linear_entry> linears) const;
 
 private:
-    /// One row: scales and codes, with the row's SNR sums.
-    static snr_sums quantize_row(const float* x, std::int64_t k, float global, dtype values, std::uint8_t* codes,
-                                 std::uint8_t* scales) {
-        detail::lane_sums<nvfp4_group> sums;
-        for (std::int64_t g = 0; g < k / nvfp4_group; ++g) {
-            const float* xg = x + g * nvfp4_group;
-            scales[g] = nvfp4_group_scale(detail::abs_max(xg, nvfp4_group), global, values);
-            const float m = e4m3_to_float(scales[g]) / global;
-            std::uint8_t* cg = codes + g * nvfp4_group;
-            float dq[nvfp4_group];
-            for (std::int64_t j = 0; j < nvfp4_group; ++j) {
-                const float q = std::min(std::max(xg[j] / m, -e2m1_max), e2m1_max);
-                cg[j] = detail::e2m1_code_of(q);
-            }
-            float value[16];  // what a loader decodes for each code of this group
-            for (std::uint8_t c = 0; c < 16; ++c) value[c] = e2m1_to_float(c) * m;
-            for (std::int64_t j = 0; j < nvfp4_group; ++j) dq[j] = value[cg[j]];
-            sums.add(xg, dq);
-        }
-        return sums.reduce();
-    }
-
     nvfp4_options opt_;
 };
 
@@ -220,12 +219,7 @@ private:
 /// tensor_group, group 16, float, 4 bits, symmetric) (`compressed_tensors.py`). Every
 /// unquantized linear goes to `ignore`; only keys compressed-tensors 0.12 accepts.
 inline json nvfp4_config(std::span<const linear_entry> linears, const nvfp4_options& o) {
-    check_untied(linears, "nvfp4");
-    check_fused_share_scheme(linears, "nvfp4");
-    json targets = json::array();
-    for (const linear_entry& e : linears)
-        if (e.quantized) targets.push_back(e.name);
-    if (targets.size() == 0) fail<unsupported_error>({}, {}, "nvfp4: no quantized layer to export");
+    json targets = detail::fp4_config_targets(linears, "nvfp4");
     auto args = [](json dynamic) {
         return detail::ct_quantization_args("float", 4, "tensor_group", true, std::move(dynamic), json(nvfp4_group),
                                             nullptr, json("minmax"));

@@ -14,16 +14,23 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
+#include "qforge/core/json_value.hpp"
 #include "qforge/core/minifloat.hpp"
+#include "qforge/core/parallel.hpp"
 #include "qforge/core/tensor_view.hpp"
+#include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/fp8.hpp"
 #include "qforge/quant/snr.hpp"
+#include "qforge/simd/group_kernels.hpp"
+#include "qforge/simd/minifloat_kernels.hpp"
 
 namespace qforge::detail {
 
@@ -138,6 +145,70 @@ inline void pack_nibbles(const std::uint8_t* codes, std::int64_t k, std::uint8_t
 /// The E2M1 code of column c from a packed row.
 inline std::uint8_t nibble_at(const std::uint8_t* row, std::int64_t c) noexcept {
     return static_cast<std::uint8_t>(c & 1 ? row[c / 2] >> 4 : row[c / 2] & 0xFu);
+}
+
+/// What one row of an FP4 quantizer works with: the row as floats, the amax of each of its
+/// groups, the per-group quotient operand and dequantization multiplier e2m1_groups takes, and
+/// the row's SNR lanes.
+template <std::int64_t Group>
+struct fp4_row {
+    std::vector<float> x, amax, s, m;
+    lane_sums<Group> sums;
+    explicit fp4_row(std::int64_t k)
+        : x(static_cast<std::size_t>(k)), amax(static_cast<std::size_t>(k / Group)), s(amax.size()), m(amax.size()) {}
+};
+
+/// The loop both compressed-tensors FP4 layouts share: each row of `w` [N, K] (checked by
+/// check_fp4_weight) converted to float (the group kernels' to_f32), its groups' amax
+/// (minifloat kernels), then `scales(r, row)` fills the row's scale bytes and row.s / row.m,
+/// and e2m1_groups (with `op`) writes its K/2 packed bytes at packed + r * K/2. Both tables
+/// are looked up once per tensor, so QFORGE_FORCE_ISA reaches them. NaN or infinity is
+/// refused naming the first such element; the SNR sums (when asked for) are reduced row by row.
+template <std::int64_t Group, class Scales>
+void quantize_fp4_rows(const tensor_view& w, simd::e2m1_op op, std::uint8_t* packed, const executor& ex, snr_sums* snr,
+                       Scales&& scales) {
+    const std::int64_t n = w.shape[0], k = w.shape[1];
+    const std::size_t es = dtype_size(w.type);
+    const simd::group_kernels& conv = simd::active_kernels<simd::group_kernels>();
+    const simd::minifloat_kernels& mf = simd::active_kernels<simd::minifloat_kernels>();
+    std::vector<snr_sums> row_snr(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> bad(static_cast<std::size_t>(n), -1);
+    parallel_for(ex, 0, static_cast<std::size_t>(n), 16, [&](std::size_t lo, std::size_t hi) {
+        fp4_row<Group> row(k);
+        for (std::size_t r = lo; r < hi; ++r) {
+            bad[r] = conv.to_f32(w.bytes.data() + r * static_cast<std::size_t>(k) * es, w.type, static_cast<std::size_t>(k),
+                                 row.x.data());
+            if (bad[r] >= 0) continue;
+            mf.group_amax(row.x.data(), static_cast<std::size_t>(k), Group, row.amax.data());
+            scales(r, row);
+            row.sums = {};
+            mf.e2m1_groups(row.x.data(), static_cast<std::size_t>(k), Group, row.s.data(), op, row.m.data(),
+                           packed + r * static_cast<std::size_t>(k / 2), snr ? row.sums.signal : nullptr,
+                           snr ? row.sums.error : nullptr);
+            if (snr) row_snr[r] = row.sums.reduce();
+        }
+    });
+    for (std::size_t r = 0; r < bad.size(); ++r)
+        if (bad[r] >= 0)
+            fail<unsupported_error>({}, w.name, "weight holds NaN or infinity at row " + std::to_string(r) + ", column " +
+                                                    std::to_string(bad[r]));
+    if (snr) {
+        *snr = {};
+        for (const snr_sums& s : row_snr) snr->add_row(s);
+    }
+}
+
+/// The `targets` of an FP4 layout's one config group: every quantized linear, after the
+/// checkpoint rules both layouts apply (untied, one scheme per fused group); none is refused.
+inline json fp4_config_targets(std::span<const linear_entry> linears, std::string_view format) {
+    const std::string f(format);
+    check_untied(linears, f);
+    check_fused_share_scheme(linears, f);
+    json targets = json::array();
+    for (const linear_entry& e : linears)
+        if (e.quantized) targets.push_back(e.name);
+    if (targets.size() == 0) fail<unsupported_error>({}, {}, f + ": no quantized layer to export");
+    return targets;
 }
 
 }  // namespace qforge::detail

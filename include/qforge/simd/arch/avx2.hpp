@@ -304,6 +304,40 @@ QFORGE_TARGET_AVX2 inline void tp_transpose8x8_u16(const std::byte* s, std::int6
 }
 // ---- end of transpose_kernels primitives ----
 
+// ---- minifloat_kernels primitives (simd/kernels/minifloat_kernels.ipp; scalar.hpp defines them) ----
+QFORGE_TARGET_AVX2 inline vf mf_gt01(vf a, vf t) noexcept {
+    return _mm256_and_ps(_mm256_cmp_ps(a, t, _CMP_GT_OQ), _mm256_set1_ps(1.0f));
+}
+QFORGE_TARGET_AVX2 inline vf mf_ge01(vf a, vf t) noexcept {
+    return _mm256_and_ps(_mm256_cmp_ps(a, t, _CMP_GE_OQ), _mm256_set1_ps(1.0f));
+}
+QFORGE_TARGET_AVX2 inline vf mf_sign_as(vf x, vf v) noexcept {
+    return _mm256_and_ps(_mm256_castsi256_ps(_mm256_srai_epi32(_mm256_castps_si256(x), 31)), v);
+}
+QFORGE_TARGET_AVX2 inline vf mf_exponent(vf a) noexcept {
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(a), 23), _mm256_set1_epi32(127)));
+}
+QFORGE_TARGET_AVX2 inline vf mf_pow2(vf e) noexcept {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(e), _mm256_set1_epi32(127)), 23));
+}
+// 16 codes as i16 in order (packs works per 128-bit half, the permute restores the order),
+// each u32 pair c0 | c1 << 16 folded to c0 | c1 << 4 in its low byte, the low bytes gathered.
+QFORGE_TARGET_AVX2 inline void mf_store_nibbles(std::uint8_t* out, vf lo, vf hi) noexcept {
+    const __m256i c16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(_mm256_cvtps_epi32(lo), _mm256_cvtps_epi32(hi)), 0xD8);
+    const __m256i t = _mm256_or_si256(c16, _mm256_srli_epi32(c16, 12));
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1, -1,
+                                          -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(t, pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
+}
+QFORGE_TARGET_AVX2 inline vf mf_round_bf16(vf a) noexcept {
+    const __m256i u = _mm256_castps_si256(a);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+// ---- end of minifloat_kernels primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

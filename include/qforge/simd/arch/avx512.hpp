@@ -207,6 +207,37 @@ using ::qforge::simd::detail::avx2_isa::tp_transpose8x8_u16;
 using ::qforge::simd::detail::avx2_isa::tp_u32x8;
 // ---- end of transpose_kernels primitives ----
 
+// ---- minifloat_kernels primitives (simd/kernels/minifloat_kernels.ipp; scalar.hpp defines them) ----
+QFORGE_TARGET_AVX512 inline vf mf_gt01(vf a, vf t) noexcept {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, t, _CMP_GT_OQ), _mm512_set1_ps(1.0f));
+}
+QFORGE_TARGET_AVX512 inline vf mf_ge01(vf a, vf t) noexcept {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, t, _CMP_GE_OQ), _mm512_set1_ps(1.0f));
+}
+QFORGE_TARGET_AVX512 inline vf mf_sign_as(vf x, vf v) noexcept {
+    return _mm512_maskz_mov_ps(_mm512_cmplt_epi32_mask(_mm512_castps_si512(x), _mm512_setzero_si512()), v);
+}
+QFORGE_TARGET_AVX512 inline vf mf_exponent(vf a) noexcept {
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(a), 23), _mm512_set1_epi32(127)));
+}
+QFORGE_TARGET_AVX512 inline vf mf_pow2(vf e) noexcept {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(e), _mm512_set1_epi32(127)), 23));
+}
+// 32 codes: each u64 pair c0 | c1 << 32 folded to c0 | c1 << 4 in its low byte, which vpmovqb keeps.
+QFORGE_TARGET_AVX512 inline void mf_store_nibbles(std::uint8_t* out, vf lo, vf hi) noexcept {
+    const __m512i a = _mm512_cvtps_epi32(lo), b = _mm512_cvtps_epi32(hi);
+    const __m128i pa = _mm512_cvtepi64_epi8(_mm512_or_si512(a, _mm512_srli_epi64(a, 28)));
+    const __m128i pb = _mm512_cvtepi64_epi8(_mm512_or_si512(b, _mm512_srli_epi64(b, 28)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(pa, pb));
+}
+QFORGE_TARGET_AVX512 inline vf mf_round_bf16(vf a) noexcept {
+    const __m512i u = _mm512_castps_si512(a);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+// ---- end of minifloat_kernels primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

@@ -353,6 +353,42 @@ inline void tp_transpose8x8_u16(const std::byte* s, std::int64_t ss, std::uint16
 }
 // ---- end of transpose_kernels primitives ----
 
+// ---- minifloat_kernels primitives (simd/kernels/minifloat_kernels.ipp; scalar.hpp defines them) ----
+inline float32x4_t mf_and_one(uint32x4_t m) noexcept {
+    return vreinterpretq_f32_u32(vandq_u32(m, vreinterpretq_u32_f32(vdupq_n_f32(1.0f))));
+}
+inline vf mf_gt01(vf a, vf t) noexcept { return {mf_and_one(vcgtq_f32(a.a, t.a)), mf_and_one(vcgtq_f32(a.b, t.b))}; }
+inline vf mf_ge01(vf a, vf t) noexcept { return {mf_and_one(vcgeq_f32(a.a, t.a)), mf_and_one(vcgeq_f32(a.b, t.b))}; }
+inline float32x4_t mf_sign_as4(float32x4_t x, float32x4_t v) noexcept {
+    const uint32x4_t m = vreinterpretq_u32_s32(vshrq_n_s32(vreinterpretq_s32_f32(x), 31));
+    return vreinterpretq_f32_u32(vandq_u32(m, vreinterpretq_u32_f32(v)));
+}
+inline vf mf_sign_as(vf x, vf v) noexcept { return {mf_sign_as4(x.a, v.a), mf_sign_as4(x.b, v.b)}; }
+inline float32x4_t mf_exponent4(float32x4_t a) noexcept {
+    return vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_f32(a), 23)), vdupq_n_s32(127)));
+}
+inline vf mf_exponent(vf a) noexcept { return {mf_exponent4(a.a), mf_exponent4(a.b)}; }
+inline float32x4_t mf_pow2_4(float32x4_t e) noexcept {
+    return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(e), vdupq_n_s32(127)), 23));
+}
+inline vf mf_pow2(vf e) noexcept { return {mf_pow2_4(e.a), mf_pow2_4(e.b)}; }
+// 16 codes narrowed to bytes in order, even and odd ones split (uzp), joined low nibble first.
+inline void mf_store_nibbles(std::uint8_t* out, vf lo, vf hi) noexcept {
+    const uint16x8_t l = vcombine_u16(vmovn_u32(vcvtq_u32_f32(lo.a)), vmovn_u32(vcvtq_u32_f32(lo.b)));
+    const uint16x8_t h = vcombine_u16(vmovn_u32(vcvtq_u32_f32(hi.a)), vmovn_u32(vcvtq_u32_f32(hi.b)));
+    const uint8x16_t c = vcombine_u8(vmovn_u16(l), vmovn_u16(h));
+    const uint8x16_t j = vorrq_u8(vuzp1q_u8(c, c), vshlq_n_u8(vuzp2q_u8(c, c), 4));
+    vst1_u8(out, vget_low_u8(j));
+}
+inline float32x4_t mf_round_bf16_4(float32x4_t a) noexcept {
+    const uint32x4_t u = vreinterpretq_u32_f32(a);
+    const uint32x4_t odd = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vaddq_u32(u, vaddq_u32(odd, vdupq_n_u32(0x7FFF)));
+    return vreinterpretq_f32_u32(vandq_u32(r, vdupq_n_u32(0xFFFF0000u)));
+}
+inline vf mf_round_bf16(vf a) noexcept { return {mf_round_bf16_4(a.a), mf_round_bf16_4(a.b)}; }
+// ---- end of minifloat_kernels primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

@@ -399,6 +399,60 @@ inline void tp_transpose8x8_u16(const std::byte* s, std::int64_t ss, std::uint16
 }
 // ---- end of transpose_kernels primitives ----
 
+// ---- minifloat_kernels primitives (simd/kernels/minifloat_kernels.ipp) ----
+// Float-lane steps of the E2M1 / E4M3 encoders: 0/1 indicators of ordered comparisons (false
+// on NaN), a value where the sign bit is set, the unbiased exponent field and its inverse, and
+// the store of 2 * lanes integral codes 0..15 as nibble pairs.
+inline vf mf_gt01(vf a, vf t) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = a.v[j] > t.v[j] ? 1.0f : 0.0f;
+    return r;
+}
+inline vf mf_ge01(vf a, vf t) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = a.v[j] >= t.v[j] ? 1.0f : 0.0f;
+    return r;
+}
+/// v where x's sign bit is set (also -0 and a negative NaN), else +0.
+inline vf mf_sign_as(vf x, vf v) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = std::bit_cast<std::uint32_t>(x.v[j]) >> 31 ? v.v[j] : 0.0f;
+    return r;
+}
+/// (bits >> 23) - 127 of a non-negative float, as a float: floor(log2 a) for a normal a,
+/// -127 for zero and subnormals, 128 for infinity and NaN.
+inline vf mf_exponent(vf a) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j)
+        r.v[j] = static_cast<float>(static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(a.v[j]) >> 23) - 127);
+    return r;
+}
+/// 2^e for integral e in [-126, 127], exactly.
+inline vf mf_pow2(vf e) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j)
+        r.v[j] = std::bit_cast<float>(static_cast<std::uint32_t>(static_cast<std::int32_t>(e.v[j]) + 127) << 23);
+    return r;
+}
+/// Codes c[0..16) = the lanes of lo then hi (integral floats 0..15): out[j] = c[2j] | c[2j+1] << 4.
+inline void mf_store_nibbles(std::uint8_t* out, vf lo, vf hi) noexcept {
+    float c[16];
+    std::memcpy(c, lo.v, sizeof lo.v);
+    std::memcpy(c + 8, hi.v, sizeof hi.v);
+    for (int j = 0; j < 8; ++j)
+        out[j] = static_cast<std::uint8_t>(static_cast<std::uint32_t>(c[2 * j]) | (static_cast<std::uint32_t>(c[2 * j + 1]) << 4));
+}
+/// Each lane rounded to bfloat16 and back (RNE: float_to_bf16's carry trick); lanes are not NaN.
+inline vf mf_round_bf16(vf a) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) {
+        const std::uint32_t u = std::bit_cast<std::uint32_t>(a.v[j]);
+        r.v[j] = std::bit_cast<float>((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
+    }
+    return r;
+}
+// ---- end of minifloat_kernels primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

@@ -1,0 +1,219 @@
+// The minifloat kernels (simd/minifloat_kernels.hpp): every ISA this machine runs (NEON under
+// qemu) against core/minifloat.hpp's scalar definitions, element by element: E4M3 over every
+// code, every midpoint between neighbours and the floats one ulp either side, the E2M1
+// thresholds of both quotient forms, NaN, infinity, signed zeros and random rows, with the SNR
+// lanes bit for bit and sentinels after every output.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "qforge/core/minifloat.hpp"
+#include "qforge/simd/minifloat_kernels.hpp"
+#include "support/isas.hpp"
+
+using namespace qforge;
+using namespace qforge::simd;
+
+namespace {
+
+std::vector<isa> runnable_isas() { return qforge::testing::available_isas(); }
+
+float next_up(float f) { return std::nextafter(f, std::numeric_limits<float>::infinity()); }
+float next_down(float f) { return std::nextafter(f, -std::numeric_limits<float>::infinity()); }
+
+/// Every E4M3 value, the midpoints between neighbours, one ulp either side of each, the
+/// saturation edge, infinities, NaNs, zeros and subnormal floats, each with both signs.
+std::vector<float> e4m3_probe() {
+    std::vector<float> v;
+    for (int c = 0; c < 0x7F; ++c) {
+        const float a = e4m3_to_float(static_cast<std::uint8_t>(c));
+        const float b = c + 1 < 0x7F ? e4m3_to_float(static_cast<std::uint8_t>(c + 1)) : 480.0f;
+        const float mid = (a + b) / 2;  // exact: both are short floats
+        for (float f : {a, next_up(a), next_down(a), mid, next_up(mid), next_down(mid)}) v.push_back(f);
+    }
+    for (float f : {447.9f, 448.0f, 464.0f, 465.0f, 1e30f, 3.4e38f, std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN(), 0x1p-149f, 0x1p-127f, 0x1p-10f, 0x1p-11f, 0.0f})
+        v.push_back(f);
+    const std::size_t n = v.size();
+    for (std::size_t i = 0; i < n; ++i) v.push_back(-v[i]);
+    std::mt19937 rng(7);
+    for (int i = 0; i < 4096; ++i) v.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng())));
+    return v;
+}
+
+/// detail::e2m1_code_of of layout/detail/fp4_rows.hpp: a NaN quotient keeps only its sign.
+std::uint8_t e2m1_ref(float q) {
+    if (q != q) return std::signbit(q) ? 0x8 : 0x0;
+    const std::uint8_t c = float_to_e2m1(std::fmin(std::fmax(q, -6.0f), 6.0f));
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("minifloat kernels: e4m3_encode gives float_to_e4m3 on every ISA") {
+    const std::vector<float> x = e4m3_probe();
+    for (isa i : runnable_isas()) {
+        CAPTURE(isa_name(i));
+        const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
+        CHECK(k.id == i);
+        for (std::size_t off : {std::size_t{0}, std::size_t{3}}) {  // a tail on every ISA
+            std::vector<std::uint8_t> codes(x.size() + 1, 0xA5);
+            k.e4m3_encode(x.data() + off, x.size() - off, codes.data());
+            CHECK(codes[x.size() - off] == 0xA5);
+            std::size_t bad = 0;
+            for (std::size_t j = 0; j + off < x.size(); ++j)
+                if (codes[j] != float_to_e4m3(x[j + off]) && bad++ < 5)
+                    FAIL_CHECK("x=" << x[j + off] << " got " << int(codes[j]) << " want " << int(float_to_e4m3(x[j + off])));
+            CHECK(bad == 0);
+        }
+    }
+}
+
+TEST_CASE("minifloat kernels: group_amax and e2m1_groups give the definitions' codes and SNR lanes on every ISA") {
+    const float thresholds[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f, 7.0f};
+    for (std::size_t gsize : {std::size_t{16}, std::size_t{32}}) {
+        const std::size_t groups = 13, n = gsize * groups;  // an odd count of 16-value halves for gsize 16
+        std::mt19937 rng(static_cast<std::uint32_t>(gsize));
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        std::vector<float> x(n), s(groups), m(groups);
+        for (std::size_t g = 0; g < groups; ++g) {
+            s[g] = g % 3 == 0 ? 0.125f : std::ldexp(1.0f + u(rng) * 0.5f, static_cast<int>(g % 5) - 3);
+            m[g] = std::fabs(u(rng)) + 0.01f;
+        }
+        for (std::size_t j = 0; j < n; ++j) {
+            const std::size_t g = j / gsize;
+            const float t = thresholds[rng() % 16];
+            switch (rng() % 4) {  // exact thresholds (times the divisor), their neighbours, random
+                case 0: x[j] = t * s[g]; break;
+                case 1: x[j] = next_up(t * s[g]); break;
+                case 2: x[j] = next_down(t * s[g]); break;
+                default: x[j] = u(rng) * 8.0f * s[g]; break;
+            }
+            if (rng() % 2) x[j] = -x[j];
+        }
+        x[1] = -0.0f;
+        x[2] = 0.0f;
+        for (e2m1_op op : {e2m1_op::divide, e2m1_op::multiply}) {
+            std::vector<float> sv = s;
+            if (op == e2m1_op::multiply)
+                for (float& v : sv) v = 1.0f / v;
+            // The definition.
+            std::vector<std::uint8_t> want((n / 2) + 1, 0x5A);
+            std::vector<float> wsig(gsize, 0.5f), werr(gsize, 0.25f);
+            for (std::size_t j = 0; j < n; ++j) {
+                const std::size_t g = j / gsize;
+                const float q = op == e2m1_op::divide ? x[j] / sv[g] : x[j] * sv[g];
+                const std::uint8_t c = e2m1_ref(q);
+                want[j / 2] = j % 2 ? static_cast<std::uint8_t>(want[j / 2] | (c << 4)) : c;
+                const float dq = e2m1_to_float(c) * m[g], e = x[j] - dq;
+                wsig[j % gsize] += x[j] * x[j];
+                werr[j % gsize] += e * e;
+            }
+            std::vector<float> wamax(groups, 0.0f);
+            for (std::size_t j = 0; j < n; ++j) wamax[j / gsize] = std::fmax(wamax[j / gsize], std::fabs(x[j]));
+            for (isa i : runnable_isas()) {
+                CAPTURE(isa_name(i));
+                CAPTURE(gsize);
+                const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
+                std::vector<std::uint8_t> got((n / 2) + 1, 0x5A);
+                std::vector<float> sig(gsize, 0.5f), err(gsize, 0.25f);
+                k.e2m1_groups(x.data(), n, gsize, sv.data(), op, m.data(), got.data(), sig.data(), err.data());
+                CHECK(got == want);
+                CHECK(sig == wsig);
+                CHECK(err == werr);
+                std::vector<std::uint8_t> bare((n / 2) + 1, 0x5A);
+                k.e2m1_groups(x.data(), n, gsize, sv.data(), op, m.data(), bare.data(), nullptr, nullptr);
+                CHECK(bare == want);
+                std::vector<float> amax(groups + 1, -1.0f);
+                k.group_amax(x.data(), n, gsize, amax.data());
+                CHECK(amax[groups] == -1.0f);
+                amax.pop_back();
+                CHECK(amax == wamax);
+            }
+        }
+    }
+}
+
+TEST_CASE("minifloat kernels: a NaN or infinite quotient (an all-zero NVFP4 group under an infinite global) codes as the definition does") {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    std::vector<float> x(32, 0.0f), s(2, nan), m(2, nan);
+    x[3] = -0.0f;
+    x[20] = 1.0f;
+    s[1] = 0.0f;  // x / 0: +-inf saturates to +-6, 0 / 0 is NaN
+    x[17] = -2.0f;
+    std::vector<std::uint8_t> want(16);
+    for (std::size_t j = 0; j < 32; ++j) {
+        const std::uint8_t c = e2m1_ref(x[j] / s[j / 16]);
+        want[j / 2] = j % 2 ? static_cast<std::uint8_t>(want[j / 2] | (c << 4)) : c;
+    }
+    (void)inf;
+    for (isa i : runnable_isas()) {
+        CAPTURE(isa_name(i));
+        std::vector<std::uint8_t> got(16);
+        kernels_of<minifloat_kernels>(i).e2m1_groups(x.data(), 32, 16, s.data(), e2m1_op::divide, m.data(), got.data(),
+                                                     nullptr, nullptr);
+        CHECK(got == want);
+    }
+}
+
+TEST_CASE("minifloat kernels: e4m3_row and abs_max give the definitions' codes, and one SNR order, on every ISA") {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const std::vector<float> probe = e4m3_probe();
+    for (std::size_t bc : {std::size_t{128}, std::size_t{37}, std::size_t{300}}) {
+        const std::size_t n = 300;  // ragged last block for 128 and 37
+        std::vector<float> x(n), m((n + bc - 1) / bc);
+        for (float& v : m) v = std::fabs(u(rng)) * 0.01f + 1e-4f;
+        for (std::size_t j = 0; j < n; ++j) {
+            const float mj = m[j / bc];
+            // E4M3 values, midpoints and random quotients times the divisor (finite probes only)
+            float q = probe[rng() % (probe.size() - 4096)];
+            if (!std::isfinite(q) || std::fabs(q) > 1e4f) q = u(rng) * 500.0f;
+            x[j] = rng() % 3 ? q * mj : u(rng);
+        }
+        x[5] = -0.0f;
+        for (dtype quotient : {dtype::F32, dtype::BF16, dtype::F16}) {
+            std::vector<std::uint8_t> want(n + 1, 0xA5);
+            for (std::size_t j = 0; j < n; ++j) {
+                float q = x[j] / m[j / bc];
+                if (quotient == dtype::BF16) q = bf16_to_float(float_to_bf16(q));
+                if (quotient == dtype::F16) q = fp16_to_float(float_to_fp16(q));
+                want[j] = float_to_e4m3(q);
+            }
+            std::vector<double> first;
+            for (isa i : runnable_isas()) {
+                CAPTURE(isa_name(i));
+                CAPTURE(bc);
+                const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
+                std::vector<std::uint8_t> got(n + 1, 0xA5);
+                std::vector<double> snr(8, 0.0);
+                k.e4m3_row(x.data(), n, bc, m.data(), quotient, got.data(), snr.data());
+                CHECK(got == want);
+                double sig = 0, err = 0, want_sig = 0, want_err = 0;
+                for (int p = 0; p < 4; ++p) sig += snr[p], err += snr[4 + p];
+                for (std::size_t j = 0; j < n; ++j) {
+                    const double e = static_cast<double>(x[j]) - static_cast<double>(e4m3_to_float(want[j]) * m[j / bc]);
+                    want_sig += static_cast<double>(x[j]) * x[j];
+                    want_err += e * e;
+                }
+                CHECK(sig == doctest::Approx(want_sig).epsilon(1e-12));
+                CHECK(err == doctest::Approx(want_err).epsilon(1e-12));
+                if (first.empty()) first = snr;
+                CHECK(snr == first);  // the same partials on every ISA
+                std::vector<std::uint8_t> bare(n + 1, 0xA5);
+                k.e4m3_row(x.data(), n, bc, m.data(), quotient, bare.data(), nullptr);
+                CHECK(bare == want);
+                float top = 0;
+                for (std::size_t j = 0; j < std::min(bc, n - 3); ++j) top = std::fmax(top, std::fabs(x[j + 3]));
+                CHECK(k.abs_max(x.data() + 3, std::min(bc, n - 3)) == top);
+                CHECK(k.abs_max(x.data(), 0) == 0.0f);
+            }
+        }
+    }
+}
