@@ -13,6 +13,7 @@
 #include "qforge/core/minifloat.hpp"
 #include "qforge/core/parallel.hpp"
 #include "qforge/core/regex.hpp"
+#include "qforge/core/tensor_source.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/core/zeroed_buffer.hpp"
 

@@ -38,7 +38,7 @@ using namespace qforge;
 
 namespace {
 
-std::string scratch(const std::string& name) {
+std::string fp4_scratch(const std::string& name) {
     static const testing::scratch_root root("fp4");
     return root.fresh(name);
 }
@@ -46,7 +46,7 @@ std::string scratch(const std::string& name) {
 const quant_spec nvfp4_spec{4, 16, true, scale_method::minmax, std::nullopt};  // the format's E4M3 by default
 const quant_spec mxfp4_spec{4, 32, true, scale_method::minmax, std::nullopt};  // E8M0 (U8) by default
 
-convert_options options(output_format f, const quant_spec& s) {
+convert_options fp4_options(output_format f, const quant_spec& s) {
     convert_options o;
     o.format = f;
     o.rules.default_scheme = s;
@@ -114,9 +114,9 @@ double decoded_snr(const checkpoint_source& out, const checkpoint_source& src, c
 }  // namespace
 
 TEST_CASE("nvfp4a16 on a dense bf16 model: q/k/v and gate/up share one global scale = 448*6/max amax; config as vLLM reads it") {
-    const std::string src_dir = scratch("dense-src"), out_dir = scratch("dense-out");
+    const std::string src_dir = fp4_scratch("dense-src"), out_dir = fp4_scratch("dense-out");
     write_demo_checkpoint(src_dir, testing::small_demo());
-    const conversion_result r = convert(src_dir, out_dir, options(output_format::compressed_tensors_nvfp4, nvfp4_spec));
+    const conversion_result r = convert(src_dir, out_dir, fp4_options(output_format::compressed_tensors_nvfp4, nvfp4_spec));
     CHECK(r.report.tensors.size() == 14);  // 7 linears x 2 layers
     checkpoint_source out(out_dir), src(src_dir);
     for (int l = 0; l < 2; ++l) {
@@ -160,9 +160,9 @@ TEST_CASE("nvfp4a16 on MoE: each expert's gate/up (qwen per-expert, mixtral w1/w
         o.moe_intermediate = 128;
         o.tied = false;
         const std::string tag = std::to_string(static_cast<int>(style));
-        const std::string src_dir = scratch("moe-src" + tag), out_dir = scratch("moe-out" + tag);
+        const std::string src_dir = fp4_scratch("moe-src" + tag), out_dir = fp4_scratch("moe-out" + tag);
         write_demo_checkpoint(src_dir, o);
-        convert(src_dir, out_dir, options(output_format::compressed_tensors_nvfp4, nvfp4_spec));
+        convert(src_dir, out_dir, fp4_options(output_format::compressed_tensors_nvfp4, nvfp4_spec));
         checkpoint_source out(out_dir);
         const bool mixtral = style == demo_moe::mixtral;
         const std::string base = mixtral ? "model.layers.0.block_sparse_moe.experts." : "model.layers.0.mlp.experts.";
@@ -184,9 +184,9 @@ TEST_CASE("nvfp4a16 on MoE: each expert's gate/up (qwen per-expert, mixtral w1/w
 }
 
 TEST_CASE("mxfp4a16: E8M0 group-32 scales, no global scale; config as vLLM _is_mxfp4 reads it") {
-    const std::string src_dir = scratch("mx-src"), out_dir = scratch("mx-out");
+    const std::string src_dir = fp4_scratch("mx-src"), out_dir = fp4_scratch("mx-out");
     write_demo_checkpoint(src_dir, testing::small_demo());
-    const conversion_result r = convert(src_dir, out_dir, options(output_format::compressed_tensors_mxfp4, mxfp4_spec));
+    const conversion_result r = convert(src_dir, out_dir, fp4_options(output_format::compressed_tensors_mxfp4, mxfp4_spec));
     checkpoint_source out(out_dir);
     const std::string m = "model.layers.1.mlp.down_proj";
     CHECK(out.view(m + ".weight_scale").type == dtype::U8);
@@ -201,10 +201,10 @@ TEST_CASE("mxfp4a16: E8M0 group-32 scales, no global scale; config as vLLM _is_m
 TEST_CASE("FP4 refusals at plan time name the tensor: K not a multiple of 16 / 32, a wrong group or scale dtype") {
     demo_options o = testing::small_demo();
     o.intermediate = 264;  // down_proj K = 264: a multiple of 8, not of 16
-    const std::string src_dir = scratch("ragged-src");
+    const std::string src_dir = fp4_scratch("ragged-src");
     write_demo_checkpoint(src_dir, o);
     checkpoint_source src(src_dir);
-    const plan p = plan_conversion(src, options(output_format::compressed_tensors_nvfp4, nvfp4_spec));
+    const plan p = plan_conversion(src, fp4_options(output_format::compressed_tensors_nvfp4, nvfp4_spec));
     REQUIRE(p.refused());
     std::string all;
     for (const auto& why : p.refusals) all += why + "\n";
@@ -222,7 +222,7 @@ TEST_CASE("FP4 refusals at plan time name the tensor: K not a multiple of 16 / 3
 TEST_CASE("FP8 source -> nvfp4a16 / mxfp4a16: the bytes of its dequantized F32 twin; q/k/v still share one global scale") {
     testing::fp8_fixture f;
     f.layout = testing::fp8_layout::native_block;
-    const std::string src = scratch("fp8-src"), twin = scratch("fp8-twin");
+    const std::string src = fp4_scratch("fp8-src"), twin = fp4_scratch("fp8-twin");
     testing::write_fp8_checkpoint(src, f);
     f.twin = true;
     testing::write_fp8_checkpoint(twin, f);
@@ -232,9 +232,9 @@ TEST_CASE("FP8 source -> nvfp4a16 / mxfp4a16: the bytes of its dequantized F32 t
         const quant_spec& spec = fs.second;
         const std::string name(format_name(fmt));
         CAPTURE(name);
-        const std::string a = scratch("fp8-a-" + std::string(format_name(fmt))), b = scratch("fp8-b-" + std::string(format_name(fmt)));
-        const conversion_result r = convert(src, a, options(fmt, spec));
-        convert(twin, b, options(fmt, spec));
+        const std::string a = fp4_scratch("fp8-a-" + std::string(format_name(fmt))), b = fp4_scratch("fp8-b-" + std::string(format_name(fmt)));
+        const conversion_result r = convert(src, a, fp4_options(fmt, spec));
+        convert(twin, b, fp4_options(fmt, spec));
         checkpoint_source x(a), y(b);
         for (const auto& t : r.report.tensors)
             for (const char* leaf : {".weight_packed", ".weight_scale"}) {
@@ -302,7 +302,7 @@ std::optional<std::vector<float>> decode_by_library(const checkpoint_source& out
 }  // namespace
 
 TEST_CASE("decode through a real file: every float and 8-bit format, independent decoder == library decode, close to the source") {
-    const std::string src_dir = scratch("decode-src");
+    const std::string src_dir = fp4_scratch("decode-src");
     write_demo_checkpoint(src_dir, testing::small_demo());
     checkpoint_source src(src_dir);
     const file_case cases[] = {
@@ -315,8 +315,8 @@ TEST_CASE("decode through a real file: every float and 8-bit format, independent
     };
     for (const file_case& f : cases) {
         CAPTURE(f.name);
-        const std::string out_dir = scratch(std::string("decode-out-") + f.name);
-        convert(src_dir, out_dir, options(f.format, f.scheme));
+        const std::string out_dir = fp4_scratch(std::string("decode-out-") + f.name);
+        convert(src_dir, out_dir, fp4_options(f.format, f.scheme));
         checkpoint_source out(out_dir);
         for (const char* m : {"model.layers.0.self_attn.k_proj", "model.layers.1.mlp.down_proj"}) {
             CAPTURE(m);
@@ -347,13 +347,13 @@ TEST_CASE("decode through a real file: an FP8 source's layers converted to NVFP4
     testing::fp8_fixture f;
     f.layout = testing::fp8_layout::ct_channel;
     f.scale_type = dtype::BF16;
-    const std::string src = scratch("fp8c-src");
+    const std::string src = fp4_scratch("fp8c-src");
     testing::write_fp8_checkpoint(src, f);
     for (const file_case& c : {file_case{"nvfp4a16", output_format::compressed_tensors_nvfp4, nvfp4_spec},
                                file_case{"mxfp4a16", output_format::compressed_tensors_mxfp4, mxfp4_spec}}) {
         CAPTURE(c.name);
-        const std::string out_dir = scratch(std::string("fp8c-out-") + c.name);
-        const conversion_result r = convert(src, out_dir, options(c.format, c.scheme));
+        const std::string out_dir = fp4_scratch(std::string("fp8c-out-") + c.name);
+        const conversion_result r = convert(src, out_dir, fp4_options(c.format, c.scheme));
         checkpoint_source out(out_dir);
         REQUIRE(!r.report.tensors.empty());
         for (const auto& t : r.report.tensors) {
@@ -366,7 +366,7 @@ TEST_CASE("decode through a real file: an FP8 source's layers converted to NVFP4
 }
 
 TEST_CASE("nvfp4a16 on an fp16 model: q/k/v share one global scale from the F16 values, the file decodes independently to the library's values") {
-    const std::string bf = scratch("f16-bf16"), f16 = scratch("f16-src"), out_dir = scratch("f16-out");
+    const std::string bf = fp4_scratch("f16-bf16"), f16 = fp4_scratch("f16-src"), out_dir = fp4_scratch("f16-out");
     write_demo_checkpoint(bf, testing::small_demo());
     {  // the demo's tensors as F16 (exact for these magnitudes), config torch_dtype float16
         checkpoint_source b(bf);
@@ -390,7 +390,7 @@ TEST_CASE("nvfp4a16 on an fp16 model: q/k/v share one global scale from the F16 
         w.finish();
     }
     const file_case c{"nvfp4a16", output_format::compressed_tensors_nvfp4, nvfp4_spec};
-    const conversion_result r = convert(f16, out_dir, options(c.format, c.scheme));
+    const conversion_result r = convert(f16, out_dir, fp4_options(c.format, c.scheme));
     CHECK(r.report.tensors.size() == 14);
     checkpoint_source out(out_dir), src(bf);
     const std::string p = "model.layers.1.self_attn.";

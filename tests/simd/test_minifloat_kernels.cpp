@@ -22,7 +22,7 @@ using namespace qforge::simd;
 
 namespace {
 
-std::vector<isa> runnable_isas() { return qforge::testing::available_isas(); }
+std::vector<isa> minifloat_isas() { return qforge::testing::available_isas(); }
 
 float next_up(float f) { return std::nextafter(f, std::numeric_limits<float>::infinity()); }
 float next_down(float f) { return std::nextafter(f, -std::numeric_limits<float>::infinity()); }
@@ -58,7 +58,7 @@ std::uint8_t e2m1_ref(float q) {
 
 TEST_CASE("minifloat kernels: e4m3_encode gives float_to_e4m3 on every ISA") {
     const std::vector<float> x = e4m3_probe();
-    for (isa i : runnable_isas()) {
+    for (isa i : minifloat_isas()) {
         CAPTURE(isa_name(i));
         const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
         CHECK(k.id == i);
@@ -117,7 +117,7 @@ TEST_CASE("minifloat kernels: group_amax and e2m1_groups give the definitions' c
             }
             std::vector<float> wamax(groups, 0.0f);
             for (std::size_t j = 0; j < n; ++j) wamax[j / gsize] = std::fmax(wamax[j / gsize], std::fabs(x[j]));
-            for (isa i : runnable_isas()) {
+            for (isa i : minifloat_isas()) {
                 CAPTURE(isa_name(i));
                 CAPTURE(gsize);
                 const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
@@ -153,7 +153,7 @@ TEST_CASE("minifloat kernels: a NaN or infinite quotient (an all-zero NVFP4 grou
         want[j / 2] = j % 2 ? static_cast<std::uint8_t>(want[j / 2] | (c << 4)) : c;
     }
     (void)inf;
-    for (isa i : runnable_isas()) {
+    for (isa i : minifloat_isas()) {
         CAPTURE(isa_name(i));
         std::vector<std::uint8_t> got(16);
         kernels_of<minifloat_kernels>(i).e2m1_groups(x.data(), 32, 16, s.data(), e2m1_op::divide, m.data(), got.data(),
@@ -187,7 +187,7 @@ TEST_CASE("minifloat kernels: e4m3_row and abs_max give the definitions' codes, 
                 want[j] = float_to_e4m3(q);
             }
             std::vector<double> first;
-            for (isa i : runnable_isas()) {
+            for (isa i : minifloat_isas()) {
                 CAPTURE(isa_name(i));
                 CAPTURE(bc);
                 const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
