@@ -15,6 +15,7 @@
 
 #include "qforge/core/minifloat.hpp"
 #include "qforge/simd/minifloat_kernels.hpp"
+#include "qforge/simd/no_contract.hpp"
 #include "support/isas.hpp"
 
 using namespace qforge;
@@ -111,9 +112,11 @@ TEST_CASE("minifloat kernels: group_amax and e2m1_groups give the definitions' c
                 const float q = op == e2m1_op::divide ? x[j] / sv[g] : x[j] * sv[g];
                 const std::uint8_t c = e2m1_ref(q);
                 want[j / 2] = j % 2 ? static_cast<std::uint8_t>(want[j / 2] | (c << 4)) : c;
-                const float dq = e2m1_to_float(c) * m[g], e = x[j] - dq;
-                wsig[j % gsize] += x[j] * x[j];
-                werr[j % gsize] += e * e;
+                // Products pass no_contract: aarch64 GCC would fuse them into the adds (FMA),
+                // which the kernels' separate multiply and add never do.
+                const float dq = simd::no_contract(e2m1_to_float(c) * m[g]), e = x[j] - dq;
+                wsig[j % gsize] += simd::no_contract(x[j] * x[j]);
+                werr[j % gsize] += simd::no_contract(e * e);
             }
             std::vector<float> wamax(groups, 0.0f);
             for (std::size_t j = 0; j < n; ++j) wamax[j / gsize] = std::fmax(wamax[j / gsize], std::fabs(x[j]));
