@@ -128,7 +128,7 @@ void run_against_memcpy(benchmark::State& state, const fixture& d, const owned_t
 void BM_gptq_to_ct(benchmark::State& state) {
     const bool sym = state.range(0) != 0;
     const fixture& d = data(sym);
-    const repack_source src = make_repack_source(d.gptq_views, "bench");
+    const tensor_source src = make_tensor_source(d.gptq_views, "bench");
     std::vector<owned_tensor> out;  // reused across layers, as a converter does
     run_against_memcpy(state, d, d.gptq.front(), [&] {
         repack_module(src, prefix, gptq_in(sym), to(output_format::compressed_tensors), out);
@@ -139,7 +139,7 @@ void BM_gptq_to_ct(benchmark::State& state) {
 void BM_ct_to_gptq(benchmark::State& state) {
     const bool sym = state.range(0) != 0;
     const fixture& d = data(sym);
-    const repack_source src = make_repack_source(d.ct_views, "bench");
+    const tensor_source src = make_tensor_source(d.ct_views, "bench");
     std::vector<owned_tensor> out;
     run_against_memcpy(state, d, d.ct.front(), [&] {
         repack_module(src, prefix, ct_in(sym), to(output_format::gptq), out);
@@ -150,7 +150,7 @@ void BM_ct_to_gptq(benchmark::State& state) {
 // The general path (unpack every code, pack again) for comparison: what the word-level path saves.
 void BM_gptq_to_ct_unpack_pack(benchmark::State& state) {
     const fixture& d = data(true);
-    const repack_source src = make_repack_source(d.gptq_views, "bench");
+    const tensor_source src = make_tensor_source(d.gptq_views, "bench");
     const repack_target t = to(output_format::compressed_tensors);
     for (auto _ : state) {
         quantized_tensor q = repack_prepare(read_quantized(src, prefix, gptq_in(true)), t);

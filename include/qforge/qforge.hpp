@@ -106,7 +106,6 @@
 #include "qforge/convert/repack_fake_quant.hpp"
 #include "qforge/convert/repack_packed.hpp"
 #include "qforge/convert/repack_rules.hpp"
-#include "qforge/convert/repack_source.hpp"
 #include "qforge/convert/repack_transpose.hpp"
 #include "qforge/convert/report.hpp"
 #include "qforge/convert/rule.hpp"

@@ -45,7 +45,7 @@ void repack_one_layer() {
     ct.format = output_format::compressed_tensors;
     ct.model_dtype = dtype::F16;
     std::vector<owned_tensor> out;
-    repack_module(make_repack_source(st.views, "in"), p, s, ct, out);
+    repack_module(make_tensor_source(st.views, "in"), p, s, ct, out);
     CHECK(out.size() >= 3);
 }
 

@@ -35,7 +35,7 @@ TEST_CASE("AutoGPTQ golden (v1): bits 2/3/4/8, sym and asym, read back to the re
             st.add(load<std::uint16_t>(base + "scales_out.bin", "l.scales", dtype::F16, {G, N}));
             st.add(load<std::int32_t>("gptq/g_idx.bin", "l.g_idx", dtype::I32, {K}));
             const bool sym = std::string(tag) == "sym";
-            const quantized_tensor q = read_gptq(make_repack_source(st.views, "golden"), "l", {b, 32, sym, false});
+            const quantized_tensor q = read_gptq(make_tensor_source(st.views, "golden"), "l", {b, 32, sym, false});
             const auto codes = read_array<std::uint8_t>(golden + base + "codes.bin");
             const auto zeros = read_array<std::int32_t>(golden + base + tag + "_zeros_in.bin");
             const auto scales = read_array<std::uint16_t>(golden + base + "scales_in.bin");
@@ -57,7 +57,7 @@ TEST_CASE("AutoGPTQ golden: the zero-point-0 quirk is refused, naming tensor and
     st.add(load<std::int32_t>("gptq/gptq_b4_asym_zero0_quirk_qzeros.bin", "m.qzeros", dtype::I32, {4, 8}));
     st.add(load<std::uint16_t>("gptq/gptq_b4_scales_out.bin", "m.scales", dtype::F16, {4, 64}));
     try {
-        (void)read_gptq(make_repack_source(st.views, "golden"), "m", {4, 32, false, false});
+        (void)read_gptq(make_tensor_source(st.views, "golden"), "m", {4, 32, false, false});
         FAIL("expected a refusal");
     } catch (const unsupported_error& e) {
         CHECK(e.tensor() == "m.qzeros");
@@ -65,7 +65,7 @@ TEST_CASE("AutoGPTQ golden: the zero-point-0 quirk is refused, naming tensor and
     }
     // Read as v2 the same words are just fields; nothing is refused, but they are not the
     // inputs (the word was corrupted by AutoGPTQ's OR).
-    const quantized_tensor v2 = read_gptq(make_repack_source(st.views), "m", {4, 32, false, true});
+    const quantized_tensor v2 = read_gptq(make_tensor_source(st.views), "m", {4, 32, false, true});
     const auto zeros = read_array<std::int32_t>(golden + "gptq/gptq_b4_asym_zero0_quirk_zeros_in.bin");
     CHECK(v2.zeros != zeros);
 }
@@ -76,7 +76,7 @@ TEST_CASE("AutoAWQ golden: 4-bit GEMM read back to the recorded codes, zeros and
     st.add(load<std::int32_t>("awq/awq_b4_qweight.bin", "a.qweight", dtype::I32, {K, N / 8}));
     st.add(load<std::int32_t>("awq/awq_b4_qzeros.bin", "a.qzeros", dtype::I32, {G, N / 8}));
     st.add(load<std::uint16_t>("awq/awq_b4_scales_out.bin", "a.scales", dtype::F16, {G, N}));
-    const quantized_tensor q = read_awq(make_repack_source(st.views, "golden"), "a", {4, 32});
+    const quantized_tensor q = read_awq(make_tensor_source(st.views, "golden"), "a", {4, 32});
     const auto codes = read_array<std::uint8_t>(golden + "awq/awq_b4_codes.bin");
     const auto zeros_gn = read_array<std::int32_t>(golden + "awq/awq_b4_zeros_in.bin");   // [4][64]
     const auto scales_gn = read_array<std::uint16_t>(golden + "awq/awq_b4_scales_in.bin");  // [4][64]
@@ -109,7 +109,7 @@ TEST_CASE("compressed-tensors golden: padded (0.12) and dense (>= 0.18) words re
             st.add(load<std::int32_t>(stem + "_dim0.bin", "c.weight_zero_point", dtype::I32, {nw, K}));
             st.add(make("c.weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{N, K}));
             st.add(make("c.weight_scale", dtype::BF16, {N, K}, std::vector<std::uint16_t>(static_cast<std::size_t>(N * K), 0x3c00)));
-            const quantized_tensor q = read_ct_packed(make_repack_source(st.views, "golden"), "c", {b, false, 1}, packing);
+            const quantized_tensor q = read_ct_packed(make_tensor_source(st.views, "golden"), "c", {b, false, 1}, packing);
             const auto input = read_array<std::int8_t>(golden + "ct/ct_input_b" + std::to_string(b) + ".bin");
             REQUIRE(input.size() == static_cast<std::size_t>(N * K));
             const int half = 1 << (b - 1);
@@ -127,8 +127,8 @@ TEST_CASE("compressed-tensors: a 3-bit word count that contradicts the config's 
     st.add(load<std::int32_t>("ct/ct012_padded_b3_dim1.bin", "c.weight_packed", dtype::I32, {N, 10}));
     st.add(make("c.weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{N, K}));
     st.add(make("c.weight_scale", dtype::BF16, {N, 1}, std::vector<std::uint16_t>(16, 0x3c00)));
-    CHECK_NOTHROW((void)read_ct_packed(make_repack_source(st.views), "c", {3, true, -1}, ct_packing::padded_v0_12));
-    CHECK_THROWS_AS((void)read_ct_packed(make_repack_source(st.views), "c", {3, true, -1}, ct_packing::dense_v0_18), format_error);
+    CHECK_NOTHROW((void)read_ct_packed(make_tensor_source(st.views), "c", {3, true, -1}, ct_packing::padded_v0_12));
+    CHECK_THROWS_AS((void)read_ct_packed(make_tensor_source(st.views), "c", {3, true, -1}, ct_packing::dense_v0_18), format_error);
 }
 
 TEST_CASE("malformed packed layers are refused with a qforge error, never a crash") {
@@ -144,31 +144,31 @@ TEST_CASE("malformed packed layers are refused with a qforge error, never a cras
     SUBCASE("qzeros of the wrong dtype") {
         store st = base();
         st.add(make("l.qzeros", dtype::F32, {G, N / 8}, std::vector<float>(static_cast<std::size_t>(G * N / 8))));
-        CHECK_THROWS_AS((void)read_gptq(make_repack_source(st.views), "l", args), format_error);
+        CHECK_THROWS_AS((void)read_gptq(make_tensor_source(st.views), "l", args), format_error);
     }
     SUBCASE("scales of the wrong shape") {
         store st = base();
         st.add(make("l.scales", dtype::F16, {G + 1, N}, std::vector<std::uint16_t>(static_cast<std::size_t>((G + 1) * N))));
-        CHECK_THROWS_AS((void)read_gptq(make_repack_source(st.views), "l", args), shape_error);
+        CHECK_THROWS_AS((void)read_gptq(make_tensor_source(st.views), "l", args), shape_error);
     }
     SUBCASE("a view with fewer bytes than its shape claims") {
         store st = base();
         owned_tensor t = make("l.qweight", dtype::I32, {K / 8, N}, std::vector<std::int32_t>(10));
         st.add(t);
-        CHECK_THROWS_AS((void)read_gptq(make_repack_source(st.views), "l", args), format_error);
+        CHECK_THROWS_AS((void)read_gptq(make_tensor_source(st.views), "l", args), format_error);
     }
     SUBCASE("g_idx naming a group that does not exist") {
         store st = base();
         std::vector<std::int32_t> g(static_cast<std::size_t>(K), 0);
         g[5] = 9;
         st.add(make("l.g_idx", dtype::I32, {K}, g));
-        CHECK_THROWS_AS((void)read_gptq(make_repack_source(st.views), "l", args), format_error);
+        CHECK_THROWS_AS((void)read_gptq(make_tensor_source(st.views), "l", args), format_error);
     }
     SUBCASE("missing tensor") {
         store st = base();
         st.owned.erase("l.scales");
         st.refresh();
-        CHECK_THROWS_WITH_AS((void)read_gptq(make_repack_source(st.views, "ckpt"), "l", args), doctest::Contains("tensor 'l.scales': tensor is missing"),
+        CHECK_THROWS_WITH_AS((void)read_gptq(make_tensor_source(st.views, "ckpt"), "l", args), doctest::Contains("tensor 'l.scales': tensor is missing"),
                              format_error);
     }
     SUBCASE("compressed-tensors weight_shape that does not match the words") {
@@ -176,8 +176,8 @@ TEST_CASE("malformed packed layers are refused with a qforge error, never a cras
         st.add(make("c.weight_packed", dtype::I32, {4, 4}, std::vector<std::int32_t>(16)));
         st.add(make("c.weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{1LL << 40, 32}));
         st.add(make("c.weight_scale", dtype::BF16, {4, 1}, std::vector<std::uint16_t>(4)));
-        CHECK_THROWS_AS((void)read_ct_packed(make_repack_source(st.views), "c", {4, true, -1}, ct_packing::dense_v0_18), shape_error);
+        CHECK_THROWS_AS((void)read_ct_packed(make_tensor_source(st.views), "c", {4, true, -1}, ct_packing::dense_v0_18), shape_error);
         st.add(make("c.weight_shape", dtype::I64, {2}, std::vector<std::int64_t>{-4, 32}));
-        CHECK_THROWS_AS((void)read_ct_packed(make_repack_source(st.views), "c", {4, true, -1}, ct_packing::dense_v0_18), shape_error);
+        CHECK_THROWS_AS((void)read_ct_packed(make_tensor_source(st.views), "c", {4, true, -1}, ct_packing::dense_v0_18), shape_error);
     }
 }

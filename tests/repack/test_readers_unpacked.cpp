@@ -48,7 +48,7 @@ TEST_CASE("fake-quant QAT weights: codes recovered exactly for bits 2..8, bf16 a
             quantized_tensor q = random_qt(12, 64, bits, 16, false, wt, 40u + static_cast<unsigned>(bits));
             store st;
             add_fake_quant(st, q, wt, "layer");
-            const quantized_tensor got = read_fake_quant(make_repack_source(st.views, "qat"), "layer", {bits, false});
+            const quantized_tensor got = read_fake_quant(make_tensor_source(st.views, "qat"), "layer", {bits, false});
             CHECK(got.scales == q.scales);
             CHECK(got.zeros == q.zeros);
             CHECK(got.group_size == 16);
@@ -76,7 +76,7 @@ TEST_CASE("fake-quant: signed (compressed-tensors) zero points map to code space
     std::vector<std::int8_t> zs(q.zeros.size());
     for (std::size_t i = 0; i < zs.size(); ++i) zs[i] = static_cast<std::int8_t>(q.zeros[i] - 8);
     st.add(make("p.weight_zero_point", dtype::I8, {4, 1}, zs));
-    const quantized_tensor got = read_fake_quant(make_repack_source(st.views), "p", {4, true});
+    const quantized_tensor got = read_fake_quant(make_tensor_source(st.views), "p", {4, true});
     CHECK(got.zeros == q.zeros);
     CHECK(got.codes == q.codes);
 }
@@ -90,11 +90,11 @@ TEST_CASE("fake-quant refusals: fractional zero point, off-grid weight, scale of
         const std::uint16_t half = float_to_bf16(3.5f);
         std::memcpy(z.bytes.data() + 2 * 5, &half, 2);
         st.refresh();
-        const std::string msg = message_of([&] { (void)read_fake_quant(make_repack_source(st.views, "ckpt"), "m.q_proj", {4, false}); });
+        const std::string msg = message_of([&] { (void)read_fake_quant(make_tensor_source(st.views, "ckpt"), "m.q_proj", {4, false}); });
         CHECK(msg.find("m.q_proj.weight_zero_point") != std::string::npos);
         CHECK(msg.find("3.5 is not an integer") != std::string::npos);
         CHECK(msg.find("row 2 group 1") != std::string::npos);
-        CHECK_THROWS_AS(read_fake_quant(make_repack_source(st.views), "m.q_proj", {4, false}), unsupported_error);
+        CHECK_THROWS_AS(read_fake_quant(make_tensor_source(st.views), "m.q_proj", {4, false}), unsupported_error);
     }
     SUBCASE("off-grid weight names the group and the worst deviation") {
         store st;
@@ -106,7 +106,7 @@ TEST_CASE("fake-quant refusals: fractional zero point, off-grid weight, scale of
         const std::uint16_t pat = float_to_bf16(off);
         std::memcpy(w.bytes.data() + 2 * (3 * 64 + 40), &pat, 2);
         st.refresh();
-        const std::string msg = message_of([&] { (void)read_fake_quant(make_repack_source(st.views, "ckpt"), "m.q_proj", {4, false}); });
+        const std::string msg = message_of([&] { (void)read_fake_quant(make_tensor_source(st.views, "ckpt"), "m.q_proj", {4, false}); });
         CHECK(msg.find("tensor 'm.q_proj.weight'") != std::string::npos);
         CHECK(msg.find("not on its 4-bit grid") != std::string::npos);
         CHECK(msg.find("row 3 group 1") != std::string::npos);
@@ -118,7 +118,7 @@ TEST_CASE("fake-quant refusals: fractional zero point, off-grid weight, scale of
         std::vector<float> s32(q.scales.size());
         for (std::size_t i = 0; i < s32.size(); ++i) s32[i] = bf16_to_float(q.scales[i]);
         st.add(make("m.q_proj.weight_scale", dtype::F32, {8, 2}, s32));
-        const std::string msg = message_of([&] { (void)read_fake_quant(make_repack_source(st.views), "m.q_proj", {4, false}); });
+        const std::string msg = message_of([&] { (void)read_fake_quant(make_tensor_source(st.views), "m.q_proj", {4, false}); });
         CHECK(msg.find("scale dtype F32 differs from the weight dtype BF16") != std::string::npos);
     }
     SUBCASE("zero point outside the grid") {
@@ -128,7 +128,7 @@ TEST_CASE("fake-quant refusals: fractional zero point, off-grid weight, scale of
         const std::uint16_t big = float_to_bf16(16.0f);
         std::memcpy(z.bytes.data(), &big, 2);
         st.refresh();
-        CHECK_THROWS_AS(read_fake_quant(make_repack_source(st.views), "m.q_proj", {4, false}), unsupported_error);
+        CHECK_THROWS_AS(read_fake_quant(make_tensor_source(st.views), "m.q_proj", {4, false}), unsupported_error);
     }
 }
 
@@ -141,34 +141,34 @@ TEST_CASE("compressed-tensors naive-quantized: signed int8 codes and zero points
     st.add(make("l.weight", dtype::I8, {6, 40}, w));
     st.add(make("l.weight_scale", dtype::BF16, {6, 3}, q.scales));
     st.add(make("l.weight_zero_point", dtype::I8, {6, 3}, z));
-    const quantized_tensor got = read_ct_naive(make_repack_source(st.views), "l", {4, false, 16});
+    const quantized_tensor got = read_ct_naive(make_tensor_source(st.views), "l", {4, false, 16});
     CHECK(got.codes == q.codes);
     CHECK(got.zeros == q.zeros);
     CHECK(got.scales == q.scales);
     CHECK_FALSE(got.symmetric);
 
     SUBCASE("symmetric: no zero point, zeros are 2^(b-1)") {
-        const quantized_tensor s = read_ct_naive(make_repack_source(st.views), "l", {4, true, 16});
+        const quantized_tensor s = read_ct_naive(make_tensor_source(st.views), "l", {4, true, 16});
         CHECK(s.symmetric);
         for (auto zz : s.zeros) CHECK(zz == 8);
     }
     SUBCASE("a code outside the bit range is a format error") {
         w[3] = 9;
         st.add(make("l.weight", dtype::I8, {6, 40}, w));
-        CHECK_THROWS_AS(read_ct_naive(make_repack_source(st.views), "l", {4, false, 16}), format_error);
+        CHECK_THROWS_AS(read_ct_naive(make_tensor_source(st.views), "l", {4, false, 16}), format_error);
     }
     SUBCASE("act-order g_idx kept when not the identity, dropped when it is") {
         std::vector<std::int32_t> gi(40);
         for (int k = 0; k < 40; ++k) gi[static_cast<std::size_t>(k)] = k / 16;
         st.add(make("l.weight_g_idx", dtype::I32, {40}, gi));
-        CHECK(read_ct_naive(make_repack_source(st.views), "l", {4, false, 16}).g_idx.empty());
+        CHECK(read_ct_naive(make_tensor_source(st.views), "l", {4, false, 16}).g_idx.empty());
         std::swap(gi[0], gi[39]);
         st.add(make("l.weight_g_idx", dtype::I32, {40}, gi));
-        CHECK(read_ct_naive(make_repack_source(st.views), "l", {4, false, 16}).g_idx == gi);
+        CHECK(read_ct_naive(make_tensor_source(st.views), "l", {4, false, 16}).g_idx == gi);
     }
     SUBCASE("an F32 scale is refused, not cast") {
         std::vector<float> s32(q.scales.size(), 0.01f);
         st.add(make("l.weight_scale", dtype::F32, {6, 3}, s32));
-        CHECK_THROWS_AS(read_ct_naive(make_repack_source(st.views), "l", {4, false, 16}), unsupported_error);
+        CHECK_THROWS_AS(read_ct_naive(make_tensor_source(st.views), "l", {4, false, 16}), unsupported_error);
     }
 }

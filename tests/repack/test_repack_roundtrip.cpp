@@ -31,7 +31,7 @@ bool same_tensors(const std::vector<owned_tensor>& a, const std::vector<owned_te
 std::vector<owned_tensor> hop(const std::vector<owned_tensor>& in, const std::string& prefix, const layer_scheme& from,
                               const repack_target& to, quantized_tensor* seen = nullptr) {
     store st = store_of(in);
-    quantized_tensor q = read_quantized(make_repack_source(st.views, "src"), prefix, from);
+    quantized_tensor q = read_quantized(make_tensor_source(st.views, "src"), prefix, from);
     q = repack_prepare(std::move(q), to);
     if (seen) *seen = q;
     return repack_pack(q, prefix, to);
@@ -125,7 +125,7 @@ TEST_CASE("AWQ -> GPTQ v2 -> AWQ: identical bytes; -> compressed-tensors asym de
     quantized_tensor via_ct;
     const auto ct = hop(original, p, awq_scheme(64), target(output_format::compressed_tensors));
     store st = store_of(ct);
-    via_ct = read_quantized(make_repack_source(st.views), p, ct_scheme(4, 64, false, ct_packing::dense_v0_18));
+    via_ct = read_quantized(make_tensor_source(st.views), p, ct_scheme(4, 64, false, ct_packing::dense_v0_18));
     CHECK(same_decoded(via_ct, q));
     CHECK(same_tensors(hop(ct, p, ct_scheme(4, 64, false, ct_packing::dense_v0_18), target(output_format::awq)), original));
 
@@ -162,7 +162,7 @@ TEST_CASE("compressed-tensors naive -> packed: identical decoded weights; packed
             const auto packed = hop({st.owned.at(p + ".weight"), st.owned.at(p + ".weight_scale"), st.owned.at(p + ".weight_zero_point")}, p,
                                     naive, t);
             store ps = store_of(packed);
-            const quantized_tensor back = read_quantized(make_repack_source(ps.views), p, ct_scheme(bits, 32, false, packing));
+            const quantized_tensor back = read_quantized(make_tensor_source(ps.views), p, ct_scheme(bits, 32, false, packing));
             CHECK(same_decoded(back, q));
             CHECK(same_qt(back, q));
             CHECK(same_tensors(hop(packed, p, ct_scheme(bits, 32, false, packing), t), packed));
@@ -231,7 +231,7 @@ TEST_CASE("fake-quant QAT layer -> compressed-tensors decodes to the input weigh
             const auto packed = hop({st.owned.at(p + ".weight"), st.owned.at(p + ".weight_scale"), st.owned.at(p + ".weight_zero_point")}, p,
                                     fq, t);
             store ps = store_of(packed);
-            const quantized_tensor back = read_quantized(make_repack_source(ps.views), p, ct_scheme(bits, 64, false, ct_packing::dense_v0_18));
+            const quantized_tensor back = read_quantized(make_tensor_source(ps.views), p, ct_scheme(bits, 64, false, ct_packing::dense_v0_18));
             for (std::int64_t n = 0; n < q.rows; ++n)
                 for (std::int64_t k = 0; k < q.cols; ++k) {
                     const float d = back.dequantized(n, k);
@@ -261,9 +261,9 @@ TEST_CASE("word-level GPTQ <-> compressed-tensors repack is byte-identical to un
                     const auto ct = target(output_format::compressed_tensors, dtype::F16, packing);
                     const auto gptq = repack_pack(repack_prepare(q, gt), p, gt);
                     store gs = store_of(gptq);
-                    const auto slow_ct = repack_pack(repack_prepare(read_quantized(make_repack_source(gs.views), p, gptq_scheme(bits, 64, sym, false)), ct), p, ct);
+                    const auto slow_ct = repack_pack(repack_prepare(read_quantized(make_tensor_source(gs.views), p, gptq_scheme(bits, 64, sym, false)), ct), p, ct);
                     std::vector<owned_tensor> fast_ct;
-                    const bool fast = repack_words(make_repack_source(gs.views), p, gptq_scheme(bits, 64, sym, false), ct, fast_ct);
+                    const bool fast = repack_words(make_tensor_source(gs.views), p, gptq_scheme(bits, 64, sym, false), ct, fast_ct);
                     if (bits == 3 && packing == ct_packing::padded_v0_12) {
                         CHECK_FALSE(fast);  // padded 3-bit words differ from GPTQ's
                         continue;
@@ -272,9 +272,9 @@ TEST_CASE("word-level GPTQ <-> compressed-tensors repack is byte-identical to un
                     CHECK(same_tensors(fast_ct, slow_ct));
                     store cs = store_of(fast_ct);
                     std::vector<owned_tensor> back = slow_ct;  // reused storage of another shape
-                    REQUIRE(repack_words(make_repack_source(cs.views), p, ct_scheme(bits, 64, sym, packing), gt, back));
+                    REQUIRE(repack_words(make_tensor_source(cs.views), p, ct_scheme(bits, 64, sym, packing), gt, back));
                     CHECK(same_tensors(back, gptq));
-                    CHECK(same_tensors(repack_module(make_repack_source(cs.views), p, ct_scheme(bits, 64, sym, packing), gt), gptq));
+                    CHECK(same_tensors(repack_module(make_tensor_source(cs.views), p, ct_scheme(bits, 64, sym, packing), gt), gptq));
                 }
             }
         }
@@ -290,9 +290,9 @@ TEST_CASE("word-level path refuses what the general path refuses") {
     store gs = store_of(repack_pack(repack_prepare(q, v2), p, v2));
     const auto ct = target(output_format::compressed_tensors);
     std::vector<owned_tensor> ct_out;
-    REQUIRE(repack_words(make_repack_source(gs.views), p, gptq_scheme(4, 32, false, true), ct, ct_out));
+    REQUIRE(repack_words(make_tensor_source(gs.views), p, gptq_scheme(4, 32, false, true), ct, ct_out));
     store cs = store_of(ct_out);
-    CHECK_THROWS_WITH_AS(repack_module(make_repack_source(cs.views, "in"), p, ct_scheme(4, 32, false, ct_packing::dense_v0_18), target(output_format::gptq)),
+    CHECK_THROWS_WITH_AS(repack_module(make_tensor_source(cs.views, "in"), p, ct_scheme(4, 32, false, ct_packing::dense_v0_18), target(output_format::gptq)),
                          doctest::Contains("GPTQ v1 cannot store zero point 0 found in model.layers.3.mlp.up_proj group 1 (row 2)"), unsupported_error);
 }
 

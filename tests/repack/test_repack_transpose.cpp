@@ -156,7 +156,7 @@ repack_target to(output_format f, dtype model = dtype::F16) {
 }
 
 /// The general path's result for `s` -> `t`, or its error message.
-std::string general(const repack_source& src, const std::string& p, const layer_scheme& s, const repack_target& t,
+std::string general(const tensor_source& src, const std::string& p, const layer_scheme& s, const repack_target& t,
                     std::vector<owned_tensor>& out) {
     try {
         out = repack_pack(repack_prepare(read_quantized(src, p, s), t, src.file), p, t);
@@ -167,7 +167,7 @@ std::string general(const repack_source& src, const std::string& p, const layer_
 }
 
 /// repack_words' `info` carries what read + prepare give, codes, scales and zeros aside.
-bool same_shape_info(const repack_source& src, const std::string& p, const layer_scheme& s, const repack_target& t) {
+bool same_shape_info(const tensor_source& src, const std::string& p, const layer_scheme& s, const repack_target& t) {
     quantized_tensor info;
     std::vector<owned_tensor> out;
     if (!repack_words(src, p, s, t, out, &info)) return false;
@@ -177,7 +177,7 @@ bool same_shape_info(const repack_source& src, const std::string& p, const layer
 }
 
 /// repack_module's result (fast path first) or its error message.
-std::string module(const repack_source& src, const std::string& p, const layer_scheme& s, const repack_target& t,
+std::string module(const tensor_source& src, const std::string& p, const layer_scheme& s, const repack_target& t,
                    std::vector<owned_tensor>& out) {
     try {
         repack_module(src, p, s, t, out);
@@ -221,7 +221,7 @@ TEST_CASE("fast path = general path: large layers (streamed), scale dtype change
             repack_target keep = to(c.v2 ? output_format::gptq_v2 : output_format::gptq, c.scale);
             keep.scale_dtype = c.scale;  // the input keeps its scale dtype
             store gs = transpose_store_of(repack_pack(repack_prepare(q, keep), p, keep));
-            const repack_source gsrc = make_repack_source(gs.views, "in");
+            const tensor_source gsrc = make_tensor_source(gs.views, "in");
             std::vector<owned_tensor> fast{owned_tensor{}};
             const std::string slow_err = general(gsrc, p, gptq_in(c.bits, c.g, c.sym, c.v2), to(output_format::compressed_tensors, c.ct_model), slow);
             const std::string fast_err = module(gsrc, p, gptq_in(c.bits, c.g, c.sym, c.v2), to(output_format::compressed_tensors, c.ct_model), fast);
@@ -236,7 +236,7 @@ TEST_CASE("fast path = general path: large layers (streamed), scale dtype change
         repack_target ck = to(output_format::compressed_tensors, c.ct_model);
         ck.scale_dtype = c.scale;
         store cs = transpose_store_of(repack_pack(repack_prepare(q, ck), p, ck));
-        const repack_source csrc = make_repack_source(cs.views, "in");
+        const tensor_source csrc = make_tensor_source(cs.views, "in");
         std::vector<owned_tensor> slow2, fast2 = slow;  // reused storage of other shapes
         const std::string e1 = general(csrc, p, ct_in(c.bits, c.g, c.sym), to(c.gptq_target), slow2);
         const std::string e2 = module(csrc, p, ct_in(c.bits, c.g, c.sym), to(c.gptq_target), fast2);
@@ -261,7 +261,7 @@ TEST_CASE("fast path hands malformed zero points to the general path, which name
     w |= 0xFu << 8;  // a v1 field of 15: zero 16, outside the grid
     std::memcpy(qz.bytes.data() + 4 * 3, &w, 4);
     gs.refresh();
-    const repack_source src = make_repack_source(gs.views, "in");
+    const tensor_source src = make_tensor_source(gs.views, "in");
     std::vector<owned_tensor> a, b;
     const std::string e1 = general(src, p, gptq_in(4, 64, false, false), to(output_format::compressed_tensors), a);
     const std::string e2 = module(src, p, gptq_in(4, 64, false, false), to(output_format::compressed_tensors), b);

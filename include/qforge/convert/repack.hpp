@@ -24,9 +24,9 @@
 #include "qforge/convert/repack_fake_quant.hpp"
 #include "qforge/convert/repack_packed.hpp"
 #include "qforge/convert/repack_rules.hpp"
-#include "qforge/convert/repack_source.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/regex.hpp"
+#include "qforge/core/tensor_source.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/awq.hpp"
 #include "qforge/layout/gptq.hpp"
@@ -59,7 +59,7 @@ struct layer_scheme {
 };
 
 /// Reads one module `<prefix>` of the input into qforge's quantized form, with no rounding.
-inline quantized_tensor read_quantized(const repack_source& src, const std::string& prefix, const layer_scheme& s) {
+inline quantized_tensor read_quantized(const tensor_source& src, const std::string& prefix, const layer_scheme& s) {
     switch (s.format) {
         case repack_source_format::gptq: return read_gptq(src, prefix, s.gptq);
         case repack_source_format::awq: return read_awq(src, prefix, s.awq);

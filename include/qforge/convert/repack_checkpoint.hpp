@@ -105,7 +105,7 @@ inline std::vector<std::string> module_suffixes(repack_source_format f) {
     return {};
 }
 
-/// An open quantized checkpoint: shards, config, detected scheme, and a repack_source over it.
+/// An open quantized checkpoint: shards, config, detected scheme, and a tensor_source over it.
 struct open_checkpoint {
     std::string folder;
     safetensors::sharded_reader reader;
@@ -125,8 +125,8 @@ struct open_checkpoint {
         scheme = detect_repack_scheme(config, names, fake_bits);
     }
 
-    repack_source source() const {
-        repack_source s;
+    tensor_source source() const {
+        tensor_source s;
         s.file = folder;
         auto c = cache;
         const safetensors::sharded_reader* r = &reader;
@@ -178,7 +178,7 @@ inline quantized_tensor requantize_for(const quantized_tensor& q, const repack_t
 }
 
 /// One module into `out`. `info` receives the tensor without codes (for the config).
-inline std::string repack_one(const repack_source& src, const std::string& m, const layer_scheme& s, const repack_target& t,
+inline std::string repack_one(const tensor_source& src, const std::string& m, const layer_scheme& s, const repack_target& t,
                               bool requantize, std::vector<owned_tensor>& out, quantized_tensor& info, repack_layer& layer) {
     layer.module = m;
     if (repack_words(src, m, s, t, out, &info)) {  // info comes back prepared: no second read of the small tensors
@@ -250,7 +250,7 @@ QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const st
     if (io::path_exists(dst_dir) && !opt.overwrite)
         fail<io_error>(dst_dir, {}, "destination exists (pass --overwrite to replace it)");
     open_checkpoint in(src_dir, opt.fake_bits);
-    const repack_source src = in.source();
+    const tensor_source src = in.source();
 
     repack_target t;
     t.format = opt.format;
@@ -385,7 +385,7 @@ struct layer_comparison {
 /// compares them element by element, as a loader would decode them.
 inline std::vector<layer_comparison> compare_quantized_checkpoints(const std::string& a_dir, const std::string& b_dir, int fake_bits = 0) {
     repack_detail::open_checkpoint a(a_dir, fake_bits), b(b_dir, fake_bits);
-    const repack_source sa = a.source(), sb = b.source();
+    const tensor_source sa = a.source(), sb = b.source();
     const std::set<std::string> in_b(b.scheme.modules.begin(), b.scheme.modules.end());
     std::vector<layer_comparison> out;
     for (const std::string& m : a.scheme.modules) {

@@ -2,23 +2,18 @@
 // weight stored unpacked as signed int8 codes, plus `weight_scale`, `weight_zero_point` (only
 // when asymmetric) and `weight_g_idx` (only with actorder "group"). Source facts: formats.md
 // 4.2 and 4.6 (CTo `compressors/quantized_compressors/naive_quantized.py`,
-// `utils/helpers.py calculate_range`).
+// `utils/helpers.py calculate_range`). The scale, zero point and g_idx steps are the packed
+// reader's (layout/compressed_tensors.hpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "qforge/convert/repack_source.hpp"
+#include "qforge/core/tensor_source.hpp"
+#include "qforge/layout/compressed_tensors.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 
 namespace qforge {
-
-/// The `weights` arguments of one compressed-tensors config group that the readers need.
-struct ct_weight_args {
-    int bits = 4;
-    bool symmetric = true;
-    std::int64_t group_size = 128;  ///< <= 0 means strategy "channel" (one group per row)
-};
 
 namespace repack_detail {
 
@@ -26,53 +21,10 @@ inline std::int64_t ct_groups(std::int64_t K, std::int64_t group_size) noexcept 
     return group_size > 0 ? (K + group_size - 1) / group_size : 1;
 }
 
-/// Reads `<prefix>.weight_scale` [N, G] and, for asymmetric schemes, the zero points through
-/// `zero_of(i)` (already unpacked, signed CT convention); fills scales/zeros of `q`.
-template <class ZeroOf>
-void ct_fill_scales_zeros(quantized_tensor& q, const tensor_view& scale, bool symmetric, ZeroOf zero_of,
-                          const std::string& file) {
-    const std::int64_t G = q.groups();
-    if (!(scale.rank() == 2 && scale.shape[0] == q.rows && scale.shape[1] == G))
-        fail<shape_error>(file, scale.name, "shape is " + shape_to_string(scale.shape) + ", expected " +
-                                                shape_to_string({q.rows, G}));
-    q.scale_dtype = scale.type;
-    q.scales = scale_patterns(scale, file);
-    const int half = 1 << (q.bits - 1);
-    q.zeros.assign(static_cast<std::size_t>(q.rows * G), half);
-    if (symmetric) return;
-    for (std::size_t i = 0; i < q.zeros.size(); ++i) {
-        const std::int64_t z = zero_of(i);
-        if (z < -half || z >= half)
-            fail<format_error>(file, q.name, "zero point " + std::to_string(z) + " at row " + std::to_string(static_cast<std::int64_t>(i) / G) +
-                                                 " group " + std::to_string(static_cast<std::int64_t>(i) % G) + " is outside the signed " +
-                                                 std::to_string(q.bits) + "-bit range");
-        q.zeros[i] = static_cast<std::int32_t>(z + half);
-    }
-}
-
-/// Reads an optional `weight_g_idx` [K]; an identity one (k / group) is dropped so the
-/// tensor also fits layouts without act-order.
-inline void ct_read_g_idx(quantized_tensor& q, const tensor_view* g_idx, const std::string& file) {
-    if (!g_idx) return;
-    require_shape(*g_idx, {q.cols}, file);
-    if (!is_integer_dtype(g_idx->type)) fail<format_error>(file, g_idx->name, "g_idx must be an integer tensor");
-    require_bytes(*g_idx, file);
-    q.g_idx.resize(static_cast<std::size_t>(q.cols));
-    bool identity = true;
-    for (std::int64_t k = 0; k < q.cols; ++k) {
-        const std::int64_t g = int_at(*g_idx, static_cast<std::size_t>(k));
-        if (g < 0 || g >= q.groups())
-            fail<format_error>(file, g_idx->name, "entry " + std::to_string(k) + " = " + std::to_string(g) + " is not a group of this tensor");
-        q.g_idx[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(g);
-        identity = identity && g == k / q.group_size;
-    }
-    if (identity) q.g_idx.clear();
-}
-
 }  // namespace repack_detail
 
 /// Reads `<prefix>.weight` (I8 [N, K]), `weight_scale`, `weight_zero_point`, `weight_g_idx`.
-inline quantized_tensor read_ct_naive(const repack_source& src, const std::string& prefix, const ct_weight_args& args) {
+inline quantized_tensor read_ct_naive(const tensor_source& src, const std::string& prefix, const ct_weight_args& args) {
     using namespace detail;
     using namespace repack_detail;
     const tensor_view& w = src.require(prefix + ".weight");

@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <string>
 
-#include "qforge/convert/repack_source.hpp"
+#include "qforge/core/tensor_source.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 
 namespace qforge {
@@ -134,7 +134,7 @@ inline quantized_tensor read_fake_quant(const tensor_view& weight, const tensor_
 }
 
 /// The same, looking up `<prefix>.weight`, `<prefix>.weight_scale`, `<prefix>.weight_zero_point`.
-inline quantized_tensor read_fake_quant(const repack_source& src, const std::string& prefix, const fake_quant_options& opt) {
+inline quantized_tensor read_fake_quant(const tensor_source& src, const std::string& prefix, const fake_quant_options& opt) {
     return read_fake_quant(src.require(prefix + ".weight"), src.require(prefix + ".weight_scale"),
                            src.require(prefix + ".weight_zero_point"), opt, src.file);
 }

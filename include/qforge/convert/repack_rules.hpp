@@ -14,6 +14,7 @@
 #include <string>
 
 #include "qforge/convert/format.hpp"
+#include "qforge/convert/repack_fake_quant.hpp"  // fmt_double
 #include "qforge/convert/repack_packed.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
@@ -37,13 +38,6 @@ inline dtype target_scale_dtype(const repack_target& t) noexcept {
     return t.scale_dtype ? *t.scale_dtype : repack_scale_dtype(t.format, t.model_dtype);
 }
 
-namespace repack_detail {
-
-using detail::where_group;
-using detail::g_idx_is_contiguous;
-
-}  // namespace repack_detail
-
 /// Converts every scale pattern to `to` if each converts exactly (the decoded weights cannot
 /// change); otherwise returns the reason, naming the first scale that does not.
 inline std::optional<std::string> convert_scales_exactly(quantized_tensor& q, dtype to) {
@@ -51,11 +45,11 @@ inline std::optional<std::string> convert_scales_exactly(quantized_tensor& q, dt
     if (to != dtype::F16 && to != dtype::BF16) return "scales can be written as F16 or BF16 only";
     std::vector<std::uint16_t> out(q.scales.size());
     for (std::size_t i = 0; i < q.scales.size(); ++i) {
-        const float v = repack_detail::scale_of_pattern(q.scales[i], q.scale_dtype);
+        const float v = detail::scale_of_pattern(q.scales[i], q.scale_dtype);
         const std::uint16_t p = to == dtype::BF16 ? float_to_bf16(v) : float_to_fp16(v);
-        const float back = repack_detail::scale_of_pattern(p, to);
+        const float back = detail::scale_of_pattern(p, to);
         if (!(back == v || (std::isnan(back) && std::isnan(v))))
-            return "scale " + repack_detail::fmt_double(v) + " of " + repack_detail::where_group(q, i) + " is not exactly representable in " +
+            return "scale " + repack_detail::fmt_double(v) + " of " + detail::where_group(q, i) + " is not exactly representable in " +
                    std::string(dtype_name(to)) + " (the repack would change the weights)";
         out[i] = p;
     }
@@ -83,7 +77,7 @@ inline std::optional<std::string> repack_refusal(const quantized_tensor& q, cons
 /// The tensor as the target will store it: scales in the target's dtype, an identity g_idx
 /// dropped. Throws unsupported_error with the reason when the target cannot hold it exactly.
 inline quantized_tensor repack_prepare(quantized_tensor q, const repack_target& t, const std::string& file = {}) {
-    if (!q.g_idx.empty() && repack_detail::g_idx_is_contiguous(q)) q.g_idx.clear();
+    if (!q.g_idx.empty() && detail::g_idx_is_contiguous(q)) q.g_idx.clear();
     if (auto why = convert_scales_exactly(q, target_scale_dtype(t)))
         fail<unsupported_error>(file, q.name, std::string(format_name(t.format)) + ": " + *why);
     if (auto why = repack_refusal(q, t)) fail<unsupported_error>(file, q.name, *why);

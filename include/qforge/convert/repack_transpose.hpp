@@ -81,7 +81,7 @@ inline bool repack_use_avx2() {
 /// after layer of one shape allocates the big buffer once).
 inline void transposed_words(const tensor_view& v, std::string name, std::int64_t rows, std::int64_t cols,
                              const std::string& file, owned_tensor& out) {
-    const word_span w = words_of(v, {rows, cols}, file);
+    const detail::word_span w = detail::words_of(v, {rows, cols}, file);
     out.name = std::move(name);
     out.type = dtype::I32;
     out.shape = {cols, rows};
@@ -191,12 +191,12 @@ struct word_fields {
 inline bool quiet_g_idx(const tensor_view* t, std::int64_t K, std::int64_t group_size, std::int64_t G, std::vector<std::int32_t>& g) {
     g.clear();
     if (!t) return true;
-    if (t->shape != shape_t{K} || !is_integer_dtype(t->type) || t->bytes.size() != static_cast<std::size_t>(K) * dtype_size(t->type))
+    if (t->shape != shape_t{K} || !detail::is_integer_dtype(t->type) || t->bytes.size() != static_cast<std::size_t>(K) * dtype_size(t->type))
         return false;
     g.resize(static_cast<std::size_t>(K));
     bool identity = true;
     for (std::int64_t k = 0; k < K; ++k) {
-        const std::int64_t v = int_at(*t, static_cast<std::size_t>(k));
+        const std::int64_t v = detail::int_at(*t, static_cast<std::size_t>(k));
         if (v < 0 || v >= G) return false;
         g[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(v);
         identity = identity && v == k / group_size;
@@ -210,9 +210,9 @@ inline bool quiet_g_idx(const tensor_view* t, std::int64_t K, std::int64_t group
 inline bool convert_patterns_exactly(std::uint16_t* p, std::size_t n, dtype from, dtype to) noexcept {
     if (from == to) return true;
     for (std::size_t i = 0; i < n; ++i) {
-        const float v = scale_of_pattern(p[i], from);
+        const float v = detail::scale_of_pattern(p[i], from);
         const std::uint16_t c = to == dtype::BF16 ? float_to_bf16(v) : float_to_fp16(v);
-        const float back = scale_of_pattern(c, to);
+        const float back = detail::scale_of_pattern(c, to);
         if (!(back == v || (std::isnan(back) && std::isnan(v)))) return false;
         p[i] = c;
     }
@@ -229,7 +229,7 @@ inline quantized_tensor layer_shape(const std::string& prefix, int b, std::int64
 
 /// GPTQ qweight/qzeros/scales/g_idx -> compressed-tensors, on words. See read_gptq for what
 /// each check mirrors.
-inline bool fast_gptq_to_ct(const repack_source& src, const std::string& prefix, const gptq_args& a, const repack_target& t,
+inline bool fast_gptq_to_ct(const tensor_source& src, const std::string& prefix, const gptq_args& a, const repack_target& t,
                             std::vector<owned_tensor>& out, quantized_tensor* info = nullptr) {
     const int b = a.bits;
     if (b != 2 && b != 4 && b != 8) return false;
@@ -285,14 +285,14 @@ inline bool fast_gptq_to_ct(const repack_source& src, const std::string& prefix,
 }
 
 /// compressed-tensors weight_packed/weight_shape/weight_scale/weight_zero_point/weight_g_idx
-/// -> GPTQ, on words. See read_ct_packed for what each check mirrors.
-inline bool fast_ct_to_gptq(const repack_source& src, const std::string& prefix, const ct_weight_args& a, const repack_target& t,
+/// -> GPTQ, on words. See read_ct_packed (layout/compressed_tensors.hpp) for what each check mirrors.
+inline bool fast_ct_to_gptq(const tensor_source& src, const std::string& prefix, const ct_weight_args& a, const repack_target& t,
                             std::vector<owned_tensor>& out, quantized_tensor* info = nullptr) {
     const int b = a.bits;
     if (b != 2 && b != 4 && b != 8) return false;
     const tensor_view* ws = src.optional(prefix + ".weight_shape");
-    if (!ws || !is_integer_dtype(ws->type) || ws->shape != shape_t{2} || ws->bytes.size() != 2 * dtype_size(ws->type)) return false;
-    const std::int64_t N = int_at(*ws, 0), K = int_at(*ws, 1);
+    if (!ws || !detail::is_integer_dtype(ws->type) || ws->shape != shape_t{2} || ws->bytes.size() != 2 * dtype_size(ws->type)) return false;
+    const std::int64_t N = detail::int_at(*ws, 0), K = detail::int_at(*ws, 1);
     if (N <= 0 || K <= 0 || N > fast_dim_limit || K > fast_dim_limit || K * b % 32 != 0 || N * b % 32 != 0) return false;
     const std::int64_t gs = a.group_size > 0 ? std::min(a.group_size, K) : K, G = (K + gs - 1) / gs;
     const std::int64_t W = K * b / 32, NW = N * b / 32;
@@ -341,7 +341,7 @@ inline bool fast_ct_to_gptq(const repack_source& src, const std::string& prefix,
 /// reused); false when this pair (or shape) has no word-level path and the caller should use
 /// read_quantized + repack_pack. `info`, when given, receives the prepared tensor without its
 /// codes (bits, shape, group, symmetry, scale dtype, g_idx; scales and zeros may be empty).
-inline bool repack_words(const repack_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
+inline bool repack_words(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
                          std::vector<owned_tensor>& out, quantized_tensor* info = nullptr) {
     using namespace detail;
     using namespace repack_detail;
@@ -404,14 +404,14 @@ inline bool repack_words(const repack_source& src, const std::string& prefix, co
 /// One module of the input in the target layout: the word-level path where it exists, else
 /// read -> prepare -> pack. Refusals are unsupported_error, thrown before anything is returned.
 /// `out` may hold the previous module's tensors: their storage is reused where it can be.
-inline void repack_module(const repack_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
+inline void repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
                           std::vector<owned_tensor>& out) {
     if (repack_words(src, prefix, s, t, out)) return;
     quantized_tensor q = repack_prepare(read_quantized(src, prefix, s), t, src.file);
     out = repack_pack(q, prefix, t);
 }
 
-inline std::vector<owned_tensor> repack_module(const repack_source& src, const std::string& prefix, const layer_scheme& s,
+inline std::vector<owned_tensor> repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s,
                                                const repack_target& t) {
     std::vector<owned_tensor> out;
     repack_module(src, prefix, s, t, out);

@@ -16,6 +16,7 @@
 // 4 and 8 bits the words are the same either way.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +29,7 @@
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/json_value.hpp"
+#include "qforge/core/tensor_source.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/detail/ct_envelope.hpp"
@@ -51,6 +53,103 @@ struct ct_options {
 inline constexpr std::string_view ct_version(ct_packing p) noexcept {
     return p == ct_packing::padded_v0_12 ? "0.12.2" : "0.18.0";
 }
+
+/// The `weights` arguments of one compressed-tensors config group that the readers need.
+struct ct_weight_args {
+    int bits = 4;
+    bool symmetric = true;
+    std::int64_t group_size = 128;  ///< <= 0 means strategy "channel" (one group per row)
+};
+
+namespace detail {
+
+/// Words [W][G] packed along dim 0 (column g holds group g's N fields) -> out[n][g]. For
+/// 32 % b == 0 the words are walked row by row (cache friendly), else column by column.
+inline void unpack_down(const std::uint32_t* w, std::int64_t N, std::int64_t G, int b, bool dense, std::uint8_t* out) {
+    if (32 % b == 0) {
+        const int pf = 32 / b;
+        const std::uint32_t mask = (1u << b) - 1u;
+        for (std::int64_t r = 0; r * pf < N; ++r) {
+            const int fields = static_cast<int>(std::min<std::int64_t>(pf, N - r * pf));
+            for (std::int64_t g = 0; g < G; ++g) {
+                const std::uint32_t word = w[r * G + g];
+                for (int j = 0; j < fields; ++j) out[(r * pf + j) * G + g] = static_cast<std::uint8_t>((word >> (b * j)) & mask);
+            }
+        }
+        return;
+    }
+    for (std::int64_t g = 0; g < G; ++g) {
+        if (dense) unpack_dense(w + g, G, N, b, out + g, G);
+        else unpack_padded(w + g, G, N, b, out + g, G);
+    }
+}
+
+/// Reverse of unpack_down: z[n][g] -> words [W][G] packed along dim 0.
+inline void pack_down(const std::uint8_t* z, std::int64_t N, std::int64_t G, int b, bool dense, std::uint32_t* w) {
+    if (32 % b == 0) {
+        const int pf = 32 / b;
+        const std::uint32_t mask = (1u << b) - 1u;
+        for (std::int64_t r = 0; r * pf < N; ++r) {
+            const int fields = static_cast<int>(std::min<std::int64_t>(pf, N - r * pf));
+            for (std::int64_t g = 0; g < G; ++g) {
+                std::uint32_t word = 0;
+                for (int j = 0; j < fields; ++j) word |= (z[(r * pf + j) * G + g] & mask) << (b * j);
+                w[r * G + g] = word;
+            }
+        }
+        return;
+    }
+    for (std::int64_t g = 0; g < G; ++g) {
+        if (dense) pack_dense(z + g, G, N, b, w + g, G);
+        else pack_padded(z + g, G, N, b, w + g, G);
+    }
+}
+
+/// Reads `<prefix>.weight_scale` [N, G] and, for asymmetric schemes, the zero points through
+/// `zero_of(i)` (already unpacked, signed CT convention); fills scales/zeros of `q`. The
+/// checkpoint readers' step (packed and naive alike).
+template <class ZeroOf>
+void ct_fill_scales_zeros(quantized_tensor& q, const tensor_view& scale, bool symmetric, ZeroOf zero_of,
+                          const std::string& file) {
+    const std::int64_t G = q.groups();
+    if (!(scale.rank() == 2 && scale.shape[0] == q.rows && scale.shape[1] == G))
+        fail<shape_error>(file, scale.name, "shape is " + shape_to_string(scale.shape) + ", expected " +
+                                                shape_to_string({q.rows, G}));
+    q.scale_dtype = scale.type;
+    q.scales = scale_patterns(scale, file);
+    const int half = 1 << (q.bits - 1);
+    q.zeros.assign(static_cast<std::size_t>(q.rows * G), half);
+    if (symmetric) return;
+    for (std::size_t i = 0; i < q.zeros.size(); ++i) {
+        const std::int64_t z = zero_of(i);
+        if (z < -half || z >= half)
+            fail<format_error>(file, q.name, "zero point " + std::to_string(z) + " at row " + std::to_string(static_cast<std::int64_t>(i) / G) +
+                                                 " group " + std::to_string(static_cast<std::int64_t>(i) % G) + " is outside the signed " +
+                                                 std::to_string(q.bits) + "-bit range");
+        q.zeros[i] = static_cast<std::int32_t>(z + half);
+    }
+}
+
+/// Reads an optional `weight_g_idx` [K]; an identity one (k / group) is dropped so the
+/// tensor also fits layouts without act-order.
+inline void ct_read_g_idx(quantized_tensor& q, const tensor_view* g_idx, const std::string& file) {
+    if (!g_idx) return;
+    require_shape(*g_idx, {q.cols}, file);
+    if (!is_integer_dtype(g_idx->type)) fail<format_error>(file, g_idx->name, "g_idx must be an integer tensor");
+    require_bytes(*g_idx, file);
+    q.g_idx.resize(static_cast<std::size_t>(q.cols));
+    bool identity = true;
+    for (std::int64_t k = 0; k < q.cols; ++k) {
+        const std::int64_t g = int_at(*g_idx, static_cast<std::size_t>(k));
+        if (g < 0 || g >= q.groups())
+            fail<format_error>(file, g_idx->name, "entry " + std::to_string(k) + " = " + std::to_string(g) + " is not a group of this tensor");
+        q.g_idx[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(g);
+        identity = identity && g == k / q.group_size;
+    }
+    if (identity) q.g_idx.clear();
+}
+
+}  // namespace detail
 
 template <int Bits>
 class compressed_tensors_layout {
@@ -160,51 +259,34 @@ public:
     /// the config group that names the layer.
     quantized_tensor unpack(std::span<const tensor_view> views, std::string_view prefix,
                             layer_params params) const {
-        const std::string p(prefix);
-        const tensor_view& ws = detail::find_view(views, p + ".weight_shape");
-        detail::expect_view(ws, dtype::I64, {2});
-        const auto nk = detail::copy_elements<std::int64_t>(ws);
-        const std::int64_t n = nk[0], k = nk[1];
-        if (n <= 0 || k <= 0 || n > (std::int64_t{1} << 40) || k > (std::int64_t{1} << 40))
-            fail<shape_error>({}, ws.name, "weight_shape [" + std::to_string(n) + ", " +
-                                               std::to_string(k) + "] is not a weight shape");
-        const std::int64_t group = detail::effective_group(params.group_size, k);
-        if (group > k) fail<shape_error>({}, ws.name, "group size exceeds K");
-        const std::int64_t groups = detail::ceil_div(k, group);
-        const tensor_view& wp = detail::find_view(views, p + ".weight_packed");
-        const tensor_view& sc = detail::find_view(views, p + ".weight_scale");
-        detail::expect_view(wp, dtype::I32, {n, words(k)});
-        if (sc.type != dtype::F16 && sc.type != dtype::BF16)
-            fail<unsupported_error>({}, sc.name, "weight_scale must be F16 or BF16 for qforge, got " +
-                                                     std::string(dtype_name(sc.type)));
-        detail::expect_view(sc, sc.type, {n, groups});
+        return read(make_tensor_source(views), std::string(prefix), {Bits, params.symmetric, params.group_size},
+                    read_mode::unpack);
+    }
 
-        quantized_tensor q = detail::unpacked_header(p, Bits, n, k, group, params.symmetric, sc.type);
-        const std::int64_t wk = words(k);
-        const auto packed = detail::copy_elements<std::uint32_t>(wp);
-        for (std::int64_t r = 0; r < n; ++r) {
-            if (has_stray_bits(packed.data() + r * wk, 1, k))
-                fail<format_error>({}, wp.name, "row " + std::to_string(r) +
-                                                    " has bits set outside its code fields");
-            unpack_run(packed.data() + r * wk, 1, k, q.codes.data() + r * k, 1);
-        }
-        q.scales = detail::copy_elements<std::uint16_t>(sc);
-        q.zeros.assign(static_cast<std::size_t>(n * groups), 1 << (Bits - 1));
-        if (!params.symmetric) {
-            const tensor_view& zp = detail::find_view(views, p + ".weight_zero_point");
-            detail::expect_view(zp, dtype::I32, {words(n), groups});
-            const auto zw = detail::copy_elements<std::uint32_t>(zp);
-            std::vector<std::uint8_t> zeros(static_cast<std::size_t>(n * groups));
-            for (std::int64_t g = 0; g < groups; ++g)
-                unpack_run(zw.data() + g, groups, n, zeros.data() + g, groups);
-            q.zeros.assign(zeros.begin(), zeros.end());
+    /// The one compressed-tensors `pack-quantized` reader, in this layout's packing:
+    /// `<prefix>.weight_packed` [N, words(K)], `.weight_shape`, `.weight_scale` [N, G],
+    /// `.weight_zero_point` [words(N), G] (asymmetric only) and, in a checkpoint,
+    /// `.weight_g_idx` (actorder "group"), moved into a quantized_tensor with no rounding.
+    /// `mode` says who asks (see read_mode): `unpack` requires what pack() writes and refuses a
+    /// zero point beside a symmetric scheme; `checkpoint` reads any writer's files, where for
+    /// 3/5/6/7 bits the word count tells the two packings apart and must agree with this
+    /// layout's. The stored field is signed code + 2^(b-1), which is qforge's unsigned code
+    /// (formats.md 4.2). With `unpack_codes` false the codes are left empty (the word-level
+    /// repack moves weight_packed as words); every check still runs.
+    quantized_tensor read(const tensor_source& src, const std::string& prefix, const ct_weight_args& args,
+                          read_mode mode, bool unpack_codes = true) const {
+        const read_views v = mode == read_mode::unpack ? unpack_views(src, prefix, args) : checkpoint_views(src, prefix, args);
+        quantized_tensor q = quantized_tensor::with_header(
+            prefix, Bits, v.n, v.k, v.group, args.symmetric, v.scales ? v.scales->type : dtype::F16,
+            unpack_codes ? quantized_tensor::storage::codes : quantized_tensor::storage::none);
+        read_codes(q, v, src.file, unpack_codes);
+        if (mode == read_mode::unpack) {
+            unpack_zeros_scales(q, src, prefix, *v.scales);
         } else {
-            for (const tensor_view& v : views)
-                if (v.name == p + ".weight_zero_point")
-                    fail<format_error>({}, v.name, "a symmetric scheme must not carry a zero point "
-                                                   "(vLLM refuses to load it)");
+            checkpoint_zeros_scales(q, src, prefix);
+            detail::ct_read_g_idx(q, src.optional(prefix + ".weight_g_idx"), src.file);
         }
-        q.validate();
+        if (unpack_codes) q.validate();
         return q;
     }
 
@@ -216,6 +298,118 @@ public:
     json config(std::span<const linear_entry> linears) const;
 
 private:
+    struct read_views {
+        std::int64_t n = 0, k = 0, group = 0;
+        const tensor_view* packed = nullptr;
+        const tensor_view* scales = nullptr;  ///< checked up front in unpack mode only
+        detail::word_span words;
+    };
+
+    /// unpack mode: weight_shape, then weight_packed and weight_scale exactly as pack() writes
+    /// them (a group wider than K refused).
+    read_views unpack_views(const tensor_source& src, const std::string& prefix, const ct_weight_args& args) const {
+        const tensor_view& ws = src.require(prefix + ".weight_shape");
+        detail::expect_view(ws, dtype::I64, {2});
+        const auto nk = detail::copy_elements<std::int64_t>(ws);
+        const std::int64_t n = nk[0], k = nk[1];
+        if (n <= 0 || k <= 0 || n > (std::int64_t{1} << 40) || k > (std::int64_t{1} << 40))
+            fail<shape_error>(src.file, ws.name, "weight_shape [" + std::to_string(n) + ", " +
+                                                     std::to_string(k) + "] is not a weight shape");
+        const std::int64_t group = detail::effective_group(args.group_size, k);
+        if (group > k) fail<shape_error>(src.file, ws.name, "group size exceeds K");
+        const std::int64_t groups = detail::ceil_div(k, group);
+        const tensor_view& wp = src.require(prefix + ".weight_packed");
+        const tensor_view& sc = src.require(prefix + ".weight_scale");
+        detail::expect_view(wp, dtype::I32, {n, words(k)});
+        if (sc.type != dtype::F16 && sc.type != dtype::BF16)
+            fail<unsupported_error>(src.file, sc.name, "weight_scale must be F16 or BF16 for qforge, got " +
+                                                           std::string(dtype_name(sc.type)));
+        detail::expect_view(sc, sc.type, {n, groups});
+        return {n, k, group, &wp, &sc, detail::words_of(wp, wp.shape, src.file)};
+    }
+
+    /// checkpoint mode: weight_packed, weight_shape (any integer dtype), and a word count that
+    /// holds [N, K] in either packing and agrees with this layout's where they differ. A group
+    /// wider than K is one group per row, as the writers read it.
+    read_views checkpoint_views(const tensor_source& src, const std::string& prefix, const ct_weight_args& args) const {
+        const std::string& file = src.file;
+        const tensor_view& wp = src.require(prefix + ".weight_packed");
+        const tensor_view& ws = src.require(prefix + ".weight_shape");
+        if (!detail::is_integer_dtype(ws.type)) fail<format_error>(file, ws.name, "weight_shape must be an integer tensor");
+        detail::require_shape(ws, {2}, file);
+        detail::require_bytes(ws, file);
+        const std::int64_t N = detail::int_at(ws, 0), K = detail::int_at(ws, 1);
+        if (N <= 0 || K <= 0 || N > (std::int64_t{1} << 40) || K > (std::int64_t{1} << 40))
+            fail<shape_error>(file, ws.name, "weight shape [" + std::to_string(N) + ", " + std::to_string(K) + "] is not a usable 2-D shape");
+        const std::int64_t dense_k = detail::dense_words(K, Bits), padded_k = detail::padded_words(K, Bits);
+        if (!(wp.rank() == 2 && wp.shape[0] == N && (wp.shape[1] == dense_k || wp.shape[1] == padded_k)))
+            fail<shape_error>(file, wp.name, "shape " + shape_to_string(wp.shape) + " does not hold [" + std::to_string(N) + ", " +
+                                                 std::to_string(K) + "] " + std::to_string(Bits) + "-bit codes");
+        if (dense_k != padded_k) {
+            const ct_packing by_shape = wp.shape[1] == dense_k ? ct_packing::dense_v0_18 : ct_packing::padded_v0_12;
+            if (by_shape != opt_.packing)
+                fail<format_error>(file, wp.name, std::string("word count matches the ") + (by_shape == ct_packing::dense_v0_18 ? "dense (>= 0.18)" : "padded (<= 0.17)") +
+                                                      " packing but the config's version says the other one");
+        }
+        const std::int64_t group = args.group_size > 0 ? (args.group_size > K ? K : args.group_size) : K;
+        return {N, K, group, &wp, nullptr, detail::words_of(wp, wp.shape, file)};
+    }
+
+    /// weight_packed rows -> q.codes (when `unpack_codes`), each row checked for bits outside
+    /// its code fields (none can be set when K fills whole words of whole fields).
+    void read_codes(quantized_tensor& q, const read_views& v, const std::string& file, bool unpack_codes) const {
+        const std::int64_t N = q.rows, K = q.cols, wk = words(K);
+        const bool whole_words = K * Bits % 32 == 0 && 32 % Bits == 0;
+        for (std::int64_t n = 0; n < N; ++n) {
+            const std::uint32_t* row = v.words.data() + n * wk;
+            if (!whole_words && has_stray_bits(row, 1, K))
+                fail<format_error>(file, v.packed->name, "row " + std::to_string(n) + " has bits set outside its code fields");
+            if (unpack_codes) unpack_run(row, 1, K, q.codes.data() + n * K, 1);
+        }
+    }
+
+    /// unpack mode: the scales as checked by unpack_views; zeros packed along N for an
+    /// asymmetric scheme, none allowed for a symmetric one (vLLM refuses to load it).
+    void unpack_zeros_scales(quantized_tensor& q, const tensor_source& src, const std::string& prefix,
+                             const tensor_view& sc) const {
+        const std::int64_t n = q.rows, groups = q.groups();
+        q.scales = detail::copy_elements<std::uint16_t>(sc);
+        q.zeros.assign(static_cast<std::size_t>(n * groups), 1 << (Bits - 1));
+        if (q.symmetric) {
+            if (const tensor_view* zp = src.optional(prefix + ".weight_zero_point"))
+                fail<format_error>(src.file, zp->name, "a symmetric scheme must not carry a zero point "
+                                                       "(vLLM refuses to load it)");
+            return;
+        }
+        const tensor_view& zp = src.require(prefix + ".weight_zero_point");
+        detail::expect_view(zp, dtype::I32, {words(n), groups});
+        const detail::word_span zw = detail::words_of(zp, zp.shape, src.file);
+        std::vector<std::uint8_t> zeros(static_cast<std::size_t>(n * groups));
+        detail::unpack_down(zw.data(), n, groups, Bits, opt_.packing == ct_packing::dense_v0_18, zeros.data());
+        q.zeros.assign(zeros.begin(), zeros.end());
+    }
+
+    /// checkpoint mode: zeros packed along N (asymmetric only; each group's stream checked for
+    /// stray bits), then weight_scale and the zeros through the checkpoint readers' one step.
+    void checkpoint_zeros_scales(quantized_tensor& q, const tensor_source& src, const std::string& prefix) const {
+        const std::string& file = src.file;
+        const std::int64_t N = q.rows, G = q.groups();
+        std::vector<std::uint8_t> zf;
+        if (!q.symmetric) {
+            const auto zw = detail::words_of(src.require(prefix + ".weight_zero_point"), {words(N), G}, file);
+            zf.resize(static_cast<std::size_t>(N * G));
+            // Packed along dim 0 (N): column g of the words is the stream of group g's zeros.
+            if (!(N * Bits % 32 == 0 && 32 % Bits == 0))
+                for (std::int64_t gg = 0; gg < G; ++gg)
+                    if (has_stray_bits(zw.data() + gg, G, N))
+                        fail<format_error>(file, prefix + ".weight_zero_point", "group " + std::to_string(gg) + " has bits set outside its fields");
+            detail::unpack_down(zw.data(), N, G, Bits, opt_.packing == ct_packing::dense_v0_18, zf.data());
+        }
+        constexpr int half = 1 << (Bits - 1);
+        detail::ct_fill_scales_zeros(q, src.require(prefix + ".weight_scale"), q.symmetric,
+                                     [&](std::size_t i) { return static_cast<std::int64_t>(zf[i]) - half; }, file);
+    }
+
     void pack_run(const std::uint8_t* src, std::ptrdiff_t ss, std::int64_t count, std::uint32_t* dst,
                   std::ptrdiff_t ds) const noexcept {
         if (opt_.packing == ct_packing::dense_v0_18) detail::pack_dense(src, ss, count, Bits, dst, ds);
@@ -364,6 +558,19 @@ decltype(auto) with_ct_layout(int bits, ct_options options, F&& f) {
             fail<unsupported_error>({}, {}, "compressed-tensors pack-quantized holds 2 to 8 bits, got " +
                                                 std::to_string(bits));
     }
+}
+
+/// Reads a compressed-tensors `pack-quantized` checkpoint's `<prefix>.weight_packed`,
+/// `.weight_shape`, `.weight_scale`, `.weight_zero_point` (asymmetric only) and `.weight_g_idx`
+/// (actorder group only), written in `packing` (the config's version). With `unpack_codes`
+/// false the codes are left empty; every other check still runs.
+inline quantized_tensor read_ct_packed(const tensor_source& src, const std::string& prefix, const ct_weight_args& args,
+                                       ct_packing packing, bool unpack_codes = true) {
+    detail::check_bits(args.bits, src.file, src.require(prefix + ".weight_packed").name, {2, 3, 4, 5, 6, 7, 8},
+                       "compressed-tensors pack-quantized");
+    return with_ct_layout(args.bits, ct_options{packing}, [&](const auto& layout) {
+        return layout.read(src, prefix, args, read_mode::checkpoint, unpack_codes);
+    });
 }
 
 /// compressed-tensors `pack-quantized` as the converter's format table sees it
