@@ -354,6 +354,25 @@ inline std::optional<std::string_view> act_order_g_idx_suffix(output_format f) n
     });
 }
 
+/// Where format `f` keeps each row's codes as one stream along K (its traits' packed_codes),
+/// k_stream::none for a format that does not: the word-level repack moves words between two
+/// formats with opposite streams.
+inline k_stream format_k_stream(output_format f) noexcept {
+    return visit_format(f, [&](auto t) -> k_stream {
+        if constexpr (requires { decltype(t)::packed_codes; }) return decltype(t)::packed_codes;
+        else return k_stream::none;
+    });
+}
+
+/// What format `f` subtracts from a zero point before storing it (its traits'
+/// stored_zero_offset: GPTQ v1 stores zero - 1), 0 for a format that stores the zero itself.
+inline int format_stored_zero_offset(output_format f) noexcept {
+    return visit_format(f, [&](auto t) -> int {
+        if constexpr (requires { decltype(t)::stored_zero_offset; }) return decltype(t)::stored_zero_offset;
+        else return 0;
+    });
+}
+
 /// The width a requantization into `f` uses for `bits`-bit codes (the format's nearest_bits).
 inline int requantize_bits(output_format f, int bits) noexcept {
     return visit_format(f, [&](auto t) -> int {

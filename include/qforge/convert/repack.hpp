@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "qforge/convert/format.hpp"
@@ -29,24 +30,15 @@
 #include "qforge/core/tensor_source.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/awq.hpp"
+#include "qforge/layout/compressed_tensors.hpp"
 #include "qforge/layout/gptq.hpp"
+#include "qforge/layout/layout_traits.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 
 namespace qforge {
 
-/// The on-disk form of a quantized input checkpoint.
+/// The on-disk form of a quantized input checkpoint (one row of source_table each).
 enum class repack_source_format { gptq, awq, ct_packed, ct_naive, fake_quant };
-
-inline std::string_view repack_source_format_name(repack_source_format f) noexcept {
-    switch (f) {
-        case repack_source_format::gptq: return "gptq";
-        case repack_source_format::awq: return "awq";
-        case repack_source_format::ct_packed: return "compressed-tensors pack-quantized";
-        case repack_source_format::ct_naive: return "compressed-tensors naive-quantized";
-        case repack_source_format::fake_quant: return "fake-quantized (QAT)";
-    }
-    return "?";
-}
 
 /// How one quantized module of the input is stored.
 struct layer_scheme {
@@ -58,33 +50,74 @@ struct layer_scheme {
     fake_quant_options fake;
 };
 
+/// One row of the source table: a repack_source_format, the traits that read it
+/// (`source_name`, `source_tensors`, `read_source`), and the members of layer_scheme its
+/// read_source takes, in the order of its parameters.
+template <repack_source_format F, class Traits, auto... Args>
+struct source_entry {
+    static constexpr repack_source_format id = F;
+    using traits = Traits;
+    static quantized_tensor read(const tensor_source& src, const std::string& prefix, const layer_scheme& s) {
+        return Traits::read_source(src, prefix, (s.*Args)...);
+    }
+};
+
+/// THE list of repack sources, in repack_source_format's order. The packed formats' rows are
+/// their layouts' format traits (layout/gptq.hpp, awq.hpp, compressed_tensors.hpp); the
+/// unpacked forms, which no layout here writes, keep theirs beside their readers
+/// (repack_ct_naive.hpp, repack_fake_quant.hpp).
+using source_table =
+    std::tuple<source_entry<repack_source_format::gptq, gptq_format_traits<gptq_format::v1>, &layer_scheme::gptq>,
+               source_entry<repack_source_format::awq, awq_format_traits, &layer_scheme::awq>,
+               source_entry<repack_source_format::ct_packed, ct_format_traits, &layer_scheme::ct, &layer_scheme::packing>,
+               source_entry<repack_source_format::ct_naive, ct_naive_source_traits, &layer_scheme::ct>,
+               source_entry<repack_source_format::fake_quant, fake_quant_source_traits, &layer_scheme::fake, &layer_scheme::ct>>;
+
+/// Calls `fn(entry)` with the source_table row of `f` (a value of its source_entry type);
+/// false when the table has none.
+template <class Fn>
+bool with_source(repack_source_format f, Fn&& fn) {
+    return std::apply([&](auto... e) { return ((decltype(e)::id == f ? (fn(e), true) : false) || ...); }, source_table{});
+}
+
+inline std::string_view repack_source_format_name(repack_source_format f) noexcept {
+    std::string_view name = "?";
+    with_source(f, [&](auto e) { name = decltype(e)::traits::source_name; });
+    return name;
+}
+
+/// The tensors a module of `f` consists of (what the repack consumes; the rest is copied).
+inline std::vector<std::string> source_tensors(repack_source_format f) {
+    std::vector<std::string> out;
+    with_source(f, [&](auto e) {
+        for (std::string_view suffix : decltype(e)::traits::source_tensors) out.emplace_back(suffix);
+    });
+    return out;
+}
+
+/// Whether a module of `f` says its compressed-tensors packing (the traits'
+/// source_sets_packing), which a repack then keeps unless told otherwise.
+inline bool source_sets_packing(repack_source_format f) noexcept {
+    bool sets = false;
+    with_source(f, [&](auto e) {
+        if constexpr (requires { decltype(e)::traits::source_sets_packing; }) sets = decltype(e)::traits::source_sets_packing;
+    });
+    return sets;
+}
+
+/// Where a module of `f` keeps each row's codes as one stream along K (see k_stream).
+inline k_stream source_k_stream(repack_source_format f) noexcept {
+    k_stream k = k_stream::none;
+    with_source(f, [&](auto e) {
+        if constexpr (requires { decltype(e)::traits::packed_codes; }) k = decltype(e)::traits::packed_codes;
+    });
+    return k;
+}
+
 /// Reads one module `<prefix>` of the input into qforge's quantized form, with no rounding.
 inline quantized_tensor read_quantized(const tensor_source& src, const std::string& prefix, const layer_scheme& s) {
-    switch (s.format) {
-        case repack_source_format::gptq: return read_gptq(src, prefix, s.gptq);
-        case repack_source_format::awq: return read_awq(src, prefix, s.awq);
-        case repack_source_format::ct_packed: return read_ct_packed(src, prefix, s.ct, s.packing);
-        case repack_source_format::ct_naive: return read_ct_naive(src, prefix, s.ct);
-        case repack_source_format::fake_quant: {
-            const tensor_view& w = src.require(prefix + ".weight");
-            const tensor_view& sc = src.require(prefix + ".weight_scale");
-            const tensor_view* zp = src.optional(prefix + ".weight_zero_point");
-            quantized_tensor q;
-            if (zp) {
-                q = read_fake_quant(w, sc, *zp, s.fake, src.file);
-            } else if (s.fake.signed_zero_point && s.ct.symmetric) {
-                // compressed-tensors symmetric: no zero point tensor, the signed zero is 0.
-                const std::vector<std::int8_t> zeros(static_cast<std::size_t>(checked_numel(sc.shape, src.file, sc.name)), 0);
-                owned_tensor z = detail::make_tensor(prefix + ".weight_zero_point", dtype::I8, sc.shape, zeros);
-                q = read_fake_quant(w, sc, z.view(), s.fake, src.file);
-                q.symmetric = true;
-            } else {
-                fail<format_error>(src.file, prefix + ".weight_zero_point", "tensor is missing");
-            }
-            q.name = prefix;
-            return q;
-        }
-    }
+    quantized_tensor q;
+    if (with_source(s.format, [&](auto e) { q = decltype(e)::read(src, prefix, s); })) return q;
     fail<unsupported_error>(src.file, prefix, "unknown source format");
 }
 

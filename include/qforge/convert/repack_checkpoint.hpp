@@ -92,19 +92,6 @@ inline std::optional<dtype> dtype_from_torch_name(const json* v) {
     return std::nullopt;
 }
 
-/// The tensors a module of `f` consists of (what the repack consumes; the rest is copied).
-inline std::vector<std::string> module_suffixes(repack_source_format f) {
-    switch (f) {
-        case repack_source_format::gptq: return {".qweight", ".qzeros", ".scales", ".g_idx"};
-        case repack_source_format::awq: return {".qweight", ".qzeros", ".scales"};
-        case repack_source_format::ct_packed:
-            return {".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx"};
-        case repack_source_format::ct_naive:
-        case repack_source_format::fake_quant: return {".weight", ".weight_scale", ".weight_zero_point", ".weight_g_idx"};
-    }
-    return {};
-}
-
 /// An open quantized checkpoint: shards, config, detected scheme, and a tensor_source over it.
 struct open_checkpoint {
     std::string folder;
@@ -142,7 +129,7 @@ struct open_checkpoint {
         return s;
     }
     void release(const std::string& module) {
-        for (const std::string& suffix : module_suffixes(scheme.for_module(module).format)) {
+        for (const std::string& suffix : source_tensors(scheme.for_module(module).format)) {
             const std::string n = module + suffix;
             cache->erase(n);
             if (reader.contains(n)) reader.release(n);
@@ -264,14 +251,14 @@ QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const st
                 break;
             }
     t.packing = opt.packing ? *opt.packing
-                            : (in.scheme.common.format == repack_source_format::ct_packed ? in.scheme.common.packing : ct_packing::padded_v0_12);
+                            : (source_sets_packing(in.scheme.common.format) ? in.scheme.common.packing : ct_packing::padded_v0_12);
 
     // Which input tensor belongs to which module.
     std::map<std::string, std::string> owner;
     std::map<std::string, layer_scheme> schemes;
     for (const std::string& m : in.scheme.modules) {
         schemes[m] = in.scheme.for_module(m);
-        for (const std::string& suffix : module_suffixes(schemes[m].format))
+        for (const std::string& suffix : source_tensors(schemes[m].format))
             if (in.reader.contains(m + suffix)) owner[m + suffix] = m;
     }
 

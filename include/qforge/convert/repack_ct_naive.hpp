@@ -6,8 +6,10 @@
 // reader's (layout/compressed_tensors.hpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "qforge/core/tensor_source.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
@@ -65,5 +67,14 @@ inline quantized_tensor read_ct_naive(const tensor_source& src, const std::strin
     q.validate();
     return q;
 }
+
+/// compressed-tensors `naive-quantized` as a repack source (convert/repack.hpp's source table).
+struct ct_naive_source_traits {
+    static constexpr std::string_view source_name = "compressed-tensors naive-quantized";
+    static constexpr std::array<std::string_view, 4> source_tensors{".weight", ".weight_scale", ".weight_zero_point", ".weight_g_idx"};
+    static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const ct_weight_args& a) {
+        return read_ct_naive(src, prefix, a);
+    }
+};
 
 }  // namespace qforge

@@ -309,7 +309,7 @@ inline bool fast_ct_to_gptq(const tensor_source& src, const std::string& prefix,
     // The zero point fields hold zero (signed zero + 2^(b-1)); GPTQ v1 stores zero - 1, so a
     // zero of 0 is refused there (repack_refusal names it).
     const word_fields f(b);
-    const bool v1 = t.format == output_format::gptq;
+    const bool v1 = format_stored_zero_offset(t.format) == 1;
     const std::uint32_t offset = v1 ? 1u : 0u, mid = 1u << (b - 1);
     const std::size_t nz = static_cast<std::size_t>(G * NW);
     if (!a.symmetric && v1)
@@ -345,9 +345,9 @@ inline bool repack_words(const tensor_source& src, const std::string& prefix, co
                          std::vector<owned_tensor>& out, quantized_tensor* info = nullptr) {
     using namespace detail;
     using namespace repack_detail;
-    const bool to_ct = t.format == output_format::compressed_tensors;
-    const bool to_gptq = t.format == output_format::gptq || t.format == output_format::gptq_v2;
-    if (s.format == repack_source_format::gptq && to_ct) {
+    // Down columns (GPTQ qweight) -> along rows (compressed-tensors weight_packed), and back.
+    const k_stream from = source_k_stream(s.format), to = format_k_stream(t.format);
+    if (from == k_stream::down_columns && to == k_stream::along_rows) {
         if (fast_gptq_to_ct(src, prefix, s.gptq, t, out, info)) return true;
         const int b = s.gptq.bits;
         if (32 % b != 0 && t.packing != ct_packing::dense_v0_18) return false;
@@ -371,7 +371,7 @@ inline bool repack_words(const tensor_source& src, const std::string& prefix, co
         if (info) *info = std::move(q);
         return true;
     }
-    if (s.format == repack_source_format::ct_packed && to_gptq) {
+    if (from == k_stream::along_rows && to == k_stream::down_columns) {
         if (fast_ct_to_gptq(src, prefix, s.ct, t, out, info)) return true;
         const int b = s.ct.bits;
         if (b != 2 && b != 3 && b != 4 && b != 8) return false;  // the rules refuse it
@@ -382,7 +382,7 @@ inline bool repack_words(const tensor_source& src, const std::string& prefix, co
         const std::int64_t N = q.rows, K = q.cols, G = q.groups(), W = K * b / 32, NW = N * b / 32;
         reset_outputs(out);
         transposed_words(src.require(prefix + ".weight_packed"), prefix + ".qweight", N, W, src.file, out[0]);
-        const std::int32_t offset = t.format == output_format::gptq ? 1 : 0;  // v1 stores zero - 1
+        const std::int32_t offset = format_stored_zero_offset(t.format);  // v1 stores zero - 1
         std::vector<std::uint8_t> stored(static_cast<std::size_t>(G * N));  // [G][N], filled row by row of q
         for (std::int64_t n = 0; n < N; ++n)
             for (std::int64_t g = 0; g < G; ++g) stored[static_cast<std::size_t>(g * N + n)] = static_cast<std::uint8_t>(q.zero(n, g) - offset);

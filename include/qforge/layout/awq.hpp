@@ -283,6 +283,13 @@ struct awq_format_traits {
 
     static dtype default_scale_dtype(dtype /*checkpoint*/) noexcept { return dtype::F16; }
 
+    // ---- as a repack source (convert/repack.hpp's source table reads it) ----
+    static constexpr std::string_view source_name = "awq";
+    static constexpr std::array<std::string_view, 3> source_tensors{".qweight", ".qzeros", ".scales"};
+    static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const awq_args& a) {
+        return read_awq(src, prefix, a);
+    }
+
     /// A requantization into AWQ: 4 bits; AWQ stores zero points always (asymmetric, and vLLM
     /// picks its zero-point kernels).
     static constexpr int nearest_bits(int /*bits*/) noexcept { return 4; }

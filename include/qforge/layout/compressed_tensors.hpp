@@ -586,6 +586,22 @@ struct ct_format_traits {
 
     static dtype default_scale_dtype(dtype checkpoint) noexcept { return detail::ct_scale_dtype(checkpoint); }
 
+    /// weight_packed [N, words(K)]: row n's codes are one stream along K, along row n (dense
+    /// for 2, 4, 8 bits and in the 0.18 packing).
+    static constexpr k_stream packed_codes = k_stream::along_rows;
+
+    // ---- as a repack source (convert/repack.hpp's source table reads it) ----
+    static constexpr std::string_view source_name = "compressed-tensors pack-quantized";
+    static constexpr std::array<std::string_view, 5> source_tensors{".weight_packed", ".weight_scale", ".weight_zero_point",
+                                                                    ".weight_shape", ".weight_g_idx"};
+    static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const ct_weight_args& a,
+                                        ct_packing packing) {
+        return read_ct_packed(src, prefix, a, packing);
+    }
+    /// The config's version says the input's packing, which a repack into compressed-tensors
+    /// keeps unless told otherwise.
+    static constexpr bool source_sets_packing = true;
+
     // ---- what vLLM does with it (convert/serving_check.hpp asks) ----
 
     /// weight_zero_point packs N (PackedvLLMParameter), and exists only for asymmetric schemes.

@@ -579,6 +579,20 @@ struct gptq_format_traits {
     /// requantization into v1 is symmetric.
     static constexpr bool requantizes_symmetric = V == gptq_format::v1;
 
+    /// qweight [K*b/32, N]: row n's codes are one dense stream along K, down column n.
+    static constexpr k_stream packed_codes = k_stream::down_columns;
+    /// qzeros store zero - 1 in v1 (`checkpoint_format: "gptq"`), the zero itself in v2.
+    static constexpr int stored_zero_offset = V == gptq_format::v1 ? 1 : 0;
+
+    // ---- as a repack source (convert/repack.hpp's source table reads it) ----
+    // One source row serves both versions: gptq_args::v2 carries the config's checkpoint_format.
+
+    static constexpr std::string_view source_name = "gptq";
+    static constexpr std::array<std::string_view, 4> source_tensors{".qweight", ".qzeros", ".scales", ".g_idx"};
+    static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const gptq_args& a) {
+        return read_gptq(src, prefix, a);
+    }
+
     // ---- what vLLM and the GPTQ readers do with it (convert/serving_check.hpp asks) ----
 
     /// Codes per int32 word along the packed dimension: 32 codes per 3 words at 3 bits.

@@ -107,6 +107,14 @@ concept layout_policy = layout_names_itself<L> && layout_plans_tensors<L> && lay
 /// float kinds have their own quantizer and no integer grid.
 enum class code_kind { integer, e4m3, e2m1 };
 
+/// Where an integer layout keeps each output row's codes when they form one dense LSB-first
+/// bitstream along K (formats.md 2.2 and 4.3, "b=3 dense == GPTQ 3-bit packing"): down column n
+/// of a [K*b/32, N] tensor (GPTQ qweight) or along row n of an [N, K*b/32] tensor
+/// (compressed-tensors weight_packed). When K fills whole words the two tensors are transposes
+/// of each other, so a repack between the two moves words, never codes
+/// (convert/repack_transpose.hpp). A format's traits say it as `packed_codes`; none: neither.
+enum class k_stream { none, down_columns, along_rows };
+
 /// The scheme of one linear as a format's refusal sees it: the plan's quant_spec without the
 /// scale rule, and the weight's model dtype (`checkpoint`).
 struct layout_scheme {
