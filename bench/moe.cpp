@@ -1,17 +1,29 @@
-// bench_moe: memory and rate of converting a many-expert MoE checkpoint whose experts are fused
-// 3-D tensors (transformers v5 Qwen3-MoE layout, `mlp.experts.gate_up_proj [E, 2I, H]`,
-// `down_proj [E, H, I]`), cut per expert while converting (convert/fused_experts.hpp).
-// Defaults: 128 experts, hidden 1024, moe_intermediate 256, 4 layers (~0.6 GiB of bf16;
-// QFORGE_BENCH_MOE_EXPERTS / _LAYERS change it), compressed-tensors W4A16 g128, 2 threads.
+// bench_moe: memory and rate of converting many-expert MoE checkpoints.
 //
-// Reported, from one run each (the checkpoint is in the page cache for both):
-//   read_input   every cache line of the input through the mmap reader (the I/O floor);
-//   convert_moe  the conversion, with peak resident memory (VmHWM, reset just before) against
-//                the largest fused tensor and against one expert's block of it;
-//   convert_moe_copied  the same reading each whole source tensor into memory first (--read-copy):
-//                the memory of not streaming the experts, as a same-run baseline.
-// Floor: VmHWM <= largest fused tensor / 2 + 128 MiB, i.e. memory follows experts, not the
-// fused tensor (each expert's pages are dropped once it is copied out). Exits 1 when missed.
+// 1. Fused 3-D experts (transformers v5 Qwen3-MoE layout, `mlp.experts.gate_up_proj [E, 2I, H]`,
+//    `down_proj [E, H, I]`), cut per expert while converting (convert/fused_experts.hpp).
+//    Defaults: 128 experts, hidden 1024, moe_intermediate 256, 4 layers (~0.6 GiB of bf16;
+//    QFORGE_BENCH_MOE_EXPERTS / _LAYERS change it), compressed-tensors W4A16 g128, 2 threads.
+//    Reported, from one run each (the checkpoint is in the page cache for both):
+//      read_input   every cache line of the input through the mmap reader (the I/O floor);
+//      convert_moe  the conversion, with peak resident memory (VmHWM, reset just before) against
+//                   the largest fused tensor and against one expert's block of it;
+//      convert_moe_copied  the same reading each whole source tensor into memory first
+//                   (--read-copy): the memory of not streaming the experts, a same-run baseline.
+//    Floor: VmHWM <= largest fused tensor / 2 + 128 MiB, i.e. memory follows experts, not the
+//    fused tensor (each expert's pages are dropped once it is copied out).
+// 2. An FP8 block-scaled MoE source (quant_method "fp8", weight_block_size [128, 128]: every
+//    decoder linear F8_E4M3 [N, K] with its F32 `weight_scale_inv [N/128, K/128]`, per-expert
+//    `mlp.experts.E.{gate,up,down}_proj`, the Qwen3-FP8 / DeepSeek-V3 layout), decoded tensor by
+//    tensor while converting to compressed-tensors W4A16 g128 (convert/fp8_source.hpp), at two
+//    expert counts: QFORGE_BENCH_FP8_EXPERTS (default 160: ~1 GiB; hidden 1024, moe_intermediate
+//    512, 4 layers) and a quarter of it. Each size reports
+//      read_fp8_E      every byte of its shards read with pread in 8 MiB chunks (the same bytes);
+//      convert_fp8_E   G weights/s, the ratio to the read, and VmHWM above the resident size just
+//                      before (reset then) against the largest decoded (F32) tensor.
+//    Floor: the peak above the start <= 16 decoded tensors + 64 MiB at either size, and the
+//    large one's <= the small one's + 32 MiB (memory flat in the expert count).
+// Exits 1 when a floor is missed.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -19,10 +31,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "qforge/convert/converter.hpp"
@@ -39,6 +53,7 @@ using namespace qforge;
 using qforge_bench::env_or;
 using qforge_bench::reset_hwm;
 using qforge_bench::vm_hwm_mib;
+using qforge_bench::vm_rss_mib;
 
 struct bench_state {
     std::string root = "/tmp/qforge-bench-moe-" + std::to_string(::getpid());
@@ -117,9 +132,181 @@ void convert_moe(benchmark::State& state) { run_convert(state, source_read::mapp
 /// baseline a converter that does not stream experts pays (the fused tensor, at least).
 void convert_moe_copied(benchmark::State& state) { run_convert(state, source_read::copied, g.copied_hwm_mib, g.copied_s); }
 
+// ---- 2. FP8 block-scaled MoE source ----
+
+/// One FP8 checkpoint and what its benchmarks measured.
+struct fp8_state {
+    std::int64_t experts = 0;
+    std::string src;
+    std::uint64_t bytes = 0, weights = 0, largest_decoded = 0;
+    double read_s = 0, convert_s = 0, start_mib = 0, hwm_mib = 0;
+};
+fp8_state fp8_small, fp8_large;
+
+demo_options fp8_model(std::int64_t experts) {
+    demo_options o;
+    o.hidden = 1024;
+    o.intermediate = 2048;
+    o.heads = 8;
+    o.kv_heads = 4;
+    o.vocab = 4096;
+    o.tied = false;
+    o.layers = 4;
+    o.moe = demo_moe::qwen_moe;
+    o.experts = experts;
+    o.moe_intermediate = 512;
+    return o;
+}
+
+/// A decoder linear the FP8 source stores in F8_E4M3 (not the router, norms, embeddings, head).
+bool fp8_linear(const planned_tensor& t) {
+    return t.shape.size() == 2 && t.name.starts_with("model.layers.") && !t.name.ends_with("mlp.gate.weight");
+}
+
+/// The demo MoE's tensors with every decoder linear as F8_E4M3 + its F32 128 x 128 scale grid,
+/// codes from a reused pool (|value| < 16, no NaN code), scales near 1/1024; config.json with
+/// the source's quantization_config.
+void make_fp8_checkpoint(fp8_state& st) {
+    const demo_options o = fp8_model(st.experts);
+    st.src = g.root + "/fp8-" + std::to_string(st.experts);
+    io::make_directory(st.src);
+    std::vector<safetensors::tensor_spec> specs;
+    for (const auto& t : demo_tensors(o)) {
+        const std::uint64_t n = static_cast<std::uint64_t>(checked_numel(t.shape));
+        st.weights += n;
+        if (!fp8_linear(t)) {
+            specs.push_back({t.name, t.type, t.shape});
+            st.largest_decoded = std::max(st.largest_decoded, n * 4);
+            continue;
+        }
+        st.largest_decoded = std::max(st.largest_decoded, n * 4);
+        specs.push_back({t.name, dtype::F8_E4M3, t.shape});
+        specs.push_back({t.name + "_scale_inv", dtype::F32, {(t.shape[0] + 127) / 128, (t.shape[1] + 127) / 128}});
+    }
+    for (const auto& s : specs) st.bytes += static_cast<std::uint64_t>(checked_numel(s.shape)) * dtype_size(s.type);
+    safetensors::sharded_writer w(st.src, specs, st.bytes / 4 + 1, safetensors::default_metadata(), {.sync = false});
+    std::vector<std::uint8_t> pool(std::size_t{1} << 20);
+    std::uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (auto& c : pool) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        c = static_cast<std::uint8_t>((x & 0x80) | ((x >> 8) % 0x58));  // sign | magnitude code < 0x58 (< 16)
+    }
+    std::vector<std::byte> buf;
+    std::size_t shift = 0;
+    for (const auto& s : specs) {
+        const std::size_t n = static_cast<std::size_t>(checked_numel(s.shape));
+        buf.resize(n * dtype_size(s.type));
+        if (s.type == dtype::F8_E4M3) {
+            for (std::size_t i = 0; i < n; ++i) buf[i] = static_cast<std::byte>(pool[(i + shift) % pool.size()]);
+        } else if (s.type == dtype::F32) {
+            for (std::size_t i = 0; i < n; ++i) {
+                const float v = (1.0f + static_cast<float>(i % 7) / 16.0f) / 1024.0f;
+                std::memcpy(buf.data() + 4 * i, &v, 4);
+            }
+        } else {
+            for (std::size_t i = 0; i < n; ++i) {
+                const std::uint16_t h = s.shape.size() == 1 ? 0x3F80 : float_to_bf16(0.02f * static_cast<float>(static_cast<int>(pool[(i + shift) % pool.size()] & 0x7F) - 44) / 44.0f);
+                std::memcpy(buf.data() + 2 * i, &h, 2);
+            }
+        }
+        shift += 7919;
+        w.write(s.name, buf);
+    }
+    w.finish();
+    write_demo_side_files(st.src, o);
+    json cfg = json::parse(io::read_file(st.src + "/config.json"));
+    cfg.set("quantization_config", json::object({{"quant_method", "fp8"},
+                                                 {"fmt", "e4m3"},
+                                                 {"activation_scheme", "dynamic"},
+                                                 {"weight_block_size", json::array({128, 128})}}));
+    io::write_file(st.src + "/config.json", cfg.dump({.indent = 2}) + "\n");
+}
+
+/// Every byte of the checkpoint's shards through pread, 8 MiB at a time (what the converter's
+/// default pread path reads, without the decoding, quantizing and writing).
+double read_all_pread(const std::string& dir) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<char> chunk(8u << 20);
+    std::uint64_t sum = 0;
+    for (const std::string& f : io::list_directory(dir)) {
+        if (!f.ends_with(".safetensors")) continue;
+        const int fd = ::open((dir + "/" + f).c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        for (off_t at = 0;;) {
+            const ssize_t n = ::pread(fd, chunk.data(), chunk.size(), at);
+            if (n <= 0) break;
+            for (ssize_t i = 0; i < n; i += 64) sum += static_cast<unsigned char>(chunk[static_cast<std::size_t>(i)]);
+            at += n;
+        }
+        ::close(fd);
+    }
+    benchmark::DoNotOptimize(sum);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void fp8_ensure(fp8_state& st, std::int64_t experts) {
+    if (!st.src.empty()) return;
+    st.experts = experts;
+    make_fp8_checkpoint(st);
+}
+
+std::int64_t fp8_large_experts() { return static_cast<std::int64_t>(env_or("QFORGE_BENCH_FP8_EXPERTS", 160)); }
+
+void read_fp8(benchmark::State& state, fp8_state& st, std::int64_t experts) {
+    fp8_ensure(st, experts);
+    for (auto _ : state) {
+        st.read_s = read_all_pread(st.src);
+        state.SetIterationTime(st.read_s);
+    }
+    state.counters["GB_per_s"] = static_cast<double>(st.bytes) / st.read_s / 1e9;
+}
+
+void convert_fp8(benchmark::State& state, fp8_state& st, std::int64_t experts) {
+    fp8_ensure(st, experts);
+    for (auto _ : state) {
+        convert_options o;
+        o.format = output_format::compressed_tensors;
+        o.rules.default_scheme = quant_spec{4, 128, true, scale_method::minmax, std::nullopt};
+        o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
+        o.overwrite = true;
+        st.start_mib = vm_rss_mib();
+        reset_hwm();
+        const auto t0 = std::chrono::steady_clock::now();
+        convert(st.src, g.root + "/fp8-out", o);
+        st.convert_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        st.hwm_mib = vm_hwm_mib();
+        state.SetIterationTime(st.convert_s);
+        io::remove_tree(g.root + "/fp8-out");
+    }
+    state.counters["G_weights_per_s"] = static_cast<double>(st.weights) / st.convert_s / 1e9;
+    state.counters["peak_above_start_MiB"] = st.hwm_mib - st.start_mib;
+}
+
+void read_fp8_small(benchmark::State& s) { read_fp8(s, fp8_small, std::max<std::int64_t>(1, fp8_large_experts() / 4)); }
+void convert_fp8_small(benchmark::State& s) { convert_fp8(s, fp8_small, std::max<std::int64_t>(1, fp8_large_experts() / 4)); }
+void read_fp8_large(benchmark::State& s) { read_fp8(s, fp8_large, fp8_large_experts()); }
+void convert_fp8_large(benchmark::State& s) { convert_fp8(s, fp8_large, fp8_large_experts()); }
+
+/// Prints one FP8 size's figures; returns whether its floor is met.
+bool report_fp8(const fp8_state& st) {
+    if (st.convert_s <= 0) return true;  // filtered out
+    const double mib = 1 << 20, peak = st.hwm_mib - st.start_mib, tensor = static_cast<double>(st.largest_decoded) / mib;
+    std::printf("FP8 MoE %lld experts: %.0f MiB, %.3f G weights in %.2f s = %.3f G weights/s; pread of the same bytes "
+                "%.2f s (convert = %.1fx the read)\n",
+                static_cast<long long>(st.experts), static_cast<double>(st.bytes) / mib, static_cast<double>(st.weights) / 1e9,
+                st.convert_s, static_cast<double>(st.weights) / st.convert_s / 1e9, st.read_s, st.convert_s / st.read_s);
+    std::printf("  peak RSS %.0f MiB, %.0f MiB above the %.0f MiB at the start = %.1f x the largest decoded tensor (%.0f MiB)\n",
+                st.hwm_mib, peak, st.start_mib, peak / tensor, tensor);
+    return peak <= 16 * tensor + 64;
+}
+
 BENCHMARK(read_input)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_moe)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_moe_copied)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(read_fp8_small)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(convert_fp8_small)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(read_fp8_large)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(convert_fp8_large)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
@@ -137,7 +324,14 @@ int main(int argc, char** argv) {
     std::printf("peak VmHWM %.0f MiB; largest fused tensor %.0f MiB, one expert's block of it %.2f MiB; floor %.0f MiB\n",
                 g.hwm_mib, static_cast<double>(g.largest) / mib, static_cast<double>(g.expert_block) / mib, floor);
     std::printf("same run, whole tensors held (--read-copy): VmHWM %.0f MiB in %.2f s\n", g.copied_hwm_mib, g.copied_s);
-    const bool ok = g.hwm_mib <= floor;
-    std::printf("floor: %s\n", ok ? "met" : "MISSED");
+    bool ok = g.hwm_mib <= floor;
+    std::printf("floor: %s\n\n", ok ? "met" : "MISSED");
+    const bool fp8_ok = report_fp8(fp8_small) && report_fp8(fp8_large);
+    const bool flat = fp8_small.convert_s <= 0 || fp8_large.convert_s <= 0 ||
+                      fp8_large.hwm_mib - fp8_large.start_mib <= fp8_small.hwm_mib - fp8_small.start_mib + 32;
+    std::printf("FP8 floor (peak above start <= 16 decoded tensors + 64 MiB; %lld experts <= %lld experts + 32 MiB): %s\n",
+                static_cast<long long>(fp8_large.experts), static_cast<long long>(fp8_small.experts),
+                fp8_ok && flat ? "met" : "MISSED");
+    ok = ok && fp8_ok && flat;
     return ok ? 0 : 1;
 }

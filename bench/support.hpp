@@ -39,6 +39,14 @@ inline double vm_hwm_mib() {
     return -1;
 }
 
+/// Resident memory of this process now (VmRSS) in MiB, -1 when /proc does not say.
+inline double vm_rss_mib() {
+    std::ifstream f("/proc/self/status");
+    for (std::string line; std::getline(f, line);)
+        if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
+    return -1;
+}
+
 /// Resets VmHWM to the current resident size (clear_refs 5), so a peak is the next step's.
 inline void reset_hwm() {
     std::ofstream f("/proc/self/clear_refs");

@@ -14,6 +14,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "qforge/convert/converter.hpp"
@@ -21,6 +22,7 @@
 #include "qforge/core/half.hpp"
 #include "qforge/io/file.hpp"
 #include "support/checkpoint_fixture.hpp"
+#include "support/fused_twin.hpp"
 
 using namespace qforge;
 
@@ -338,8 +340,8 @@ float at(const owned_tensor& t, std::int64_t r, std::int64_t c) {
 // "qwen3_vl_moe": Transpose(1, 2) on load; modeling_qwen3_vl_moe.py Qwen3VLMoeTextExperts):
 // gate_up_proj [E, H, 2I], gate = columns [0, I), up = [I, 2I); down_proj [E, I, H]. Qwen3.5 MoE
 // keeps the Qwen2-MoE [E, 2I, H] layout (modular_qwen3_5_moe.py Qwen3_5MoeExperts(Qwen3NextExperts),
-// modular_qwen3_next.py Qwen3NextExperts(Qwen2MoeExperts)). Mixtral v5 is refused with its reason.
-TEST_CASE("fused expert rules: Qwen3-VL-MoE on-disk [E, H, 2I], Qwen3.5 MoE [E, 2I, H], Mixtral v5 refused") {
+// modular_qwen3_next.py Qwen3NextExperts(Qwen2MoeExperts)). Mixtral v5: the tests after this one.
+TEST_CASE("fused expert rules: Qwen3-VL-MoE on-disk [E, H, 2I], Qwen3.5 MoE [E, 2I, H]") {
     const std::string p = "model.language_model.layers.0.mlp.experts.";
     model_config vl;
     vl.model_type = "qwen3_vl_moe";
@@ -391,10 +393,249 @@ TEST_CASE("fused expert rules: Qwen3-VL-MoE on-disk [E, H, 2I], Qwen3.5 MoE [E, 
         CHECK(a[i].shape == b[i].shape);
         CHECK((a[i].cut.first == b[i].cut.first && a[i].cut.step == b[i].cut.step && a[i].cut.transposed == b[i].cut.transposed));
     }
-    model_config mx = vl;
+}
+
+namespace {
+
+/// Every tensor of the converted checkpoint in `dir`: name -> (dtype, shape, bytes).
+std::map<std::string, std::tuple<dtype, shape_t, std::vector<std::byte>>> mixtral_v5_tensors(const std::string& dir) {
+    std::map<std::string, std::tuple<dtype, shape_t, std::vector<std::byte>>> out;
+    const checkpoint_source s(dir);
+    for (const auto& t : s.tensors()) {
+        const tensor_view v = s.view(t.name);
+        out[t.name] = {t.type, t.shape, std::vector<std::byte>(v.bytes.begin(), v.bytes.end())};
+    }
+    return out;
+}
+
+/// The report's per-tensor entries by name (the order follows each source's tensor order).
+std::map<std::string, std::string> mixtral_v5_report(const std::string& dir) {
+    std::map<std::string, std::string> out;
+    const json rep = json::parse(io::read_file(dir + "/quantization_report.json"));
+    for (const json& e : rep.at("per_tensor").as_array()) out[e.at("name").as_string()] = e.dump();
+    out["bits_per_weight"] = rep.at("bits_per_weight").dump();
+    return out;
+}
+
+/// config.json with each compressed-tensors group's `targets` sorted: a target list names the
+/// modules it holds in the order the source held them (the fused source holds each layer's w1
+/// and w3 before its w2), and a loader matches any entry (find_matched_target), so the order
+/// carries nothing. Every other byte is compared as written.
+std::string mixtral_v5_config(const std::string& dir) {
+    json cfg = json::parse(io::read_file(dir + "/config.json"));
+    if (json* qc = cfg.find("quantization_config"))
+        if (json* groups = qc->find("config_groups"))
+            for (auto& g : groups->as_object())
+                if (json* targets = g.value.find("targets")) {
+                    auto names = strings(*targets);
+                    std::sort(names.begin(), names.end());
+                    json sorted = json::array();
+                    for (const auto& n : names) sorted.push_back(n);
+                    *targets = sorted;
+                }
+    return cfg.dump({.indent = 2});
+}
+
+/// The per-expert Mixtral (w1/w3/w2, block_sparse_moe.gate) and its transformers v5 twin, once
+/// per test program: I = 256, H = 128, so no two of H, I, 2I coincide and a transposed cut
+/// could not even have the right shape.
+const std::pair<std::string, std::string>& mixtral_v5_pair() {
+    static const std::pair<std::string, std::string> dirs = [] {
+        demo_options o = moe_demo(demo_moe::mixtral);
+        o.moe_intermediate = 256;
+        const std::string per_expert = moe_scratch("mx5-per-expert"), fused = moe_scratch("mx5-fused");
+        write_demo_checkpoint(per_expert, o);
+        testing::write_fused_twin(per_expert, fused);
+        return std::pair{per_expert, fused};
+    }();
+    return dirs;
+}
+
+}  // namespace
+
+// transformers v5 stores Mixtral's experts fused (conversion_mapping.py "mixtral": w1/w3 ->
+// `mlp.experts.gate_up_proj [E, 2I, H]` by MergeModulelist(dim=0) + Concatenate(dim=1), w2 ->
+// `mlp.experts.down_proj [E, H, I]`, router `.block_sparse_moe.gate` -> `.mlp.gate`). qforge cuts
+// them back into the names every Mixtral loader reads, so the output is the per-expert twin's:
+//  - vLLM model_executor/models/mixtral.py: MixtralDecoderLayer.block_sparse_moe (MixtralMoE:
+//    `gate` a ReplicatedLinear with quant_config=None, `experts` a FusedMoE), and
+//    MixtralModel.load_weights through get_expert_mapping -> FusedMoE.make_expert_params_mapping(
+//    ckpt_gate_proj_name="w1", ckpt_down_proj_name="w2", ckpt_up_proj_name="w3"): a checkpoint name
+//    must contain "experts.E.w1." etc. under `block_sparse_moe`; there is no mapper from `mlp.`,
+//    so `mlp.experts.E.gate_proj` would miss params_dict;
+//  - GPTQModel gptqmodel/models/definitions/mixtral.py: module tree `block_sparse_moe.experts.#`
+//    with ("w1:0", "w3:0", "w2:1");
+//  - transformers: the conversion mapping above reads `block_sparse_moe.experts.*.w1.weight`
+//    (and the quantized loaders' DecompressExperts, integrations/compressed_tensors.py, run on it).
+TEST_CASE("fused Mixtral (transformers v5): every safetensors format writes its per-expert twin's tensors and config") {
+    const auto& [per_expert, fused] = mixtral_v5_pair();
+    {
+        checkpoint_source s(fused);
+        CHECK(s.view("model.layers.1.mlp.experts.gate_up_proj").shape == shape_t{4, 512, 128});
+        CHECK(s.view("model.layers.1.mlp.experts.down_proj").shape == shape_t{4, 128, 256});
+        CHECK(s.contains("model.layers.1.mlp.gate.weight"));
+        for (const auto& t : s.tensors()) CHECK(t.name.find("block_sparse_moe") == std::string::npos);
+    }
+    struct fmt_case {
+        output_format f;
+        quant_spec s;
+    };
+    const fmt_case cases[] = {{output_format::gptq, {4, 64, true, scale_method::minmax, std::nullopt}},
+                              {output_format::gptq_v2, {4, 64, true, scale_method::minmax, std::nullopt}},
+                              {output_format::awq, {4, 64, false, scale_method::minmax, std::nullopt}},
+                              {output_format::compressed_tensors, {4, 64, true, scale_method::minmax, std::nullopt}},
+                              {output_format::compressed_tensors_fp8, {8, -1, true, scale_method::minmax, std::nullopt}},
+                              {output_format::fp8, {8, 128, true, scale_method::minmax, std::nullopt}},
+                              {output_format::compressed_tensors_w8a8, {8, -1, true, scale_method::minmax, std::nullopt}},
+                              {output_format::compressed_tensors_nvfp4, {4, 16, true, scale_method::minmax, std::nullopt}},
+                              {output_format::compressed_tensors_mxfp4, {4, 32, true, scale_method::minmax, std::nullopt}}};
+    for (const auto& c : cases) {
+        const std::string fmt(format_name(c.f));
+        CAPTURE(fmt);
+        const std::string a = moe_scratch("mx5-a-" + fmt), b = moe_scratch("mx5-b-" + fmt);
+        convert(per_expert, a, options(c.f, c.s));
+        convert(fused, b, options(c.f, c.s));
+        const auto want = mixtral_v5_tensors(a), got = mixtral_v5_tensors(b);
+        CHECK(got.size() == want.size());
+        for (const auto& w : want) {
+            CAPTURE(w.first);
+            const auto it = got.find(w.first);
+            REQUIRE(it != got.end());
+            CHECK(std::get<0>(it->second) == std::get<0>(w.second));
+            CHECK(std::get<1>(it->second) == std::get<1>(w.second));
+            CHECK(std::get<2>(it->second) == std::get<2>(w.second));
+        }
+        // config.json (quantization_config: ignore, dynamic, modules_to_not_convert; targets as a
+        // set) and the side files, byte for byte; the report entry for entry.
+        for (const auto& f : io::list_directory(a))
+            if (!f.ends_with(".safetensors") && f != "model.safetensors.index.json" && f != "quantization_report.json" &&
+                f != "config.json") {
+                CAPTURE(f);
+                CHECK(io::read_file(b + "/" + f) == io::read_file(a + "/" + f));
+            }
+        CHECK(mixtral_v5_config(b) == mixtral_v5_config(a));
+        CHECK(mixtral_v5_report(b) == mixtral_v5_report(a));
+        // The names the loaders above look up, and the router dense (vLLM builds it unquantized).
+        checkpoint_source dst(b);
+        CHECK(dst.view("model.layers.1.block_sparse_moe.gate.weight").type == dtype::BF16);
+        for (const auto& t : dst.tensors()) CHECK(t.name.find(".mlp.") == std::string::npos);
+        const json qc = quantization_config(b);
+        const std::string router = "model.layers.1.block_sparse_moe.gate";
+        if (c.f == output_format::gptq || c.f == output_format::gptq_v2) {
+            CHECK(dst.contains("model.layers.1.block_sparse_moe.experts.3.w3.qweight"));
+            // vLLM gptq_utils.get_dynamic_override: a "-:" key re.match-ing the router skips it
+            bool skipped = false;
+            for (const auto& m : qc.at("dynamic").as_object())
+                skipped = skipped || std::regex_search(router, std::regex(m.key.substr(2)), std::regex_constants::match_continuous);
+            CHECK(skipped);
+        } else if (c.f == output_format::awq) {
+            CHECK(dst.contains("model.layers.1.block_sparse_moe.experts.3.w2.qzeros"));
+            CHECK(has(strings(qc.at("modules_to_not_convert")), router));  // vLLM is_layer_skipped
+        } else if (c.f != output_format::fp8) {
+            CHECK(has(strings(qc.at("ignore")), router));  // compressed-tensors should_ignore_layer
+        }
+    }
+    // The plan says where each expert came from.
+    std::ostringstream text;
+    print_plan(text, plan_conversion(checkpoint_source(fused), options(output_format::gptq)));
+    CHECK(text.str().find("model.layers.0.block_sparse_moe.experts.2.w3.weight [256, 128] BF16 (from "
+                          "model.layers.0.mlp.experts.gate_up_proj expert 2)") != std::string::npos);
+    CHECK(text.str().find("model.layers.0.block_sparse_moe.gate.weight [4, 128] BF16 (from model.layers.0.mlp.gate.weight)") !=
+          std::string::npos);
+}
+
+TEST_CASE("fused Mixtral kept dense: each expert's w1 / w3 / w2 is its gate rows / up rows / down matrix, byte for byte") {
+    const auto& [per_expert, fused] = mixtral_v5_pair();
+    convert_options o = options(output_format::compressed_tensors);
+    o.rules.keep("re:.*\\.experts\\..*");
+    const std::string out = moe_scratch("mx5-keep");
+    convert(fused, out, o);
+    checkpoint_source src(per_expert), dst(out);
+    for (int l = 0; l < 2; ++l)
+        for (int e = 0; e < 4; ++e)
+            for (const char* leaf : {"w1", "w3", "w2"}) {
+                const std::string m = "model.layers." + std::to_string(l) + ".block_sparse_moe.experts." + std::to_string(e) + "." + leaf + ".weight";
+                CAPTURE(m);
+                const tensor_view a = src.view(m), b = dst.view(m);
+                CHECK(a.shape == b.shape);
+                REQUIRE(a.bytes.size() == b.bytes.size());
+                CHECK(std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0);
+            }
+}
+
+// What cannot be read without a guess is refused, naming the tensor and the reason: a shape that
+// is the transpose of transformers' [E, 2I, H] / [E, H, I], a config.json without the sizes that
+// tell the two apart, a bias (MixtralExperts has none), and a checkpoint holding the same experts
+// or router twice (fused and per-expert names). Where H == 2I the two orientations have one
+// shape: read as transformers reads it (MixtralExperts.forward: linear(x, gate_up_proj[e]).chunk(2)).
+TEST_CASE("fused Mixtral refusals: transposed shapes, missing sizes, biases, the same experts twice") {
+    model_config mx;
     mx.model_type = "mixtral";
-    CHECK(split_fused_experts(gu.name, {3, 128, 96}, mx, why).empty());
-    CHECK(why.find("block_sparse_moe.experts.E.w1/w3/w2") != std::string::npos);
+    mx.architectures = {"MixtralForCausalLM"};
+    mx.hidden_size = 96;
+    mx.intermediate_size = 64;
+    mx.num_experts = 3;
+    const std::string p = "model.layers.0.mlp.experts.";
+    std::string why;
+    const auto pieces = split_fused_experts(p + "gate_up_proj", {3, 128, 96}, mx, why);
+    REQUIRE_MESSAGE(pieces.size() == 6, why);
+    CHECK(pieces[2].name == "model.layers.0.block_sparse_moe.experts.1.w1.weight");
+    CHECK(pieces[3].name == "model.layers.0.block_sparse_moe.experts.1.w3.weight");
+    CHECK(pieces[3].cut.first == 64);
+    CHECK_FALSE(pieces[3].cut.transposed);
+    const auto down = split_fused_experts(p + "down_proj", {3, 96, 64}, mx, why);
+    REQUIRE(down.size() == 3);
+    CHECK(down[2].name == "model.layers.0.block_sparse_moe.experts.2.w2.weight");
+    CHECK(down[2].shape == shape_t{96, 64});
+    // transposes
+    CHECK(split_fused_experts(p + "gate_up_proj", {3, 96, 128}, mx, why).empty());
+    CHECK(why.find("transpose of Mixtral's [E, 128, 96]") != std::string::npos);
+    CHECK(split_fused_experts(p + "down_proj", {3, 64, 96}, mx, why).empty());
+    CHECK(why.find("transpose of Mixtral's [E, 96, 64]") != std::string::npos);
+    // Mixtral's expert size is intermediate_size (a moe_intermediate_size does not stand in)
+    model_config no_i = mx;
+    no_i.intermediate_size = 0;
+    no_i.moe_intermediate_size = 64;
+    CHECK(split_fused_experts(p + "gate_up_proj", {3, 128, 96}, no_i, why).empty());
+    CHECK(why.find("must give hidden_size and intermediate_size") != std::string::npos);
+    model_config wrong_i = mx;
+    wrong_i.intermediate_size = 32;
+    CHECK(split_fused_experts(p + "gate_up_proj", {3, 128, 96}, wrong_i, why).empty());
+    CHECK(why.find("differs from config.json's intermediate_size 32") != std::string::npos);
+    CHECK(split_fused_experts(p + "gate_up_proj_bias", {3, 128}, mx, why).empty());
+    CHECK(why.find("only known for gpt_oss") != std::string::npos);
+    // H == 2I: one shape for both orientations, cut as transformers reads it
+    model_config square = mx;
+    square.intermediate_size = 48;
+    const auto sq = split_fused_experts(p + "gate_up_proj", {3, 96, 96}, square, why);
+    REQUIRE_MESSAGE(sq.size() == 6, why);
+    CHECK((sq[1].cut.first == 48 && sq[1].cut.step == 1 && !sq[1].cut.transposed));
+
+    // The same weights twice: per-expert w1 beside the fused tensor, a v5 router beside the original.
+    rule_set rules;
+    rules.default_scheme = quant_spec{4, 32, true, scale_method::minmax, std::nullopt};
+    auto refusal_of = [&](const std::vector<source_tensor>& t) {
+        const plan pl = make_plan(t, mx, rules, output_format::gptq);
+        REQUIRE(pl.refused());
+        return pl.refusals.front();
+    };
+    const std::string twice = refusal_of({{p + "gate_up_proj", dtype::BF16, {3, 128, 96}, "a.safetensors"},
+                                          {"model.layers.0.block_sparse_moe.experts.0.w1.weight", dtype::BF16, {64, 96}, "b.safetensors"}});
+    CAPTURE(twice);
+    CHECK(twice.find("a.safetensors") != std::string::npos);
+    CHECK(twice.find(p + "gate_up_proj") != std::string::npos);
+    CHECK(twice.find("expert 0") != std::string::npos);
+    CHECK(twice.find("would be a guess") != std::string::npos);
+    const std::string router = refusal_of({{"model.layers.0.mlp.gate.weight", dtype::BF16, {3, 96}, "a.safetensors"},
+                                           {"model.layers.0.block_sparse_moe.gate.weight", dtype::BF16, {3, 96}, "a.safetensors"}});
+    CHECK(router.find("model.layers.0.mlp.gate.weight") != std::string::npos);
+    CHECK(router.find("also holds 'model.layers.0.block_sparse_moe.gate.weight'") != std::string::npos);
+    // The rename is Mixtral's alone: a Qwen router keeps its name.
+    model_config q = mx;
+    q.model_type = "qwen3_moe";
+    q.architectures = {};
+    CHECK(loader_tensor_name("model.layers.0.mlp.gate.weight", q) == "model.layers.0.mlp.gate.weight");
+    CHECK(loader_tensor_name("model.layers.0.mlp.gate.weight", mx) == "model.layers.0.block_sparse_moe.gate.weight");
 }
 
 TEST_CASE("a 3-D weight tensor no rule covers is refused, a keep rule keeps it and the plan counts it") {

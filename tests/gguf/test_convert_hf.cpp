@@ -20,6 +20,7 @@
 #include "qforge/io/safetensors/writer.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
 #include "support/fp8_checkpoint.hpp"
+#include "support/fused_twin.hpp"
 #include "support/independent_decoders.hpp"
 #include "support/lcg_checkpoint.hpp"
 
@@ -855,6 +856,36 @@ TEST_CASE("HF -> GGUF: Qwen3-MoE fused 3-D experts stack into the bytes of the p
     CHECK_THROWS_WITH_AS(convert_hf_to_gguf(bad, out_path("fused_bad"), o), doctest::Contains("differs from config.json's moe_intermediate_size 384"),
                          unsupported_error);
     CHECK_FALSE(io::path_exists(out_path("fused_bad")));
+}
+
+// transformers v5 Mixtral (src/transformers/conversion_mapping.py "mixtral": w1 then w3 ->
+// `mlp.experts.gate_up_proj [E, 2I, H]`, w2 -> `mlp.experts.down_proj [E, H, I]`, the router
+// renamed `mlp.gate`) gives the GGUF its per-expert twin gives: LC convert_hf_to_gguf.py
+// LlamaModel.modify_tensors stacks w1 -> ffn_gate_exps, w3 -> ffn_up_exps, w2 -> ffn_down_exps,
+// and gguf-py tensor_mapping.py FFN_GATE_INP names Mixtral's router
+// "model.layers.{bid}.block_sparse_moe.gate", which the v5 `mlp.gate` is mapped back to. A
+// checkpoint holding the router under both names is refused, nothing written.
+TEST_CASE("HF -> GGUF: Mixtral fused v5 experts and its mlp.gate router give the per-expert Mixtral's GGUF") {
+    const auto per_expert = write_moe("fuse_mixtral_src", true);
+    const std::string fused = std::string(QFORGE_BINARY_DIR) + "/gguf_moe_fused_mixtral";
+    if (io::path_exists(fused)) io::remove_tree(fused);
+    qforge::testing::write_fused_twin(per_expert, fused);
+    CHECK(safetensors::reader(fused + "/model.safetensors").view("model.layers.1.mlp.experts.gate_up_proj").shape ==
+          shape_t{8, 1024, 256});
+    convert_options o;
+    o.allow_no_vocab = true;
+    o.type = *parse_file_type("Q4_K_M");
+    const auto want = out_path("mixtral_fused_want"), got = out_path("mixtral_fused_got");
+    const auto rep_want = convert_hf_to_gguf(per_expert, want, o);
+    const auto rep = convert_hf_to_gguf(fused, got, o);
+    check_same_gguf(got, want);
+    CHECK(rep.total_bytes == rep_want.total_bytes);
+    CHECK(reader(got).find_tensor("blk.1.ffn_gate_inp.weight")->ne == std::vector<std::int64_t>{256, 8});
+    CHECK(reader(got).find_tensor("blk.0.ffn_up_exps.weight")->ne == std::vector<std::int64_t>{256, 512, 8});
+    const auto both = write_moe("mixtral_two_routers", true, "", {{"model.layers.0.mlp.gate.weight", {8, 256}}});
+    CHECK_THROWS_WITH_AS(convert_hf_to_gguf(both, out_path("mixtral_two_routers"), o),
+                         doctest::Contains("a second source tensor for blk.0.ffn_gate_inp.weight"), format_error);
+    CHECK_FALSE(io::path_exists(out_path("mixtral_two_routers")));
 }
 
 // LC convert_hf_to_gguf.py LlamaModel.modify_tensors (Mixtral: w1 -> ffn_gate_exps, w3 -> ffn_up_exps,

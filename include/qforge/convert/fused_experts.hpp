@@ -26,11 +26,23 @@
 //    [E, I, H]`. Only that orientation is read, checked against hidden_size and
 //    moe_intermediate_size; where H == 2I (gate_up) or H == I (down) the two orientations have
 //    one shape and the tensor is refused rather than guessed.
-//  - mixtral in the v5 layout is known (conversion_mapping.py "mixtral": `.block_sparse_moe.` ->
-//    `.mlp.`, w1 and w3 stacked and concatenated into `.experts.gate_up_proj [E, 2I, H]`, w2 into
-//    `.experts.down_proj [E, H, I]`) but refused: its pieces would need Mixtral's per-expert names
-//    (`block_sparse_moe.experts.E.w1/w3/w2`, router `block_sparse_moe.gate`) that Mixtral
-//    loaders read, which the cut does not write yet.
+//  - mixtral (`MixtralExperts`, transformers src/transformers/models/mixtral/modeling_mixtral.py,
+//    v5): `gate_up_proj [E, 2I, H]` and `down_proj [E, H, I]` with I = config.intermediate_size
+//    (`self.intermediate_dim = config.intermediate_size`), used as qwen3_moe's. The checkpoint is
+//    so on disk: conversion_mapping.py _build_checkpoint_conversion_mapping "mixtral" loads the
+//    original `block_sparse_moe.experts.*.w1.weight` and `*.w3.weight` through
+//    MergeModulelist(dim=0) + Concatenate(dim=1) into `mlp.experts.gate_up_proj` (w1 = gate rows
+//    first), `*.w2.weight` through MergeModulelist(dim=0) into `mlp.experts.down_proj`, no
+//    Transpose, and renames the router `.block_sparse_moe.gate` -> `.mlp.gate`; a v5 save
+//    (save_original_format=False) keeps those names. The cut writes the ORIGINAL names back:
+//    `<L>.block_sparse_moe.experts.<e>.w1/w3/w2` and the router `<L>.block_sparse_moe.gate`,
+//    since those are what every Mixtral loader reads: vLLM model_executor/models/mixtral.py
+//    (MixtralDecoderLayer's module is `block_sparse_moe`, MixtralModel.get_expert_mapping ->
+//    FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name="w1", ckpt_down_proj_name="w2",
+//    ckpt_up_proj_name="w3"), no name mapper from `mlp.`), GPTQModel models/definitions/mixtral.py
+//    (module tree `block_sparse_moe.experts.#.w1/w3/w2`) and transformers' own conversion source
+//    patterns above (which its quantized loaders, e.g. integrations/compressed_tensors.py
+//    DecompressExperts, run on). `mlp.experts.<e>.gate_proj` would match none of them.
 //
 // Each cut is gathered one expert at a time (gather_expert): memory follows one expert matrix.
 #pragma once
@@ -77,36 +89,70 @@ struct expert_piece {
 /// The architectures with a known fused layout, as "model_type (ArchitectureClass)".
 inline std::string_view known_fused_expert_architectures() noexcept {
     return "qwen3_moe (Qwen3MoeForCausalLM) and qwen3_5_moe (Qwen3_5MoeForConditionalGeneration): [E, 2I, H] gate "
-           "then up; gpt_oss (GptOssForCausalLM): [E, H, 2I] gate/up interleaved; qwen3_vl_moe "
-           "(Qwen3VLMoeForConditionalGeneration): [E, H, 2I] gate then up";
+           "then up; mixtral (MixtralForCausalLM): [E, 2I, H] w1 then w3; gpt_oss (GptOssForCausalLM): [E, H, 2I] "
+           "gate/up interleaved; qwen3_vl_moe (Qwen3VLMoeForConditionalGeneration): [E, H, 2I] gate then up";
 }
+
+namespace detail {
+/// `c` describes model_type `type`, or lists the architecture class `arch`.
+inline bool is_architecture(const model_config& c, std::string_view type, std::string_view arch) {
+    if (c.model_type == type) return true;
+    for (const auto& a : c.architectures)
+        if (a == arch) return true;
+    return false;
+}
+}  // namespace detail
+
+inline bool is_mixtral(const model_config& c) { return detail::is_architecture(c, "mixtral", "MixtralForCausalLM"); }
 
 /// The fused-expert layout of the model `c` describes, or nullopt (then `why` says so).
 inline std::optional<fused_expert_layout> fused_expert_layout_for(const model_config& c, std::string& why) {
-    auto is = [&](std::string_view type, std::string_view arch) {
-        if (c.model_type == type) return true;
-        for (const auto& a : c.architectures)
-            if (a == arch) return true;
-        return false;
-    };
+    auto is = [&](std::string_view type, std::string_view arch) { return detail::is_architecture(c, type, arch); };
     if (is("qwen3_moe", "Qwen3MoeForCausalLM")) return fused_expert_layout::out_in_concat;
     if (is("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration") || is("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM"))
         return fused_expert_layout::out_in_concat;
+    if (is_mixtral(c)) return fused_expert_layout::out_in_concat;
     if (is("gpt_oss", "GptOssForCausalLM")) return fused_expert_layout::in_out_strided;
     if (is("qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration")) return fused_expert_layout::in_out_concat;
     std::string archs;
-    if (is("mixtral", "MixtralForCausalLM")) {
-        why = "fused 3-D Mixtral experts (transformers v5 `mlp.experts.gate_up_proj [E, 2I, H]`, w1 then w3) are not "
-              "cut: Mixtral loaders read per-expert `block_sparse_moe.experts.E.w1/w3/w2`, names the cut does not write "
-              "yet; convert the per-expert checkpoint";
-        return std::nullopt;
-    }
     for (const auto& a : c.architectures) archs += (archs.empty() ? "" : ", ") + a;
     why = "fused 3-D experts of model_type '" + c.model_type + "' (architectures [" + archs +
           "]) have no verified orientation rule in qforge; splitting them on a guess would corrupt "
           "every expert silently. Known: " +
           std::string(known_fused_expert_architectures());
     return std::nullopt;
+}
+
+/// The per-expert names the loaders of model `c` read for the pieces of its fused experts:
+/// "<layer>.<block>.experts.<e>.<gate|up|down>". Mixtral's are its original names (see above);
+/// every other architecture keeps the fused tensor's block and the Qwen leaf names.
+struct expert_piece_names {
+    std::string_view block;  ///< the block loaders read ("block_sparse_moe"); empty: the fused tensor's own
+    std::string_view gate = "gate_proj", up = "up_proj", down = "down_proj";
+};
+
+inline expert_piece_names expert_piece_names_for(const model_config& c) {
+    if (is_mixtral(c)) return {"block_sparse_moe", "w1", "w3", "w2"};
+    return {};
+}
+
+/// The per-expert intermediate size config.json gives (0 when absent), and its key: Mixtral's
+/// experts are its MLP (MixtralExperts: intermediate_dim = config.intermediate_size).
+inline std::int64_t expert_intermediate_size(const model_config& c, std::string_view* key = nullptr) {
+    const bool mixtral = is_mixtral(c);
+    if (key) *key = mixtral ? "intermediate_size" : "moe_intermediate_size";
+    return mixtral ? c.intermediate_size : c.moe_intermediate_size;
+}
+
+/// The name loaders read for a tensor that transformers v5 renames on load, and a v5 save
+/// leaves renamed: Mixtral's router `<L>.mlp.gate.weight` is `<L>.block_sparse_moe.gate.weight`
+/// (conversion_mapping.py "mixtral" WeightRenaming(".block_sparse_moe.gate", ".mlp.gate"); vLLM
+/// mixtral.py MixtralMoE builds it as `{prefix}.gate` under `block_sparse_moe`). Every other
+/// name, and every other architecture's, is returned unchanged.
+inline std::string loader_tensor_name(std::string_view name, const model_config& c) {
+    constexpr std::string_view v5_router = ".mlp.gate.weight";
+    if (!is_mixtral(c) || !name.ends_with(v5_router)) return std::string(name);
+    return std::string(name.substr(0, name.size() - v5_router.size())) + ".block_sparse_moe.gate.weight";
 }
 
 namespace detail {
@@ -154,6 +200,42 @@ inline bool one_orientation(const shape_t& shape, fused_part part, const model_c
         return false;
     }
     return true;
+}
+
+/// Mixtral's fused experts are read in transformers' one orientation, gate_up [E, 2I, H] and
+/// down [E, H, I] (on disk as in memory: its conversion mapping has no Transpose), told from
+/// their transposes by config.json's hidden_size and intermediate_size (MixtralConfig always
+/// writes both). Without them, or in the transposed shape ([E, H, 2I] / [E, I, H], the [in, out]
+/// orientation of gpt-oss and Qwen3-VL files, e.g. a tool's re-save), which matrix is which
+/// would be a guess: refused. Where both orientations have one shape (H == 2I for gate_up,
+/// H == I for down) the file is read as transformers reads it, whose model is the reference.
+inline bool mixtral_orientation(const shape_t& shape, fused_part part, const model_config& c, std::string& why) {
+    if (c.hidden_size <= 0 || c.intermediate_size <= 0) {
+        why = "config.json must give hidden_size and intermediate_size: Mixtral's fused experts are read as "
+              "[E, 2I, H] / [E, H, I] (transformers MixtralExperts) and told from their transposes by them";
+        return false;
+    }
+    if (shape.size() != 3) return true;  // the shape checks that follow say why
+    const bool gate_up = part == fused_part::gate_up;
+    const std::int64_t H = c.hidden_size, n = gate_up ? 2 * c.intermediate_size : c.intermediate_size;
+    if (H == n) return true;
+    if (gate_up ? (shape[1] == H && shape[2] == n) : (shape[1] == n && shape[2] == H)) {
+        why = "shape " + shape_to_string(shape) + " is the transpose of Mixtral's [E, " + std::to_string(gate_up ? n : H) +
+              ", " + std::to_string(gate_up ? H : n) +
+              "] (transformers MixtralExperts; conversion_mapping.py \"mixtral\" stacks w1/w3/w2 without a "
+              "Transpose): an [in, out] re-save, not read";
+        return false;
+    }
+    return true;
+}
+
+/// The prefix "<layer>.<block>.experts" the pieces of the fused tensor under `prefix` are named
+/// with: the fused tensor's own, or with the block the architecture's loaders read.
+inline std::string piece_prefix(const std::string& prefix, const expert_piece_names& names) {
+    if (names.block.empty()) return prefix;
+    const std::string layer = prefix.substr(0, prefix.size() - std::string_view(".experts").size());
+    const std::size_t dot = layer.rfind('.');
+    return (dot == std::string::npos ? std::string() : layer.substr(0, dot + 1)) + std::string(names.block) + ".experts";
 }
 
 }  // namespace detail
@@ -206,6 +288,7 @@ inline std::vector<expert_piece> split_fused_experts(std::string_view name, cons
     const bool strided = *layout != fused_expert_layout::out_in_concat;  // stored [in, out]
     const bool interleaved = *layout == fused_expert_layout::in_out_strided;
     if (*layout == fused_expert_layout::in_out_concat && !detail::one_orientation(shape, *part, c, why)) return {};
+    if (is_mixtral(c) && !detail::mixtral_orientation(shape, *part, c, why)) return {};
     const std::int64_t a = shape[1], b = bias ? 0 : shape[2];
     const bool gate_up = *part == detail::fused_part::gate_up || *part == detail::fused_part::gate_up_bias;
     const std::int64_t two_i = bias ? a : (strided ? b : a);  // the dim that holds gate and up
@@ -215,9 +298,11 @@ inline std::vector<expert_piece> split_fused_experts(std::string_view name, cons
         return {};
     }
     const std::int64_t I = gate_up ? two_i / 2 : (bias ? 0 : (strided ? a : b));
-    if (c.moe_intermediate_size > 0 && !bias && I != c.moe_intermediate_size) {
+    std::string_view size_key;
+    const std::int64_t config_i = expert_intermediate_size(c, &size_key);
+    if (config_i > 0 && !bias && I != config_i) {
         why = "per-expert intermediate size " + std::to_string(I) + " of " + shape_to_string(shape) +
-              " differs from config.json's moe_intermediate_size " + std::to_string(c.moe_intermediate_size);
+              " differs from config.json's " + std::string(size_key) + " " + std::to_string(config_i);
         return {};
     }
     if (!bias && c.hidden_size > 0 && (gate_up ? other : (strided ? b : a)) != c.hidden_size) {
@@ -225,20 +310,22 @@ inline std::vector<expert_piece> split_fused_experts(std::string_view name, cons
               std::to_string(c.hidden_size);
         return {};
     }
+    const expert_piece_names names = expert_piece_names_for(c);
+    const std::string named = detail::piece_prefix(prefix, names);
     std::vector<expert_piece> out;
     for (std::int64_t e = 0; e < E; ++e) {
-        const std::string p = prefix + "." + std::to_string(e) + ".";
+        const std::string p = named + "." + std::to_string(e) + ".";
         const std::string suffix = bias ? ".bias" : ".weight";
         if (gate_up) {
             for (int which = 0; which < 2; ++which) {  // 0 gate, 1 up
                 expert_cut cut{e, strided, interleaved ? which : which * I, interleaved ? 2 : 1};
                 shape_t s = bias ? shape_t{I} : shape_t{I, other};
-                out.push_back({p + (which == 0 ? "gate_proj" : "up_proj") + suffix, std::move(s), cut});
+                out.push_back({p + std::string(which == 0 ? names.gate : names.up) + suffix, std::move(s), cut});
             }
         } else {
             const std::int64_t H = bias ? a : (strided ? b : a);
             shape_t s = bias ? shape_t{H} : shape_t{H, strided ? a : b};
-            out.push_back({p + "down_proj" + suffix, std::move(s), expert_cut{e, strided, 0, 1}});
+            out.push_back({p + std::string(names.down) + suffix, std::move(s), expert_cut{e, strided, 0, 1}});
         }
     }
     return out;

@@ -417,6 +417,19 @@ inline std::vector<plan_item> split_items(const plan_item& whole, const split_ac
     return parts;
 }
 
+/// A fused expert's piece, or a renamed tensor, whose output name the checkpoint also holds
+/// as a tensor of its own (per-expert and fused experts of one block, a v5 router beside the
+/// original): which of the two is the model would be a guess. Returns the reason, or empty.
+inline std::string twice_in_source(const std::vector<plan_item>& parts, const std::string& source,
+                                   const std::set<std::string>& source_names) {
+    for (const auto& part : parts)
+        if (part.name != source && source_names.contains(part.name))
+            return "the checkpoint also holds '" + part.name + "', which this tensor becomes" +
+                   (part.cut ? " (its expert " + std::to_string(part.cut->expert) + ")" : std::string(" (its loader name)")) +
+                   ": the same weights twice, in the fused and the per-expert naming; which one is the model would be a guess";
+    return {};
+}
+
 /// Stage 1 for one source: the rewrites (expert cut, split, untie, rename) that turn it into
 /// output items, appended to p.items; every problem is a refusal.
 inline void rewrite_source(plan& p, const source_tensor& s, const model_config& cfg, const rule_set& rules,
@@ -427,12 +440,14 @@ inline void rewrite_source(plan& p, const source_tensor& s, const model_config& 
                 refusal(s.file, s.name, "the checkpoint is already quantized (convert a bf16/fp16 checkpoint, or repack it)"));
             break;
         }
-    const plan_item whole = whole_item(s);
+    plan_item whole = whole_item(s);
+    whole.name = loader_tensor_name(s.name, cfg);  // a v5 rename undone (Mixtral's router)
     std::vector<plan_item> parts;
     std::string why;
     if ((is_floating(s.type) || s.scale) && is_fused_expert_tensor(s.name)) parts = expert_items(whole, cfg, why);
     else if (const rule* r = rules.last_match<split_action>(s.name)) parts = split_items(whole, std::get<split_action>(r->action), cfg, why);
     else parts.push_back(whole);
+    if (why.empty()) why = twice_in_source(parts, s.name, source_names);
     if (!why.empty()) {
         p.refusals.push_back(refusal(s.file, s.name, why));
         return;

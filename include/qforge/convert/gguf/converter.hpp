@@ -23,6 +23,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -451,6 +452,7 @@ inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, co
                                                 std::int64_t& n_vocab) {
     std::vector<planned_tensor> plan;
     std::map<std::string, std::size_t> stacked;  // GGUF name -> its entry in `plan`
+    std::set<std::string> single;                // GGUF names of the tensors that are not stacked
     // An FP8 source (convert/fp8_source.hpp) is read through its decoded weights: the scale
     // tensors are folded in, the first malformed one refuses the conversion.
     if (!src.fp8().refusals.empty()) fail<unsupported_error>({}, {}, src.fp8().refusals.front().substr(8));
@@ -462,7 +464,8 @@ inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, co
             add_fused_experts(plan, stacked, t, mc, h, where);
             continue;
         }
-        auto m = map_hf_name(t.name, h.arch, static_cast<int>(h.n_head), static_cast<int>(h.n_head_kv));
+        // a v5 rename undone first (Mixtral's `mlp.gate` router is `block_sparse_moe.gate`)
+        auto m = map_hf_name(loader_tensor_name(t.name, mc), h.arch, static_cast<int>(h.n_head), static_cast<int>(h.n_head_kv));
         if (!m) fail<unsupported_error>(where, t.name, "tensor has no GGUF name for " + h.arch_name);
         check_source_tensor(t, *m, h, where);
         if (m->gguf == "token_embd.weight") n_vocab = t.shape[0];
@@ -470,6 +473,8 @@ inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, co
             add_expert_slice(plan, stacked, t, *m, h, where);
             continue;
         }
+        if (!single.insert(m->gguf).second)  // e.g. a v5 router beside the original one
+            fail<format_error>(where, t.name, "a second source tensor for " + m->gguf + ": which one is the model would be a guess");
         planned_tensor p{t.name, *m, t.type, t.shape, {}, {}, {t.name}, {std::nullopt}};
         p.decl.name = m->gguf;
         for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) p.decl.ne.push_back(*it);
