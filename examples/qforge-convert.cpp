@@ -14,6 +14,7 @@
 // Options live in one table (name, argument, help, handler): a new option is one entry.
 // The library prints nothing; this program prints one progress line per tensor on stderr,
 // the report summary at the end, and on any refusal a single line and exit status 1.
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -277,7 +278,7 @@ const std::vector<option>& options() {
          [](settings& s, const std::string&) { s.read_copy = true; }},
         {"--read-mapped", "", "quantize straight from the memory mapping (zero-copy; a source truncated while it is read can kill the process with SIGBUS)",
          [](settings& s, const std::string&) { s.read_mapped = true; }},
-        {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT, FP8): move its codes into --format bit for bit, or refuse with the reason",
+        {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT, FP8): move its codes into --format bit for bit, or refuse with the reason; with --format gguf: compressed-tensors MXFP4 into GGUF MXFP4",
          [](settings& s, const std::string&) { s.repack = true; }},
         {"--requantize", "", "with --repack: dequantize and quantize again the layers --format cannot hold exactly (SNR reported)",
          [](settings& s, const std::string&) { s.requantize = true; }},
@@ -354,6 +355,7 @@ settings parse(int argc, char** argv) {
     s.src = positional[0];
     s.dst = positional[1];
     if (!s.format && !s.gguf) usage_error("give --format or --preset");
+    if (s.gguf && s.requantize) usage_error("--requantize is not offered with --format gguf (--repack copies MXFP4 codes or refuses)");
     if (s.activation_scaling && (s.imatrix.empty() || s.gguf))
         usage_error("--activation-scaling takes the statistics of --imatrix, for the safetensors formats");
     if (!s.imatrix.empty() && !s.gguf && s.scheme.scale != scale_method::search && s.scheme.scale != scale_method::mse &&
@@ -466,6 +468,7 @@ gguf::convert_options gguf_options(const settings& s) {
     o.allow_no_vocab = s.no_vocab;
     o.imatrix_file = s.imatrix;
     o.read_mapped = s.read_mapped;
+    o.repack = s.repack;
     return o;
 }
 
@@ -498,6 +501,8 @@ int run_gguf(const settings& s) {
     std::printf("wrote %s: %zu tensors (%s), %.3f bits per weight", s.dst.c_str(), r.tensors.size(), r.arch.c_str(), r.bits_per_weight());
     if (quantized) std::printf(", SNR min %.2f dB, mean %.2f dB", snr_min, snr_sum / static_cast<double>(quantized));
     std::printf("\n");
+    const auto repacked = std::count_if(r.tensors.begin(), r.tensors.end(), [](const auto& t) { return t.repacked; });
+    if (repacked) std::printf("repacked %zu tensor(s) from packed MXFP4, codes and exponents bit for bit\n", static_cast<std::size_t>(repacked));
     for (const auto& f : r.fallbacks()) std::printf("fallback: %s\n", f.c_str());
     for (const auto& f : r.without_imatrix()) std::printf("without imatrix: %s\n", f.c_str());
     return 0;
@@ -657,8 +662,10 @@ int main(int argc, char** argv) {
     try {
         // An FP8 source "repacks" through the converter: on the same grid its codes and scales
         // are copied bit for bit (convert/fp8_source.hpp fp8_copy_applies), else requantized.
-        if (s.repack && checkpoint_source(s.src).fp8().kind == fp8_source_kind::none) return run_repack(s);
+        // --format gguf --repack: packed compressed-tensors MXFP4 copied into GGUF MXFP4 (the
+        // GGUF converter refuses any other source).
         if (s.gguf) return run_gguf(s);
+        if (s.repack && checkpoint_source(s.src).fp8().kind == fp8_source_kind::none) return run_repack(s);
         const auto t0 = std::chrono::steady_clock::now();
         checkpoint_source src(s.src);
         convert_options o = to_options(s, src);

@@ -1241,6 +1241,36 @@ TEST_CASE("FP8 outputs from an FP8 source: fp8-block and native fp8 decode close
     }
 }
 
+// Issue 17 item 4 for compressed-tensors sources: FP8_BLOCK (BF16 128x128 scales, ragged edges)
+// -> fp8-block and FP8_DYNAMIC (BF16 per-channel scales) -> fp8-dynamic are on the same grid in
+// the same scale dtype (the model's, BF16), so codes and scales are copied byte for byte.
+TEST_CASE("FP8 compressed-tensors source -> the same FP8 scheme: codes and scales copied byte for byte") {
+    for (const bool block : {true, false}) {
+        CAPTURE(block);
+        testing::fp8_fixture f;
+        f.layout = block ? testing::fp8_layout::ct_block : testing::fp8_layout::ct_channel;
+        f.scale_type = dtype::BF16;
+        const std::string src = fp8_checkpoint(f, block ? "fp8-ct-copy-block" : "fp8-ct-copy-channel");
+        convert_options o;
+        o.format = output_format::compressed_tensors_fp8;
+        o.rules.default_scheme = quant_spec{8, block ? 128 : -1, true, scale_method::minmax, std::nullopt};
+        const std::string out = scratch(block ? "fp8-ct-copy-block-out" : "fp8-ct-copy-channel-out");
+        const conversion_result r = convert(src, out, o);
+        REQUIRE(r.report.tensors.size() == 7);
+        checkpoint_source written(out), source(src);
+        for (const auto& rt : r.report.tensors) {
+            CAPTURE(rt.name);
+            CHECK(std::isinf(rt.snr_db));
+            for (const char* suffix : {".weight", ".weight_scale"}) {
+                const tensor_view a = source.view(rt.name + suffix), b = written.view(rt.name + suffix);
+                CHECK(a.type == b.type);
+                CHECK(a.shape == b.shape);
+                CHECK(std::equal(a.bytes.begin(), a.bytes.end(), b.bytes.begin(), b.bytes.end()));
+            }
+        }
+    }
+}
+
 TEST_CASE("FP8 outputs refuse what they cannot hold, naming the tensor") {
     auto refusal = [&](output_format f, quant_spec s) {
         convert_options o;

@@ -7,6 +7,15 @@
 //    scale grid, (E x) ceil(N / block_rows) x ceil(K / block_cols), is the element count of a
 //    scale tensor of the file with the recorded dtype;
 //  - decode_fp8_weight either refuses or returns N x K finite floats (2-D weights).
+// The same input feeds the packed compressed-tensors MXFP4 reader (convert/mxfp4_source.hpp,
+// the GGUF --repack source), whose properties are:
+//  - read_mxfp4_source never throws (refusals are returned);
+//  - every packed weight it accepts is a U8 [N, K/2] weight_packed with a U8 [N, K/32]
+//    weight_scale of the file, K a positive multiple of 32; its `tensors` list carries it as one
+//    U8 <m>.weight [N, K] and neither of its two tensors;
+//  - repacking a row into GGUF MXFP4 blocks (ct_mxfp4_row_to_gguf) and decoding them with
+//    ggml's dequantize_row_mxfp4 gives, element for element, the compressed-tensors value
+//    e2m1(code) * 2^(e - 127) wherever the exponent is not the E8M0 NaN 0xFF.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +26,9 @@
 #include <vector>
 
 #include "qforge/convert/fp8_source.hpp"
+#include "qforge/convert/mxfp4_source.hpp"
+#include "qforge/core/minifloat.hpp"
+#include "qforge/layout/gguf/mxfp4.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/io/safetensors/reader.hpp"
 
@@ -30,6 +42,46 @@ using qforge_fuzz::memfile;
 
 constexpr st::reader_limits limits{.max_header_bytes = 1 << 20, .max_tensors = 4096, .max_rank = 8,
                                    .max_elements = std::uint64_t{1} << 22};
+
+/// The MXFP4 reader's properties (the file comment) on the tensors of `r`.
+void check_mxfp4_source(const qforge::json& cfg, const st::reader& r, const std::vector<qforge::source_tensor>& tensors) {
+    qforge::mxfp4_source m;
+    try {
+        m = qforge::read_mxfp4_source(cfg, "config.json", tensors, "m");
+    } catch (...) {
+        std::abort();  // the reader returns refusals, never throws
+    }
+    for (const qforge::mxfp4_packed_weight& w : m.weights) {
+        const st::tensor_info* p = r.find(w.packed);
+        const st::tensor_info* s = r.find(w.scale);
+        if (!p || !s || p->type != qforge::dtype::U8 || s->type != qforge::dtype::U8 || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0)
+            std::abort();
+        if (p->shape != qforge::shape_t{w.rows, w.cols / 2} || s->shape != qforge::shape_t{w.rows, w.cols / 32}) std::abort();
+        const qforge::source_tensor* seen = nullptr;
+        for (const qforge::source_tensor& t : m.tensors) {
+            if (t.name == w.packed || t.name == w.scale) std::abort();
+            if (t.name == w.module + ".weight") seen = &t;
+        }
+        if (!seen || seen->type != qforge::dtype::U8 || seen->shape != qforge::shape_t{w.rows, w.cols} || m.find(seen->name) != &w)
+            std::abort();
+        const auto packed = r.view(w.packed), scale = r.view(w.scale);
+        const auto* codes = reinterpret_cast<const std::uint8_t*>(packed.bytes.data());
+        const auto* exps = reinterpret_cast<const std::uint8_t*>(scale.bytes.data());
+        std::vector<qforge::gguf::block_mxfp4> blocks(static_cast<std::size_t>(w.cols / 32));
+        std::vector<float> back(static_cast<std::size_t>(w.cols));
+        for (std::int64_t row = 0; row < std::min<std::int64_t>(w.rows, 4); ++row) {
+            const std::uint8_t* c = codes + row * (w.cols / 2);
+            const std::uint8_t* e = exps + row * (w.cols / 32);
+            qforge::gguf::ct_mxfp4_row_to_gguf(c, e, w.cols, blocks.data());
+            qforge::gguf::dequantize(blocks.data(), back.data(), w.cols);
+            for (std::int64_t col = 0; col < w.cols; ++col) {
+                if (e[col / 32] == 0xFF) continue;
+                const std::uint8_t code = col % 2 ? c[col / 2] >> 4 : c[col / 2] & 0xF;
+                if (back[static_cast<std::size_t>(col)] != qforge::e2m1_to_float(code) * qforge::e8m0_to_float(e[col / 32])) std::abort();
+            }
+        }
+    }
+}
 
 }  // namespace
 
@@ -49,6 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const st::reader r(input.path, st::read_mode::mmap, limits);
         std::vector<qforge::source_tensor> tensors;
         for (const auto& t : r.tensors()) tensors.push_back({t.name, t.type, t.shape, "model.safetensors"});
+        check_mxfp4_source(cfg, r, tensors);
         const qforge::fp8_source f = qforge::read_fp8_source(cfg, "config.json", tensors, "m");
         for (const qforge::source_tensor& t : f.tensors)
             for (const qforge::source_tensor& u : f.tensors)

@@ -275,6 +275,16 @@ void fp8_source_seeds() {
     put("fp8_source", "ct_channel", seed(ct, {{l, dtype::F8_E4M3, {6, 40}}, {l + "_scale", dtype::BF16, {6, 1}},
                                               {"model.layers.0.mlp.up_proj.input_scale", dtype::F32, {1}}}));
     put("fp8_source", "ct_orphan", seed(ct, {{l + "_scale", dtype::BF16, {6, 1}}}));
+    // packed compressed-tensors MXFP4 (convert/mxfp4_source.hpp): a good layer, and a group-16 scale
+    json mw = json::object({{"num_bits", 4}, {"type", "float"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", 32}});
+    const json mx = json::object({{"quantization_config",
+                                   json::object({{"quant_method", "compressed-tensors"},
+                                                 {"format", "mxfp4-pack-quantized"},
+                                                 {"config_groups", json::object({{"group_0", json::object({{"format", "mxfp4-pack-quantized"}, {"weights", mw}})}})},
+                                                 {"ignore", json::array({"lm_head"})}})}});
+    const std::string m = "model.layers.0.mlp.up_proj";
+    put("fp8_source", "ct_mxfp4", seed(mx, {{m + ".weight_packed", dtype::U8, {3, 32}}, {m + ".weight_scale", dtype::U8, {3, 2}}}));
+    put("fp8_source", "ct_mxfp4_group16", seed(mx, {{m + ".weight_packed", dtype::U8, {3, 32}}, {m + ".weight_scale", dtype::U8, {3, 4}}}));
 }
 
 /// fuzz_cluster_plan: a plan.json as convert/cluster/plan_file.hpp writes it, then one NUL and

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "qforge/convert/demo_checkpoint.hpp"
@@ -1291,4 +1293,263 @@ TEST_CASE("GGUF dry run: the converter's planned types and fallbacks, the block 
     CHECK(text.find("serving tp=2: every row-parallel shard holds whole blocks") != std::string::npos);
     CHECK(text.find("serving tp=4: blk.0.attn_output.weight (Q5_0): K per rank 16") != std::string::npos);
     CHECK(text.find("serving tp=8: 10 row-parallel tensor(s) break a quant block") != std::string::npos);
+}
+
+// --repack: packed compressed-tensors MXFP4 (weight_packed U8 [N, K/2], weight_scale E8M0 U8
+// [N, K/32], format mxfp4-pack-quantized; CTn compressors/mxfp4/base.py) -> GGUF MXFP4 (ggml
+// type 39) by copying codes and exponents. The source is written here from random codes whose
+// every block holds a magnitude 4 or 6 and no negative zero: then ggml's quantize_row_mxfp4_ref
+// of the decoded values picks the very same exponent (floor(log2(4 or 6 * 2^s)) - 2 = s) and
+// codes (each value is exactly one kvalues_mxfp4 * d), i.e. it is the same quantization, and the
+// repacked file must equal, byte for byte, the GGUF written directly from the decoded twin.
+namespace {
+
+struct repack_mx_dirs {
+    std::string ct, twin;
+};
+
+bool repack_mx_is_linear(const std::string& n) {
+    return n.ends_with(".weight") && (n.find("self_attn.") != std::string::npos || n.find(".experts.") != std::string::npos) &&
+           n.find("_norm") == std::string::npos;
+}
+
+/// A CT MXFP4 checkpoint and its dequantized BF16 twin, from the demo model `o` (its dense
+/// tensors copied to both; every attention / expert linear replaced).
+repack_mx_dirs repack_mx_checkpoints(const std::string& tag, const qforge::demo_options& o, json group_weights = json()) {
+    const std::string base = std::string(QFORGE_BINARY_DIR) + "/gguf_repack_" + tag;
+    const repack_mx_dirs d{base + "_ct", base + "_twin"};
+    for (const std::string& p : {base + "_bf16", d.ct, d.twin})
+        if (qforge::io::path_exists(p)) qforge::io::remove_tree(p);
+    qforge::write_demo_checkpoint(base + "_bf16", o);
+    const qforge::checkpoint_source src(base + "_bf16");
+    struct out_tensor {
+        std::string name;
+        dtype type;
+        shape_t shape;
+        std::vector<std::byte> bytes;
+    };
+    std::vector<out_tensor> ct, twin;
+    std::uint32_t state = 12345;
+    auto next = [&] {
+        state = state * 1664525u + 1013904223u;
+        return state >> 8;
+    };
+    for (const auto& t : src.tensors()) {
+        const tensor_view v = src.view(t.name);
+        if (!repack_mx_is_linear(t.name)) {
+            const std::vector<std::byte> b(v.bytes.begin(), v.bytes.end());
+            ct.push_back({t.name, t.type, t.shape, b});
+            twin.push_back({t.name, t.type, t.shape, b});
+            continue;
+        }
+        const std::int64_t n = t.shape[0], k = t.shape[1], nb = k / 32;
+        const std::string m = t.name.substr(0, t.name.size() - 7);
+        std::vector<std::byte> packed(static_cast<std::size_t>(n * k / 2)), scale(static_cast<std::size_t>(n * nb)),
+            dense(static_cast<std::size_t>(n * k * 2));
+        for (std::int64_t r = 0; r < n; ++r)
+            for (std::int64_t b = 0; b < nb; ++b) {
+                const auto e = static_cast<std::uint8_t>(115 + next() % 8);  // 2^-12 .. 2^-5
+                scale[static_cast<std::size_t>(r * nb + b)] = std::byte{e};
+                const std::int64_t top = static_cast<std::int64_t>(next() % 32);  // the element of magnitude 4 or 6
+                for (std::int64_t c = 32 * b; c < 32 * (b + 1); ++c) {
+                    std::uint8_t code = static_cast<std::uint8_t>(next() % 16);
+                    if (c - 32 * b == top) code = static_cast<std::uint8_t>((next() % 2) << 3 | (6 + next() % 2));
+                    if (code == 8) code = 0;  // no negative zero (ggml writes +0 for it)
+                    auto& byte = packed[static_cast<std::size_t>((r * k + c) / 2)];
+                    byte |= std::byte{static_cast<std::uint8_t>(c % 2 ? code << 4 : code)};
+                    const float w = qforge::testing::independent::e2m1(code) * std::ldexp(1.0f, e - 127);
+                    const std::uint16_t h = float_to_bf16(w);
+                    REQUIRE(bf16_to_float(h) == w);
+                    std::memcpy(dense.data() + 2 * (r * k + c), &h, 2);
+                }
+            }
+        ct.push_back({m + ".weight_packed", dtype::U8, {n, k / 2}, std::move(packed)});
+        ct.push_back({m + ".weight_scale", dtype::U8, {n, nb}, std::move(scale)});
+        twin.push_back({t.name, dtype::BF16, t.shape, std::move(dense)});
+    }
+    json cfg = qforge::io::read_config(base + "_bf16");
+    auto write = [&](const std::string& dir, const std::vector<out_tensor>& ts, bool quantized) {
+        qforge::io::make_directory(dir);
+        std::vector<safetensors::tensor_spec> specs;
+        for (const auto& t : ts) specs.push_back({t.name, t.type, t.shape});
+        safetensors::writer w(dir + "/model.safetensors", specs, safetensors::default_metadata(), {.sync = false});
+        for (const auto& t : ts) w.write(t.name, t.bytes);
+        w.finish();
+        json c = cfg;
+        if (quantized) {
+            json weights = !group_weights.is_null() ? group_weights
+                                                    : json::object({{"num_bits", 4}, {"type", "float"}, {"strategy", "group"},
+                                                                    {"group_size", 32}, {"symmetric", true}, {"dynamic", false}});
+            json group = json::object({{"format", "mxfp4-pack-quantized"}, {"targets", json::array({"Linear"})},
+                                       {"weights", std::move(weights)}, {"input_activations", json()}});
+            c.set("quantization_config", json::object({{"quant_method", "compressed-tensors"}, {"format", "mxfp4-pack-quantized"},
+                                                       {"config_groups", json::object({{"group_0", std::move(group)}})},
+                                                       {"ignore", json::array({"lm_head"})}}));
+        }
+        qforge::io::write_config(dir, c);
+    };
+    write(d.ct, ct, true);
+    write(d.twin, twin, false);
+    return d;
+}
+
+qforge::demo_options repack_mx_demo(qforge::demo_moe style) {
+    qforge::demo_options o;
+    o.hidden = 64;
+    o.intermediate = 128;
+    o.layers = 1;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.vocab = 96;
+    o.shards = 1;
+    o.moe = style;
+    o.experts = 2;
+    o.moe_intermediate = 64;
+    o.tied = false;
+    return o;
+}
+
+convert_options repack_mx_options(bool repack) {
+    convert_options c;
+    c.allow_no_vocab = true;
+    c.model_name = "repack";
+    c.type = *parse_file_type("MXFP4_MOE");
+    c.overrides.push_back(parse_override("re:blk\\..*\\.attn_(q|k|v|output)\\.weight=MXFP4"));
+    c.repack = repack;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("--repack CT MXFP4 -> GGUF MXFP4: the bytes of the direct GGUF of the decoded twin; codes permuted, values decoded equal") {
+    for (qforge::demo_moe style : {qforge::demo_moe::qwen_moe, qforge::demo_moe::mixtral}) {
+        CAPTURE(static_cast<int>(style));
+        const std::string tag = "mx" + std::to_string(static_cast<int>(style));
+        const repack_mx_dirs d = repack_mx_checkpoints(tag, repack_mx_demo(style));
+        const std::string out_rep = out_path((tag + "_repacked").c_str()), out_dir = out_path((tag + "_direct").c_str());
+        for (bool mapped : {false, true}) {
+            convert_options c = repack_mx_options(true);
+            c.read_mapped = mapped;
+            c.chunk_rows = 5;  // chunks that end mid-tensor
+            const convert_report rep = convert_hf_to_gguf(d.ct, out_rep, c);
+            std::size_t repacked = 0;
+            for (const auto& t : rep.tensors)
+                if (t.repacked) {
+                    ++repacked;
+                    CHECK(t.chosen == ggml_type::mxfp4);
+                    CHECK(std::isinf(t.snr_db));
+                }
+            CHECK(repacked == 7);  // q, k, v, o, and the three stacked expert tensors
+            convert_hf_to_gguf(d.twin, out_dir, repack_mx_options(false));
+            // same tensors, byte for byte, and the same metadata (the tensor order follows each
+            // source's data order: the CT file holds its U8 tensors after the BF16 ones)
+            check_same_gguf(out_rep, out_dir);
+            CHECK((reader(out_rep).metadata() == reader(out_dir).metadata()));
+        }
+        // Decoded values: every GGUF row (independent GGUF decoder) is the CT row it came from
+        // (independent CT decoder), through llama.cpp's Q/K row permutation where it applies
+        // (formats.md 5.4: out[h*hd + 2i + j] = in[h*hd + j*hd/2 + i]).
+        const reader r(out_rep);
+        const checkpoint_source ct(d.ct);
+        const bool permutes = style == qforge::demo_moe::mixtral;
+        const std::string pre = "model.layers.0.";
+        const std::string up = style == qforge::demo_moe::mixtral ? "block_sparse_moe.experts.1.w3" : "mlp.experts.1.up_proj";
+        for (const auto& [gguf_name, hf, heads] : std::vector<std::tuple<std::string, std::string, int>>{
+                 {"blk.0.attn_q.weight", pre + "self_attn.q_proj", 4}, {"blk.0.attn_k.weight", pre + "self_attn.k_proj", 2},
+                 {"blk.0.attn_v.weight", pre + "self_attn.v_proj", 0}, {"blk.0.ffn_up_exps.weight", pre + up, 0}}) {
+            const std::string where = gguf_name;
+            CAPTURE(where);
+            const auto* e = r.find_tensor(gguf_name);
+            REQUIRE(e);
+            REQUIRE(e->type == ggml_type::mxfp4);
+            const tensor_view packed = ct.view(hf + ".weight_packed"), scale = ct.view(hf + ".weight_scale");
+            const std::vector<float> want = qforge::testing::independent::mxfp4_ct(packed, scale);
+            const std::int64_t n = packed.shape[0], k = packed.shape[1] * 2;
+            const std::vector<std::byte> bytes = r.read_bytes(*e);
+            const std::size_t expert_at = gguf_name.find("exps") != std::string::npos ? static_cast<std::size_t>(n * k / 32 * 17) : 0;
+            const std::vector<float> got = qforge::testing::independent::mxfp4_gguf(bytes.data() + expert_at, static_cast<std::size_t>(n * k));
+            const int h = permutes ? heads : 0;
+            for (std::int64_t row = 0; row < n; ++row) {
+                std::int64_t srow = row;
+                if (h > 0) {
+                    const std::int64_t hd = n / h, head = row / hd, i = (row % hd) / 2, j = row % 2;
+                    srow = head * hd + j * (hd / 2) + i;
+                }
+                for (std::int64_t c = 0; c < k; ++c)
+                    if (got[static_cast<std::size_t>(row * k + c)] != want[static_cast<std::size_t>(srow * k + c)]) {
+                        FAIL_CHECK("row " << row << " column " << c);
+                        row = n;
+                        break;
+                    }
+            }
+        }
+    }
+}
+
+TEST_CASE("--repack into GGUF refuses what is not lossless, naming file, tensor and reason, and writes nothing") {
+    const qforge::demo_options o = repack_mx_demo(qforge::demo_moe::qwen_moe);
+    const repack_mx_dirs d = repack_mx_checkpoints("refuse", o);
+    const std::string dst = out_path("repack_refused");
+    auto refused = [&](const std::string& src, const convert_options& c, const std::string& what) {
+        CAPTURE(what);
+        if (qforge::io::path_exists(dst)) qforge::io::remove_file(dst);
+        try {
+            convert_hf_to_gguf(src, dst, c);
+            FAIL_CHECK("not refused");
+        } catch (const qforge::error& e) {
+            const std::string msg = e.what();
+            CHECK_MESSAGE(msg.find(what) != std::string::npos, msg);
+        }
+        CHECK_FALSE(qforge::io::path_exists(dst));
+    };
+    // a dense source has nothing to copy; a packed one needs --repack
+    refused(d.twin, repack_mx_options(true), "a dense (unquantized) source has nothing GGUF holds losslessly");
+    refused(d.ct, repack_mx_options(false), "pass --repack to copy its codes");
+    // an override that would requantize a packed tensor
+    convert_options q4 = repack_mx_options(true);
+    q4.overrides.insert(q4.overrides.begin(), parse_override("blk.0.attn_v.weight=Q4_0"));
+    refused(d.ct, q4, "gguf_repack_refuse_ct/model.safetensors: tensor 'blk.0.attn_v.weight': --repack copies the packed MXFP4 codes of "
+                    "model.layers.0.self_attn.v_proj.weight; the override asks Q4_0");
+    // NVFP4's group 16, an integer group, a group of 64
+    const auto nv = repack_mx_checkpoints("refuse_g16", o, json::object({{"num_bits", 4}, {"type", "float"}, {"strategy", "tensor_group"},
+                                                                          {"group_size", 16}, {"symmetric", true}}));
+    refused(nv.ct, repack_mx_options(true), "GGUF MXFP4 blocks are groups of 32 along a row");
+    const auto in = repack_mx_checkpoints("refuse_int", o, json::object({{"num_bits", 4}, {"type", "int"}, {"strategy", "group"},
+                                                                          {"group_size", 32}, {"symmetric", true}}));
+    refused(in.ct, repack_mx_options(true), "GGUF MXFP4 holds 4-bit float (E2M1) codes only");
+    // tensor-level: a scale of the wrong shape, a missing one, the E8M0 NaN code
+    auto edit = [&](const std::string& tag, const std::function<void(std::vector<std::pair<safetensors::tensor_spec, std::vector<std::byte>>>&)>& f) {
+        const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_repack_" + tag;
+        if (qforge::io::path_exists(dir)) qforge::io::remove_tree(dir);
+        qforge::io::make_directory(dir);
+        qforge::io::copy_file(d.ct + "/config.json", dir + "/config.json");
+        const safetensors::reader st(d.ct + "/model.safetensors");
+        std::vector<std::pair<safetensors::tensor_spec, std::vector<std::byte>>> ts;
+        for (const auto& t : st.tensors()) {
+            const auto v = st.view(t.name);
+            ts.push_back({{t.name, t.type, t.shape}, std::vector<std::byte>(v.bytes.begin(), v.bytes.end())});
+        }
+        f(ts);
+        std::vector<safetensors::tensor_spec> specs;
+        for (const auto& t : ts) specs.push_back(t.first);
+        safetensors::writer w(dir + "/model.safetensors", specs, safetensors::default_metadata(), {.sync = false});
+        for (const auto& t : ts) w.write(t.first.name, t.second);
+        w.finish();
+        return dir;
+    };
+    const std::string v_scale = "model.layers.0.self_attn.v_proj.weight_scale";
+    refused(edit("refuse_shape", [&](auto& ts) {
+                for (auto& t : ts)
+                    if (t.first.name == v_scale) {
+                        t.first.shape = {t.first.shape[0] * 2, t.first.shape[1] / 2};  // group 64's shape
+                    }
+            }),
+            repack_mx_options(true), "model.safetensors: tensor '" + v_scale + "': expected [32, 2] (one exponent per 32 columns), got [64, 1]");
+    refused(edit("refuse_missing", [&](auto& ts) { std::erase_if(ts, [&](const auto& t) { return t.first.name == v_scale; }); }),
+            repack_mx_options(true), "model.safetensors: tensor '" + v_scale + "': missing: a packed MXFP4 weight needs its E8M0 scales");
+    refused(edit("refuse_nan", [&](auto& ts) {
+                for (auto& t : ts)
+                    if (t.first.name == v_scale) t.second[3] = std::byte{0xFF};
+            }),
+            repack_mx_options(true), "model.safetensors: tensor '" + v_scale + "': E8M0 NaN scale 0xFF at row 1, group 1");
 }

@@ -34,6 +34,7 @@
 #include "qforge/convert/gguf/type_choice.hpp"
 #include "qforge/convert/importance.hpp"
 #include "qforge/convert/model_config.hpp"
+#include "qforge/convert/mxfp4_source.hpp"
 #include "qforge/convert/source.hpp"
 #include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
@@ -74,6 +75,13 @@ struct convert_options {
     /// tensor. true: rows are read straight from the memory mapping (zero-copy; a source
     /// truncated meanwhile can kill the process with SIGBUS).
     bool read_mapped = false;
+    /// true (--repack): the source is packed compressed-tensors MXFP4 (convert/mxfp4_source.hpp) and
+    /// each of its packed linears is copied into GGUF MXFP4 blocks, codes and E8M0 exponents bit
+    /// for bit (a nibble permutation, layout/gguf/mxfp4.hpp ct_mxfp4_row_to_gguf), whatever
+    /// type the mix gives the others; an override asking another type for one is refused, and so
+    /// is any source that is not packed MXFP4 (nothing else is lossless in GGUF). The dense
+    /// tensors (norms, embeddings, ignored linears) are converted as without --repack.
+    bool repack = false;
     /// Runs the rows of a chunk in parallel (e.g. thread_pool::executor()); null: this thread.
     /// The output bytes never depend on it (rows are independent).
     executor exec;
@@ -88,6 +96,7 @@ struct tensor_report {
     double snr_db = std::numeric_limits<double>::infinity();  // 10 log10(sum x^2 / sum err^2)
     bool permuted = false;
     std::string imatrix;  // with an imatrix file: "used", or why the tensor was quantized without
+    bool repacked = false;  // --repack: codes and exponents copied from the packed MXFP4 source
 };
 
 struct convert_report {
@@ -126,6 +135,10 @@ struct planned_tensor {
     /// Per part: the expert's cut when the part is a slice of a fused 3-D source (parts[e] then
     /// names the fused tensor, convert/fused_experts.hpp), else nullopt.
     std::vector<std::optional<expert_cut>> cuts;
+    /// --repack from a packed MXFP4 source: per part, the packed weight copied into MXFP4 blocks
+    /// (all parts or none); empty for a tensor read as floats.
+    std::vector<std::optional<mxfp4_packed_weight>> packed;
+    bool is_packed() const noexcept { return !packed.empty(); }
 };
 
 /// The GGUF architecture name llama.cpp loads each source architecture as.
@@ -387,8 +400,9 @@ inline kv_list model_kvs(const model_hparams& h, const json& cfg, const std::str
 }
 
 /// The shape checks llama.cpp's load_tensors makes on one source tensor and its GGUF name.
-inline void check_source_tensor(const source_tensor& t, const mapped_name& m, const model_hparams& h, const std::string& where) {
-    if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32 && !t.scale)
+inline void check_source_tensor(const source_tensor& t, const mapped_name& m, const model_hparams& h, const std::string& where,
+                                bool packed = false) {
+    if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32 && !t.scale && !packed)
         fail<unsupported_error>(where, t.name, "source dtype " + std::string(dtype_name(t.type)) + " cannot be converted");
     if (t.shape.empty() || t.shape.size() > 2) fail<shape_error>(where, t.name, "expected a 1-D or 2-D tensor");
     if (m.permute_heads > 0 && t.shape[0] % (2 * m.permute_heads) != 0)
@@ -407,7 +421,8 @@ inline void check_source_tensor(const source_tensor& t, const mapped_name& m, co
 /// {n_ff_exp, n_embd, n_expert}.
 inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::string, std::size_t>& stacked,
                              const source_tensor& t, const mapped_name& m, const model_hparams& h, const std::string& where,
-                             const std::string& fused = {}, std::optional<expert_cut> cut = std::nullopt) {
+                             const std::string& fused = {}, std::optional<expert_cut> cut = std::nullopt,
+                             const mxfp4_packed_weight* packed = nullptr) {
     const bool down = m.gguf.ends_with("ffn_down_exps.weight");
     const shape_t want = down ? shape_t{h.n_embd, h.n_ff_exp} : shape_t{h.n_ff_exp, h.n_embd};
     if (t.shape != want) fail<shape_error>(where, t.name, "an expert must be " + shape_to_string(want));
@@ -416,7 +431,8 @@ inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::st
     auto [it, fresh] = stacked.emplace(m.gguf, plan.size());
     if (fresh) {
         planned_tensor p{t.name, m, t.type, t.shape, {}, {}, std::vector<std::string>(static_cast<std::size_t>(h.n_expert)),
-                         std::vector<std::optional<expert_cut>>(static_cast<std::size_t>(h.n_expert))};
+                         std::vector<std::optional<expert_cut>>(static_cast<std::size_t>(h.n_expert)), {}};
+        if (packed) p.packed.resize(static_cast<std::size_t>(h.n_expert));
         p.decl.name = m.gguf;
         p.decl.ne = {t.shape[1], t.shape[0], h.n_expert};
         plan.push_back(std::move(p));
@@ -427,6 +443,9 @@ inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::st
     if (!slot.empty()) fail<format_error>(where, t.name, "expert " + std::to_string(m.expert) + " of " + m.gguf + " appears twice");
     slot = fused.empty() ? t.name : fused;
     p.cuts[static_cast<std::size_t>(m.expert)] = cut;
+    if ((packed != nullptr) != p.is_packed())
+        fail<format_error>(where, t.name, "the experts of " + m.gguf + " mix packed MXFP4 and dense weights");
+    if (packed != nullptr) p.packed[static_cast<std::size_t>(m.expert)] = *packed;
 }
 
 /// A fused 3-D expert tensor (transformers v5 `mlp.experts.gate_up_proj [E, 2I, H]`,
@@ -449,17 +468,19 @@ inline void add_fused_experts(std::vector<planned_tensor>& plan, std::map<std::s
 
 /// Every output tensor, named and shaped, before any is read; `n_vocab` is the embedding's rows.
 inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, const model_hparams& h, const std::string& src_dir,
-                                                std::int64_t& n_vocab) {
+                                                std::int64_t& n_vocab, const mxfp4_source* mx = nullptr) {
     std::vector<planned_tensor> plan;
     std::map<std::string, std::size_t> stacked;  // GGUF name -> its entry in `plan`
     std::set<std::string> single;                // GGUF names of the tensors that are not stacked
     // An FP8 source (convert/fp8_source.hpp) is read through its decoded weights: the scale
     // tensors are folded in, the first malformed one refuses the conversion.
-    if (!src.fp8().refusals.empty()) fail<unsupported_error>({}, {}, src.fp8().refusals.front().substr(8));
+    // (A packed MXFP4 source's float config group is FP4, not FP8: its reader speaks for it.)
+    if (!(mx && mx->present) && !src.fp8().refusals.empty()) fail<unsupported_error>({}, {}, src.fp8().refusals.front().substr(8));
     const model_config mc = model_config::from_json(src.config(), src_dir + "/config.json");
-    for (const auto& t : src.model_tensors()) {
+    for (const auto& t : mx && mx->present ? mx->tensors : src.model_tensors()) {
         if (t.name.ends_with("rotary_emb.inv_freq")) continue;  // convert_hf_to_gguf skips it
         const std::string where = src_dir + "/" + t.file;
+        const mxfp4_packed_weight* pw = mx ? mx->find(t.name) : nullptr;
         if (is_fused_expert_tensor(t.name) && t.shape.size() != 1) {
             add_fused_experts(plan, stacked, t, mc, h, where);
             continue;
@@ -467,15 +488,16 @@ inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, co
         // a v5 rename undone first (Mixtral's `mlp.gate` router is `block_sparse_moe.gate`)
         auto m = map_hf_name(loader_tensor_name(t.name, mc), h.arch, static_cast<int>(h.n_head), static_cast<int>(h.n_head_kv));
         if (!m) fail<unsupported_error>(where, t.name, "tensor has no GGUF name for " + h.arch_name);
-        check_source_tensor(t, *m, h, where);
+        check_source_tensor(t, *m, h, where, pw != nullptr);
         if (m->gguf == "token_embd.weight") n_vocab = t.shape[0];
         if (m->expert >= 0) {
-            add_expert_slice(plan, stacked, t, *m, h, where);
+            add_expert_slice(plan, stacked, t, *m, h, where, {}, std::nullopt, pw);
             continue;
         }
         if (!single.insert(m->gguf).second)  // e.g. a v5 router beside the original one
             fail<format_error>(where, t.name, "a second source tensor for " + m->gguf + ": which one is the model would be a guess");
-        planned_tensor p{t.name, *m, t.type, t.shape, {}, {}, {t.name}, {std::nullopt}};
+        planned_tensor p{t.name, *m, t.type, t.shape, {}, {}, {t.name}, {std::nullopt}, {}};
+        if (pw) p.packed = {*pw};
         p.decl.name = m->gguf;
         for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) p.decl.ne.push_back(*it);
         plan.push_back(std::move(p));
@@ -501,8 +523,43 @@ inline void choose_types(std::vector<planned_tensor>& plan, const model_hparams&
     mm.has_imatrix = static_cast<bool>(opt.imatrix);
     for (auto& p : plan) {
         p.decision = choose_type(opt.type, opt.overrides, p.map.gguf, static_cast<int>(p.decl.ne.size()), p.decl.ne[0], p.map.layer, mm);
+        if (p.is_packed()) {
+            // Repacked: MXFP4 whatever the mix says; an override for another type cannot be honoured losslessly.
+            const type_decision mix = choose_type(opt.type, {}, p.map.gguf, static_cast<int>(p.decl.ne.size()), p.decl.ne[0], p.map.layer, mm);
+            if (p.decision.requested != mix.requested && p.decision.requested != ggml_type::mxfp4)
+                fail<unsupported_error>(p.packed.front()->file, p.map.gguf, "--repack copies the packed MXFP4 codes of " + p.hf +
+                                                                                "; the override asks " + std::string(type_name(p.decision.requested)) +
+                                                                                ", which would requantize them");
+            p.decision = type_decision{};
+            p.decision.requested = p.decision.chosen = ggml_type::mxfp4;
+        }
         p.decl.type = p.decision.chosen;
     }
+}
+
+/// --repack's source check: packed compressed-tensors MXFP4, every refusal of its reader raised
+/// (the first), and nothing else (no other source is lossless in GGUF). Without --repack a
+/// packed FP4 source is refused with the way to convert it.
+inline void check_repack_source(const mxfp4_source& mx, const json& cfg, const std::string& cfg_file, bool repack) {
+    if (!mx.present) {
+        if (!repack) return;
+        const json* qc = cfg.find("quantization_config");
+        const json* qm = qc && qc->is_object() ? qc->find("quant_method") : nullptr;
+        const std::string what = qm && qm->is_string() ? "a \"" + qm->as_string() + "\" source" : "a dense (unquantized) source";
+        fail<unsupported_error>(cfg_file, "", "--repack into GGUF copies compressed-tensors mxfp4-pack-quantized codes (GGUF MXFP4); " +
+                                                  what + " has nothing GGUF holds losslessly: convert it without --repack");
+    }
+    if (!mx.refusals.empty()) {
+        const std::string& r = mx.refusals.front();
+        // "<file>: <tensor>: <reason>" as a qforge error
+        const auto a = r.find(": "), b = a == std::string::npos ? a : r.find(": ", a + 2);
+        if (b == std::string::npos) fail<unsupported_error>(cfg_file, "", r);
+        fail<unsupported_error>(r.substr(0, a), r.substr(a + 2, b - a - 2), r.substr(b + 2));
+    }
+    if (!repack)
+        fail<unsupported_error>(cfg_file, "", "a packed compressed-tensors MXFP4 source: pass --repack to copy its codes and "
+                                              "exponents into GGUF MXFP4 (it is not dequantized and requantized)");
+    if (mx.weights.empty()) fail<unsupported_error>(cfg_file, "", "--repack: the source has no packed MXFP4 weight (*.weight_packed)");
 }
 
 /// The tokenizer.* keys: copied from a template GGUF, converted from tokenizer.json, or
@@ -556,7 +613,9 @@ inline gguf_plan plan_gguf(const checkpoint_source& src, const std::string& src_
     g.h = read_hparams(cfg, cfg_file);
     g.kvs = model_kvs(g.h, cfg, cfg_file, src_dir, opt);
     std::int64_t n_vocab = 0;
-    g.tensors = plan_tensors(src, g.h, src_dir, n_vocab);
+    const mxfp4_source mx = read_mxfp4_source(cfg, cfg_file, src.tensors(), src_dir);
+    check_repack_source(mx, cfg, cfg_file, opt.repack);
+    g.tensors = plan_tensors(src, g.h, src_dir, n_vocab, &mx);
     choose_types(g.tensors, g.h, opt);
     g.kvs.emplace_back(g.h.arch_name + ".vocab_size", u32_value(n_vocab));
     for (auto& kv : tokenizer_kvs(opt, src_dir, cfg, n_vocab)) g.kvs.push_back(std::move(kv));
@@ -587,6 +646,7 @@ public:
 
     /// Writes one planned tensor (every expert's slice of a stacked one) and reports it.
     tensor_report write(const planned_tensor& p) {
+        if (p.is_packed()) return write_packed(p);
         const std::int64_t nrows = p.shape.size() == 2 ? p.shape[0] : 1;  // per part
         const tensor_importance im(opt_, imatrix_, p.decl);
         snr_ = {0, 0};
@@ -609,10 +669,57 @@ public:
         const auto [sx2, se2] = snr_;
         return {p.hf, p.decl.name, p.decl.ne, p.decision.requested, p.decl.type, p.decision.fallback, tensor_nbytes(p.decl),
                 se2 > 0 ? 10.0 * std::log10(sx2 / se2) : std::numeric_limits<double>::infinity(), p.map.permute_heads > 0,
-                im.status()};
+                im.status(), false};
     }
 
 private:
+    /// A repacked tensor: each part's packed rows and exponent rows read a chunk at a time (pread,
+    /// or the mapping), permuted as the float rows would be, each row's nibbles reordered into
+    /// GGUF MXFP4 blocks. Nothing is rounded: the report's SNR is infinite.
+    tensor_report write_packed(const planned_tensor& p) {
+        for (const auto& part : p.packed) {
+            const mxfp4_packed_weight& pw = *part;
+            const std::int64_t k = pw.cols, nb = k / qk_mxfp4;
+            const auto code_row = static_cast<std::size_t>(k / 2), scale_row = static_cast<std::size_t>(nb);
+            for (std::int64_t r0 = 0; r0 < pw.rows; r0 += opt_.chunk_rows) {
+                const std::int64_t n = std::min(opt_.chunk_rows, pw.rows - r0);
+                codes_.resize(code_row * static_cast<std::size_t>(n));
+                scales_.resize(scale_row * static_cast<std::size_t>(n));
+                blocks_.resize(static_cast<std::size_t>(nb * n));
+                for (std::int64_t ri = 0; ri < n; ++ri) {
+                    const std::int64_t srow = p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, pw.rows, p.map.permute_heads) : r0 + ri;
+                    read_row(pw.packed, srow, code_row, codes_.data() + static_cast<std::size_t>(ri) * code_row);
+                    read_row(pw.scale, srow, scale_row, scales_.data() + static_cast<std::size_t>(ri) * scale_row);
+                    const std::uint8_t* e = scales_.data() + static_cast<std::size_t>(ri) * scale_row;
+                    for (std::int64_t b = 0; b < nb; ++b)
+                        if (e[b] == 0xFFu)  // NaN in OCP MX, 2^127 in ggml: no GGUF block means the same
+                            fail<format_error>(pw.scale_file, pw.scale, "E8M0 NaN scale 0xFF at row " + std::to_string(srow) +
+                                                                                   ", group " + std::to_string(b) + " (ggml would read 2^127)");
+                    ct_mxfp4_row_to_gguf(codes_.data() + static_cast<std::size_t>(ri) * code_row, e, k, blocks_.data() + ri * nb);
+                }
+                w_.write_part(std::as_bytes(std::span<const block_mxfp4>(blocks_)));
+            }
+            src_.release(pw.packed);
+            src_.release(pw.scale);
+        }
+        w_.end_tensor();
+        tensor_report tr{p.hf, p.decl.name, p.decl.ne, p.decision.requested, p.decl.type, p.decision.fallback, tensor_nbytes(p.decl),
+                         std::numeric_limits<double>::infinity(), p.map.permute_heads > 0, {}, true};
+        return tr;
+    }
+
+    /// Row `r` (`bytes` long) of tensor `name`: pread, or copied from the mapping with read_mapped.
+    void read_row(const std::string& name, std::int64_t r, std::size_t bytes, std::uint8_t* out) {
+        const auto at = static_cast<std::uint64_t>(r) * bytes;
+        if (opt_.read_mapped) {
+            src_.verify_unchanged(name);
+            const tensor_view v = src_.view(name);
+            std::memcpy(out, v.bytes.data() + at, bytes);
+        } else {
+            src_.read_tensor_range(name, at, std::span<std::byte>(reinterpret_cast<std::byte*>(out), bytes));
+        }
+    }
+
     /// Rows [r0, r0 + n) of part `hf`: read (pread, permuted rows one by one), quantized and
     /// measured row by row on the executor, appended in row order.
     void write_chunk(const planned_tensor& p, const std::string& hf, const tensor_view& v, bool in_memory, std::int64_t r0,
@@ -683,6 +790,8 @@ private:
     std::vector<double> row_x2_, row_e2_;
     std::vector<std::uint16_t> out_;     // 2-byte aligned block storage (every row size is even)
     std::vector<std::byte> chunk_src_;  // the chunk's source rows, read with pread
+    std::vector<std::uint8_t> codes_, scales_;  // a repacked chunk's packed rows and exponent rows
+    std::vector<block_mxfp4> blocks_;            // ... and its GGUF MXFP4 blocks
 };
 
 }  // namespace detail
