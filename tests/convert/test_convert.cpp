@@ -897,6 +897,199 @@ TEST_CASE("loader contract: scale dtype vs the model dtype vLLM decodes with") {
     CHECK(loader_warnings(plan_conversion(src, w4a8_cpu()), cfg, true).empty());  // the bf16 seed: silent
 }
 
+namespace {
+
+/// The demo checkpoint as an fp16 model: every BF16 tensor rounded to F16 (exact widening then
+/// nearest even), one shard, config.json's torch_dtype "float16".
+const std::string& loaded_fp16_demo_dir() {
+    static const std::string d = [] {
+        const std::string p = scratch("demo-fp16");
+        std::filesystem::create_directories(p);
+        const safetensors::sharded_reader in(demo_dir());
+        checkpoint_source src(demo_dir());
+        std::vector<owned_tensor> ts;
+        for (const auto& t : src.tensors()) {
+            const tensor_view v = in.view(t.name);
+            owned_tensor o{t.name, v.type, v.shape, std::vector<std::byte>(v.bytes.begin(), v.bytes.end())};
+            if (v.type == dtype::BF16) {
+                o.type = dtype::F16;
+                for (std::size_t i = 0; i + 1 < o.bytes.size(); i += 2) {
+                    std::uint16_t h;
+                    std::memcpy(&h, o.bytes.data() + i, 2);
+                    h = float_to_fp16(bf16_to_float(h));
+                    std::memcpy(o.bytes.data() + i, &h, 2);
+                }
+            }
+            ts.push_back(std::move(o));
+        }
+        std::vector<safetensors::tensor_spec> specs;
+        for (const auto& t : ts) specs.push_back({t.name, t.type, t.shape});
+        safetensors::writer w(p + "/model.safetensors", specs, safetensors::default_metadata(), {.sync = false});
+        for (const auto& t : ts) w.write(t.name, t.bytes);
+        w.finish();
+        json cfg = src.config();
+        cfg.set("torch_dtype", "float16");
+        io::write_config(p, cfg);
+        return p;
+    }();
+    return d;
+}
+
+const json* loaded_entry(const json& rep, const std::string& module) {
+    for (const json& t : rep.at("per_tensor").as_array())
+        if (t.at("name").as_string() == module) return &t;
+    return nullptr;
+}
+
+}  // namespace
+
+// The dtype vLLM serves a model in decides what it keeps of the scales. vllm/config/model.py
+// _resolve_auto_dtype: config torch_dtype, "Downcast for float32 models" to the platform's
+// first supported dtype (bfloat16: platforms/cuda.py CudaPlatformBase.supported_dtypes on sm80+,
+// platforms/cpu.py CpuPlatform.supported_dtypes on x86/aarch64). The scales parameter is
+// allocated in that dtype (auto_gptq.py AutoGPTQLinearMethod.create_weights, auto_awq.py
+// AutoAWQMarlinLinearMethod.create_weights, compressed_tensors_wNa16.py
+// CompressedTensorsWNA16.create_weights: dtype=params_dtype) and the stored tensor copied in
+// (parameter.py BasevLLMParameter._assert_and_load: data.copy_).
+TEST_CASE("loader contract: vLLM's params_dtype and which stored scale dtypes it re-rounds") {
+    CHECK(vllm_params_dtype(dtype::BF16, dtype::F32) == dtype::BF16);
+    CHECK(vllm_params_dtype(dtype::F16, dtype::BF16) == dtype::F16);
+    CHECK(vllm_params_dtype(dtype::F32, dtype::F32) == dtype::BF16);  // float32 downcast
+    CHECK(vllm_params_dtype(std::nullopt, dtype::F16) == dtype::F16);  // no torch_dtype: the weights'
+    CHECK(declared_model_dtype(json::parse(R"({"torch_dtype": "float16"})")) == dtype::F16);
+    CHECK(declared_model_dtype(json::parse(R"({"dtype": "bfloat16"})")) == dtype::BF16);
+    CHECK_FALSE(declared_model_dtype(json::parse(R"({"hidden_size": 8})")));
+    for (output_format f : {output_format::gptq, output_format::gptq_v2, output_format::awq, output_format::compressed_tensors}) {
+        CAPTURE(format_name(f));
+        CHECK(vllm_rounds_scales_to(f, dtype::BF16, dtype::F16) == dtype::BF16);
+        CHECK(vllm_rounds_scales_to(f, dtype::F16, dtype::BF16) == dtype::F16);
+        CHECK_FALSE(vllm_rounds_scales_to(f, dtype::BF16, dtype::BF16));
+    }
+    // The float formats have scale rules of their own (not this one).
+    CHECK_FALSE(vllm_rounds_scales_to(output_format::compressed_tensors_fp8, dtype::BF16, dtype::F16));
+    CHECK_FALSE(vllm_rounds_scales_to(output_format::compressed_tensors_nvfp4, dtype::BF16, dtype::F16));
+    // plan_conversion records config.json's torch_dtype.
+    CHECK(plan_conversion(checkpoint_source(demo_dir()), with_scheme(output_format::gptq, gptq_g64)).declared_dtype == dtype::BF16);
+    CHECK(plan_conversion(checkpoint_source(loaded_fp16_demo_dir()), with_scheme(output_format::gptq, gptq_g64)).declared_dtype ==
+          dtype::F16);
+}
+
+// quantization_report.json's snr_db_as_loaded, held against a decode written here from the GPTQ
+// v1 formula (w = (q - (z + 1)) * s; q packed 8 per int32 down K, z 8 per int32 along N, as
+// auto_gptq.py AutoGPTQLinearMethod.create_weights declares qweight packed_dim=0 and qzeros
+// packed_dim=1) with each F16 scale rounded to bf16 as torch's copy_ rounds it.
+TEST_CASE("loader contract: snr_db_as_loaded is the SNR of what vLLM decodes after re-rounding the scales") {
+    const std::string out = scratch("gptq-as-loaded");
+    auto o = with_scheme(output_format::gptq, gptq_g64);
+    o.threads = 2;
+    const conversion_result r = convert(demo_dir(), out, o);
+    const json rep = json::parse(io::read_file(out + "/quantization_report.json"));
+    const safetensors::sharded_reader got(out), src(demo_dir());
+    const std::string m = "model.layers.0.mlp.down_proj";
+    const tensor_view qw = got.view(m + ".qweight"), qz = got.view(m + ".qzeros"), sc = got.view(m + ".scales"),
+                      w = src.view(m + ".weight");
+    REQUIRE(sc.type == dtype::F16);
+    REQUIRE(w.type == dtype::BF16);
+    const std::int64_t N = w.shape[0], K = w.shape[1];
+    auto word = [](const tensor_view& t, std::int64_t i) {
+        std::uint32_t x;
+        std::memcpy(&x, t.bytes.data() + i * 4, 4);
+        return x;
+    };
+    double sig = 0, err = 0, err_stored = 0;
+    for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t k = 0; k < K; ++k) {
+            const std::int64_t g = k / 64;
+            const double q = (word(qw, (k / 8) * N + n) >> (4 * (k % 8))) & 15u;
+            const double z = ((word(qz, g * (N / 8) + n / 8) >> (4 * (n % 8))) & 15u) + 1;
+            std::uint16_t s16, w16;
+            std::memcpy(&s16, sc.bytes.data() + (g * N + n) * 2, 2);
+            std::memcpy(&w16, w.bytes.data() + (n * K + k) * 2, 2);
+            const double kept = bf16_to_float(float_to_bf16(fp16_to_float(s16)));
+            const double x = bf16_to_float(w16);
+            sig += x * x;
+            err += (x - (q - z) * kept) * (x - (q - z) * kept);
+            err_stored += (x - (q - z) * fp16_to_float(s16)) * (x - (q - z) * fp16_to_float(s16));
+        }
+    const json* t = loaded_entry(rep, m);
+    REQUIRE(t);
+    REQUIRE(t->find("snr_db_as_loaded"));
+    CHECK(t->at("snr_db").as_double() == doctest::Approx(10 * std::log10(sig / err_stored)).epsilon(1e-3));
+    CHECK(t->at("snr_db_as_loaded").as_double() == doctest::Approx(10 * std::log10(sig / err)).epsilon(1e-3));
+    CHECK(t->at("snr_db_as_loaded").as_double() <= t->at("snr_db").as_double() + 0.01);
+    for (const auto& e : r.report.tensors) CHECK_FALSE(std::isnan(e.snr_db_as_loaded));
+    CHECK(rep.find("snr_db_mean_as_loaded"));
+    CHECK(rep.at("snr_db_mean_as_loaded").as_double() <= rep.at("snr_db_mean").as_double() + 0.01);
+    // AWQ (F16 scales too): the same figure.
+    const std::string awq = scratch("awq-as-loaded");
+    for (const auto& e : convert(demo_dir(), awq, with_scheme(output_format::awq, awq_g64)).report.tensors)
+        CHECK_FALSE(std::isnan(e.snr_db_as_loaded));
+    // Scales stored as vLLM holds them: no second figure, and the report says nothing new.
+    quant_spec bf = gptq_g64;
+    bf.scale_dtype = dtype::BF16;
+    const std::string kept = scratch("gptq-bf16-scales");
+    for (const auto& e : convert(demo_dir(), kept, with_scheme(output_format::gptq, bf)).report.tensors)
+        CHECK(std::isnan(e.snr_db_as_loaded));
+    CHECK(io::read_file(kept + "/quantization_report.json").find("as_loaded") == std::string::npos);
+    // compressed-tensors writes the model dtype: nothing re-rounded.
+    const std::string ct = scratch("ct-as-loaded");
+    for (const auto& e : convert(demo_dir(), ct, with_scheme(output_format::compressed_tensors, gptq_g64)).report.tensors)
+        CHECK(std::isnan(e.snr_db_as_loaded));
+}
+
+// The FP8-source twin identity (test "FP8 block-scaled source ... write the bytes of its
+// dequantized twin") holds with the as-loaded figure in the report: both twins declare
+// torch_dtype bfloat16, which is what vLLM serves them in (ModelConfig dtype from config.json,
+// not from the stored F8_E4M3 or F32 weights), so both get the same warning and the same figure.
+TEST_CASE("loader contract: an FP8 source and its F32 twin are served in their declared bf16, and reported alike") {
+    testing::fp8_fixture f;
+    const std::string src = fp8_checkpoint(f, "fp8-as-loaded");
+    f.twin = true;
+    const std::string twin = fp8_checkpoint(f, "fp8-twin-as-loaded");
+    const convert_options o = with_scheme(output_format::gptq, gptq_g64);
+    const std::string a = scratch("fp8-as-loaded-out"), b = scratch("fp8-twin-as-loaded-out");
+    const conversion_result ra = convert(src, a, o);
+    convert(twin, b, o);
+    CHECK(io::read_file(a + "/quantization_report.json") == io::read_file(b + "/quantization_report.json"));
+    CHECK(has_warning(ra.the_plan, "scales are F16 in a BF16 model"));
+    const json rep = json::parse(io::read_file(a + "/quantization_report.json"));
+    REQUIRE(loaded_entry(rep, "model.layers.0.mlp.down_proj"));
+    CHECK(loaded_entry(rep, "model.layers.0.mlp.down_proj")->find("snr_db_as_loaded"));
+}
+
+// w4a8-cpu on a real fp16 checkpoint (torch_dtype float16): vLLM serves it in fp16, so
+// AutoGPTQLinearMethod.create_weights passes act_type=float16 and CPUWNA16LinearKernel
+// .process_weights_after_loading (kernels/linear/mixed_precision/cpu.py) leaves use_w4a8 false
+// (it needs act_type == torch.bfloat16): cpu_gemm_wna16 runs, with _get_isa_hint giving "vec"
+// for the fp16 scales. The warning names the kernel, the reason and what to do instead.
+TEST_CASE("loader contract: w4a8-cpu on an fp16 model warns it lands on vLLM CPU's W4A16 path, and reports what vLLM decodes") {
+    auto o = w4a8_cpu();
+    o.require_w4a8_cpu = true;
+    const std::string out = scratch("w4a8-fp16");
+    const conversion_result r = convert(loaded_fp16_demo_dir(), out, o);
+    CHECK(has_warning(r.the_plan, "vLLM CPU takes the W4A16 path (cpu_gemm_wna16), not W4A8, for a F16 model"));
+    CHECK(has_warning(r.the_plan, "act_type=params_dtype"));
+    CHECK(has_warning(r.the_plan, "_get_isa_hint"));
+    CHECK(has_warning(r.the_plan, "Serve with --dtype bfloat16 to get W4A8"));
+    CHECK(has_warning(r.the_plan, "scales are BF16 in a F16 model"));
+    CHECK_FALSE(has_warning(r.the_plan, "--scale-dtype fp16"));  // fp16 scales would not give W4A8 either
+    const json rep = json::parse(io::read_file(out + "/quantization_report.json"));
+    bool warned = false;
+    for (const json& l : rep.at("loader_warnings").as_array()) warned = warned || l.as_string().find("W4A16 path") != std::string::npos;
+    CHECK(warned);
+    // BF16 -> F16 is exact for normal scales: what vLLM decodes is what was measured.
+    for (const auto& t : r.report.tensors) {
+        CAPTURE(t.name);
+        REQUIRE_FALSE(std::isnan(t.snr_db_as_loaded));
+        CHECK(t.snr_db_as_loaded == doctest::Approx(t.snr_db).epsilon(1e-9));
+    }
+    // The same preset on the bf16 demo: silent, no second figure.
+    const std::string seed = scratch("w4a8-bf16");
+    const conversion_result s = convert(demo_dir(), seed, o);
+    CHECK_FALSE(has_warning(s.the_plan, "W4A16 path"));
+    for (const auto& t : s.report.tensors) CHECK(std::isnan(t.snr_db_as_loaded));
+}
+
 // vLLM `kernels/linear/mixed_precision/cpu.py CPUWNA16LinearKernel.can_implement`: partition
 // input and output sizes (the fused qkv / gate_up partition for N) multiples of 32.
 TEST_CASE("loader contract: w4a8-cpu refuses a head_dim-40 model at plan time, naming vLLM CPU's kernel") {

@@ -44,6 +44,7 @@
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/fp4_global.hpp"
 #include "qforge/convert/importance.hpp"
+#include "qforge/convert/loaded_scales.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/convert/report.hpp"
@@ -153,6 +154,7 @@ QFORGE_DECL plan plan_conversion(const checkpoint_source& src, const convert_opt
     for (const std::string& name : fp8.kept_dense) kept.push_back({selector(name), keep_action{}});
     rules.rules.insert(rules.rules.begin(), kept.begin(), kept.end());
     plan p = make_plan(src.model_tensors(), cfg, rules, opt.format);
+    p.declared_dtype = declared_model_dtype(src.config());  // what vLLM serves it in (loaded_scales.hpp)
     p.refusals.insert(p.refusals.begin(), fp8.refusals.begin(), fp8.refusals.end());
     if (p.refused()) return p;
     for (auto& w : loader_warnings(p, cfg, opt.require_w4a8_cpu)) p.warnings.push_back(std::move(w));  // after make_plan's
@@ -391,7 +393,7 @@ public:
         quantized_item q = copy_fp8 ? copy_fp8_tensors(it, v)
                            : h      ? solve_gptq(it, rows, h->view())
                                     : quantize_packed_rows(i, rows, v, how, module);
-        result_.report.tensors.push_back({module, it.shape, it.scheme, q.snr_db});
+        result_.report.tensors.push_back({module, it.shape, it.scheme, q.snr_db, loaded_snr(it, rows, how, q, module)});
         ev.snr_db = q.snr_db;
         submit_quantized(i, module, std::move(q), std::move(ev));
     }
@@ -538,6 +540,25 @@ private:
         w.folded_importance = scaled_importance(imp, cs);
         w.importance = w.folded_importance;
         return w;
+    }
+
+    /// quantization_report.json's snr_db_as_loaded (loaded_scales.hpp): the SNR once vLLM has
+    /// rounded the scales to the dtype it serves the model in; NaN when it keeps them as
+    /// stored. A streamed item's rows are read again with pread (its view gives sizes only).
+    double loaded_snr(const plan_item& it, const weight_rows& w, item_read how, const quantized_item& q,
+                      const std::string& module) const {
+        const auto kept = vllm_rounds_scales_to(p_.format, vllm_params_dtype(p_), *it.scheme.scale_dtype);
+        if (!kept) return std::numeric_limits<double>::quiet_NaN();
+        tensor_view rows = detail::row_slice(w.view, w.begin, w.end, it.name);
+        owned_tensor read;
+        if (how == item_read::streamed && w.folded.bytes.empty() && !it.cut) {
+            read = {it.name, rows.type, rows.shape, std::vector<std::byte>(rows.bytes.size())};
+            const std::uint64_t row_bytes = static_cast<std::uint64_t>(rows.shape.at(1)) * dtype_size(rows.type);
+            src_.read_tensor_range(it.source, static_cast<std::uint64_t>(w.begin) * row_bytes, read.bytes);
+            rows = read.view();
+        }
+        if (q.solved) return snr_db_as_loaded(rows, *q.solved, *kept);
+        return snr_db_as_loaded(rows, q.packed, module, p_.format, it.scheme, *kept);
     }
 
     /// Already on the output's grid: codes and scales copied, nothing rounded.

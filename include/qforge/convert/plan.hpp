@@ -111,6 +111,9 @@ struct plan {
     std::vector<linear_entry> linears;  ///< every linear of the output model, quantized or not
     json quantization_config;           ///< the layout's config.json fragment (null if refused)
     std::uint64_t source_bytes = 0;     ///< every source tensor once
+    /// config.json's torch_dtype (plan_conversion sets it; nullopt when absent or the plan was
+    /// made from tensor headers alone): the dtype vLLM serves the model in (loaded_scales.hpp).
+    std::optional<dtype> declared_dtype;
 
     bool refused() const noexcept { return !refusals.empty(); }
 

@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qforge/convert/format.hpp"
@@ -24,6 +27,10 @@ struct tensor_report {
     shape_t shape;     ///< [N, K] of the weight
     quant_spec scheme;
     double snr_db = 0;
+    /// The SNR of what vLLM decodes once it has rounded the scales to the dtype it serves the
+    /// model in (convert/loaded_scales.hpp); NaN when vLLM keeps them as stored. Written as
+    /// "snr_db_as_loaded" only when set.
+    double snr_db_as_loaded = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// One fused group's outcome, for quantization_report.json.
@@ -79,6 +86,21 @@ struct conversion_report {
         return tensors.empty() ? 0 : s / static_cast<double>(tensors.size());
     }
 
+    /// (min, mean) over every tensor of the SNR vLLM decodes (snr_db_as_loaded where set,
+    /// snr_db where vLLM keeps the stored scales); nullopt when no tensor has an as-loaded figure.
+    std::optional<std::pair<double, double>> as_loaded_means() const {
+        bool any = false;
+        double m = 0, s = 0;
+        for (const auto& t : tensors) {
+            const double x = std::isnan(t.snr_db_as_loaded) ? t.snr_db : t.snr_db_as_loaded;
+            any = any || !std::isnan(t.snr_db_as_loaded);
+            m = &t == &tensors.front() ? x : std::min(m, x);
+            s += x;
+        }
+        if (!any) return std::nullopt;
+        return std::pair{m, s / static_cast<double>(tensors.size())};
+    }
+
     /// The summary without per-tensor entries (what the command line prints).
     /// (Built with set() rather than initializer lists: GCC 12 reports a false
     /// maybe-uninitialized on nested json initializer lists at -O2.)
@@ -89,6 +111,10 @@ struct conversion_report {
         out.set("snr_db_min", round2(snr_min()));
         out.set("snr_db_max", round2(snr_max()));
         out.set("snr_db_mean", round2(snr_mean()));
+        if (const auto l = as_loaded_means()) {  // only where vLLM re-rounds some scales
+            out.set("snr_db_min_as_loaded", round2(l->first));
+            out.set("snr_db_mean_as_loaded", round2(l->second));
+        }
         out.set("bits_per_weight", std::round(bits_per_weight * 1000) / 1000);
         out.set("quantized_bits_per_weight", std::round(quantized_bits_per_weight * 1000) / 1000);
         return out;
@@ -105,6 +131,7 @@ struct conversion_report {
             e.set("shape", json(std::move(shape)));
             e.set("scheme", scheme_to_string(t.scheme));
             e.set("snr_db", round2(t.snr_db));
+            if (!std::isnan(t.snr_db_as_loaded)) e.set("snr_db_as_loaded", round2(t.snr_db_as_loaded));
             per.push_back(std::move(e));
         }
         out.set("per_tensor", std::move(per));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "qforge/convert/format.hpp"
+#include "qforge/convert/loaded_scales.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/core/config.hpp"
@@ -378,6 +379,27 @@ inline void print_serving(std::ostream& os, const serving_report& r) {
     }
 }
 
+namespace detail {
+
+/// w4a8-cpu on a model vLLM serves in fp16: the W4A16 kernel runs, not the preset's W4A8.
+/// AutoGPTQLinearMethod.create_weights passes act_type=params_dtype (auto_gptq.py @055e47c2);
+/// CPUWNA16LinearKernel.process_weights_after_loading sets use_w4a8 = VLLM_CPU_INT4_W4A8 and
+/// not has_g_idx and act_type == torch.bfloat16 and AMX (kernels/linear/mixed_precision/cpu.py),
+/// else _process_gptq_weights_w4a16 + cpu_gemm_wna16 with _get_isa_hint(scales dtype), "amx"
+/// for bfloat16 scales only.
+inline std::string w4a8_on_fp16_warning(dtype model) {
+    return "vLLM CPU takes the W4A16 path (cpu_gemm_wna16), not W4A8, for a " + std::string(dtype_name(model)) +
+           " model: vLLM serves it in " + std::string(dtype_name(model)) +
+           " (params_dtype from torch_dtype), AutoGPTQLinearMethod.create_weights passes act_type=params_dtype, and "
+           "CPUWNA16LinearKernel sets use_w4a8 only when the activation dtype is bfloat16 (cpu.py "
+           "process_weights_after_loading); the BF16 scales are also rounded to " + std::string(dtype_name(model)) +
+           ", which sends cpu_gemm_wna16 to its 'vec' ISA, not AMX (_get_isa_hint). Serve with --dtype bfloat16 to get "
+           "W4A8 (int4_scaled_mm_cpu, with the scales as written and the report's SNR what it decodes; the fp16 dense "
+           "weights are then rounded to bf16), or export with --preset gptq-w4g128 for an fp16 GPU/CPU W4A16 checkpoint";
+}
+
+}  // namespace detail
+
 /// What loaders will do differently from what the plan writes, one sentence per fact, each
 /// naming the engine and the loader rule. Empty for a checkpoint every engine it names reads as
 /// written. `require_w4a8`: the plan is the w4a8-cpu preset's (vLLM CPU W4A8 is the point).
@@ -394,7 +416,9 @@ inline std::vector<std::string> loader_warnings(const plan& p, const model_confi
                 it.scheme.symmetric != first->scheme.symmetric;
     }
     if (!first) return w;
-    const dtype model = first->source_type;
+    // vLLM's params_dtype (loaded_scales.hpp): config.json's torch_dtype, float32 served as
+    // bfloat16; the dtype the source tensors are stored in (FP8, an F32 twin) does not decide it.
+    const dtype model = vllm_params_dtype(p);
     const dtype scales = first->scheme.scale_dtype.value_or(default_scale_dtype(p.format, model));
     serving_facts facts;
     facts.bits = first->scheme.bits;
@@ -405,14 +429,11 @@ inline std::vector<std::string> loader_warnings(const plan& p, const model_confi
     facts.scales = scales;
     facts.linears = p.linears;
     facts.has_config = p.quantization_config.is_object();
+    facts.w4a8 = require_w4a8;
     visit_format(p.format, [&](auto t) {
         if constexpr (requires { decltype(t)::vllm_scheme_warnings(facts, w); }) decltype(t)::vllm_scheme_warnings(facts, w);
     });
-    if (require_w4a8 && model != dtype::BF16)
-        w.push_back(std::string("vLLM CPU takes the W4A16 path (cpu_gemm_wna16), not W4A8, for a ") +
-                    std::string(dtype_name(model)) +
-                    " model: CPUWNA16LinearKernel sets use_w4a8 only when the activation dtype is bfloat16 "
-                    "(cpu.py process_weights_after_loading); serve with --dtype bfloat16");
+    if (require_w4a8 && model != dtype::BF16) w.push_back(detail::w4a8_on_fp16_warning(model));
     visit_format(p.format, [&](auto t) {
         if constexpr (requires { decltype(t)::vllm_layer_warnings(facts, w); }) decltype(t)::vllm_layer_warnings(facts, w);
     });

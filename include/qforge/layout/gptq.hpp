@@ -617,8 +617,14 @@ struct gptq_format_traits {
                              : "") +
                         ". For vLLM use compressed-tensors asym (--format compressed-tensors --asym, preset w4a16-asym): "
                         "CompressedTensorsWNA16 reads weight_zero_point");
+        // w4a8-cpu on an fp16 model: the W4A8 kernel needs bf16 params, so the advice is the
+        // serving dtype (serving_check.hpp loader_warnings says why), not fp16 scales.
         detail::model_dtype_scales_warning(
-            f, std::string("; --scale-dtype ") + (f.model == dtype::BF16 ? "bf16" : "fp16") + " stores what vLLM keeps", w);
+            f,
+            f.w4a8 && f.model == dtype::F16
+                ? std::string("; for W4A8 keep these BF16 scales and serve with --dtype bfloat16, under which vLLM keeps them as written")
+                : std::string("; --scale-dtype ") + (f.model == dtype::BF16 ? "bf16" : "fp16") + " stores what vLLM keeps",
+            w);
     }
 
     /// gptq-v2 symmetric experts: vLLM's CPU MoE path adds 1 to every stored zero.

@@ -149,6 +149,7 @@ struct serving_facts {
     dtype scales = dtype::F16;                 ///< the scale dtype written
     std::span<const linear_entry> linears;     ///< what the config describes
     bool has_config = false;                   ///< the plan built a quantization_config
+    bool w4a8 = false;                         ///< the export is for vLLM CPU's W4A8 kernel (w4a8-cpu)
 };
 
 /// What the plan (convert/plan.hpp check_experts) tells a format's traits about its MoE
@@ -165,9 +166,12 @@ namespace detail {
 inline void model_dtype_scales_warning(const serving_facts& f, std::string_view advice, std::vector<std::string>& w) {
     if ((f.model == dtype::BF16 || f.model == dtype::F16) && f.scales != f.model)
         w.push_back(std::string("scales are ") + std::string(dtype_name(f.scales)) + " in a " + std::string(dtype_name(f.model)) +
-                    " model: vLLM allocates scales in the model dtype (GroupQuantScaleParameter dtype=params_dtype in "
-                    "create_weights) and rounds them to " + std::string(dtype_name(f.model)) +
-                    ", so vLLM decodes slightly other weights than quantization_report.json measured" + std::string(advice));
+                    " model: vLLM allocates scales in the dtype it serves the model in (params_dtype: "
+                    "GroupQuantScaleParameter dtype=params_dtype in create_weights) and copies the stored tensor in "
+                    "(parameter.py BasevLLMParameter._assert_and_load and the sharded loads: data.copy_), rounding each "
+                    "scale to " + std::string(dtype_name(f.model)) +
+                    ", so vLLM decodes slightly other weights than snr_db measures (quantization_report.json's "
+                    "snr_db_as_loaded is the SNR of what it decodes)" + std::string(advice));
 }
 }  // namespace detail
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cerrno>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -136,12 +137,17 @@ inline conversion_result finalize(const std::string& dst_dir, const convert_opti
     for (std::size_t u = 0; u < s.units.size(); ++u) {
         const json& r = records[u];
         const json::array_t& snr = r.at("snr_bits").as_array();
+        const json* loaded_json = r.find("snr_as_loaded_bits");
+        const json::array_t* loaded = loaded_json && loaded_json->is_array() ? &loaded_json->as_array() : nullptr;
         std::size_t q = 0;
         for (std::size_t i = s.units[u].begin; i < s.units[u].end; ++i) {
             const plan_item& it = p.items[i];
             if (it.action != plan_action::quantize) continue;
             if (q >= snr.size()) fail<format_error>(unit_record_path(s.staging, u), it.name, "record has fewer SNRs than quantized items");
-            result.report.tensors.push_back({std::string(module_of(it.name)), it.shape, it.scheme, detail::double_of_bits(snr[q++].as_string())});
+            const double as_loaded = loaded && q < loaded->size() ? detail::double_of_bits((*loaded)[q].as_string())
+                                                                  : std::numeric_limits<double>::quiet_NaN();
+            result.report.tensors.push_back({std::string(module_of(it.name)), it.shape, it.scheme, detail::double_of_bits(snr[q++].as_string()),
+                                             as_loaded});
         }
         for (auto [key, list] : {std::pair{"gptq_layers", &result.gptq_layers}, std::pair{"rtn_layers", &result.rtn_layers},
                                  std::pair{"imatrix_layers", &result.imatrix_layers},

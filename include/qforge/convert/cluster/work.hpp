@@ -233,12 +233,17 @@ inline work_report work(const std::string& dst_dir, std::size_t worker, std::siz
         }
         json tensors = writer.finish();
         json snr = json::array();
-        for (const tensor_report& t : r.report.tensors) snr.push_back(json(detail::bits_of(t.snr_db)));
+        json as_loaded = json::array();  // report.hpp snr_db_as_loaded (NaN: not set), carried like snr_db
+        for (const tensor_report& t : r.report.tensors) {
+            snr.push_back(json(detail::bits_of(t.snr_db)));
+            as_loaded.push_back(json(detail::bits_of(t.snr_db_as_loaded)));
+        }
         const json record = json::object({{"unit", json(u)},
                                           {"fingerprint", json(s.fingerprint)},
                                           {"items", json::array({json(unit.begin), json(unit.end)})},
                                           {"tensors", std::move(tensors)},
                                           {"snr_bits", std::move(snr)},
+                                          {"snr_as_loaded_bits", std::move(as_loaded)},
                                           {"gptq_layers", detail::strings(r.gptq_layers)},
                                           {"rtn_layers", detail::strings(r.rtn_layers)},
                                           {"imatrix_layers", detail::strings(r.imatrix_layers)},
