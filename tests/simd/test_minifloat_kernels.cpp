@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -216,6 +217,53 @@ TEST_CASE("minifloat kernels: e4m3_row and abs_max give the definitions' codes, 
                 for (std::size_t j = 0; j < std::min(bc, n - 3); ++j) top = std::fmax(top, std::fabs(x[j + 3]));
                 CHECK(k.abs_max(x.data() + 3, std::min(bc, n - 3)) == top);
                 CHECK(k.abs_max(x.data(), 0) == 0.0f);
+            }
+        }
+    }
+}
+
+TEST_CASE("minifloat kernels: block_abs_max reads each dtype's bytes to the definitions' block amaxes on every ISA") {
+    std::mt19937 rng(23);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    const std::size_t n = 301;  // vectors and a tail in every block size below
+    std::vector<float> x(n);
+    for (float& v : x) v = u(rng);
+    x[7] = -0.0f;
+    x[200] = -5.5f;
+    for (dtype t : {dtype::F32, dtype::F16, dtype::BF16}) {
+        std::vector<std::byte> bytes(n * dtype_size(t));
+        std::vector<float> value(n);
+        for (std::size_t j = 0; j < n; ++j) {
+            if (t == dtype::F32) {
+                std::memcpy(bytes.data() + 4 * j, &x[j], 4);
+                value[j] = x[j];
+            } else {
+                const std::uint16_t h = t == dtype::F16 ? float_to_fp16(x[j]) : float_to_bf16(x[j]);
+                std::memcpy(bytes.data() + 2 * j, &h, 2);
+                value[j] = t == dtype::F16 ? fp16_to_float(h) : bf16_to_float(h);
+            }
+        }
+        for (std::size_t bc : {std::size_t{1}, std::size_t{16}, std::size_t{37}, std::size_t{128}, n}) {
+            const std::size_t blocks = (n + bc - 1) / bc;
+            std::vector<float> want(blocks, 0.25f);  // folds into what the caller holds
+            for (std::size_t j = 0; j < n; ++j) want[j / bc] = std::fmax(want[j / bc], std::fabs(value[j]));
+            for (isa i : minifloat_isas()) {
+                CAPTURE(isa_name(i));
+                CAPTURE(bc);
+                const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
+                std::vector<float> got(blocks, 0.25f);
+                CHECK_FALSE(k.block_abs_max(bytes.data(), t, n, bc, got.data()));
+                CHECK(got == want);
+                for (std::size_t at : {std::size_t{3}, std::size_t{298}}) {  // in a vector, in the tail
+                    std::vector<std::byte> bad = bytes;
+                    const float inf = at == 3 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+                    if (t == dtype::F32) std::memcpy(bad.data() + 4 * at, &inf, 4);
+                    else {
+                        const std::uint16_t h = t == dtype::F16 ? float_to_fp16(inf) : float_to_bf16(inf);
+                        std::memcpy(bad.data() + 2 * at, &h, 2);
+                    }
+                    CHECK(k.block_abs_max(bad.data(), t, n, bc, got.data()));
+                }
             }
         }
     }

@@ -165,17 +165,14 @@ public:
             for (std::size_t b = lo; b < hi; ++b) {
                 const std::int64_t r0 = static_cast<std::int64_t>(b) * br, r1 = std::min(n, r0 + br);
                 std::fill(amax.begin(), amax.end(), 0.0f);
-                for (std::int64_t r = r0; r < r1; ++r) {
-                    if (const std::int64_t c = load(r); c >= 0) {
-                        bad[b] = r * k + c;
+                // The amax pass reads the bytes directly (no float row); only a row holding NaN
+                // or infinity is converted, to name the element.
+                for (std::int64_t r = r0; r < r1; ++r)
+                    if (mf.block_abs_max(w.bytes.data() + static_cast<std::size_t>(r * k) * es, w.type,
+                                         static_cast<std::size_t>(k), static_cast<std::size_t>(bc), amax.data())) {
+                        bad[b] = r * k + load(r);
                         break;
                     }
-                    for (std::int64_t j = 0; j < scols; ++j) {
-                        const std::int64_t c0 = j * bc, len = std::min(bc, k - c0);
-                        float& a = amax[static_cast<std::size_t>(j)];
-                        a = std::max(a, mf.abs_max(x.data() + c0, static_cast<std::size_t>(len)));
-                    }
-                }
                 if (bad[b] >= 0) continue;
                 for (std::int64_t j = 0; j < scols; ++j) {
                     float v = detail::round_to(amax[static_cast<std::size_t>(j)] / e4m3_max, opt_.scale_dtype);

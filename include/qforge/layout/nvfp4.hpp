@@ -122,18 +122,16 @@ public:
         detail::check_fp4_weight(w, nvfp4_group, "NVFP4");
         const std::int64_t n = w.shape[0], k = w.shape[1];
         const std::size_t es = dtype_size(w.type);
-        const simd::group_kernels& conv = simd::active_kernels<simd::group_kernels>();
         const simd::minifloat_kernels& mf = simd::active_kernels<simd::minifloat_kernels>();
-        std::vector<float> x(static_cast<std::size_t>(k)), amax(static_cast<std::size_t>(k / nvfp4_group));
         float a = 0.0f;
         for (std::int64_t r = 0; r < n; ++r) {
             const std::size_t at = static_cast<std::size_t>(r * k);
-            if (conv.to_f32(w.bytes.data() + at * es, w.type, static_cast<std::size_t>(k), x.data()) >= 0) {
+            float row = 0.0f;  // one block of K: no float row stored
+            if (mf.block_abs_max(w.bytes.data() + at * es, w.type, static_cast<std::size_t>(k), static_cast<std::size_t>(k), &row)) {
                 for (std::size_t i = at; i < at + static_cast<std::size_t>(k); ++i) a = std::max(a, std::fabs(detail::element(w, i)));
                 continue;
             }
-            mf.group_amax(x.data(), static_cast<std::size_t>(k), nvfp4_group, amax.data());
-            for (const float g : amax) a = std::max(a, g);
+            a = std::max(a, row);
         }
         return a;
     }

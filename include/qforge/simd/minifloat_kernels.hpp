@@ -64,6 +64,12 @@ struct minifloat_kernels {
     /// t % 4, in increasing t, never fused (the same order on every ISA).
     void (*e4m3_row)(const float* x, std::size_t n, std::size_t bc, const float* m, dtype quotient,
                      std::uint8_t* codes, double* snr) noexcept;
+
+    /// amax[j] = max(amax[j], max |x_i| over block j) for the blocks of bc >= 1 columns of the
+    /// n values (the last block ragged) read straight from `src` in `type` (F32, F16, BF16);
+    /// true when a value is NaN or infinite (amax is then unspecified: the caller goes back to
+    /// to_f32 for the element's position). One pass, no float row stored.
+    bool (*block_abs_max)(const std::byte* src, dtype type, std::size_t n, std::size_t bc, float* amax) noexcept;
 };
 
 }  // namespace qforge::simd

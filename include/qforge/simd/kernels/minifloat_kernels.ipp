@@ -167,12 +167,61 @@ QFORGE_KFN void k_e2m1_groups(const float* x, std::size_t n, std::size_t gsize, 
     }
 }
 
+// One dtype's vector load from raw bytes (the group kernels' to_f32 widenings).
+template <int T>
+QFORGE_KFN vf bytes_load(const std::byte* p) noexcept {
+    if constexpr (T == 0) return vload_f32_bytes(p);
+    else if constexpr (T == 1) return vload_f16_bytes(p);
+    else return vload_bf16_bytes(p);
+}
+
+// Straight from the weight's bytes, without the float row to_f32 would store: a max is
+// order-free, so whole vectors then the tail element by element give every ISA one answer.
+template <int T>
+QFORGE_KFN bool block_abs_max_t(const std::byte* src, std::size_t n, std::size_t bc, float* amax) noexcept {
+    constexpr std::size_t es = T == 0 ? 4 : 2;
+    bool bad = false;
+    for (std::size_t b0 = 0, blk = 0; b0 < n; b0 += bc, ++blk) {
+        const std::size_t len = bc < n - b0 ? bc : n - b0;
+        std::size_t t = 0;
+        float top = amax[blk];
+        if (len >= lanes) {
+            vf acc = vset(top);
+            for (; t + lanes <= len; t += lanes) {
+                const vf v = bytes_load<T>(src + (b0 + t) * es);
+                bad |= vany_nonfinite(v);
+                acc = vmax(acc, vabs(v));
+            }
+            top = vhmax(acc);
+        }
+        for (; t < len; ++t) {
+            float v;
+            if constexpr (T == 0) std::memcpy(&v, src + (b0 + t) * 4, 4);
+            else {
+                std::uint16_t h;
+                std::memcpy(&h, src + (b0 + t) * 2, 2);
+                v = T == 1 ? fp16_to_float(h) : bf16_to_float(h);
+            }
+            bad |= !(std::fabs(v) <= 3.40282347e38f);
+            top = std::fabs(v) > top ? std::fabs(v) : top;
+        }
+        amax[blk] = top;
+    }
+    return bad;
+}
+
+QFORGE_KFN bool k_block_abs_max(const std::byte* src, dtype type, std::size_t n, std::size_t bc, float* amax) noexcept {
+    if (type == dtype::F32) return block_abs_max_t<0>(src, n, bc, amax);
+    if (type == dtype::F16) return block_abs_max_t<1>(src, n, bc, amax);
+    return block_abs_max_t<2>(src, n, bc, amax);
+}
+
 }  // namespace minifloat_family
 
 template <>
 inline const minifloat_kernels& family_table<minifloat_kernels>() noexcept {
     static constexpr minifloat_kernels table{QFORGE_KERNEL_ISA, &minifloat_family::k_group_amax,
                                              &minifloat_family::k_e4m3_encode, &minifloat_family::k_e2m1_groups, &minifloat_family::k_abs_max,
-                                             &minifloat_family::k_e4m3_row};
+                                             &minifloat_family::k_e4m3_row, &minifloat_family::k_block_abs_max};
     return table;
 }
