@@ -296,12 +296,91 @@ QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale, s
     }
 }
 
+// ---- make_q3_quants(16, 4, x, L, true), one 16-element sub-block per lane (Q3_K) ----------
+/// One coordinate-descent try of every lane: element by element, the code that the other
+/// fifteen's sums call for replaces the current one where that raises sumlx^2 / suml2. The
+/// masks are ggml's branches, each lane's updates its sequence. Returns whether a lane changed;
+/// a lane that did not would change nothing in a further try (its state is the same), so
+/// running one for the lanes still moving keeps each lane's early exit.
+///
+/// About 2% of elements change (Student-t weights), so the state update is a branch: while no
+/// lane accepts, the next element's sums are the ones already known, and the elements overlap
+/// instead of waiting on each other's ~50-cycle chain of divide, round and compare.
+QFORGE_KFN bool q3_try(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], float (*lf)[W], wv& sumlx,
+                       wv& suml2) noexcept {
+    const wv zero = wset(0.f), lo = wset(-4.f), hi = wset(3.f);
+    bool changed = false;
+    for (int i = 0; i < 16; ++i) {
+        const wv x = wload(xt[i]), wi = wload(w[i]), wxi = wload(wx[i]), li = wload(lf[i]);
+        wv slx = sumlx - wxi * li;
+        const wm positive = wgt(slx, zero);
+        wv sl2 = suml2 - (wi * li) * li;
+        const wv q = x * sl2 / slx;  // (x * sl2) / slx, as ggml's x[i] * sl2 / slx
+        const wv nl = wmin(wmax(wv{g3_nearest_int(q.a), g3_nearest_int(q.b)}, lo), hi);
+        slx = slx + wxi * nl;
+        sl2 = sl2 + (wi * nl) * nl;
+        const wm better = wand(wgt(sl2, zero), wgt(slx * slx * suml2, sumlx * sumlx * sl2));
+        const wm accept = wand(wand(positive, wne(nl, li)), better);
+        if (!wany(accept)) continue;
+        wstore(lf[i], wblend(accept, nl, li));
+        sumlx = wblend(accept, slx, sumlx);
+        suml2 = wblend(accept, sl2, suml2);
+        changed = true;
+    }
+    return changed;
+}
+
+QFORGE_KFN void q3_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) noexcept {
+    alignas(64) float w[16][W], wx[16][W];  // x*x and (x*x)*x, as ggml recomputes them
+    const wv zero = wset(0.f), lo = wset(-4.f), hi = wset(3.f);
+    wv amax = zero, max = zero;
+    for (int i = 0; i < 16; ++i) {
+        const wv x = wload(xt[i]);
+        const wv ax = wabs(x);
+        const wm gt = wgt(ax, amax);
+        amax = wblend(gt, ax, amax);
+        max = wblend(gt, x, max);
+        const wv xx = x * x;
+        wstore(w[i], xx);
+        wstore(wx[i], xx * x);
+    }
+    const wm zero_lane = wlt(amax, wset(1e-15f));  // GROUP_MAX_EPS
+    // |iscale * x| <= 4 (to an ulp) on the lanes kept: vround is nearest_int there
+    const wv iscale = wset(-4.f) / max;
+    wv sumlx = zero, suml2 = zero;
+    for (int i = 0; i < 16; ++i) {
+        const wv l = wround_clamp(iscale * wload(xt[i]), lo, hi);
+        wstore(lf[i], l);
+        sumlx = sumlx + wload(wx[i]) * l;
+        suml2 = suml2 + (wload(w[i]) * l) * l;
+    }
+    for (int itry = 0; itry < 5; ++itry)
+        if (!q3_try(xt, w, wx, lf, sumlx, suml2)) break;
+    for (int i = 0; i < 16; ++i) wstore(lf[i], wblend(zero_lane, zero, wload(lf[i]) + wset(4.f)));
+    // suml2 > 0 ? sumlx / suml2 : 0, and ggml's early return (codes 0, scale 0) for zero lanes
+    scale_out = wblend(zero_lane, zero, wblend(wgt(suml2, zero), sumlx / suml2, zero));
+}
+
+QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale, std::uint8_t* codes) noexcept {
+    alignas(64) float xt[16][W], lf[16][W], s[W];
+    for (std::size_t first = 0; first < count; first += W) {
+        load_lanes(x, count, first, 16, &xt[0][0]);
+        wv vs;
+        q3_lanes(xt, lf, vs);
+        wstore(s, vs);
+        for (std::size_t l = 0; l < W && first + l < count; ++l) scale[first + l] = s[l];
+        store_lanes(&lf[0][0], count, first, 16, codes);
+    }
+}
+
 // ---- requantization against the stored scales ----------------------------------------------
+/// nearest_int's bit trick rather than vround: d can be inf or NaN (an fp16 d that overflowed,
+/// times a 0 scale), where ggml's trick reads 0 from the NaN quotient and clamps that.
 template <bool WithMin>
 QFORGE_KFN vf requantize_step(const float* x, vf d, vf dm, vf lo, vf hi, vf offset) noexcept {
     vf t = vload(x);
     if constexpr (WithMin) t = vadd(t, dm);
-    return vadd(round_clamp(vdiv(t, d), lo, hi), offset);
+    return vadd(vmin(vmax(g3_nearest_int(vdiv(t, d)), lo), hi), offset);
 }
 
 template <bool WithMin>
@@ -363,6 +442,24 @@ QFORGE_KFN void k_pack_q6k(const std::uint8_t* codes, std::uint8_t* ql, std::uin
             std::memcpy(ql + 64 * h + 8 * w, &lo, 8);
             std::memcpy(ql + 64 * h + 32 + 8 * w, &hi, 8);
             std::memcpy(qh + 32 * h + 8 * w, &top, 8);
+        }
+    }
+}
+
+/// Q3_K's packing of 256 codes 0..7: bit 2 of code 32 b + l is bit b of hmask[l]; bits 0-1 go
+/// to qs as Q2_K's (per 128-code half, byte l holds codes l, l + 32, l + 64, l + 96).
+QFORGE_KFN void k_pack_q3k(const std::uint8_t* codes, std::uint8_t* hmask, std::uint8_t* qs) noexcept {
+    constexpr std::uint64_t two_bits = 0x0303030303030303ull;
+    std::uint64_t h[4] = {0, 0, 0, 0};
+    for (unsigned b = 0; b < 8; ++b)
+        for (unsigned w = 0; w < 4; ++w) h[w] |= ((load8(codes + 32 * b + 8 * w) >> 2) & low_bits) << b;
+    std::memcpy(hmask, h, sizeof h);
+    for (unsigned half = 0; half < 2; ++half) {
+        for (unsigned w = 0; w < 4; ++w) {
+            const std::uint8_t* p = codes + 128 * half + 8 * w;
+            const std::uint64_t q = (load8(p) & two_bits) | ((load8(p + 32) & two_bits) << 2) |
+                                    ((load8(p + 64) & two_bits) << 4) | ((load8(p + 96) & two_bits) << 6);
+            std::memcpy(qs + 32 * half + 8 * w, &q, 8);
         }
     }
 }
@@ -460,6 +557,7 @@ inline const gguf_kernels& family_table<gguf_kernels>() noexcept {
                                         &gguf_family::k_qx32_search, &gguf_family::k_requantize,
                                         &gguf_family::k_pack_q45k,   &gguf_family::k_pack_q6k,
                                         &gguf_family::k_q8_0,
-                                        &gguf_family::k_q4_0};
+                                        &gguf_family::k_q4_0,        &gguf_family::k_q3_search,
+                                        &gguf_family::k_pack_q3k};
     return table;
 }
