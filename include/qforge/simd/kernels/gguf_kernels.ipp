@@ -299,16 +299,16 @@ QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale, s
 // ---- make_q3_quants(16, 4, x, L, true), one 16-element sub-block per lane (Q3_K) ----------
 /// One coordinate-descent try of every lane: element by element, the code that the other
 /// fifteen's sums call for replaces the current one where that raises sumlx^2 / suml2. The
-/// masks are ggml's branches, each lane's updates its sequence. Returns whether a lane changed;
-/// a lane that did not would change nothing in a further try (its state is the same), so
-/// running one for the lanes still moving keeps each lane's early exit.
+/// masks are ggml's branches, each lane's updates its sequence. `moved` becomes 1 in the lanes
+/// that changed; returns whether one did. A lane that did not would change nothing in a
+/// further try (its state is the same), which is what lets lanes run tries they do not need.
 ///
 /// About 2% of elements change (Student-t weights), so the state update is a branch: while no
 /// lane accepts, the next element's sums are the ones already known, and the elements overlap
 /// instead of waiting on each other's ~50-cycle chain of divide, round and compare.
 QFORGE_KFN bool q3_try(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], float (*lf)[W], wv& sumlx,
-                       wv& suml2) noexcept {
-    const wv zero = wset(0.f), lo = wset(-4.f), hi = wset(3.f);
+                       wv& suml2, wv& moved) noexcept {
+    const wv zero = wset(0.f), lo = wset(-4.f), hi = wset(3.f), one = wset(1.f);
     bool changed = false;
     for (int i = 0; i < 16; ++i) {
         const wv x = wload(xt[i]), wi = wload(w[i]), wxi = wload(wx[i]), li = wload(lf[i]);
@@ -325,13 +325,26 @@ QFORGE_KFN bool q3_try(const float (*xt)[W], const float (*w)[W], const float (*
         wstore(lf[i], wblend(accept, nl, li));
         sumlx = wblend(accept, slx, sumlx);
         suml2 = wblend(accept, sl2, suml2);
+        moved = wblend(accept, one, moved);
         changed = true;
     }
     return changed;
 }
 
-QFORGE_KFN void q3_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) noexcept {
-    alignas(64) float w[16][W], wx[16][W];  // x*x and (x*x)*x, as ggml recomputes them
+/// The weights x^2 and (x^2) x of W lanes (ggml recomputes them each use; the same products).
+QFORGE_KFN void q3_weights(const float (*xt)[W], float (*w)[W], float (*wx)[W]) noexcept {
+    for (int i = 0; i < 16; ++i) {
+        const wv x = wload(xt[i]);
+        const wv xx = x * x;
+        wstore(w[i], xx);
+        wstore(wx[i], xx * x);
+    }
+}
+
+/// make_q3_quants up to its descent: the weights, max |x| (returned: the lanes below
+/// GROUP_MAX_EPS take ggml's early return at the end), the first codes and their sums.
+QFORGE_KFN wv q3_setup(const float (*xt)[W], float (*w)[W], float (*wx)[W], float (*lf)[W], wv& sumlx,
+                       wv& suml2) noexcept {
     const wv zero = wset(0.f), lo = wset(-4.f), hi = wset(3.f);
     wv amax = zero, max = zero;
     for (int i = 0; i < 16; ++i) {
@@ -340,36 +353,90 @@ QFORGE_KFN void q3_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) no
         const wm gt = wgt(ax, amax);
         amax = wblend(gt, ax, amax);
         max = wblend(gt, x, max);
-        const wv xx = x * x;
-        wstore(w[i], xx);
-        wstore(wx[i], xx * x);
     }
-    const wm zero_lane = wlt(amax, wset(1e-15f));  // GROUP_MAX_EPS
+    q3_weights(xt, w, wx);
     // |iscale * x| <= 4 (to an ulp) on the lanes kept: vround is nearest_int there
     const wv iscale = wset(-4.f) / max;
-    wv sumlx = zero, suml2 = zero;
+    sumlx = suml2 = zero;
     for (int i = 0; i < 16; ++i) {
         const wv l = wround_clamp(iscale * wload(xt[i]), lo, hi);
         wstore(lf[i], l);
         sumlx = sumlx + wload(wx[i]) * l;
         suml2 = suml2 + (wload(w[i]) * l) * l;
     }
-    for (int itry = 0; itry < 5; ++itry)
-        if (!q3_try(xt, w, wx, lf, sumlx, suml2)) break;
+    return amax;
+}
+
+/// The sub-blocks of one k_q3_search step: 64 (four Q3_K super-blocks), as q3_groups groups
+/// of W lanes, transposed (xt[g][i][lane]).
+inline constexpr std::size_t q3_groups = 64 / W;
+struct q3_state {
+    alignas(64) float xt[q3_groups][16][W], w[q3_groups][16][W], wx[q3_groups][16][W], lf[q3_groups][16][W];
+    alignas(64) float sumlx[q3_groups][W], suml2[q3_groups][W], amax[q3_groups][W], moved[q3_groups][W];
+};
+
+/// Tries 1..4 for the sub-blocks that moved in try 0 (about one in six): gathered W at a time
+/// into one group, so that a try runs for the lanes that need it rather than for every group
+/// with one such lane. Spare lanes repeat the last one and are not written back.
+QFORGE_KFN void q3_retry(q3_state& st, const std::uint16_t* which, std::size_t m) noexcept {
+    alignas(64) float xt[16][W], w[16][W], wx[16][W], lf[16][W], sx[W], s2[W];
+    for (std::size_t r = 0; r < W; ++r) {
+        const std::size_t g = which[r < m ? r : m - 1] / W, l = which[r < m ? r : m - 1] % W;
+        for (int i = 0; i < 16; ++i) {
+            xt[i][r] = st.xt[g][i][l];
+            lf[i][r] = st.lf[g][i][l];
+        }
+        sx[r] = st.sumlx[g][l];
+        s2[r] = st.suml2[g][l];
+    }
+    q3_weights(xt, w, wx);
+    wv sumlx = wload(sx), suml2 = wload(s2), moved = wset(0.f);
+    for (int itry = 1; itry < 5; ++itry)
+        if (!q3_try(xt, w, wx, lf, sumlx, suml2, moved)) break;
+    wstore(sx, sumlx);
+    wstore(s2, suml2);
+    for (std::size_t r = 0; r < m; ++r) {
+        const std::size_t g = which[r] / W, l = which[r] % W;
+        for (int i = 0; i < 16; ++i) st.lf[g][i][l] = lf[i][r];
+        st.sumlx[g][l] = sx[r];
+        st.suml2[g][l] = s2[r];
+    }
+}
+
+/// Codes + 4 and the scale suml2 > 0 ? sumlx / suml2 : 0, or ggml's early return (codes 0,
+/// scale 0) where max |x| < GROUP_MAX_EPS.
+QFORGE_KFN wv q3_finish(float (*lf)[W], const float* amax, const float* sumlx, const float* suml2) noexcept {
+    const wv zero = wset(0.f);
+    const wm zero_lane = wlt(wload(amax), wset(1e-15f));
     for (int i = 0; i < 16; ++i) wstore(lf[i], wblend(zero_lane, zero, wload(lf[i]) + wset(4.f)));
-    // suml2 > 0 ? sumlx / suml2 : 0, and ggml's early return (codes 0, scale 0) for zero lanes
-    scale_out = wblend(zero_lane, zero, wblend(wgt(suml2, zero), sumlx / suml2, zero));
+    const wv sx = wload(sumlx), s2 = wload(suml2);
+    return wblend(zero_lane, zero, wblend(wgt(s2, zero), sx / s2, zero));
 }
 
 QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale, std::uint8_t* codes) noexcept {
-    alignas(64) float xt[16][W], lf[16][W], s[W];
-    for (std::size_t first = 0; first < count; first += W) {
-        load_lanes(x, count, first, 16, &xt[0][0]);
-        wv vs;
-        q3_lanes(xt, lf, vs);
-        wstore(s, vs);
-        for (std::size_t l = 0; l < W && first + l < count; ++l) scale[first + l] = s[l];
-        store_lanes(&lf[0][0], count, first, 16, codes);
+    q3_state st;
+    alignas(64) float s[W];
+    for (std::size_t first = 0; first < count; first += 64) {
+        const std::size_t n = count - first < 64 ? count - first : 64, ng = (n + W - 1) / W;
+        std::uint16_t which[64];
+        std::size_t m = 0;
+        for (std::size_t g = 0; g < ng; ++g) {
+            load_lanes(x, count, first + g * W, 16, &st.xt[g][0][0]);
+            wv sumlx, suml2, moved = wset(0.f);
+            wstore(st.amax[g], q3_setup(st.xt[g], st.w[g], st.wx[g], st.lf[g], sumlx, suml2));
+            q3_try(st.xt[g], st.w[g], st.wx[g], st.lf[g], sumlx, suml2, moved);
+            wstore(st.sumlx[g], sumlx);
+            wstore(st.suml2[g], suml2);
+            wstore(st.moved[g], moved);
+            for (std::size_t l = 0; l < W && g * W + l < n; ++l)
+                if (st.moved[g][l] != 0) which[m++] = static_cast<std::uint16_t>(g * W + l);
+        }
+        for (std::size_t r = 0; r < m; r += W) q3_retry(st, which + r, m - r < W ? m - r : W);
+        for (std::size_t g = 0; g < ng; ++g) {
+            wstore(s, q3_finish(st.lf[g], st.amax[g], st.sumlx[g], st.suml2[g]));
+            for (std::size_t l = 0; l < W && g * W + l < n; ++l) scale[first + g * W + l] = s[l];
+            store_lanes(&st.lf[g][0][0], count, first + g * W, 16, codes);
+        }
     }
 }
 
