@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "qforge/layout/gguf/quantize.hpp"
@@ -91,5 +92,46 @@ TEST_CASE("gguf kernels: a scalar lookup is the path quantize_rows runs") {
         CHECK_THROWS_WITH_AS(quantize_rows(ggml_type::q4_k, x.data(), 1, 256, nullptr,
                                            reinterpret_cast<std::byte*>(out.data()), i),
                              doctest::Contains("gguf kernels is not available"), unsupported_error);
+    }
+}
+
+namespace {
+/// Rows where ggml's arithmetic leaves its usual range: magnitudes from 2^-30 to 2^30 in one
+/// super-block (the fp16 d overflows to inf, so d * 0 is NaN and the requantization reads
+/// nearest_int's 0 from a NaN quotient), one large weight among tiny ones, float32 subnormals,
+/// fifth powers (wide x^2 weights in the descent) and exact quarter ties.
+std::vector<float> gguf_kernel_extreme_rows(std::int64_t n_per_row) {
+    std::mt19937 gen(20261202);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> x;
+    for (int kind = 0; kind < 5; ++kind) {
+        for (std::int64_t i = 0; i < n_per_row; ++i) {
+            float v = u(gen);
+            if (kind == 0) v *= std::ldexp(1.f, static_cast<int>(gen() % 60) - 30);
+            if (kind == 1) v *= i % 16 == 3 ? 1e3f : 1e-6f;
+            if (kind == 2) v = gen() % 4 == 0 ? 0.f : v * 1e-38f;
+            if (kind == 3) v = v * v * v * v * v;
+            if (kind == 4) v = std::round(v * 4) * 0.25f;
+            x.push_back(v);
+        }
+    }
+    return x;
+}
+}  // namespace
+
+TEST_CASE("gguf kernels: Q3_K and Q6_K keep the port's bytes on extreme rows (fp16 d overflow, subnormals)") {
+    const std::int64_t n_per_row = 1280;
+    const auto x = gguf_kernel_extreme_rows(n_per_row);
+    const std::int64_t nrow = static_cast<std::int64_t>(x.size()) / n_per_row;
+    for (ggml_type t : {ggml_type::q3_k, ggml_type::q6_k}) {
+        const auto size = static_cast<std::size_t>(quantized_size(t, nrow, n_per_row));
+        std::vector<std::uint16_t> port(size / 2 + 1), ours(size / 2 + 1);
+        scalar_port(t, x.data(), nrow * n_per_row, reinterpret_cast<std::byte*>(port.data()));
+        for (simd::isa i : qforge::testing::available_isas()) {
+            quantize_rows(t, x.data(), nrow, n_per_row, nullptr, reinterpret_cast<std::byte*>(ours.data()), i, true);
+            CAPTURE(simd::isa_name(i));
+            CAPTURE(type_name(t));
+            CHECK(std::memcmp(port.data(), ours.data(), size) == 0);
+        }
     }
 }

@@ -70,6 +70,17 @@ struct gguf_kernels {
     /// quantize_row_q4_0_ref of nb 32-element blocks into nb ggml block_q4_0 (18 bytes: fp16 d,
     /// then 16 bytes, element j in the low and j + 16 in the high nibble of byte j).
     void (*q4_0)(const float* x, std::int64_t nb, std::byte* blocks) noexcept;
+
+    /// ggml make_q3_quants(16, 4, x, L, true) (quantize_row_q3_K_ref's sub-block search:
+    /// symmetric grid -4..3, then up to five coordinate-descent tries on x^2-weighted error) for
+    /// each of the `count` consecutive 16-element sub-blocks of x (count a multiple of 8):
+    /// scale[j] and codes[16 j + i] (L: code + 4, 0..7; all 0 where max |x| < GROUP_MAX_EPS).
+    void (*q3_search)(const float* x, std::size_t count, float* scale, std::uint8_t* codes) noexcept;
+
+    /// ggml's Q3_K packing of one super-block's 256 codes (0..7): bit 2 of code 32 b + l is
+    /// bit b of hmask[l]; the low two bits go to qs as Q2_K packs them (per 128-code half h
+    /// and l < 32, qs[32 h + l] = codes 128 h + l, + 32, + 64, + 96 at bits 0, 2, 4, 6).
+    void (*pack_q3k)(const std::uint8_t* codes, std::uint8_t* hmask, std::uint8_t* qs) noexcept;
 };
 
 }  // namespace qforge::simd

@@ -99,6 +99,35 @@ inline int q3k_get_scale(int j, const std::uint8_t* scales) noexcept {
     const int lo = j < 8 ? (scales[j] & 0xF) : (scales[j - 8] >> 4);
     return (lo | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
 }
+/// quantize_row_q3_K_ref's super-block step: 6-bit signed scales against the largest |scale|
+/// (the first of equal ones), and the fp16 d.
+inline void q3k_scales(const float* scales, block_q3_k& y) noexcept {
+    float max_scale = 0, amax = 0;
+    for (int j = 0; j < 16; ++j) {
+        const float a = std::fabs(scales[j]);
+        if (a > amax) {
+            amax = a;
+            max_scale = scales[j];
+        }
+    }
+    std::memset(y.scales, 0, 12);
+    if (max_scale != 0) {
+        const float iscale = -32.f / max_scale;
+        for (int j = 0; j < 16; ++j) {
+            auto l8 = static_cast<std::int8_t>(nearest_int(iscale * scales[j]));
+            const int l = clamp_int(l8, -32, 31) + 32;
+            q3k_set_scale(j, l, y.scales);
+        }
+        y.d = float_to_fp16(1 / iscale);
+    } else {
+        y.d = float_to_fp16(0.f);
+    }
+}
+/// The sub-block scales a Q3_K super-block stores: d[j] = d * (6-bit scale j - 32).
+inline void q3k_sub_scales(const block_q3_k& y, float* d) noexcept {
+    const float dd = fp16_to_float(y.d);
+    for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(q3k_get_scale(j, y.scales));
+}
 inline void q3k_finish(const float* x, block_q3_k& y, std::int8_t* L) noexcept {
     const float dd = fp16_to_float(y.d);
     for (int j = 0; j < 16; ++j) {
@@ -324,27 +353,8 @@ inline void quantize_ref(const float* x, block_q3_k* y, std::int64_t k) noexcept
     std::int8_t L[256];
     float scales[16];
     for (std::int64_t i = 0; i < k / 256; ++i, x += 256) {
-        float max_scale = 0, amax = 0;
-        for (int j = 0; j < 16; ++j) {
-            scales[j] = detail::make_q3_quants(16, 4, x + 16 * j, L + 16 * j, true);
-            const float a = std::fabs(scales[j]);
-            if (a > amax) {
-                amax = a;
-                max_scale = scales[j];
-            }
-        }
-        std::memset(y[i].scales, 0, 12);
-        if (max_scale != 0) {
-            const float iscale = -32.f / max_scale;
-            for (int j = 0; j < 16; ++j) {
-                auto l8 = static_cast<std::int8_t>(detail::nearest_int(iscale * scales[j]));
-                const int l = detail::clamp_int(l8, -32, 31) + 32;
-                detail::q3k_set_scale(j, l, y[i].scales);
-            }
-            y[i].d = float_to_fp16(1 / iscale);
-        } else {
-            y[i].d = float_to_fp16(0.f);
-        }
+        for (int j = 0; j < 16; ++j) scales[j] = detail::make_q3_quants(16, 4, x + 16 * j, L + 16 * j, true);
+        detail::q3k_scales(scales, y[i]);
         detail::q3k_finish(x, y[i], L);
     }
 }
@@ -431,6 +441,24 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
             detail::q2k_sub_scales(y[i + h], d, dm);
             kern.requantize(x + 256 * (i + h), 16, 16, d, dm, 0.f, 3.f, 0.f, L + 256 * h);
             detail::pack_2bit(L + 256 * h, y[i + h].qs);
+        }
+    }
+}
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q3_k* y, std::int64_t k) noexcept {
+    constexpr std::int64_t chunk = detail::kernel_chunk;
+    float scales[16 * chunk];
+    std::uint8_t L[256 * chunk];
+    for (std::int64_t i = 0; i < k / 256; i += chunk) {
+        const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
+        kern.q3_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, L);
+        for (std::int64_t h = 0; h < n; ++h) {
+            float d[16];
+            block_q3_k& b = y[i + h];
+            detail::q3k_scales(scales + 16 * h, b);
+            detail::q3k_sub_scales(b, d);
+            kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -4.f, 3.f, 4.f, L + 256 * h);
+            kern.pack_q3k(L + 256 * h, b.hmask, b.qs);
         }
     }
 }

@@ -338,6 +338,14 @@ QFORGE_TARGET_AVX2 inline vf mf_round_bf16(vf a) noexcept {
 }
 // ---- end of minifloat_kernels primitives ----
 
+// ---- gguf_kernels Q3_K primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) ----
+QFORGE_TARGET_AVX2 inline vf g3_nearest_int(vf a) noexcept {
+    const __m256i bits = _mm256_castps_si256(_mm256_add_ps(a, _mm256_set1_ps(12582912.f)));
+    const __m256i i = _mm256_sub_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x007FFFFF)), _mm256_set1_epi32(0x00400000));
+    return _mm256_cvtepi32_ps(i);
+}
+// ---- end of gguf_kernels Q3_K primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

@@ -238,6 +238,14 @@ QFORGE_TARGET_AVX512 inline vf mf_round_bf16(vf a) noexcept {
 }
 // ---- end of minifloat_kernels primitives ----
 
+// ---- gguf_kernels Q3_K primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) ----
+QFORGE_TARGET_AVX512 inline vf g3_nearest_int(vf a) noexcept {
+    const __m512i bits = _mm512_castps_si512(_mm512_add_ps(a, _mm512_set1_ps(12582912.f)));
+    const __m512i i = _mm512_sub_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x007FFFFF)), _mm512_set1_epi32(0x00400000));
+    return _mm512_cvtepi32_ps(i);
+}
+// ---- end of gguf_kernels Q3_K primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

@@ -389,6 +389,15 @@ inline float32x4_t mf_round_bf16_4(float32x4_t a) noexcept {
 inline vf mf_round_bf16(vf a) noexcept { return {mf_round_bf16_4(a.a), mf_round_bf16_4(a.b)}; }
 // ---- end of minifloat_kernels primitives ----
 
+// ---- gguf_kernels Q3_K primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) ----
+inline float32x4_t g3_nearest_int4(float32x4_t a) noexcept {
+    const uint32x4_t bits = vreinterpretq_u32_f32(vaddq_f32(a, vdupq_n_f32(12582912.f)));
+    const int32x4_t i = vsubq_s32(vreinterpretq_s32_u32(vandq_u32(bits, vdupq_n_u32(0x007FFFFFu))), vdupq_n_s32(0x00400000));
+    return vcvtq_f32_s32(i);
+}
+inline vf g3_nearest_int(vf a) noexcept { return {g3_nearest_int4(a.a), g3_nearest_int4(a.b)}; }
+// ---- end of gguf_kernels Q3_K primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

@@ -453,6 +453,21 @@ inline vf mf_round_bf16(vf a) noexcept {
 }
 // ---- end of minifloat_kernels primitives ----
 
+// ---- gguf_kernels Q3_K primitives (simd/kernels/gguf_kernels.ipp, make_q3_quants) ----
+/// ggml's nearest_int bit trick lane by lane, as a float: (bits(a + 1.5 * 2^23) & 0x7FFFFF) -
+/// 0x400000. Round half to even for |a| <= 4194303 (vround's value); outside that range it is
+/// the trick's wrapped result, which a release build of ggml uses where its quotient is huge.
+inline vf g3_nearest_int(vf a) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) {
+        const float v = no_contract(a.v[j]) + 12582912.f;
+        const auto bits = static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(v) & 0x007FFFFFu);
+        r.v[j] = static_cast<float>(bits - 0x00400000);
+    }
+    return r;
+}
+// ---- end of gguf_kernels Q3_K primitives ----
+
 /// The kernel tables of this ISA: each family's .ipp, compiled here by
 /// simd/detail/instantiate.ipp, specializes this for its table.
 template <class Table>

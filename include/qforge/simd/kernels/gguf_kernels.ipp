@@ -296,12 +296,158 @@ QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale, s
     }
 }
 
+// ---- make_q3_quants(16, 4, x, L, true), one 16-element sub-block per lane (Q3_K) ----------
+/// One coordinate-descent try of every lane: element by element, the code that the other
+/// fifteen's sums call for replaces the current one where that raises sumlx^2 / suml2. The
+/// masks are ggml's branches, each lane's updates its sequence. `moved` becomes 1 in the lanes
+/// that changed; returns whether one did. A lane that did not would change nothing in a
+/// further try (its state is the same), which is what lets lanes run tries they do not need.
+///
+/// About 2% of elements change (Student-t weights), so the state update is a branch: while no
+/// lane accepts, the next element's sums are the ones already known, and the elements overlap
+/// instead of waiting on each other's ~50-cycle chain of divide, round and compare.
+QFORGE_KFN bool q3_try(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], float (*lf)[W], wv& sumlx,
+                       wv& suml2, wv& moved) noexcept {
+    const wv zero = wset(0.f), lo = wset(-4.f), hi = wset(3.f), one = wset(1.f);
+    bool changed = false;
+    for (int i = 0; i < 16; ++i) {
+        const wv x = wload(xt[i]), wi = wload(w[i]), wxi = wload(wx[i]), li = wload(lf[i]);
+        wv slx = sumlx - wxi * li;
+        const wm positive = wgt(slx, zero);
+        wv sl2 = suml2 - (wi * li) * li;
+        const wv q = x * sl2 / slx;  // (x * sl2) / slx, as ggml's x[i] * sl2 / slx
+        const wv nl = wmin(wmax(wv{g3_nearest_int(q.a), g3_nearest_int(q.b)}, lo), hi);
+        slx = slx + wxi * nl;
+        sl2 = sl2 + (wi * nl) * nl;
+        const wm better = wand(wgt(sl2, zero), wgt(slx * slx * suml2, sumlx * sumlx * sl2));
+        const wm accept = wand(wand(positive, wne(nl, li)), better);
+        if (!wany(accept)) continue;
+        wstore(lf[i], wblend(accept, nl, li));
+        sumlx = wblend(accept, slx, sumlx);
+        suml2 = wblend(accept, sl2, suml2);
+        moved = wblend(accept, one, moved);
+        changed = true;
+    }
+    return changed;
+}
+
+/// The weights x^2 and (x^2) x of W lanes (ggml recomputes them each use; the same products).
+QFORGE_KFN void q3_weights(const float (*xt)[W], float (*w)[W], float (*wx)[W]) noexcept {
+    for (int i = 0; i < 16; ++i) {
+        const wv x = wload(xt[i]);
+        const wv xx = x * x;
+        wstore(w[i], xx);
+        wstore(wx[i], xx * x);
+    }
+}
+
+/// make_q3_quants up to its descent: the weights, max |x| (returned: the lanes below
+/// GROUP_MAX_EPS take ggml's early return at the end), the first codes and their sums.
+QFORGE_KFN wv q3_setup(const float (*xt)[W], float (*w)[W], float (*wx)[W], float (*lf)[W], wv& sumlx,
+                       wv& suml2) noexcept {
+    const wv zero = wset(0.f), lo = wset(-4.f), hi = wset(3.f);
+    wv amax = zero, max = zero;
+    for (int i = 0; i < 16; ++i) {
+        const wv x = wload(xt[i]);
+        const wv ax = wabs(x);
+        const wm gt = wgt(ax, amax);
+        amax = wblend(gt, ax, amax);
+        max = wblend(gt, x, max);
+    }
+    q3_weights(xt, w, wx);
+    // |iscale * x| <= 4 (to an ulp) on the lanes kept: vround is nearest_int there
+    const wv iscale = wset(-4.f) / max;
+    sumlx = suml2 = zero;
+    for (int i = 0; i < 16; ++i) {
+        const wv l = wround_clamp(iscale * wload(xt[i]), lo, hi);
+        wstore(lf[i], l);
+        sumlx = sumlx + wload(wx[i]) * l;
+        suml2 = suml2 + (wload(w[i]) * l) * l;
+    }
+    return amax;
+}
+
+/// The sub-blocks of one k_q3_search step: 64 (four Q3_K super-blocks), as q3_groups groups
+/// of W lanes, transposed (xt[g][i][lane]).
+inline constexpr std::size_t q3_groups = 64 / W;
+struct q3_state {
+    alignas(64) float xt[q3_groups][16][W], w[q3_groups][16][W], wx[q3_groups][16][W], lf[q3_groups][16][W];
+    alignas(64) float sumlx[q3_groups][W], suml2[q3_groups][W], amax[q3_groups][W], moved[q3_groups][W];
+};
+
+/// Tries 1..4 for the sub-blocks that moved in try 0 (about one in six): gathered W at a time
+/// into one group, so that a try runs for the lanes that need it rather than for every group
+/// with one such lane. Spare lanes repeat the last one and are not written back.
+QFORGE_KFN void q3_retry(q3_state& st, const std::uint16_t* which, std::size_t m) noexcept {
+    alignas(64) float xt[16][W], w[16][W], wx[16][W], lf[16][W], sx[W], s2[W];
+    for (std::size_t r = 0; r < W; ++r) {
+        const std::size_t g = which[r < m ? r : m - 1] / W, l = which[r < m ? r : m - 1] % W;
+        for (int i = 0; i < 16; ++i) {
+            xt[i][r] = st.xt[g][i][l];
+            lf[i][r] = st.lf[g][i][l];
+        }
+        sx[r] = st.sumlx[g][l];
+        s2[r] = st.suml2[g][l];
+    }
+    q3_weights(xt, w, wx);
+    wv sumlx = wload(sx), suml2 = wload(s2), moved = wset(0.f);
+    for (int itry = 1; itry < 5; ++itry)
+        if (!q3_try(xt, w, wx, lf, sumlx, suml2, moved)) break;
+    wstore(sx, sumlx);
+    wstore(s2, suml2);
+    for (std::size_t r = 0; r < m; ++r) {
+        const std::size_t g = which[r] / W, l = which[r] % W;
+        for (int i = 0; i < 16; ++i) st.lf[g][i][l] = lf[i][r];
+        st.sumlx[g][l] = sx[r];
+        st.suml2[g][l] = s2[r];
+    }
+}
+
+/// Codes + 4 and the scale suml2 > 0 ? sumlx / suml2 : 0, or ggml's early return (codes 0,
+/// scale 0) where max |x| < GROUP_MAX_EPS.
+QFORGE_KFN wv q3_finish(float (*lf)[W], const float* amax, const float* sumlx, const float* suml2) noexcept {
+    const wv zero = wset(0.f);
+    const wm zero_lane = wlt(wload(amax), wset(1e-15f));
+    for (int i = 0; i < 16; ++i) wstore(lf[i], wblend(zero_lane, zero, wload(lf[i]) + wset(4.f)));
+    const wv sx = wload(sumlx), s2 = wload(suml2);
+    return wblend(zero_lane, zero, wblend(wgt(s2, zero), sx / s2, zero));
+}
+
+QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale, std::uint8_t* codes) noexcept {
+    q3_state st;
+    alignas(64) float s[W];
+    for (std::size_t first = 0; first < count; first += 64) {
+        const std::size_t n = count - first < 64 ? count - first : 64, ng = (n + W - 1) / W;
+        std::uint16_t which[64];
+        std::size_t m = 0;
+        for (std::size_t g = 0; g < ng; ++g) {
+            load_lanes(x, count, first + g * W, 16, &st.xt[g][0][0]);
+            wv sumlx, suml2, moved = wset(0.f);
+            wstore(st.amax[g], q3_setup(st.xt[g], st.w[g], st.wx[g], st.lf[g], sumlx, suml2));
+            q3_try(st.xt[g], st.w[g], st.wx[g], st.lf[g], sumlx, suml2, moved);
+            wstore(st.sumlx[g], sumlx);
+            wstore(st.suml2[g], suml2);
+            wstore(st.moved[g], moved);
+            for (std::size_t l = 0; l < W && g * W + l < n; ++l)
+                if (st.moved[g][l] != 0) which[m++] = static_cast<std::uint16_t>(g * W + l);
+        }
+        for (std::size_t r = 0; r < m; r += W) q3_retry(st, which + r, m - r < W ? m - r : W);
+        for (std::size_t g = 0; g < ng; ++g) {
+            wstore(s, q3_finish(st.lf[g], st.amax[g], st.sumlx[g], st.suml2[g]));
+            for (std::size_t l = 0; l < W && g * W + l < n; ++l) scale[first + g * W + l] = s[l];
+            store_lanes(&st.lf[g][0][0], count, first + g * W, 16, codes);
+        }
+    }
+}
+
 // ---- requantization against the stored scales ----------------------------------------------
+/// nearest_int's bit trick rather than vround: d can be inf or NaN (an fp16 d that overflowed,
+/// times a 0 scale), where ggml's trick reads 0 from the NaN quotient and clamps that.
 template <bool WithMin>
 QFORGE_KFN vf requantize_step(const float* x, vf d, vf dm, vf lo, vf hi, vf offset) noexcept {
     vf t = vload(x);
     if constexpr (WithMin) t = vadd(t, dm);
-    return vadd(round_clamp(vdiv(t, d), lo, hi), offset);
+    return vadd(vmin(vmax(g3_nearest_int(vdiv(t, d)), lo), hi), offset);
 }
 
 template <bool WithMin>
@@ -363,6 +509,24 @@ QFORGE_KFN void k_pack_q6k(const std::uint8_t* codes, std::uint8_t* ql, std::uin
             std::memcpy(ql + 64 * h + 8 * w, &lo, 8);
             std::memcpy(ql + 64 * h + 32 + 8 * w, &hi, 8);
             std::memcpy(qh + 32 * h + 8 * w, &top, 8);
+        }
+    }
+}
+
+/// Q3_K's packing of 256 codes 0..7: bit 2 of code 32 b + l is bit b of hmask[l]; bits 0-1 go
+/// to qs as Q2_K's (per 128-code half, byte l holds codes l, l + 32, l + 64, l + 96).
+QFORGE_KFN void k_pack_q3k(const std::uint8_t* codes, std::uint8_t* hmask, std::uint8_t* qs) noexcept {
+    constexpr std::uint64_t two_bits = 0x0303030303030303ull;
+    std::uint64_t h[4] = {0, 0, 0, 0};
+    for (unsigned b = 0; b < 8; ++b)
+        for (unsigned w = 0; w < 4; ++w) h[w] |= ((load8(codes + 32 * b + 8 * w) >> 2) & low_bits) << b;
+    std::memcpy(hmask, h, sizeof h);
+    for (unsigned half = 0; half < 2; ++half) {
+        for (unsigned w = 0; w < 4; ++w) {
+            const std::uint8_t* p = codes + 128 * half + 8 * w;
+            const std::uint64_t q = (load8(p) & two_bits) | ((load8(p + 32) & two_bits) << 2) |
+                                    ((load8(p + 64) & two_bits) << 4) | ((load8(p + 96) & two_bits) << 6);
+            std::memcpy(qs + 32 * half + 8 * w, &q, 8);
         }
     }
 }
@@ -460,6 +624,7 @@ inline const gguf_kernels& family_table<gguf_kernels>() noexcept {
                                         &gguf_family::k_qx32_search, &gguf_family::k_requantize,
                                         &gguf_family::k_pack_q45k,   &gguf_family::k_pack_q6k,
                                         &gguf_family::k_q8_0,
-                                        &gguf_family::k_q4_0};
+                                        &gguf_family::k_q4_0,        &gguf_family::k_q3_search,
+                                        &gguf_family::k_pack_q3k};
     return table;
 }
