@@ -101,6 +101,7 @@
 #include "qforge/convert/importance.hpp"
 #include "qforge/convert/loaded_scales.hpp"
 #include "qforge/convert/model_config.hpp"
+#include "qforge/convert/output_format.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/convert/repack.hpp"
 #include "qforge/convert/repack_checkpoint.hpp"

@@ -39,6 +39,7 @@
 
 #include "qforge/convert/activation_fold.hpp"
 #include "qforge/convert/detail/early_writeback.hpp"
+#include "qforge/convert/detail/plan_steps.hpp"
 #include "qforge/convert/detail/quantize_step.hpp"
 #include "qforge/convert/detail/write_behind.hpp"
 #include "qforge/convert/format.hpp"

@@ -24,7 +24,9 @@
 #include <utility>
 #include <vector>
 
+#include "qforge/convert/output_format.hpp"
 #include "qforge/convert/rule.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/awq.hpp"
@@ -37,18 +39,6 @@
 #include "qforge/layout/nvfp4.hpp"
 
 namespace qforge {
-
-/// compressed_tensors_fp8 is compressed-tensors `float-quantized` (FP8_DYNAMIC with group -1,
-/// FP8_BLOCK with group B = B x B tiles); fp8 is the native `quant_method: "fp8"` block layout
-/// (layout/fp8.hpp). Both hold E4M3 codes, not integer codes: is_float_format().
-/// compressed_tensors_w8a8 is compressed-tensors `int-quantized` (int8 weights unpacked, dynamic
-/// per-token int8 activations: layout/ct_int8.hpp).
-/// compressed_tensors_nvfp4 / _mxfp4 are `nvfp4-pack-quantized` (NVFP4A16) and
-/// `mxfp4-pack-quantized` (MXFP4A16): E2M1 codes (layout/nvfp4.hpp, layout/mxfp4.hpp).
-enum class output_format {
-    gptq, gptq_v2, awq, compressed_tensors, compressed_tensors_fp8, fp8, compressed_tensors_w8a8,
-    compressed_tensors_nvfp4, compressed_tensors_mxfp4
-};
 
 /// One row of the format table: an output_format and the traits of the layout that writes it.
 template <output_format F, format_traits Traits>
@@ -88,13 +78,15 @@ void for_each_format(Fn&& fn) {
     std::apply([&](auto... entry) { (fn(decltype(entry)::id), ...); }, format_table{});
 }
 
-inline std::string_view format_name(output_format f) noexcept {
+#if QFORGE_BODIES_HERE
+QFORGE_DECL std::string_view format_name(output_format f) noexcept {
     std::string_view name = "?";
     for_each_format([&](output_format g) {
         if (g == f) name = visit_format(g, [](auto t) { return std::string_view(decltype(t)::name); });
     });
     return name;
 }
+#endif
 
 constexpr bool is_float_format(output_format f) noexcept {
     bool e4m3 = false;
@@ -152,6 +144,25 @@ inline scale_policy asymmetric_minmax_policy(output_format f) {
     return visit_format(f, [](auto t) { return decltype(t)::asymmetric_minmax; });
 }
 
+namespace detail {
+
+/// The quant policy for a scheme, or nullopt when the combination has none.
+inline std::optional<scale_policy> policy_for(const quant_spec& s, output_format f) noexcept {
+    switch (s.scale) {
+        case scale_method::minmax:
+            if (s.symmetric) return scale_policy::gptq_absmax;
+            return asymmetric_minmax_policy(f);  // the format's own asymmetric rule (AWQ: awq_minmax)
+        case scale_method::absmax: return s.symmetric ? std::optional(scale_policy::absmax) : std::nullopt;
+        case scale_method::search: return s.symmetric ? std::optional(scale_policy::seed_search) : std::nullopt;
+        case scale_method::mse: return scale_policy::mse;
+        case scale_method::lsq: return scale_policy::custom;
+        case scale_method::fixed: return s.symmetric ? std::optional(scale_policy::seed_fixed) : std::nullopt;
+    }
+    return std::nullopt;
+}
+
+}  // namespace detail
+
 inline std::optional<output_format> parse_format(std::string_view s) noexcept {
     std::optional<output_format> found, alias;
     for_each_format([&](output_format f) {
@@ -163,17 +174,6 @@ inline std::optional<output_format> parse_format(std::string_view s) noexcept {
     });
     return found ? found : alias;
 }
-
-/// One tensor a plan promises to write.
-struct planned_tensor {
-    std::string name;
-    dtype type = dtype::F32;
-    shape_t shape;
-
-    std::uint64_t bytes() const {
-        return static_cast<std::uint64_t>(checked_numel(shape, {}, name)) * dtype_size(type);
-    }
-};
 
 /// The scale dtype a format uses when the scheme leaves it open (each format's traits say):
 /// GPTQ and AWQ loaders expect fp16 (AutoGPTQ/GPTQModel/AutoAWQ write .half());

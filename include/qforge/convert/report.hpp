@@ -15,8 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "qforge/convert/format.hpp"
+#include "qforge/convert/output_format.hpp"
 #include "qforge/convert/rule.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/io/json.hpp"
 
@@ -155,3 +156,7 @@ private:
 };
 
 }  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+#include "qforge/convert/format.hpp"  // header-only: format_name's body
+#endif

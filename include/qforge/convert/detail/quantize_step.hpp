@@ -34,21 +34,6 @@
 
 namespace qforge::detail {
 
-/// The quant policy for a scheme, or nullopt when the combination has none.
-inline std::optional<scale_policy> policy_for(const quant_spec& s, output_format f) noexcept {
-    switch (s.scale) {
-        case scale_method::minmax:
-            if (s.symmetric) return scale_policy::gptq_absmax;
-            return asymmetric_minmax_policy(f);  // the format's own asymmetric rule (AWQ: awq_minmax)
-        case scale_method::absmax: return s.symmetric ? std::optional(scale_policy::absmax) : std::nullopt;
-        case scale_method::search: return s.symmetric ? std::optional(scale_policy::seed_search) : std::nullopt;
-        case scale_method::mse: return scale_policy::mse;
-        case scale_method::lsq: return scale_policy::custom;
-        case scale_method::fixed: return s.symmetric ? std::optional(scale_policy::seed_fixed) : std::nullopt;
-    }
-    return std::nullopt;
-}
-
 inline quant_options options_for(const quant_spec& s, output_format f) {
     quant_options o;
     o.bits = s.bits;
