@@ -36,7 +36,7 @@
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/convert/repack_packed.hpp"
-#include "qforge/convert/repack_source.hpp"
+#include "qforge/core/tensor_source.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/io/json.hpp"
@@ -117,7 +117,7 @@ inline double snr_db_as_loaded(const tensor_view& original, const std::vector<ow
                                output_format format, const quant_spec& s, dtype kept) {
     std::map<std::string, tensor_view> views;
     for (const auto& t : packed) views.emplace(t.name, t.view());
-    const repack_source src = make_repack_source(views, module);
+    const tensor_source src = make_tensor_source(views, module);
     const std::int64_t group = s.group_size;
     switch (format) {
         case output_format::awq: return snr_db_as_loaded(original, read_awq(src, module, awq_args{s.bits, group}), kept);
