@@ -43,6 +43,7 @@
 
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/fused_experts.hpp"
+#include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
@@ -150,18 +151,6 @@ inline std::vector<fp8_grid> ct_float_grids(const json& qc, std::string& why) {
     return grids;
 }
 
-inline dtype model_dtype_of(const json& config) {
-    for (const char* key : {"torch_dtype", "dtype"}) {
-        const json* v = config.find(key);
-        if (!v || !v->is_string()) continue;
-        const std::string& s = v->as_string();
-        if (s == "bfloat16") return dtype::BF16;
-        if (s == "float16") return dtype::F16;
-        if (s == "float32") return dtype::F32;
-    }
-    return dtype::BF16;
-}
-
 }  // namespace detail
 
 /// Reads the FP8 facts of a checkpoint (config.json's quantization_config and the tensor
@@ -209,7 +198,7 @@ inline fp8_source read_fp8_source(const json& config, const std::string& config_
         return out;
     }
     if (!why.empty()) refuse(config_file, {}, why);
-    const dtype model = detail::model_dtype_of(config);
+    const dtype model = declared_model_dtype(config).value_or(dtype::BF16);
 
     std::map<std::string, std::size_t> index;
     for (std::size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].name, i);

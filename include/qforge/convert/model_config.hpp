@@ -5,12 +5,29 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "qforge/core/dtype.hpp"
 #include "qforge/io/json.hpp"
 
 namespace qforge {
+
+/// config.json's torch_dtype (or `dtype`, the newer transformers key), if it names a float
+/// dtype qforge knows.
+inline std::optional<dtype> declared_model_dtype(const json& config) {
+    if (!config.is_object()) return std::nullopt;
+    for (const char* key : {"torch_dtype", "dtype"}) {
+        const json* v = config.find(key);
+        if (!v || !v->is_string()) continue;
+        const std::string& s = v->as_string();
+        if (s == "bfloat16") return dtype::BF16;
+        if (s == "float16") return dtype::F16;
+        if (s == "float32") return dtype::F32;
+    }
+    return std::nullopt;
+}
 
 struct model_config {
     std::int64_t hidden_size = 0;
