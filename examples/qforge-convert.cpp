@@ -55,6 +55,7 @@ struct settings {
     int qat_bits = 0;
     bool gguf = false;  // --format gguf: one streaming pass HF -> GGUF
     std::string gguf_type = "Q4_K_M", tokenizer_from, pre_tokenizer;
+    std::string activation_amax;  // NVFP4 W4A4: calibrated input amax per layer
     std::string imatrix;  // llama-imatrix output
     std::vector<std::string> imatrix_layers;
     bool activation_scaling = false;
@@ -98,6 +99,8 @@ const std::vector<preset>& presets() {
          "llm-compressor FP8_BLOCK: E4M3 128x128 blocks, dynamic group-128 FP8 activations"},
         {"nvfp4a16", output_format::compressed_tensors_nvfp4, {4, 16, true, scale_method::minmax, std::nullopt}, false,
          "llm-compressor NVFP4A16: E2M1, E4M3 group-16 scales, one F32 global scale per fused group (vLLM W4A16Fp4)"},
+        {"nvfp4", output_format::compressed_tensors_nvfp4_w4a4, {4, 16, true, scale_method::minmax, std::nullopt}, false,
+         "llm-compressor NVFP4 (W4A4): NVFP4A16's weights, FP4 activations under input_global_scale from --activation-amax (vLLM W4A4Fp4)"},
         {"mxfp4a16", output_format::compressed_tensors_mxfp4, {4, 32, true, scale_method::minmax, std::nullopt}, false,
          "llm-compressor MXFP4A16: E2M1, E8M0 group-32 scales (vLLM W4A16Mxfp4)"},
     };
@@ -178,7 +181,7 @@ struct option {
 const std::vector<option>& options() {
     static const std::vector<option> o{
         {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors | compressed-tensors-w8a8 | compressed-tensors-fp8 | fp8 | "
-                          "compressed-tensors-nvfp4 | compressed-tensors-mxfp4 | gguf",
+                          "compressed-tensors-nvfp4 | compressed-tensors-nvfp4-w4a4 | compressed-tensors-mxfp4 | gguf",
          [](settings& s, const std::string& v) {
              s.gguf = v == "gguf";
              if (s.gguf) return;
@@ -268,6 +271,8 @@ const std::vector<option>& options() {
          [](settings& s, const std::string& v) { s.pre_tokenizer = v; }},
         {"--no-vocab", "", "with --format gguf: write no tokenizer (tokenizer.ggml.model = no_vocab): token-id use only, llama.cpp front ends that tokenize text abort (\"Tokenizer not initialized\")",
          [](settings& s, const std::string&) { s.no_vocab = true; }},
+        {"--activation-amax", "FILE", "NVFP4 W4A4 (preset nvfp4): each layer's calibrated input max |x|, JSON {\"<module>\": amax} or safetensors <module>.input_amax",
+         [](settings& s, const std::string& v) { s.activation_amax = v; }},
         {"--imatrix", "FILE", "a llama-imatrix file (GGUF or .dat): GGUF uses it as llama-quantize --imatrix does; the other formats weight the scale search (--scale search|mse|lsq) by it",
          [](settings& s, const std::string& v) { s.imatrix = v; }},
         {"--imatrix-layers", "SEL", "with --imatrix: only these layers (a name, a substring or re:REGEX; repeatable) are weighted by it",
@@ -316,9 +321,6 @@ settings parse(int argc, char** argv) {
             const preset* found = nullptr;
             for (const preset& p : presets())
                 if (p.name == args[i + 1]) found = &p;
-            if (!found && args[i + 1] == "nvfp4")  // W4A4: needs what a data-free converter does not have
-                usage_error("preset nvfp4 (W4A4) needs each layer's input_global_scale = 448*6 / amax of its activations, "
-                            "which only calibration gives (an imatrix holds mean squares, not amax); use nvfp4a16");
             if (!found) usage_error("unknown preset '" + args[i + 1] + "' (see --list-presets)");
             s.format = found->format;
             s.scheme = found->scheme;
@@ -355,6 +357,12 @@ settings parse(int argc, char** argv) {
     s.src = positional[0];
     s.dst = positional[1];
     if (!s.format && !s.gguf) usage_error("give --format or --preset");
+    if (s.format && needs_input_amax(*s.format) && s.activation_amax.empty())
+        usage_error(std::string(format_name(*s.format)) + " (W4A4) needs each layer's input_global_scale = 448*6 / amax of its "
+                    "activations, which only calibration gives (an imatrix holds mean squares, not amax): give --activation-amax FILE, "
+                    "or use nvfp4a16");
+    if (!s.activation_amax.empty() && (!s.format || !needs_input_amax(*s.format)))
+        usage_error("--activation-amax is for NVFP4 W4A4 (--preset nvfp4)");
     if (s.gguf && s.requantize) usage_error("--requantize is not offered with --format gguf (--repack copies MXFP4 codes or refuses)");
     if (s.activation_scaling && (s.imatrix.empty() || s.gguf))
         usage_error("--activation-scaling takes the statistics of --imatrix, for the safetensors formats");
@@ -402,6 +410,7 @@ convert_options to_options(const settings& s, const checkpoint_source& src) {
     o.hessians = s.hessians;
     o.gptq = s.gptq;
     o.imatrix = s.imatrix;
+    o.activation_amax = s.activation_amax;
     for (const auto& sel : s.imatrix_layers) o.imatrix_layers.emplace_back(sel);
     o.activation_scaling = s.activation_scaling;
     for (const auto& f : s.split_qkv) o.rules.split_qkv(f);

@@ -315,6 +315,23 @@ void cluster_plan_seeds() {
     put("cluster_plan", "foreign_record", plan(two, shard, 2) + sep + std::string(record).replace(record.find("0123"), 4, "ffff"));
 }
 
+/// Activation amax files (convert/activation_amax.hpp): JSON and safetensors, valid and one
+/// rule broken each.
+void activation_amax_seeds() {
+    using qforge::json;
+    const json ok = json::object({{"model.layers.0.self_attn.q_proj", 7.25}, {"model.layers.0.mlp.down_proj", 3}});
+    put("activation_amax", "ok.json", ok.dump());
+    put("activation_amax", "negative.json", json::object({{"model.layers.0.mlp.up_proj", -1.5}}).dump());
+    put("activation_amax", "string.json", json::object({{"m", "7"}}).dump());
+    put("activation_amax", "huge.json", "{\"m\": 1e300}");
+    put("activation_amax", "empty.json", "{}");
+    put("activation_amax", "ok.safetensors", safetensors_file({{"model.layers.0.self_attn.q_proj.input_amax", dtype::F32, {1}},
+                                                               {"model.layers.0.mlp.down_proj.input_amax", dtype::BF16, {}}}));
+    put("activation_amax", "f16.safetensors", safetensors_file({{"m.input_amax", dtype::F16, {}}}));
+    put("activation_amax", "wrong_name.safetensors", safetensors_file({{"m.weight", dtype::F32, {1}}}));
+    put("activation_amax", "wrong_shape.safetensors", safetensors_file({{"m.input_amax", dtype::F32, {2}}}));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -330,5 +347,6 @@ int main(int argc, char** argv) {
     imatrix_seeds();
     fp8_source_seeds();
     cluster_plan_seeds();
+    activation_amax_seeds();
     return 0;
 }

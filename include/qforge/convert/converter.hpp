@@ -61,6 +61,7 @@
 #include "qforge/io/json.hpp"
 #include "qforge/io/safetensors/index.hpp"
 #include "qforge/convert/hessians.hpp"
+#include "qforge/convert/activation_amax.hpp"
 
 namespace qforge {
 
@@ -126,6 +127,11 @@ struct convert_options {
     /// cannot take (shapes, bits) is refused at plan time instead of converting and failing to
     /// load, and an fp16 model is warned about (vLLM would take its W4A16 path).
     bool require_w4a8_cpu = false;
+    /// NVFP4 W4A4 (output_format::compressed_tensors_nvfp4_w4a4): a file of each layer's
+    /// calibrated input amax (convert/activation_amax.hpp, JSON or safetensors); the layer's
+    /// input_global_scale is 448 * 6 / amax, shared by the members of a fused group. Needed by
+    /// that format and refused by every other.
+    std::string activation_amax;
 };
 
 struct conversion_result {
@@ -239,6 +245,7 @@ struct conversion_inputs {
     std::optional<gguf::importance_matrix> imatrix;
     std::optional<importance_lookup> importance;
     bool act_order = false;  ///< columns regrouped by act-order (a format that carries g_idx)
+    std::map<std::size_t, float> input_amax;  ///< NVFP4 W4A4: plan item -> its fused group's input amax
 
     conversion_inputs(const std::string& src_dir, const convert_options& opt, const plan& p) {
         if (!opt.hessians.empty()) hessians.emplace(opt.hessians);
@@ -255,6 +262,7 @@ struct conversion_inputs {
             fail<unsupported_error>(opt.hessians, {}, "activation scaling with GPTQ Hessians is not supported: GPTQ already uses the full input statistics");
         if (hessians && has_own_quantizer(p.format))
             fail<unsupported_error>(opt.hessians, {}, std::string(format_name(p.format)) + " has no integer grid for the GPTQ solver");
+        open_activation_amax(src_dir, opt, p);
         // The fused group's global amax is that of the weights as read, not of folded ones.
         if (opt.activation_scaling && shares_fused_global_scale(p.format))
             fail<unsupported_error>(src_dir, {}, std::string(format_name(p.format)) +
@@ -267,6 +275,21 @@ struct conversion_inputs {
         for (const plan_item& it : p.items)
             if (it.action == plan_action::quantize && it.shape.size() == 2 && imatrix_selected(opt, it.name))
                 (void)importance->find(it.name, it.shape[1]);
+    }
+
+    /// The activation amaxes a W4A4 format needs, checked against every quantized layer.
+    void open_activation_amax(const std::string& src_dir, const convert_options& opt, const plan& p) {
+        if (opt.activation_amax.empty()) {
+            if (needs_input_amax(p.format))
+                fail<unsupported_error>(src_dir, {}, std::string(format_name(p.format)) +
+                                                         " needs each layer's calibrated input amax (activation_amax: a file of "
+                                                         "<module> -> max |x|) for its input_global_scale");
+            return;
+        }
+        if (!needs_input_amax(p.format))
+            fail<unsupported_error>(opt.activation_amax, {}, std::string(format_name(p.format)) +
+                                                                 " quantizes no activations under a calibrated scale: the activation amax file is not used");
+        input_amax = input_amax_per_item(activation_amax_file::open(opt.activation_amax), p);
     }
 
     /// Whether `--imatrix-layers` (none: every layer) lets the imatrix weight `name`.
@@ -603,7 +626,9 @@ private:
             };
         }
         // step "fused global amax" (convert/fp4_global.hpp): siblings share one global scale
-        const std::optional<float> group = shares_fused_global_scale(p_.format) ? fused_amax_.group_amax(src_, p_, i) : std::nullopt;
+        fp4_group group;
+        if (shares_fused_global_scale(p_.format)) group.weight_amax = fused_amax_.group_amax(src_, p_, i);
+        if (const auto a = in_.input_amax.find(i); a != in_.input_amax.end()) group.input_amax = a->second;  // W4A4
         detail::packed_result r = detail::quantize_rows_packed(w.view, w.begin, w.end, it.scheme, p_.format, it.model_type(),
                                                                run_, it.name, module, w.importance, rows, group);
         quantized_item q;

@@ -56,7 +56,8 @@ using format_table = std::tuple<format_entry<output_format::gptq, gptq_format_tr
                                 format_entry<output_format::fp8, fp8_format_traits<fp8_flavour::native>>,
                                 format_entry<output_format::compressed_tensors_w8a8, ct_int8_format_traits>,
                                 format_entry<output_format::compressed_tensors_nvfp4, nvfp4_format_traits>,
-                                format_entry<output_format::compressed_tensors_mxfp4, mxfp4_format_traits>>;
+                                format_entry<output_format::compressed_tensors_mxfp4, mxfp4_format_traits>,
+                                format_entry<output_format::compressed_tensors_nvfp4_w4a4, nvfp4_w4a4_format_traits>>;
 
 /// Calls `fn(traits)` (a value of the format's traits type) for format `f`; every call of fn
 /// must return the same type. An output_format outside the table is an unsupported_error.
@@ -116,6 +117,15 @@ inline std::string_view float_codes_name(output_format f) {
 inline bool shares_fused_global_scale(output_format f) {
     return visit_format(f, [](auto t) {
         if constexpr (decltype(t)::codes == code_kind::e2m1) return decltype(t)::fused_global_scale;
+        else return false;
+    });
+}
+
+/// Whether format `f` quantizes activations under a calibrated per-layer scale, so a
+/// conversion needs each quantized layer's input amax (NVFP4 W4A4: convert/activation_amax.hpp).
+inline bool needs_input_amax(output_format f) {
+    return visit_format(f, [](auto t) {
+        if constexpr (decltype(t)::codes == code_kind::e2m1) return decltype(t)::calibrated_inputs;
         else return false;
     });
 }

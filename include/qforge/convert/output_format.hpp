@@ -20,10 +20,12 @@ namespace qforge {
 /// compressed_tensors_w8a8 is compressed-tensors `int-quantized` (int8 weights unpacked, dynamic
 /// per-token int8 activations: layout/ct_int8.hpp).
 /// compressed_tensors_nvfp4 / _mxfp4 are `nvfp4-pack-quantized` (NVFP4A16) and
-/// `mxfp4-pack-quantized` (MXFP4A16): E2M1 codes (layout/nvfp4.hpp, layout/mxfp4.hpp).
+/// `mxfp4-pack-quantized` (MXFP4A16): E2M1 codes (layout/nvfp4.hpp, layout/mxfp4.hpp);
+/// compressed_tensors_nvfp4_w4a4 is NVFP4 with FP4 activations (input_global_scale from
+/// calibrated activation amaxes: convert_options::activation_amax).
 enum class output_format {
     gptq, gptq_v2, awq, compressed_tensors, compressed_tensors_fp8, fp8, compressed_tensors_w8a8,
-    compressed_tensors_nvfp4, compressed_tensors_mxfp4
+    compressed_tensors_nvfp4, compressed_tensors_mxfp4, compressed_tensors_nvfp4_w4a4
 };
 
 /// The format's name ("gptq", "compressed-tensors"...), "?" for a value outside the table

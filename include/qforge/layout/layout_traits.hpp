@@ -125,6 +125,14 @@ struct layout_scheme {
     dtype checkpoint = dtype::BF16;
 };
 
+/// What the converter knows of a weight's fused group when an E2M1 layout quantizes it
+/// (convert/fp4_global.hpp, convert/activation_amax.hpp): the members a loader fuses (q/k/v,
+/// gate/up, an expert's w1/w3) must share their global scales.
+struct fp4_group {
+    std::optional<float> weight_amax;  ///< max |w| over the group's weights; nullopt: the weight's own
+    std::optional<float> input_amax;   ///< max |x| of the group's calibrated inputs (NVFP4 W4A4)
+};
+
 /// What a format needs to build its layout object (or config) for a bit width known at run time.
 struct layout_request {
     int bits = 4;

@@ -146,6 +146,7 @@ struct mxfp4_format_traits {
     static constexpr bool one_scheme = false;
     static constexpr scale_policy asymmetric_minmax = scale_policy::minmax;
     static constexpr bool fused_global_scale = false;
+    static constexpr bool calibrated_inputs = false;  ///< MXFP4 activations are fully dynamic
     static constexpr std::int64_t group = mxfp4_group;
     static constexpr dtype scale_dtype = dtype::U8;  // E8M0 exponents, stored as uint8
     static constexpr std::string_view element = "MXFP4";
@@ -159,7 +160,7 @@ struct mxfp4_format_traits {
         return std::nullopt;
     }
 
-    static std::vector<owned_tensor> quantize(const tensor_view& rows, std::string_view module, std::optional<float>,
+    static std::vector<owned_tensor> quantize(const tensor_view& rows, std::string_view module, const fp4_group&,
                                               const executor& ex, snr_sums* snr) {
         return mxfp4_layout().quantize(rows, module, ex, snr);
     }

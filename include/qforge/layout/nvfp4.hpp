@@ -214,42 +214,55 @@ private:
 /// input_activations {float, 4, tensor_group, group 16, symmetric, dynamic "local"}. vLLM picks
 /// CompressedTensorsW4A16Fp4 when `_is_fp4a16_nvfp4` (weights only, tensor_group, float, 4
 /// bits, group 16, symmetric) and CompressedTensorsW4A4Fp4 when `_is_fp4a4_nvfp4` (both
-/// tensor_group, group 16, float, 4 bits, symmetric) (`compressed_tensors.py`). Every
+/// tensor_group, group 16, float, 4 bits, symmetric) (`compressed_tensors.py`); the
+/// activations' observer is `static_minmax`, as CTn `quant_scheme.py` NVFP4 names it. Every
 /// unquantized linear goes to `ignore`; only keys compressed-tensors 0.12 accepts.
 inline json nvfp4_config(std::span<const linear_entry> linears, const nvfp4_options& o) {
     json targets = detail::fp4_config_targets(linears, "nvfp4");
-    auto args = [](json dynamic) {
+    auto args = [](json dynamic, std::string_view observer) {
         return detail::ct_quantization_args("float", 4, "tensor_group", true, std::move(dynamic), json(nvfp4_group),
-                                            nullptr, json("minmax"));
+                                            nullptr, json(observer));
     };
-    json group = detail::ct_config_group("nvfp4-pack-quantized", o.w4a4 ? args(json("local")) : json(),
-                                         std::move(targets), args(json(false)));
+    json group = detail::ct_config_group("nvfp4-pack-quantized", o.w4a4 ? args(json("local"), "static_minmax") : json(),
+                                         std::move(targets), args(json(false), "minmax"));
     return detail::ct_envelope(json::object({{"group_0", std::move(group)}}), "nvfp4-pack-quantized",
                                unquantized_names(linears), "0.12.2");
 }
 
 inline json nvfp4_layout::config(std::span<const linear_entry> linears) const { return nvfp4_config(linears, opt_); }
 
-/// The converter's view of NVFP4A16 (layout/layout_traits.hpp format_traits; convert/format.hpp
-/// lists it). The W4A4 scheme (preset nvfp4) is not a format of the converter: its
-/// input_global_scale is 448 * 6 / amax of the layer's activations, which only calibration
-/// gives. `fused_global_scale`: siblings a loader fuses must share one global scale, so the
-/// converter passes quantize() the amax of the whole fused group (convert/fp4_global.hpp).
-struct nvfp4_format_traits {
-    static constexpr std::string_view name = "compressed-tensors-nvfp4";
-    static constexpr std::array<std::string_view, 1> aliases{"nvfp4-pack-quantized"};
+namespace detail {
+
+/// The converter's view of NVFP4 (layout/layout_traits.hpp format_traits; convert/format.hpp
+/// lists both): NVFP4A16 (`W4A4` false) and the W4A4 scheme NVFP4, whose input_global_scale
+/// is 448 * 6 / amax of the layer's calibrated input activations (compressed-tensors computes
+/// it with the same `generate_gparam` from the `static_minmax` observer's range), which only
+/// calibration gives: the converter reads it from an activation amax file
+/// (convert/activation_amax.hpp). `fused_global_scale`: siblings a loader fuses must share one
+/// global scale, so the converter passes quantize() the amax of the whole fused group
+/// (convert/fp4_global.hpp); vLLM `compressed_tensors_w4a4_nvfp4.py CompressedTensorsW4A4Fp4.
+/// process_weights_after_loading` also keeps one input_global_scale per fused layer (the max
+/// over its shards, with a warning when they differ), so the group's input amax is shared too.
+template <bool W4A4>
+struct nvfp4_traits {
+    static constexpr std::string_view name = W4A4 ? "compressed-tensors-nvfp4-w4a4" : "compressed-tensors-nvfp4";
+    static constexpr std::array<std::string_view, W4A4 ? 0 : 1> aliases = [] {
+        if constexpr (W4A4) return std::array<std::string_view, 0>{};
+        else return std::array<std::string_view, 1>{"nvfp4-pack-quantized"};
+    }();
     static constexpr code_kind codes = code_kind::e2m1;
     static constexpr bool carries_g_idx = false;
     static constexpr bool one_scheme = false;
     static constexpr scale_policy asymmetric_minmax = scale_policy::minmax;
     static constexpr bool fused_global_scale = true;
+    static constexpr bool calibrated_inputs = W4A4;  ///< needs each layer's input amax
     static constexpr std::int64_t group = nvfp4_group;
     static constexpr dtype scale_dtype = dtype::F8_E4M3;
     static constexpr std::string_view element = "NVFP4";
 
     static dtype default_scale_dtype(dtype) noexcept { return scale_dtype; }
 
-    static std::vector<tensor_spec> specs(std::int64_t n, std::int64_t k) { return nvfp4_layout().specs(n, k); }
+    static std::vector<tensor_spec> specs(std::int64_t n, std::int64_t k) { return nvfp4_layout({W4A4}).specs(n, k); }
 
     /// Why this layout cannot hold a [n, k] weight (after the E2M1 rules convert/format.hpp
     /// checks: 4 bits, symmetric, minmax, group 16, E4M3 scales).
@@ -258,18 +271,29 @@ struct nvfp4_format_traits {
         return std::nullopt;
     }
 
-    /// The tensors of `rows` (values in their own dtype) under the global scale of `group_amax`
-    /// (the fused group's; nullopt: the weight's own amax).
-    static std::vector<owned_tensor> quantize(const tensor_view& rows, std::string_view module, std::optional<float> group_amax,
+    /// The tensors of `rows` (values in their own dtype) under the global scale of the group's
+    /// weight amax (nullopt: the weight's own); W4A4 also under the group's input amax.
+    static std::vector<owned_tensor> quantize(const tensor_view& rows, std::string_view module, const fp4_group& g,
                                               const executor& ex, snr_sums* snr) {
-        return nvfp4_layout({false, rows.type}).quantize(rows, module, group_amax, ex, snr);
+        nvfp4_options o{W4A4, rows.type};
+        if constexpr (W4A4) {
+            if (!g.input_amax)
+                fail<unsupported_error>({}, std::string(module), "NVFP4 W4A4 needs the layer's input amax (input_global_scale = 448*6 / amax)");
+            o.input_global_scale = nvfp4_global_scale(*g.input_amax);
+        }
+        return nvfp4_layout(o).quantize(rows, module, g.weight_amax, ex, snr);
     }
 
     static json config(std::span<const linear_entry> linears, const layout_request& r) {
-        return nvfp4_config(linears, nvfp4_options{false, r.checkpoint});
+        return nvfp4_config(linears, nvfp4_options{W4A4, r.checkpoint});
     }
 
     static std::vector<side_file> side_files(std::span<const linear_entry>, const layout_request&) { return {}; }
 };
+
+}  // namespace detail
+
+using nvfp4_format_traits = detail::nvfp4_traits<false>;       ///< NVFP4A16
+using nvfp4_w4a4_format_traits = detail::nvfp4_traits<true>;   ///< NVFP4 (W4A4)
 
 }  // namespace qforge

@@ -232,7 +232,7 @@ inline std::string fingerprint(const checkpoint_source& src, const plan& p, cons
         }
     }
     h.update(p.quantization_config.dump());
-    for (const std::string* f : {&opt.hessians, &opt.imatrix})
+    for (const std::string* f : {&opt.hessians, &opt.imatrix, &opt.activation_amax})
         if (!f->empty()) detail::hash_file_identity(h, *f);
     char g[160];
     std::snprintf(g, sizeof g, "gptq %.17g %d %d %d %d;", opt.gptq.damp_percent, opt.gptq.block_size, opt.gptq.act_order,

@@ -72,13 +72,14 @@ struct packed_result {
 /// encodes (a second pass over the tensor cost more than the scale search itself).
 /// `importance` (one weight per input column, or empty) weights the errors of the search
 /// policies (search, mse, lsq). With `source`, band k's rows (counted from row_begin) are
-/// read through it instead of from v. `group_amax`: the amax of the weight's fused group, for
-/// a format whose siblings share one global scale (NVFP4; convert/fp4_global.hpp).
+/// read through it instead of from v. `group`: the amaxes of the weight's fused group, for a
+/// format whose siblings share one global scale (NVFP4; convert/fp4_global.hpp) and whose
+/// activations have a calibrated one (NVFP4 W4A4; convert/activation_amax.hpp).
 inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
                                           const quant_spec& scheme, output_format f, dtype checkpoint,
                                           const executor& run, const std::string& name, const std::string& module,
                                           std::span<const float> importance = {}, const band_source& source = {},
-                                          std::optional<float> group_amax = {}) {
+                                          const fp4_group& group = {}) {
     const tensor_view rows = row_slice(v, row_begin, row_end, name);
     snr_sums sums;
     packed_result r;
@@ -87,7 +88,7 @@ inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row
         if constexpr (T::codes == code_kind::e4m3) {  // no integer grid, its own quantizer (layout/fp8.hpp); reads v whole
             r.tensors = fp8_layout(T::options(scheme.group_size, scheme.scale_dtype, v.type)).quantize(rows, module, run, &sums);
         } else if constexpr (T::codes == code_kind::e2m1) {  // E2M1 (layout/nvfp4.hpp, mxfp4.hpp); reads v whole
-            r.tensors = T::quantize(rows, module, group_amax, run, &sums);
+            r.tensors = T::quantize(rows, module, group, run, &sums);
         } else {
             quant_options o = options_for(scheme, f);
             o.importance = importance;
