@@ -956,3 +956,25 @@ TEST_CASE("fused experts: mapped or copied reads, one or two threads, write the 
         CHECK(std::memcmp(u.bytes.data(), v.bytes.data(), u.bytes.size()) == 0);
     }
 }
+
+TEST_CASE("gpt-oss's native MXFP4 (quant_method mxfp4, *_blocks / *_scales) is refused with the ways that work, nothing written") {
+    // transformers `integrations/mxfp4.py`: gpt-oss ships its experts as U8 blocks of 16 bytes
+    // and E8M0 scales under quantization_config {"quant_method": "mxfp4"}. qforge does not
+    // decode them (one expert's transposed slice at a time would be needed): the plan says so.
+    const std::string src_dir = moe_scratch("gpt-oss-native");
+    write_demo_checkpoint(src_dir, moe_demo(demo_moe::gpt_oss));
+    json cfg = json::parse(io::read_file(src_dir + "/config.json"));
+    cfg.set("quantization_config", json::object({{"quant_method", "mxfp4"},
+                                                 {"modules_to_not_convert", json::array({"model.layers.*.self_attn", "lm_head"})}}));
+    io::write_file(src_dir + "/config.json", cfg.dump({.indent = 2}));
+    checkpoint_source src(src_dir);
+    const plan p = plan_conversion(src, options(output_format::gptq));
+    REQUIRE(p.refused());
+    CAPTURE(p.refusals.front());
+    CHECK(p.refusals.front().find("config.json") != std::string::npos);
+    CHECK(p.refusals.front().find("quant_method \"mxfp4\"") != std::string::npos);
+    CHECK(p.refusals.front().find("convert_hf_to_gguf.py") != std::string::npos);
+    const std::string out = moe_scratch("gpt-oss-native-out");
+    CHECK_THROWS_AS(convert(src_dir, out, options(output_format::gptq)), unsupported_error);
+    CHECK_FALSE(io::path_exists(out));
+}

@@ -194,6 +194,17 @@ inline fp8_source read_fp8_source(const json& config, const std::string& config_
             why.clear();
         }
         detail::string_list(qc->find("ignore"), "ignore", out.not_converted, why);
+    } else if (method->as_string() == "mxfp4") {
+        // gpt-oss's own layout (transformers `integrations/mxfp4.py convert_moe_packed_tensors`):
+        // fused 3-D experts as <p>.experts.gate_up_proj_blocks U8 [E, 2I, K/32, 16] and _scales
+        // U8 [E, 2I, K/32], decoded to [E, 2I, K] and transposed to the bf16 layout. Reading it
+        // means decoding one expert's transposed slice at a time (a whole layer's experts in
+        // F32 is gigabytes), which qforge does not do: refused with the ways that work.
+        refuse(config_file, {}, "quant_method \"mxfp4\" (gpt-oss's native <p>.experts.*_blocks / *_scales) is not read: "
+                                "convert the bf16 checkpoint (transformers Mxfp4Config(dequantize=True) writes one), or for "
+                                "GGUF MXFP4 use llama.cpp's convert_hf_to_gguf.py, which copies these blocks; compressed-tensors "
+                                "mxfp4-pack-quantized sources are repacked into GGUF MXFP4 with --repack");
+        return out;
     } else {
         return out;
     }
