@@ -235,6 +235,7 @@ TEST_CASE("nvfp4 refusals name the file and the entry, and write nothing") {
     refused(text_file(w4a4_json(zero)), output_format::compressed_tensors_nvfp4_w4a4, "not a positive finite");
     refused(text_file(R"({"model.layers.0.mlp.down_proj": "7"})"), output_format::compressed_tensors_nvfp4_w4a4, "must be a number");
     refused(text_file(R"({"model.layers.0.mlp.down_proj": 1e300})"), output_format::compressed_tensors_nvfp4_w4a4, "not a positive finite");
+    refused(text_file(R"({"model.layers.0.mlp.down_proj": 1e-60})"), output_format::compressed_tensors_nvfp4_w4a4, "too small");
     refused(text_file(R"([1, 2])"), output_format::compressed_tensors_nvfp4_w4a4, "expected a JSON object");
     refused(text_file(R"({})"), output_format::compressed_tensors_nvfp4_w4a4, "holds no activation amax");
     refused(text_file(R"({"a": 1,)"), output_format::compressed_tensors_nvfp4_w4a4, ".json");

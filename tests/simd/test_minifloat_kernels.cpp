@@ -268,3 +268,46 @@ TEST_CASE("minifloat kernels: block_abs_max reads each dtype's bytes to the defi
         }
     }
 }
+
+TEST_CASE("minifloat kernels: nvfp4_scales gives the definition's E4M3 scale codes and multipliers on every ISA") {
+    // The definition (layout/nvfp4.hpp nvfp4_group_scale, compressed-tensors calculate_qparams):
+    // e4m3(clamp(global * round(amax / 6, weight dtype), +-448)), zero -> 0.125's code, and the
+    // multiplier e4m3(code) / global that the E2M1 step divides by.
+    std::mt19937 rng(31);
+    std::uniform_real_distribution<float> u(0.0f, 4.0f);
+    std::vector<float> amax(203);  // vectors and a tail on every ISA
+    for (float& a : amax) a = u(rng) * u(rng);
+    amax[0] = 0.0f;
+    amax[5] = 1e-30f;        // rounds to a zero scale: 0.125's
+    amax[17] = 3.0e38f;      // saturates at 448
+    amax[40] = 6.0f * 0x1p-9f;  // the smallest subnormal scale under global 1
+    amax[41] = 6.0f * 0x1p-10f; // its midpoint with zero: ties to even, zero, then 0.125
+    for (float global : {1.0f, 448.0f * 6.0f / 7.3f, 448.0f * 6.0f / 0.004f, 3.0e38f, std::numeric_limits<float>::infinity()})
+        for (dtype values : {dtype::F32, dtype::BF16, dtype::F16}) {
+            std::vector<std::uint8_t> want(amax.size());
+            std::vector<float> want_m(amax.size());
+            for (std::size_t g = 0; g < amax.size(); ++g) {
+                float q = amax[g] / 6.0f;
+                if (values == dtype::BF16) q = bf16_to_float(float_to_bf16(q));
+                if (values == dtype::F16) q = fp16_to_float(float_to_fp16(q));
+                std::uint8_t c = float_to_e4m3(std::clamp(global * q, -448.0f, 448.0f));
+                if (e4m3_to_float(c) == 0.0f) c = float_to_e4m3(0.125f);
+                want[g] = c;
+                want_m[g] = e4m3_to_float(c) / global;
+            }
+            for (isa i : minifloat_isas()) {
+                CAPTURE(isa_name(i));
+                CAPTURE(global);
+                CAPTURE(dtype_name(values));
+                std::vector<std::uint8_t> got(amax.size() + 1, 0xAB);
+                std::vector<float> m(amax.size() + 1, -1.0f);
+                kernels_of<minifloat_kernels>(i).nvfp4_scales(amax.data(), amax.size(), global, values, got.data(), m.data());
+                CHECK(got.back() == 0xAB);  // nothing past the last group
+                got.pop_back();
+                CHECK(m.back() == -1.0f);
+                m.pop_back();
+                CHECK(got == want);
+                CHECK(std::memcmp(m.data(), want_m.data(), m.size() * 4) == 0);
+            }
+        }
+}

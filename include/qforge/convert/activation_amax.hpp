@@ -80,7 +80,12 @@ private:
         if (module.empty()) fail<format_error>(path_, entry, "an entry needs a module name");
         if (!std::isfinite(amax) || !(amax > 0.0) || amax > 3.4e38)
             fail<format_error>(path_, entry, "activation amax " + std::to_string(amax) + " is not a positive finite float");
-        if (!amax_.emplace(module, static_cast<float>(amax)).second) fail<format_error>(path_, entry, "module given twice");
+        // As a float32 it must stay positive and leave 448 * 6 / amax finite (a tiny double
+        // would become 0 or an infinite input_global_scale).
+        const float a = static_cast<float>(amax);
+        if (!(a > 0.0f) || !std::isfinite(448.0f * 6.0f / a))
+            fail<format_error>(path_, entry, "activation amax " + std::to_string(amax) + " is too small: 448 * 6 / amax overflows float32");
+        if (!amax_.emplace(module, a).second) fail<format_error>(path_, entry, "module given twice");
     }
 
     void read_json() {

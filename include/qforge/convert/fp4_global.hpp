@@ -24,7 +24,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -38,6 +37,7 @@
 #include "qforge/convert/plan.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/layout_traits.hpp"
+#include "qforge/layout/nvfp4.hpp"
 
 namespace qforge {
 
@@ -56,13 +56,14 @@ inline std::string fused_group_key(std::string_view name) {
 
 namespace detail {
 
-/// amax |x| of rows [r0, r1) of the 2-D float view `v` (NaN is left to the quantizer, which refuses it).
+/// amax |x| of rows [r0, r1) of the 2-D float view `v`, by the layout's vector reduction
+/// (NaN is ignored here and left to the quantizer, which refuses it).
 inline float rows_amax(const tensor_view& v, std::int64_t r0, std::int64_t r1) {
     const std::int64_t k = v.shape.at(1);
-    float a = 0.0f;
-    for (std::size_t i = static_cast<std::size_t>(r0 * k); i < static_cast<std::size_t>(r1 * k); ++i)
-        a = std::max(a, std::fabs(element(v, i)));
-    return a;
+    const std::size_t row_bytes = static_cast<std::size_t>(k) * dtype_size(v.type);
+    const tensor_view rows{v.name, v.type, {r1 - r0, k},
+                           v.bytes.subspan(static_cast<std::size_t>(r0) * row_bytes, static_cast<std::size_t>(r1 - r0) * row_bytes)};
+    return nvfp4_layout::amax_of(rows);
 }
 
 }  // namespace detail

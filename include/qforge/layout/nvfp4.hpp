@@ -152,18 +152,14 @@ public:
         auto* packed = reinterpret_cast<std::uint8_t*>(out[0].bytes.data());
         auto* scales = reinterpret_cast<std::uint8_t*>(out[1].bytes.data());
         const simd::minifloat_kernels& mf = simd::active_kernels<simd::minifloat_kernels>();
-        float multiplier[256];  // e4m3(code) / global: the quotient's divisor and what a loader multiplies by
-        for (int c = 0; c < 256; ++c) multiplier[c] = e4m3_to_float(static_cast<std::uint8_t>(c)) / global;
         const dtype values = opt_.values;
+        // Per group: its E4M3 scale and e4m3(scale) / global, the quotient's divisor and what a
+        // loader multiplies by (nvfp4_group_scale's definition, in vectors of groups).
         detail::quantize_fp4_rows<nvfp4_group>(
             w, simd::e2m1_op::divide, packed, ex, snr, [&](std::size_t r, detail::fp4_row<nvfp4_group>& row) {
-                std::uint8_t* sc = scales + r * static_cast<std::size_t>(groups);
-                for (std::size_t g = 0; g < row.amax.size(); ++g) row.s[g] = detail::nvfp4_scale_value(row.amax[g], global, values);
-                mf.e4m3_encode(row.s.data(), row.s.size(), sc);
-                for (std::size_t g = 0; g < row.amax.size(); ++g) {
-                    sc[g] = detail::nvfp4_nonzero_scale(sc[g]);
-                    row.s[g] = row.m[g] = multiplier[sc[g]];
-                }
+                mf.nvfp4_scales(row.amax.data(), row.amax.size(), global, values, scales + r * static_cast<std::size_t>(groups),
+                                row.m.data());
+                std::copy(row.m.begin(), row.m.end(), row.s.begin());
             });
         return out;
     }

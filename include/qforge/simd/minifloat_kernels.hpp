@@ -70,6 +70,14 @@ struct minifloat_kernels {
     /// true when a value is NaN or infinite (amax is then unspecified: the caller goes back to
     /// to_f32 for the element's position). One pass, no float row stored.
     bool (*block_abs_max)(const std::byte* src, dtype type, std::size_t n, std::size_t bc, float* amax) noexcept;
+
+    /// NVFP4's group scales (layout/nvfp4.hpp nvfp4_group_scale) for g < groups, any count:
+    /// codes[g] = float_to_e4m3(clamp(global * round(amax[g] / 6, values), -448, 448)) (round
+    /// to BF16 or F16 as core/half.hpp does, none for F32), a code that decodes to zero
+    /// replaced by 0.125's, and mult[g] = e4m3_to_float(codes[g]) / global. The amaxes are
+    /// finite and >= 0; `global` is > 0 (an infinite one goes through the definitions).
+    void (*nvfp4_scales)(const float* amax, std::size_t groups, float global, dtype values, std::uint8_t* codes,
+                         float* mult) noexcept;
 };
 
 }  // namespace qforge::simd

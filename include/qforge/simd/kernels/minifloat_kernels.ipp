@@ -10,20 +10,24 @@
 
 namespace minifloat_family {
 
-// E2M1 of a = min(|q|, 6) (NaN stays NaN and counts 0): the code's magnitude index is the
-// number of the seven rounding thresholds a passes (each midpoint goes to the even code, as
-// float_to_e2m1 and compressed-tensors' cast_to_fp4 round), and the magnitude itself the sum
-// of the steps between the values 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+// E2M1 of a = min(|q|, 6) (NaN stays NaN and counts 0): the E2M1 magnitudes are the
+// multiples of 0.5 below 2, of 1 in [2, 4) and of 2 in [4, 6], so the code rounds a to its
+// binade's step, half to even (a value that rounds up to the binade's end is the next binade's
+// first value, with the index that continues the count): index = offset + RNE(a * steps),
+// magnitude = RNE(a * steps) / steps, both exact (powers of two). These are the thresholds
+// 0.25 <, 0.75 <=, 1.25 <, 1.75 <=, 2.5 <, 3.5 <=, 5 < of float_to_e2m1 and compressed-tensors'
+// cast_to_fp4, in half the operations of counting them.
 struct e2m1_lanes {
     vf index;      // 0..7
     vf magnitude;  // e2m1_to_float(index)
 };
 QFORGE_KFN e2m1_lanes e2m1_of(vf a) noexcept {
-    const vf c1 = mf_gt01(a, vset(0.25f)), c2 = mf_ge01(a, vset(0.75f)), c3 = mf_gt01(a, vset(1.25f));
-    const vf c4 = mf_ge01(a, vset(1.75f)), c5 = mf_gt01(a, vset(2.5f)), c6 = mf_ge01(a, vset(3.5f));
-    const vf c7 = mf_gt01(a, vset(5.0f));
-    const vf low = vadd(vadd(c1, c2), vadd(c3, c4)), mid = vadd(c5, c6);
-    return {vadd(vadd(low, mid), c7), vadd(vadd(vmul(low, vset(0.5f)), mid), vadd(c7, c7))};
+    const vf two = vset(2.0f), four = vset(4.0f), zero = vset(0.0f);
+    const vf steps = vsel_ge(a, four, vset(0.5f), vsel_ge(a, two, vset(1.0f), two));
+    const vf width = vsel_ge(a, four, two, vsel_ge(a, two, vset(1.0f), vset(0.5f)));
+    const vf offset = vsel_ge(a, four, four, vsel_ge(a, two, two, zero));
+    const vf n = vround(vmul(a, steps));
+    return {vsel_ge(a, a, vadd(offset, n), zero), vsel_ge(a, a, vmul(n, width), zero)};  // a >= a fails only for NaN
 }
 
 // One vector of a group: its codes (index + 8 for a set sign bit), and the SNR lanes.
@@ -216,12 +220,46 @@ QFORGE_KFN bool k_block_abs_max(const std::byte* src, dtype type, std::size_t n,
     return block_abs_max_t<2>(src, n, bc, amax);
 }
 
+// One NVFP4 group scale through the definitions (tails, F16 weights, an infinite global).
+QFORGE_KFN void nvfp4_scale_one(float amax, float global, dtype values, std::uint8_t* code, float* mult) noexcept {
+    float q = amax / 6.0f;
+    if (values == dtype::BF16) q = bf16_to_float(float_to_bf16(q));
+    else if (values == dtype::F16) q = fp16_to_float(float_to_fp16(q));
+    float v = global * q;
+    v = v < -448.0f ? -448.0f : (448.0f < v ? 448.0f : v);  // std::clamp: NaN stays
+    std::uint8_t c = ::qforge::float_to_e4m3(v);
+    if (::qforge::e4m3_to_float(c) == 0.0f) c = ::qforge::float_to_e4m3(0.125f);
+    *code = c;
+    *mult = ::qforge::e4m3_to_float(c) / global;
+}
+
+// Whole vectors of groups when the quotients are exact in lanes (F32, BF16) and the global is
+// finite (then global * q is finite and >= 0: only the upper clamp acts); a code that decodes
+// to zero has magnitude 0, the next one up 2^-9.
+QFORGE_KFN void k_nvfp4_scales(const float* amax, std::size_t groups, float global, dtype values, std::uint8_t* codes,
+                               float* mult) noexcept {
+    std::size_t g = 0;
+    if (values != dtype::F16 && global <= 3.40282347e38f) {
+        const vf gv = vset(global), six = vset(6.0f), cap = vset(448.0f), tiny = vset(0x1p-10f);
+        const vf eighth = vset(0.125f), eighth_code = vset(static_cast<float>(::qforge::float_to_e4m3(0.125f)));
+        for (; g + lanes <= groups; g += lanes) {
+            vf q = vdiv(vload(amax + g), six);
+            if (values == dtype::BF16) q = mf_round_bf16(q);
+            const e4m3_lanes e = e4m3_of(vmin(cap, vmul(gv, q)));
+            vstore_codes(codes + g, vsel_ge(e.magnitude, tiny, e.code, eighth_code));
+            vstore(mult + g, vdiv(vsel_ge(e.magnitude, tiny, e.magnitude, eighth), gv));
+        }
+    }
+    for (; g < groups; ++g) nvfp4_scale_one(amax[g], global, values, codes + g, mult + g);
+}
+
 }  // namespace minifloat_family
 
 template <>
 inline const minifloat_kernels& family_table<minifloat_kernels>() noexcept {
     static constexpr minifloat_kernels table{QFORGE_KERNEL_ISA, &minifloat_family::k_group_amax,
                                              &minifloat_family::k_e4m3_encode, &minifloat_family::k_e2m1_groups, &minifloat_family::k_abs_max,
-                                             &minifloat_family::k_e4m3_row, &minifloat_family::k_block_abs_max};
+                                             &minifloat_family::k_e4m3_row, &minifloat_family::k_block_abs_max,
+                                             &minifloat_family::k_nvfp4_scales};
     return table;
 }
