@@ -28,6 +28,14 @@ std::vector<float> kernel_rows(std::int64_t n_per_row) {
     };
     row([](std::int64_t i) { return i < 32 ? 0.0f : 0.5f; });               // a zero sub-block
     row([](std::int64_t i) { return i % 64 < 16 ? 1e-3f : -1e-30f; });     // tiny next to small
+    // Subnormal blocks: 1 / d overflows to infinity, every product is +-inf or NaN, and ggml's
+    // (int8_t) cast of those (x86 cvttss2si) keeps the low byte of INT32_MIN: code 0.
+    row([](std::int64_t i) { return i < 64 ? (i % 3 == 0 ? 1e-39f : i % 3 == 1 ? -3e-40f : 0.0f) : 0.25f; });
+    row([](std::int64_t i) {  // blocks of ever smaller magnitudes, across the tiny-block bound 2^-60
+        const float m[] = {1e-12f, 1e-15f, 1e-17f, 0x1p-59f, 0x1p-61f, 1e-25f, 1e-33f, 1e-37f};
+        return m[(i / 32) % 8] * (i % 7 == 3 ? -1.0f : static_cast<float>(i % 5) * 0.3f);
+    });
+    row([](std::int64_t i) { return i % 2 ? -0.0f : (i % 5 == 0 ? 0.0f : 0.75f); });  // signed zeros
     row([](std::int64_t i) { return i == 7 ? -3.0f : 0.001f * static_cast<float>(i % 9); });
     row([](std::int64_t i) { return 0.125f * static_cast<float>(i % 16) - 1.0f; });  // exact ties
     row([](std::int64_t i) { return i % 32 == 0 ? 2.5f : -2.5f; });

@@ -13,8 +13,10 @@
 // which ggml asserts) clamped to the grid, so they never leave the float domain.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 #include "qforge/simd/family.hpp"

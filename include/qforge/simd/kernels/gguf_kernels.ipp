@@ -567,6 +567,10 @@ QFORGE_KFN void k_q8_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
         const float d = block_absmax(x, v) / 127;
         const float id = d != 0 ? 1.0f / d : 0.0f;
         store_fp16(blocks, d);
+        if (!(std::fabs(id) <= 3.40282347e38f)) {  // subnormal d: every x * id is +-inf or NaN, which ggml's
+            std::memset(blocks + 2, 0, 32);          // (int8_t) cast (x86 cvttss2si) turns into code 0
+            continue;
+        }
         const vf vid = vset(id);
         vf c[block_steps];
 #pragma GCC unroll 4
@@ -602,6 +606,10 @@ QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
         const float d = max / -8;
         const float id = d != 0 ? 1.0f / d : 0.0f;
         store_fp16(blocks, d);
+        if (!(std::fabs(id) <= 3.40282347e38f)) {  // as in k_q8_0: every code 0
+            std::memset(blocks + 2, 0, 16);
+            continue;
+        }
         const vf vid = vset(id);
         vf c[block_steps];
 #pragma GCC unroll 4
