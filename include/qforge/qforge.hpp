@@ -78,6 +78,7 @@
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
 
+#include "qforge/convert/activation_amax.hpp"
 #include "qforge/convert/activation_fold.hpp"
 #include "qforge/convert/cluster.hpp"
 #include "qforge/convert/cluster/finalize.hpp"
