@@ -293,25 +293,35 @@ TEST_CASE("fused experts quantized: decoded per expert, each matches its own sou
     }
 }
 
-TEST_CASE("fused experts of an architecture without a verified rule are refused, nothing written") {
-    // OLMoE also stores fused experts in transformers v5, in an orientation qforge has not read
-    // in its modeling code: a guess would corrupt silently, so the plan refuses with the reason.
-    const std::string src_dir = moe_scratch("fused-unknown");
-    write_demo_checkpoint(src_dir, moe_demo(demo_moe::qwen_moe_fused));
+namespace {
+
+/// Sets `keys` in src_dir's config.json, then checks that the plan is refused with a first
+/// refusal holding every one of `texts`, and that convert() throws and writes nothing.
+void expect_refused_by_config(const std::string& src_dir, std::initializer_list<std::pair<const char*, json>> keys,
+                              std::initializer_list<const char*> texts) {
     json cfg = json::parse(io::read_file(src_dir + "/config.json"));
-    cfg.set("model_type", "olmoe");
-    cfg.set("architectures", json::array({"OlmoeForCausalLM"}));
+    for (const auto& kv : keys) cfg.set(kv.first, kv.second);
     io::write_file(src_dir + "/config.json", cfg.dump({.indent = 2}));
     checkpoint_source src(src_dir);
     const plan p = plan_conversion(src, options(output_format::gptq));
     REQUIRE(p.refused());
     CAPTURE(p.refusals.front());
-    CHECK(p.refusals.front().find(".mlp.experts.") != std::string::npos);
-    CHECK(p.refusals.front().find("olmoe") != std::string::npos);
-    CHECK(p.refusals.front().find("no verified orientation rule") != std::string::npos);
-    const std::string out = moe_scratch("fused-unknown-out");
+    for (const char* t : texts) CHECK(p.refusals.front().find(t) != std::string::npos);
+    const std::string out = src_dir + "-out";
+    if (io::path_exists(out)) io::remove_tree(out);
     CHECK_THROWS_AS(convert(src_dir, out, options(output_format::gptq)), unsupported_error);
     CHECK_FALSE(io::path_exists(out));
+}
+
+}  // namespace
+
+TEST_CASE("fused experts of an architecture without a verified rule are refused, nothing written") {
+    // OLMoE also stores fused experts in transformers v5, in an orientation qforge has not read
+    // in its modeling code: a guess would corrupt silently, so the plan refuses with the reason.
+    const std::string src_dir = moe_scratch("fused-unknown");
+    write_demo_checkpoint(src_dir, moe_demo(demo_moe::qwen_moe_fused));
+    expect_refused_by_config(src_dir, {{"model_type", "olmoe"}, {"architectures", json::array({"OlmoeForCausalLM"})}},
+                             {".mlp.experts.", "olmoe", "no verified orientation rule"});
 }
 
 namespace {
@@ -963,18 +973,9 @@ TEST_CASE("gpt-oss's native MXFP4 (quant_method mxfp4, *_blocks / *_scales) is r
     // decode them (one expert's transposed slice at a time would be needed): the plan says so.
     const std::string src_dir = moe_scratch("gpt-oss-native");
     write_demo_checkpoint(src_dir, moe_demo(demo_moe::gpt_oss));
-    json cfg = json::parse(io::read_file(src_dir + "/config.json"));
-    cfg.set("quantization_config", json::object({{"quant_method", "mxfp4"},
-                                                 {"modules_to_not_convert", json::array({"model.layers.*.self_attn", "lm_head"})}}));
-    io::write_file(src_dir + "/config.json", cfg.dump({.indent = 2}));
-    checkpoint_source src(src_dir);
-    const plan p = plan_conversion(src, options(output_format::gptq));
-    REQUIRE(p.refused());
-    CAPTURE(p.refusals.front());
-    CHECK(p.refusals.front().find("config.json") != std::string::npos);
-    CHECK(p.refusals.front().find("quant_method \"mxfp4\"") != std::string::npos);
-    CHECK(p.refusals.front().find("convert_hf_to_gguf.py") != std::string::npos);
-    const std::string out = moe_scratch("gpt-oss-native-out");
-    CHECK_THROWS_AS(convert(src_dir, out, options(output_format::gptq)), unsupported_error);
-    CHECK_FALSE(io::path_exists(out));
+    expect_refused_by_config(src_dir,
+                             {{"quantization_config",
+                               json::object({{"quant_method", "mxfp4"},
+                                             {"modules_to_not_convert", json::array({"model.layers.*.self_attn", "lm_head"})}})}},
+                             {"config.json", "quant_method \"mxfp4\"", "convert_hf_to_gguf.py"});
 }

@@ -171,6 +171,8 @@ TEST_CASE("activation amax as safetensors (F32 [1] and BF16 scalars) writes the 
     CHECK_FALSE(f.find("model.layers.1.mlp").has_value());
 }
 
+// vLLM `compressed_tensors_moe.py CompressedTensorsW4A4Nvfp4MoEMethod.process_weights_after_loading`
+// keeps `w13_input_global_scale.max(dim=1)`: one value per expert for its w1/w3 pair.
 TEST_CASE("nvfp4 on MoE: each expert's gate/up pair shares one input_global_scale, experts keep their own") {
     demo_options o = testing::small_demo();
     o.moe = demo_moe::mixtral;
