@@ -7,7 +7,8 @@
 // wall time there measures the load. QFORGE_FORCE_ISA picks the kernels' ISA (scalar, avx2,
 // avx512) for a before/after comparison in one build. The source uses only the layouts'
 // public entry points, so the same file builds against an older checkout for a baseline.
-// Exit status 1 when a rate is below its floor (floors apply to NVFP4 and FP8-block).
+// Exit status 1 when a rate is below its floor (floors apply to NVFP4 and FP8-block). The
+// "+snr" rows also accumulate the SNR sums the converter's report needs (quant/snr.hpp).
 //
 // Measured 2026-12-02 on the shared 2-core build VM (Xeon, AVX-512), load average 10-20 (7
 // engineers compiling), so these CPU-time rates are pessimistic; G weights/s, memcpy ~2.8:
@@ -26,6 +27,7 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
     block.quotient_dtype = dtype::BF16;
     fp8_options channel;
     channel.quotient_dtype = dtype::BF16;
+    snr_sums sums;  // the "+snr" rows also measure the report's SNR, as the converter does
     struct row {
         const char* name;
         double floor;
@@ -78,7 +81,9 @@ int main(int argc, char** argv) {
     const std::vector<row> table = {
         {"fp8-block", 1.5, [&] { return fp8_layout(block).quantize(v, "p").size(); }},
         {"fp8-channel", 0.0, [&] { return fp8_layout(channel).quantize(v, "p").size(); }},
+        {"fp8-block+snr", 1.5, [&] { return fp8_layout(block).quantize(v, "p", {}, &sums).size(); }},
         {"nvfp4", 1.5, [&] { return nvfp4_layout().quantize(v, "p").size(); }},
+        {"nvfp4+snr", 1.5, [&] { return nvfp4_layout().quantize(v, "p", std::nullopt, {}, &sums).size(); }},
         {"mxfp4", 0.0, [&] { return mxfp4_layout().quantize(v, "p").size(); }},
     };
     bool ok = true;

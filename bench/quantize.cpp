@@ -83,7 +83,7 @@ void bm_memcpy(benchmark::State& state) {
     state.counters["GB_per_cpu_s"] = memcpy_bytes_per_cpu_s / 1e9;
 }
 
-enum class path { rtn_packed, rtn_pack, rtn, seed_search, mse20, mse20_sq, mse100 };
+enum class path { rtn_packed, rtn_packed_snr, rtn_pack, rtn, seed_search, mse20, mse20_sq, mse100 };
 
 template <class Tag>
 void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned threads) {
@@ -100,6 +100,7 @@ void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned th
     o.isa = Tag::id;
     switch (p) {
         case path::rtn_packed:
+        case path::rtn_packed_snr:
         case path::rtn_pack:
         case path::rtn: o.policy = scale_policy::gptq_absmax; break;
         case path::seed_search: o.policy = scale_policy::seed_search; break;
@@ -120,8 +121,9 @@ void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned th
     const double cpu0 = cpu_seconds();
     for (auto _ : state) {
         const auto t0 = std::chrono::steady_clock::now();
-        if (p == path::rtn_packed) {
-            auto packed = quantize_packed(v, o, layout, "bench", ex);
+        if (p == path::rtn_packed || p == path::rtn_packed_snr) {
+            snr_sums sums;  // the converter's report asks for them
+            auto packed = quantize_packed(v, o, layout, "bench", ex, p == path::rtn_packed_snr ? &sums : nullptr);
             benchmark::DoNotOptimize(packed.data());
             const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             state.SetIterationTime(dt);
@@ -145,6 +147,9 @@ template <class Tag>
 void register_tag() {
     const std::string n(Tag::name());
     benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_packed_gptq/" + n).c_str(), bm_quantize<Tag>, path::rtn_packed, kRows, 1u)
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+    benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_packed_gptq_snr/" + n).c_str(), bm_quantize<Tag>, path::rtn_packed_snr,
+                                 kRows, 1u)
         ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
     benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_then_gptq_pack/" + n).c_str(), bm_quantize<Tag>, path::rtn_pack, kRows, 1u)
         ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
