@@ -36,6 +36,12 @@ std::vector<float> kernel_rows(std::int64_t n_per_row) {
         return m[(i / 32) % 8] * (i % 7 == 3 ? -1.0f : static_cast<float>(i % 5) * 0.3f);
     });
     row([](std::int64_t i) { return i % 2 ? -0.0f : (i % 5 == 0 ? 0.0f : 0.75f); });  // signed zeros
+    // zero extremes: a max of -0 or +0 over negatives (the first zero's sign is ggml's), and
+    // blocks of zeros of both signs, where d = max - min is -0 or +0 by that choice
+    row([](std::int64_t i) { return i % 3 == 0 ? -0.0f : (i % 3 == 1 ? 0.0f : -0.5f - 0.01f * static_cast<float>(i % 7)); });
+    row([](std::int64_t i) { return (i / 32) % 2 ? ((i * 7) % 3 == 0 ? -0.0f : 0.0f) : ((i * 5) % 4 == 0 ? 0.0f : -0.0f); });
+    // a block range of 6e38: max - min overflows, so d is infinite and 1 / d is 0
+    row([](std::int64_t i) { return i % 32 == 5 ? 3e38f : (i % 32 == 9 ? -3e38f : 0.25f * static_cast<float>(i % 11)); });
     row([](std::int64_t i) { return i == 7 ? -3.0f : 0.001f * static_cast<float>(i % 9); });
     row([](std::int64_t i) { return 0.125f * static_cast<float>(i % 16) - 1.0f; });  // exact ties
     row([](std::int64_t i) { return i % 32 == 0 ? 2.5f : -2.5f; });

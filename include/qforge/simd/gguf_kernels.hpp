@@ -83,6 +83,18 @@ struct gguf_kernels {
     /// bit b of hmask[l]; the low two bits go to qs as Q2_K packs them (per 128-code half h
     /// and l < 32, qs[32 h + l] = codes 128 h + l, + 32, + 64, + 96 at bits 0, 2, 4, 6).
     void (*pack_q3k)(const std::uint8_t* codes, std::uint8_t* hmask, std::uint8_t* qs) noexcept;
+
+    /// quantize_row_q4_1_ref into nb block_q4_1 (20 bytes: fp16 d, fp16 min, then q4_0's 16
+    /// nibble bytes of MIN(15, (int8_t)((x - min) / d + 0.5f))).
+    void (*q4_1)(const float* x, std::int64_t nb, std::byte* blocks) noexcept;
+
+    /// quantize_row_q5_0_ref into nb block_q5_0 (22 bytes: fp16 d, 4 bytes qh whose bit j is
+    /// bit 4 of code j, little-endian, then the low nibbles as q4_0 stores them).
+    void (*q5_0)(const float* x, std::int64_t nb, std::byte* blocks) noexcept;
+
+    /// quantize_row_q5_1_ref into nb block_q5_1 (24 bytes: fp16 d, fp16 min, then qh and qs as
+    /// block_q5_0 holds them).
+    void (*q5_1)(const float* x, std::int64_t nb, std::byte* blocks) noexcept;
 };
 
 }  // namespace qforge::simd

@@ -168,6 +168,23 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
     kern.q4_0(x, k / 32, reinterpret_cast<std::byte*>(y));
 }
 
+static_assert(offsetof(block_q4_1, m) == 2 && offsetof(block_q4_1, qs) == 4, "block_q4_1 as gguf_kernels::q4_1 writes it");
+static_assert(offsetof(block_q5_0, qh) == 2 && offsetof(block_q5_0, qs) == 6, "block_q5_0 as gguf_kernels::q5_0 writes it");
+static_assert(offsetof(block_q5_1, m) == 2 && offsetof(block_q5_1, qh) == 4 && offsetof(block_q5_1, qs) == 8,
+              "block_q5_1 as gguf_kernels::q5_1 writes it");
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q4_1* y, std::int64_t k) noexcept {
+    kern.q4_1(x, k / 32, reinterpret_cast<std::byte*>(y));
+}
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q5_0* y, std::int64_t k) noexcept {
+    kern.q5_0(x, k / 32, reinterpret_cast<std::byte*>(y));
+}
+
+inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q5_1* y, std::int64_t k) noexcept {
+    kern.q5_1(x, k / 32, reinterpret_cast<std::byte*>(y));
+}
+
 // ---- importance-weighted: quantize_row_<t>_impl(x, y, n_per_row, quant_weights) -------------
 
 inline void quantize_weighted_row(const float* x, block_q4_0* y, std::int64_t n_per_row,

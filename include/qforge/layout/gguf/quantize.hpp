@@ -9,7 +9,7 @@
 // Every call takes an optional SIMD path (a simd::isa or tag: simd::scalar_tag, simd::avx2_tag,
 // ...); without one it uses simd::active_isa() (QFORGE_FORCE_ISA or the best the CPU has). The
 // path chooses the table of the gguf kernel family (simd/gguf_kernels.hpp), through which the
-// Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0 reference quantizers run; every ISA's table gives the scalar
+// reference quantizers of every K-quant and 32-element type run; every ISA's table gives the scalar
 // table's bytes, and those are the scalar port's (kquants.hpp, legacy.hpp) and ggml's.
 #pragma once
 
@@ -81,7 +81,7 @@ inline bool tiny_block(const float* x, std::int64_t n) noexcept {
 template <class Block, std::int64_t Elems>
 inline void quantize_ref_with(const simd::gguf_kernels& kern, const float* src, Block* y, std::int64_t k) {
     if constexpr (requires { quantize_ref(kern, src, y, k); } && Elems == 32) {
-        quantize_ref(kern, src, y, k);  // Q4_0 and Q8_0: their kernels give code 0 under an infinite 1 / d
+        quantize_ref(kern, src, y, k);  // the 32-element types: their kernels give code 0 under an infinite 1 / d
     } else if constexpr (requires { quantize_ref(kern, src, y, k); }) {
         const std::int64_t nb = k / Elems;
         std::int64_t run = 0;  // first block of the run the kernels take

@@ -8,8 +8,9 @@
 //    operations with every sum in element order, so each lane's result is the scalar one;
 //  * vmul launders its product (simd/arch/<isa>.hpp), so no product fuses into a later add;
 //    scalar products here go through no_contract;
-//  * elementwise steps (requantization, Q8_0/Q4_0 codes) are exact in any lane order, and the
-//    reductions in them (max |x|) are order-free.
+//  * elementwise steps (requantization, the 32-element types' codes) are exact in any lane order,
+//    and the reductions in them (max |x|, min and max) are order-free but for a zero's sign,
+//    which block_min_max settles as ggml does.
 
 namespace gguf_family {
 
@@ -589,21 +590,68 @@ QFORGE_KFN void k_q8_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
     }
 }
 
+/// ggml's signed max of a block: the first element whose |x| is `a`, the block's max |x|.
+QFORGE_KFN float block_signed_max(const float* x, const vf* v, float a) noexcept {
+    for (std::size_t k = 0; k < block_steps && a > 0; ++k) {
+        const int at = gg_first(gg_eq(vabs(v[k]), vset(a)));
+        if (at >= 0) return x[lanes * k + static_cast<std::size_t>(at)];
+    }
+    return 0.0f;
+}
+
+/// Loads one block and gives ggml's min_max of it (`if (x < min) min = x`, and so for max:
+/// the first of equal extremes). Only a zero's sign tells equal values apart, so a block whose
+/// min or max is zero takes ggml's loop.
+QFORGE_KFN void block_min_max(const float* x, vf* v, float& mn, float& mx) noexcept {
+    vf lo = vload(x), hi = lo;
+    v[0] = lo;
+#pragma GCC unroll 4
+    for (std::size_t k = 1; k < block_steps; ++k) {
+        v[k] = vload(x + lanes * k);
+        lo = vmin(lo, v[k]);
+        hi = vmax(hi, v[k]);
+    }
+    mn = vhmin(lo);
+    mx = vhmax(hi);
+    if (mn != 0 && mx != 0) return;
+    mn = 3.40282347e38f;
+    mx = -3.40282347e38f;
+    for (std::size_t j = 0; j < 32; ++j) {
+        if (x[j] < mn) mn = x[j];
+        if (x[j] > mx) mx = x[j];
+    }
+}
+
+/// Whether every code of a block is 0 in ggml: with 1 / d infinite (d subnormal) every product
+/// is +-inf or NaN, and with it 0 (d 0 or infinite) an offset code is (int8_t)(0.5f) or of NaN;
+/// ggml's casts of +-inf and NaN (x86 cvttss2si) keep the low byte of INT32_MIN, 0.
+QFORGE_KFN bool all_codes_zero(float id) noexcept { return !(id > 0 && id <= 3.40282347e38f); }
+
+/// Bytes of 32 codes < 16 (low nibble: codes 0..15, high: 16..31) as ggml's qs.
+QFORGE_KFN void store_nibbles(std::byte* qs, const std::uint8_t* q) noexcept {
+    constexpr std::uint64_t low = 0x0F0F0F0F0F0F0F0FULL;
+    for (std::size_t k = 0; k < 16; k += 8) {
+        const std::uint64_t s = (load8(q + k) & low) | ((load8(q + 16 + k) & low) << 4);
+        std::memcpy(qs + k, &s, 8);
+    }
+}
+
+/// Bit 4 of each of 32 codes as ggml's 32-bit qh (bit j = code j's), little-endian.
+QFORGE_KFN void store_fifth_bits(std::byte* qh, const std::uint8_t* q) noexcept {
+    std::uint32_t h = 0;
+    for (std::size_t k = 0; k < 4; ++k) {
+        // one bit per byte at bits 8 i; the product gathers byte i's at bit 56 + i (no carries)
+        const std::uint64_t t = (load8(q + 8 * k) >> 4) & 0x0101010101010101ULL;
+        h |= static_cast<std::uint32_t>((t * 0x0102040810204080ULL) >> 56) << (8 * k);
+    }
+    std::memcpy(qh, &h, 4);
+}
+
 QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
     const vf bias = vset(8.5f), top = vset(15.f);
     for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 18) {
         vf v[block_steps];
-        const float a = block_absmax(x, v);
-        // the first element whose |x| is the maximum gives the signed max (ties: first wins)
-        float max = 0.0f;
-        for (std::size_t k = 0; k < block_steps && a > 0; ++k) {
-            const int at = gg_first(gg_eq(vabs(v[k]), vset(a)));
-            if (at >= 0) {
-                max = x[lanes * k + static_cast<std::size_t>(at)];
-                break;
-            }
-        }
-        const float d = max / -8;
+        const float d = block_signed_max(x, v, block_absmax(x, v)) / -8;
         const float id = d != 0 ? 1.0f / d : 0.0f;
         store_fp16(blocks, d);
         if (!(std::fabs(id) <= 3.40282347e38f)) {  // as in k_q8_0: every code 0
@@ -617,10 +665,81 @@ QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
             c[k] = vmin(gg_trunc(vadd(vmul(v[k], vid), bias)), top);
         alignas(8) std::uint8_t q[32];
         store_block_codes(reinterpret_cast<std::byte*>(q), c);
-        for (std::size_t k = 0; k < 16; k += 8) {
-            const std::uint64_t s = load8(q + k) | (load8(q + 16 + k) << 4);  // codes <= 15: no carry
-            std::memcpy(blocks + 2 + k, &s, 8);
+        store_nibbles(blocks + 2, q);
+    }
+}
+
+QFORGE_KFN void k_q4_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
+    const vf half = vset(0.5f), top = vset(15.f);
+    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 20) {
+        vf v[block_steps];
+        float mn, mx;
+        block_min_max(x, v, mn, mx);
+        const float d = (mx - mn) / 15;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        store_fp16(blocks, d);
+        store_fp16(blocks + 2, mn);
+        if (all_codes_zero(id)) {
+            std::memset(blocks + 4, 0, 16);
+            continue;
         }
+        const vf vmn = vset(mn), vid = vset(id);
+        vf c[block_steps];
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < block_steps; ++k)  // MIN(15, (int8_t)((x - min) * id + 0.5f)), >= 0
+            c[k] = vmin(gg_trunc(vadd(vmul(vsub(v[k], vmn), vid), half)), top);
+        alignas(8) std::uint8_t q[32];
+        store_block_codes(reinterpret_cast<std::byte*>(q), c);
+        store_nibbles(blocks + 4, q);
+    }
+}
+
+QFORGE_KFN void k_q5_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
+    const vf bias = vset(16.5f), top = vset(31.f);
+    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 22) {
+        vf v[block_steps];
+        const float d = block_signed_max(x, v, block_absmax(x, v)) / -16;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        store_fp16(blocks, d);
+        if (!(std::fabs(id) <= 3.40282347e38f)) {  // as in k_q8_0: every code 0
+            std::memset(blocks + 2, 0, 20);
+            continue;
+        }
+        const vf vid = vset(id);
+        vf c[block_steps];
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < block_steps; ++k)  // MIN(31, (int8_t)(x * id + 16.5f)), >= 0
+            c[k] = vmin(gg_trunc(vadd(vmul(v[k], vid), bias)), top);
+        alignas(8) std::uint8_t q[32];
+        store_block_codes(reinterpret_cast<std::byte*>(q), c);
+        store_fifth_bits(blocks + 2, q);
+        store_nibbles(blocks + 6, q);
+    }
+}
+
+QFORGE_KFN void k_q5_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
+    const vf half = vset(0.5f);
+    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 24) {
+        vf v[block_steps];
+        float mn, mx;
+        block_min_max(x, v, mn, mx);
+        const float d = (mx - mn) / 31;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        store_fp16(blocks, d);
+        store_fp16(blocks + 2, mn);
+        if (all_codes_zero(id)) {
+            std::memset(blocks + 4, 0, 20);
+            continue;
+        }
+        const vf vmn = vset(mn), vid = vset(id);
+        vf c[block_steps];
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < block_steps; ++k)  // (uint8_t)((x - min) * id + 0.5f): below 32, no clamp
+            c[k] = gg_trunc(vadd(vmul(vsub(v[k], vmn), vid), half));
+        alignas(8) std::uint8_t q[32];
+        store_block_codes(reinterpret_cast<std::byte*>(q), c);
+        store_fifth_bits(blocks + 4, q);
+        store_nibbles(blocks + 8, q);
     }
 }
 
@@ -633,6 +752,7 @@ inline const gguf_kernels& family_table<gguf_kernels>() noexcept {
                                         &gguf_family::k_pack_q45k,   &gguf_family::k_pack_q6k,
                                         &gguf_family::k_q8_0,
                                         &gguf_family::k_q4_0,        &gguf_family::k_q3_search,
-                                        &gguf_family::k_pack_q3k};
+                                        &gguf_family::k_pack_q3k,    &gguf_family::k_q4_1,
+                                        &gguf_family::k_q5_0,        &gguf_family::k_q5_1};
     return table;
 }
