@@ -78,8 +78,7 @@ if [[ -n "$(secs conv-sep)" ]]; then
 fi
 if [[ -n "${QFORGE_COST_FOLDER:-}" ]]; then
     folder="tests/$QFORGE_COST_FOLDER"
-    sep=()
-    case "$QFORGE_COST_FOLDER" in convert | gguf | hostile | repack | quality) sep=(-DQFORGE_SEPARATE_COMPILATION) ;; esac
+    sep=(-DQFORGE_SEPARATE_COMPILATION)  # as the suite builds every folder (tests/CMakeLists.txt)
     own=(-Itests -DQFORGE_SOURCE_DIR=\"$PWD\" -DQFORGE_BINARY_DIR=\"$tmp\" "${sep[@]}")
     : >"$tmp/unity.cpp"
     for src in "$folder"/*.cpp; do

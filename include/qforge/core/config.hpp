@@ -1,4 +1,5 @@
-// Build modes: header-only (the default) or, opt-in, separately compiled entry points.
+// Build modes: header-only (the default) or, opt-in, separately compiled entry points and SIMD
+// kernels.
 //
 // Header-only, every translation unit that calls qforge::convert compiles the whole converter
 // (tens of CPU seconds at -O2). A program with several such TUs can instead compile the heavy
@@ -9,24 +10,42 @@
 //         #define QFORGE_IMPLEMENTATION
 //         #include "qforge/qforge.hpp"
 // The other TUs then see only the declarations of those functions (marked QFORGE_DECL) and
-// link against the one definition. Templates, small inline helpers and everything in detail/
-// stay in the headers in both modes; the bytes written and every message are the same.
+// link against the one definition; nor do they compile the SIMD kernels (simd/*_kernels.hpp),
+// which they reach only through the kernel tables. Templates, small inline helpers and
+// everything in detail/ stay in the headers in both modes; the bytes written and every message
+// are the same.
+//
+// The one TU may also be two, which a parallel build compiles at once: one defines
+// QFORGE_IMPLEMENTATION_BASE and includes core/regex.hpp and the simd/*_kernels.hpp headers
+// (the lower layers' part: all a program needs that quantizes without calling the converters),
+// the other defines QFORGE_IMPLEMENTATION_ENTRY_POINTS and includes qforge/qforge.hpp.
 #pragma once
 
-#if defined(QFORGE_IMPLEMENTATION) && !defined(QFORGE_SEPARATE_COMPILATION)
+#if defined(QFORGE_IMPLEMENTATION) || defined(QFORGE_IMPLEMENTATION_BASE) || \
+    defined(QFORGE_IMPLEMENTATION_ENTRY_POINTS)
+#ifndef QFORGE_SEPARATE_COMPILATION
 #define QFORGE_SEPARATE_COMPILATION
+#endif
 #endif
 
 /// QFORGE_DECL: the linkage of a separately compilable function (inline when header-only).
-/// QFORGE_BODIES_HERE: 1 when this TU compiles the bodies of those functions.
+/// QFORGE_BODIES_HERE: 1 when this TU compiles the bodies of the converter layer's functions.
+/// QFORGE_BASE_BODIES_HERE: 1 when this TU compiles those of core/ (regex) and simd/ (the
+/// kernels and their tables).
 #if defined(QFORGE_SEPARATE_COMPILATION)
 #define QFORGE_DECL
-#if defined(QFORGE_IMPLEMENTATION)
+#if defined(QFORGE_IMPLEMENTATION) || defined(QFORGE_IMPLEMENTATION_ENTRY_POINTS)
 #define QFORGE_BODIES_HERE 1
 #else
 #define QFORGE_BODIES_HERE 0
 #endif
+#if defined(QFORGE_IMPLEMENTATION) || defined(QFORGE_IMPLEMENTATION_BASE)
+#define QFORGE_BASE_BODIES_HERE 1
+#else
+#define QFORGE_BASE_BODIES_HERE 0
+#endif
 #else
 #define QFORGE_DECL inline
 #define QFORGE_BODIES_HERE 1
+#define QFORGE_BASE_BODIES_HERE 1
 #endif

@@ -5,8 +5,9 @@
 // selectors `re:...`, GGUF type overrides, compressed-tensors targets, GPTQModel `dynamic`
 // keys). std::regex is the engine; this wrapper only fixes one iterator type (const char*) for
 // every use and keeps <regex> out of the other headers: with QFORGE_SEPARATE_COMPILATION
-// (core/config.hpp) only the implementation TU includes it. Errors std::regex raises, at
-// construction or while matching, come out as qforge::regex_error with the same what().
+// (core/config.hpp) only the TU defining QFORGE_IMPLEMENTATION (or QFORGE_IMPLEMENTATION_BASE)
+// includes it. Errors std::regex raises, at construction or while matching, come out as
+// qforge::regex_error with the same what().
 #pragma once
 
 #include <memory>
@@ -17,7 +18,7 @@
 
 #include "qforge/core/config.hpp"
 
-#if QFORGE_BODIES_HERE
+#if QFORGE_BASE_BODIES_HERE
 #include <iterator>
 #include <regex>
 #endif
@@ -52,7 +53,7 @@ private:
     std::shared_ptr<const impl> impl_;
 };
 
-#if QFORGE_BODIES_HERE
+#if QFORGE_BASE_BODIES_HERE
 struct regex::impl {
     std::regex re;
 };

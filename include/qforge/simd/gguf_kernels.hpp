@@ -100,5 +100,7 @@ struct gguf_kernels {
 }  // namespace qforge::simd
 
 #define QFORGE_FAMILY_IPP "qforge/simd/kernels/gguf_kernels.ipp"
+#define QFORGE_FAMILY_TABLE gguf_kernels
 #include "qforge/simd/detail/instantiate.ipp"
+#undef QFORGE_FAMILY_TABLE
 #undef QFORGE_FAMILY_IPP

@@ -6,7 +6,9 @@
 #include "qforge/simd/kernel_table.hpp"
 
 #define QFORGE_FAMILY_IPP "qforge/simd/kernels/group_kernels.ipp"
+#define QFORGE_FAMILY_TABLE group_kernels
 #include "qforge/simd/detail/instantiate.ipp"
+#undef QFORGE_FAMILY_TABLE
 #undef QFORGE_FAMILY_IPP
 
 namespace qforge::simd {

@@ -50,5 +50,7 @@ struct lsq_kernels {
 }  // namespace qforge::simd
 
 #define QFORGE_FAMILY_IPP "qforge/simd/kernels/lsq_kernels.ipp"
+#define QFORGE_FAMILY_TABLE lsq_kernels
 #include "qforge/simd/detail/instantiate.ipp"
+#undef QFORGE_FAMILY_TABLE
 #undef QFORGE_FAMILY_IPP

@@ -83,5 +83,7 @@ struct minifloat_kernels {
 }  // namespace qforge::simd
 
 #define QFORGE_FAMILY_IPP "qforge/simd/kernels/minifloat_kernels.ipp"
+#define QFORGE_FAMILY_TABLE minifloat_kernels
 #include "qforge/simd/detail/instantiate.ipp"
+#undef QFORGE_FAMILY_TABLE
 #undef QFORGE_FAMILY_IPP

@@ -50,5 +50,7 @@ struct pack_kernels {
 }  // namespace qforge::simd
 
 #define QFORGE_FAMILY_IPP "qforge/simd/kernels/pack_kernels.ipp"
+#define QFORGE_FAMILY_TABLE pack_kernels
 #include "qforge/simd/detail/instantiate.ipp"
+#undef QFORGE_FAMILY_TABLE
 #undef QFORGE_FAMILY_IPP

@@ -51,5 +51,7 @@ struct transpose_kernels {
 }  // namespace qforge::simd
 
 #define QFORGE_FAMILY_IPP "qforge/simd/kernels/transpose_kernels.ipp"
+#define QFORGE_FAMILY_TABLE transpose_kernels
 #include "qforge/simd/detail/instantiate.ipp"
+#undef QFORGE_FAMILY_TABLE
 #undef QFORGE_FAMILY_IPP

@@ -6,16 +6,49 @@
 //   QFORGE_KFN         the ISA's target attribute + inline, for every kernel function,
 //   QFORGE_KERNEL_ISA  the simd::isa value, for the table's `id`,
 //   QFORGE_KERNEL_TAG  the ISA's tag type.
-// The family's .ipp ends with `template <> inline const Table& family_table<Table>() noexcept`,
-// which arch_of<tag>::table<Table>() returns. A new ISA adds its block here.
+// The family's .ipp ends with `template <> QFORGE_DECL const Table& family_table<Table>()`,
+// which arch_of<tag>::table<Table>() returns. A new ISA adds its block here, twice.
+//
+// With QFORGE_SEPARATE_COMPILATION (core/config.hpp) only the TU that defines
+// QFORGE_IMPLEMENTATION (or QFORGE_IMPLEMENTATION_BASE) compiles the kernels; every other TU declares each ISA's table (QFORGE_FAMILY_TABLE, the table type)
+// and links against it. The kernels are the costliest code qforge compiles (every family, three
+// or four ISAs, all inlined), and no caller needs their bodies: they are reached only through
+// the tables.
 #ifndef QFORGE_FAMILY_IPP
 #error "define QFORGE_FAMILY_IPP (the family's kernels) before including simd/detail/instantiate.ipp"
 #endif
+#ifndef QFORGE_FAMILY_TABLE
+#error "define QFORGE_FAMILY_TABLE (the family's table type) before including simd/detail/instantiate.ipp"
+#endif
 
+#include "qforge/core/config.hpp"
 #include "qforge/simd/arch/avx2.hpp"
 #include "qforge/simd/arch/avx512.hpp"
 #include "qforge/simd/arch/neon.hpp"
 #include "qforge/simd/arch/scalar.hpp"
+
+#if !QFORGE_BASE_BODIES_HERE
+namespace qforge::simd::detail::scalar_isa {
+template <>
+const QFORGE_FAMILY_TABLE& family_table<QFORGE_FAMILY_TABLE>() noexcept;
+}
+#if QFORGE_SIMD_X86
+namespace qforge::simd::detail::avx2_isa {
+template <>
+const QFORGE_FAMILY_TABLE& family_table<QFORGE_FAMILY_TABLE>() noexcept;
+}
+namespace qforge::simd::detail::avx512_isa {
+template <>
+const QFORGE_FAMILY_TABLE& family_table<QFORGE_FAMILY_TABLE>() noexcept;
+}
+#endif
+#if QFORGE_SIMD_NEON
+namespace qforge::simd::detail::neon_isa {
+template <>
+const QFORGE_FAMILY_TABLE& family_table<QFORGE_FAMILY_TABLE>() noexcept;
+}
+#endif
+#else  // the kernels' bodies, once per ISA
 
 namespace qforge::simd::detail::scalar_isa {
 #define QFORGE_KFN inline
@@ -70,3 +103,4 @@ namespace qforge::simd::detail::neon_isa {
 #undef QFORGE_KFN
 }  // namespace qforge::simd::detail::neon_isa
 #endif  // QFORGE_SIMD_NEON
+#endif  // QFORGE_BASE_BODIES_HERE

@@ -746,7 +746,7 @@ QFORGE_KFN void k_q5_1(const float* x, std::int64_t nb, std::byte* blocks) noexc
 }  // namespace gguf_family
 
 template <>
-inline const gguf_kernels& family_table<gguf_kernels>() noexcept {
+QFORGE_DECL const gguf_kernels& family_table<gguf_kernels>() noexcept {
     static constexpr gguf_kernels table{QFORGE_KERNEL_ISA,          &gguf_family::k_qkx2_search, &gguf_family::k_q2k_search,
                                         &gguf_family::k_qx32_search, &gguf_family::k_requantize,
                                         &gguf_family::k_pack_q45k,   &gguf_family::k_pack_q6k,

@@ -724,7 +724,7 @@ QFORGE_KFN std::int64_t k_to_f32_min_max_groups(const std::byte* src, dtype type
 }
 
 template <>
-inline const group_kernels& family_table<group_kernels>() noexcept {
+QFORGE_DECL const group_kernels& family_table<group_kernels>() noexcept {
     static constexpr group_kernels table{QFORGE_KERNEL_ISA, &k_to_f32, &k_min_max, &k_error, &k_encode, &k_errors,
                                              &k_min_max_groups, &k_make_grids, &k_encode_groups,
                                              &k_to_f32_min_max_groups, &k_search_groups};

@@ -185,7 +185,7 @@ QFORGE_KFN void k_errors2(const float* x, const float* imp, std::size_t n, const
 }  // namespace lsq_family
 
 template <>
-inline const lsq_kernels& family_table<lsq_kernels>() noexcept {
+QFORGE_DECL const lsq_kernels& family_table<lsq_kernels>() noexcept {
     static const lsq_kernels t{QFORGE_KERNEL_ISA, lsq_family::lanes_entry(), &lsq_family::k_refit, &lsq_family::k_errors2};
     return t;
 }

@@ -256,7 +256,7 @@ QFORGE_KFN void k_nvfp4_scales(const float* amax, std::size_t groups, float glob
 }  // namespace minifloat_family
 
 template <>
-inline const minifloat_kernels& family_table<minifloat_kernels>() noexcept {
+QFORGE_DECL const minifloat_kernels& family_table<minifloat_kernels>() noexcept {
     static constexpr minifloat_kernels table{QFORGE_KERNEL_ISA, &minifloat_family::k_group_amax,
                                              &minifloat_family::k_e4m3_encode, &minifloat_family::k_e2m1_groups, &minifloat_family::k_abs_max,
                                              &minifloat_family::k_e4m3_row, &minifloat_family::k_block_abs_max,

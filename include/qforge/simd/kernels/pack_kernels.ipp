@@ -246,7 +246,7 @@ QFORGE_KFN void k_awq4_band(const std::uint8_t* src, std::int64_t rows, std::int
 }  // namespace pack_family
 
 template <>
-inline const pack_kernels& family_table<pack_kernels>() noexcept {
+QFORGE_DECL const pack_kernels& family_table<pack_kernels>() noexcept {
     static constexpr pack_kernels table{QFORGE_KERNEL_ISA, &pack_family::k_or_bytes, &pack_family::k_pack4_rows,
                                         &pack_family::k_awq4_transposed, &pack_family::k_awq4_band};
     return table;

@@ -191,7 +191,7 @@ inline transpose_kernels this_table() noexcept {
 }  // namespace transpose_family
 
 template <>
-inline const transpose_kernels& family_table<transpose_kernels>() noexcept {
+QFORGE_DECL const transpose_kernels& family_table<transpose_kernels>() noexcept {
     static const transpose_kernels t = transpose_family::this_table();
     return t;
 }
