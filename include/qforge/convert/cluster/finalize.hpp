@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "qforge/convert/cluster/work.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/io/atomic_dir.hpp"
 
 namespace qforge::cluster {
@@ -105,7 +106,9 @@ struct finalize_options {
 };
 
 /// Finalizes the cluster conversion of `dst_dir` (see the file comment).
-inline conversion_result finalize(const std::string& dst_dir, const convert_options& opt, finalize_options fo = {}) {
+QFORGE_DECL conversion_result finalize(const std::string& dst_dir, const convert_options& opt, finalize_options fo = {});
+#if QFORGE_BODIES_HERE
+QFORGE_DECL conversion_result finalize(const std::string& dst_dir, const convert_options& opt, finalize_options fo) {
     const plan_summary s = read_plan(dst_dir);
     check_not_gguf(s);
     if (io::path_exists(dst_dir) && !opt.overwrite)
@@ -191,5 +194,6 @@ inline conversion_result finalize(const std::string& dst_dir, const convert_opti
     io::remove_tree_noexcept(s.staging);
     return result;
 }
+#endif
 
 }  // namespace qforge::cluster

@@ -27,6 +27,7 @@
 
 #include "qforge/convert/cluster/finalize.hpp"
 #include "qforge/convert/gguf/converter.hpp"
+#include "qforge/core/config.hpp"
 
 namespace qforge::cluster {
 
@@ -129,8 +130,11 @@ inline plan_summary read_gguf_plan(const std::string& dst, const checkpoint_sour
 }  // namespace detail
 
 /// `plan` for a GGUF: the staging folder with plan.json, tensors.json and the pre-sized file.
-inline plan_summary make_gguf_plan(const std::string& src_dir, const std::string& dst_file, const gguf::convert_options& opt,
-                                   std::size_t units, bool overwrite = false, json extra = json()) {
+QFORGE_DECL plan_summary make_gguf_plan(const std::string& src_dir, const std::string& dst_file, const gguf::convert_options& opt,
+                                        std::size_t units, bool overwrite = false, json extra = json());
+#if QFORGE_BODIES_HERE
+QFORGE_DECL plan_summary make_gguf_plan(const std::string& src_dir, const std::string& dst_file, const gguf::convert_options& opt,
+                                        std::size_t units, bool overwrite, json extra) {
     if (io::path_exists(dst_file) && !overwrite) fail<io_error>(dst_file, {}, "destination exists (pass --overwrite to replace it)");
     checkpoint_source src(src_dir);
     const detail::gguf_layout L = detail::gguf_layout::of(src, src_dir, dst_file, opt);
@@ -165,9 +169,12 @@ inline plan_summary make_gguf_plan(const std::string& src_dir, const std::string
     detail::write_file_atomically(s.staging + "/plan.json", s.to_json().dump({.indent = 1}) + "\n");
     return s;
 }
+#endif
 
 /// `work` for a GGUF plan: worker `worker` of `workers` (0: one per unit) converts its units.
-inline work_report work_gguf(const std::string& dst_file, std::size_t worker, std::size_t workers, const gguf::convert_options& opt) {
+QFORGE_DECL work_report work_gguf(const std::string& dst_file, std::size_t worker, std::size_t workers, const gguf::convert_options& opt);
+#if QFORGE_BODIES_HERE
+QFORGE_DECL work_report work_gguf(const std::string& dst_file, std::size_t worker, std::size_t workers, const gguf::convert_options& opt) {
     const plan_summary s0 = detail::read_gguf_plan(dst_file);
     const auto [first, last] = units_of_worker(worker, workers ? workers : s0.units.size(), s0.units.size());
     work_report rep;
@@ -204,10 +211,14 @@ inline work_report work_gguf(const std::string& dst_file, std::size_t worker, st
     }
     return rep;
 }
+#endif
 
 /// `finalize` for a GGUF plan: checks every unit, writes the header, renames the file into place.
-inline gguf::convert_report finalize_gguf(const std::string& dst_file, const gguf::convert_options& opt, finalize_options fo = {},
-                                          bool overwrite = false) {
+QFORGE_DECL gguf::convert_report finalize_gguf(const std::string& dst_file, const gguf::convert_options& opt, finalize_options fo = {},
+                                               bool overwrite = false);
+#if QFORGE_BODIES_HERE
+QFORGE_DECL gguf::convert_report finalize_gguf(const std::string& dst_file, const gguf::convert_options& opt, finalize_options fo,
+                                               bool overwrite) {
     const plan_summary s0 = detail::read_gguf_plan(dst_file);
     if (io::path_exists(dst_file) && !overwrite) fail<io_error>(dst_file, {}, "destination exists (pass --overwrite to replace it)");
     checkpoint_source src(s0.source);
@@ -256,5 +267,6 @@ inline gguf::convert_report finalize_gguf(const std::string& dst_file, const ggu
     io::remove_tree_noexcept(s.staging);
     return report;
 }
+#endif
 
 }  // namespace qforge::cluster

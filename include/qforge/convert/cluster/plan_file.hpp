@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "qforge/convert/converter.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/json.hpp"
@@ -452,8 +453,11 @@ inline void check_cluster_options(const convert_options& opt, const std::string&
 /// writes the staging folder (plan.json, tensors.json, pre-sized shards, units/). An existing
 /// plan for the same destination is replaced only when its fingerprint differs or `units`
 /// changed (units already recorded under the same plan are kept: re-running plan is safe).
-inline plan_summary make_plan(const std::string& src_dir, const std::string& dst_dir, const convert_options& opt,
-                              std::size_t units, json extra = json()) {
+QFORGE_DECL plan_summary make_plan(const std::string& src_dir, const std::string& dst_dir, const convert_options& opt,
+                                   std::size_t units, json extra = json());
+#if QFORGE_BODIES_HERE
+QFORGE_DECL plan_summary make_plan(const std::string& src_dir, const std::string& dst_dir, const convert_options& opt,
+                                   std::size_t units, json extra) {
     if (io::path_exists(dst_dir) && !opt.overwrite)
         fail<io_error>(dst_dir, {}, "destination exists (pass --overwrite to replace it)");
     check_cluster_options(opt, src_dir);
@@ -481,5 +485,6 @@ inline plan_summary make_plan(const std::string& src_dir, const std::string& dst
     detail::write_file_atomically(s.staging + "/plan.json", s.to_json().dump({.indent = 1}) + "\n");
     return s;
 }
+#endif
 
 }  // namespace qforge::cluster

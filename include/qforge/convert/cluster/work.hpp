@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "qforge/convert/cluster/plan_file.hpp"
+#include "qforge/core/config.hpp"
 
 namespace qforge::cluster {
 
@@ -201,7 +202,9 @@ struct work_report {
 
 /// Converts the units of worker `worker` of `workers` (0: as many workers as units) of the plan
 /// for `dst_dir`; `opt` must be the options the plan was made with (threads may differ).
-inline work_report work(const std::string& dst_dir, std::size_t worker, std::size_t workers, const convert_options& opt) {
+QFORGE_DECL work_report work(const std::string& dst_dir, std::size_t worker, std::size_t workers, const convert_options& opt);
+#if QFORGE_BODIES_HERE
+QFORGE_DECL work_report work(const std::string& dst_dir, std::size_t worker, std::size_t workers, const convert_options& opt) {
     const plan_summary s = read_plan(dst_dir);
     check_not_gguf(s);
     const auto [first, last] = units_of_worker(worker, workers ? workers : s.units.size(), s.units.size());
@@ -253,5 +256,6 @@ inline work_report work(const std::string& dst_dir, std::size_t worker, std::siz
     }
     return rep;
 }
+#endif
 
 }  // namespace qforge::cluster
