@@ -622,11 +622,6 @@ QFORGE_KFN void block_min_max(const float* x, vf* v, float& mn, float& mx) noexc
     }
 }
 
-/// Whether every code of a block is 0 in ggml: with 1 / d infinite (d subnormal) every product
-/// is +-inf or NaN, and with it 0 (d 0 or infinite) an offset code is (int8_t)(0.5f) or of NaN;
-/// ggml's casts of +-inf and NaN (x86 cvttss2si) keep the low byte of INT32_MIN, 0.
-QFORGE_KFN bool all_codes_zero(float id) noexcept { return !(id > 0 && id <= 3.40282347e38f); }
-
 /// Bytes of 32 codes < 16 (low nibble: codes 0..15, high: 16..31) as ggml's qs.
 QFORGE_KFN void store_nibbles(std::byte* qs, const std::uint8_t* q) noexcept {
     constexpr std::uint64_t low = 0x0F0F0F0F0F0F0F0FULL;
@@ -647,97 +642,86 @@ QFORGE_KFN void store_fifth_bits(std::byte* qh, const std::uint8_t* q) noexcept 
     std::memcpy(qh, &h, 4);
 }
 
-QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    const vf bias = vset(8.5f), top = vset(15.f);
-    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 18) {
-        vf v[block_steps];
-        const float d = block_signed_max(x, v, block_absmax(x, v)) / -8;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        store_fp16(blocks, d);
-        if (!(std::fabs(id) <= 3.40282347e38f)) {  // as in k_q8_0: every code 0
-            std::memset(blocks + 2, 0, 16);
-            continue;
-        }
-        const vf vid = vset(id);
-        vf c[block_steps];
+/// Q4_0 / Q5_0 (levels 16 / 32): ggml's d = signed max / -(levels / 2) and the codes
+/// MIN(levels - 1, (int8_t)(x / d + levels / 2 + 0.5f)), >= 0, into q[32]; returns d. With
+/// 1 / d infinite every product is +-inf or NaN, which ggml's (int8_t) cast (x86 cvttss2si)
+/// turns into code 0.
+QFORGE_KFN float signed_codes(const float* x, float levels, std::uint8_t* q) noexcept {
+    vf v[block_steps];
+    const float d = block_signed_max(x, v, block_absmax(x, v)) / -(levels / 2);
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    if (!(std::fabs(id) <= 3.40282347e38f)) {
+        std::memset(q, 0, 32);
+        return d;
+    }
+    const vf vid = vset(id), bias = vset(levels / 2 + 0.5f), top = vset(levels - 1);
+    vf c[block_steps];
 #pragma GCC unroll 4
-        for (std::size_t k = 0; k < block_steps; ++k)  // MIN(15, (int8_t)(x * id + 8.5f)), >= 0
-            c[k] = vmin(gg_trunc(vadd(vmul(v[k], vid), bias)), top);
+    for (std::size_t k = 0; k < block_steps; ++k) c[k] = vmin(gg_trunc(vadd(vmul(v[k], vid), bias)), top);
+    store_block_codes(reinterpret_cast<std::byte*>(q), c);
+    return d;
+}
+
+/// Q4_1 / Q5_1 (levels 16 / 32): ggml's min_max, d = (max - min) / (levels - 1) and the codes
+/// (int8_t)((x - min) / d + 0.5f) into q[32], clamped to levels - 1 where ggml clamps (Q4_1;
+/// Q5_1's codes stay below 32 unclamped). With 1 / d infinite (d subnormal) or 0 (d 0 or
+/// infinite) every code is ggml's (int8_t) cast of 0.5f, +-inf or NaN: 0.
+template <bool Clamp>
+QFORGE_KFN void offset_codes(const float* x, float levels, std::uint8_t* q, float& d, float& mn) noexcept {
+    vf v[block_steps];
+    float mx;
+    block_min_max(x, v, mn, mx);
+    d = (mx - mn) / (levels - 1);
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    if (!(id > 0 && id <= 3.40282347e38f)) {
+        std::memset(q, 0, 32);
+        return;
+    }
+    const vf vmn = vset(mn), vid = vset(id), half = vset(0.5f), top = vset(levels - 1);
+    vf c[block_steps];
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < block_steps; ++k) {
+        c[k] = gg_trunc(vadd(vmul(vsub(v[k], vmn), vid), half));
+        if constexpr (Clamp) c[k] = vmin(c[k], top);
+    }
+    store_block_codes(reinterpret_cast<std::byte*>(q), c);
+}
+
+QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
+    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 18) {
         alignas(8) std::uint8_t q[32];
-        store_block_codes(reinterpret_cast<std::byte*>(q), c);
+        store_fp16(blocks, signed_codes(x, 16, q));
         store_nibbles(blocks + 2, q);
     }
 }
 
 QFORGE_KFN void k_q4_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    const vf half = vset(0.5f), top = vset(15.f);
     for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 20) {
-        vf v[block_steps];
-        float mn, mx;
-        block_min_max(x, v, mn, mx);
-        const float d = (mx - mn) / 15;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
+        alignas(8) std::uint8_t q[32];
+        float d, mn;
+        offset_codes<true>(x, 16, q, d, mn);
         store_fp16(blocks, d);
         store_fp16(blocks + 2, mn);
-        if (all_codes_zero(id)) {
-            std::memset(blocks + 4, 0, 16);
-            continue;
-        }
-        const vf vmn = vset(mn), vid = vset(id);
-        vf c[block_steps];
-#pragma GCC unroll 4
-        for (std::size_t k = 0; k < block_steps; ++k)  // MIN(15, (int8_t)((x - min) * id + 0.5f)), >= 0
-            c[k] = vmin(gg_trunc(vadd(vmul(vsub(v[k], vmn), vid), half)), top);
-        alignas(8) std::uint8_t q[32];
-        store_block_codes(reinterpret_cast<std::byte*>(q), c);
         store_nibbles(blocks + 4, q);
     }
 }
 
 QFORGE_KFN void k_q5_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    const vf bias = vset(16.5f), top = vset(31.f);
     for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 22) {
-        vf v[block_steps];
-        const float d = block_signed_max(x, v, block_absmax(x, v)) / -16;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        store_fp16(blocks, d);
-        if (!(std::fabs(id) <= 3.40282347e38f)) {  // as in k_q8_0: every code 0
-            std::memset(blocks + 2, 0, 20);
-            continue;
-        }
-        const vf vid = vset(id);
-        vf c[block_steps];
-#pragma GCC unroll 4
-        for (std::size_t k = 0; k < block_steps; ++k)  // MIN(31, (int8_t)(x * id + 16.5f)), >= 0
-            c[k] = vmin(gg_trunc(vadd(vmul(v[k], vid), bias)), top);
         alignas(8) std::uint8_t q[32];
-        store_block_codes(reinterpret_cast<std::byte*>(q), c);
+        store_fp16(blocks, signed_codes(x, 32, q));
         store_fifth_bits(blocks + 2, q);
         store_nibbles(blocks + 6, q);
     }
 }
 
 QFORGE_KFN void k_q5_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    const vf half = vset(0.5f);
     for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 24) {
-        vf v[block_steps];
-        float mn, mx;
-        block_min_max(x, v, mn, mx);
-        const float d = (mx - mn) / 31;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
+        alignas(8) std::uint8_t q[32];
+        float d, mn;
+        offset_codes<false>(x, 32, q, d, mn);
         store_fp16(blocks, d);
         store_fp16(blocks + 2, mn);
-        if (all_codes_zero(id)) {
-            std::memset(blocks + 4, 0, 20);
-            continue;
-        }
-        const vf vmn = vset(mn), vid = vset(id);
-        vf c[block_steps];
-#pragma GCC unroll 4
-        for (std::size_t k = 0; k < block_steps; ++k)  // (uint8_t)((x - min) * id + 0.5f): below 32, no clamp
-            c[k] = gg_trunc(vadd(vmul(vsub(v[k], vmn), vid), half));
-        alignas(8) std::uint8_t q[32];
-        store_block_codes(reinterpret_cast<std::byte*>(q), c);
         store_fifth_bits(blocks + 4, q);
         store_nibbles(blocks + 8, q);
     }
