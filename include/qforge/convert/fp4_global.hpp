@@ -100,15 +100,19 @@ private:
     }
 
     /// Reads `source` once and folds the amax of every group member it holds into its group.
+    /// A fused 3-D expert tensor is read one member's cut at a time (checkpoint_source::
+    /// read_expert, FP8 or MXFP4 decoded there), so memory follows one expert matrix.
     template <class Source>
     void scan(const Source& src, const plan& p, const std::string& source) {
         const std::vector<std::size_t>& held_items = by_source_[source];
-        const owned_tensor held = p.items[held_items.front()].scale ? src.decode(source, true) : src.read_tensor(source);
+        const plan_item& first = p.items[held_items.front()];
+        owned_tensor held;
+        if (!first.cut) held = first.scale ? src.decode(source, true) : src.read_tensor(source);
         for (std::size_t j : held_items) {
             const plan_item& m = p.items[j];
             float a;
             if (m.cut) {
-                const owned_tensor e = gather_expert(held.view(), *m.cut, m.name, m.shape);
+                const owned_tensor e = src.read_expert(source, *m.cut, m.name, m.shape, true);
                 a = detail::rows_amax(e.view(), m.row_begin, m.row_end);
             } else {
                 a = detail::rows_amax(held.view(), m.row_begin, m.row_end);
