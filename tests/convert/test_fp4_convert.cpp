@@ -252,6 +252,35 @@ TEST_CASE("FP8 source -> nvfp4a16 / mxfp4a16: the bytes of its dequantized F32 t
     }
 }
 
+TEST_CASE("FP8 fused 3-D experts -> nvfp4a16: read one expert at a time, the bytes of the F32 twin, each expert's gate/up share one global scale") {
+    // The fused group's amax is read through checkpoint_source::read_expert (each member's cut,
+    // decoded with its expert's scale grid), never the whole 3-D tensor at once.
+    testing::fp8_fixture f;
+    f.layout = testing::fp8_layout::native_block;
+    f.fused_experts = 4;
+    const std::string src = fp4_scratch("fp8-moe-src"), twin = fp4_scratch("fp8-moe-twin");
+    testing::write_fp8_checkpoint(src, f);
+    f.twin = true;
+    testing::write_fp8_checkpoint(twin, f);
+    const std::string a = fp4_scratch("fp8-moe-a"), b = fp4_scratch("fp8-moe-b");
+    const conversion_result r = convert(src, a, fp4_options(output_format::compressed_tensors_nvfp4, nvfp4_spec));
+    convert(twin, b, fp4_options(output_format::compressed_tensors_nvfp4, nvfp4_spec));
+    checkpoint_source x(a), y(b);
+    REQUIRE(r.report.tensors.size() == 4 + 3 * 4);
+    for (const auto& t : r.report.tensors)
+        for (const char* leaf : {".weight_packed", ".weight_scale", ".weight_global_scale"}) {
+            CAPTURE(t.name + leaf);
+            const tensor_view u = x.view(t.name + leaf), v = y.view(t.name + leaf);
+            REQUIRE(u.bytes.size() == v.bytes.size());
+            CHECK(std::memcmp(u.bytes.data(), v.bytes.data(), u.bytes.size()) == 0);
+        }
+    for (int e = 0; e < 4; ++e) {
+        const std::string p = "model.layers.0.mlp.experts." + std::to_string(e) + ".";
+        CHECK(global_of(x, p + "gate_proj") == global_of(x, p + "up_proj"));
+    }
+    CHECK(global_of(x, "model.layers.0.mlp.experts.0.gate_proj") != global_of(x, "model.layers.0.mlp.experts.1.gate_proj"));
+}
+
 namespace {
 
 /// One format the decode-through-a-real-file test converts to.
