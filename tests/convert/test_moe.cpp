@@ -431,21 +431,6 @@ std::map<std::string, std::string> mixtral_v5_report(const std::string& dir) {
 /// modules it holds in the order the source held them (the fused source holds each layer's w1
 /// and w3 before its w2), and a loader matches any entry (find_matched_target), so the order
 /// carries nothing. Every other byte is compared as written.
-std::string mixtral_v5_config(const std::string& dir) {
-    json cfg = json::parse(io::read_file(dir + "/config.json"));
-    if (json* qc = cfg.find("quantization_config"))
-        if (json* groups = qc->find("config_groups"))
-            for (auto& g : groups->as_object())
-                if (json* targets = g.value.find("targets")) {
-                    auto names = strings(*targets);
-                    std::sort(names.begin(), names.end());
-                    json sorted = json::array();
-                    for (const auto& n : names) sorted.push_back(n);
-                    *targets = sorted;
-                }
-    return cfg.dump({.indent = 2});
-}
-
 /// The per-expert Mixtral (w1/w3/w2, block_sparse_moe.gate) and its transformers v5 twin, once
 /// per test program: I = 256, H = 128, so no two of H, I, 2I coincide and a transposed cut
 /// could not even have the right shape.
@@ -523,7 +508,7 @@ TEST_CASE("fused Mixtral (transformers v5): every safetensors format writes its 
                 CAPTURE(f);
                 CHECK(io::read_file(b + "/" + f) == io::read_file(a + "/" + f));
             }
-        CHECK(mixtral_v5_config(b) == mixtral_v5_config(a));
+        CHECK(testing::config_with_sorted_targets(b) == testing::config_with_sorted_targets(a));
         CHECK(mixtral_v5_report(b) == mixtral_v5_report(a));
         // The names the loaders above look up, and the router dense (vLLM builds it unquantized).
         checkpoint_source dst(b);
@@ -965,17 +950,4 @@ TEST_CASE("fused experts: mapped or copied reads, one or two threads, write the 
         REQUIRE(u.bytes.size() == v.bytes.size());
         CHECK(std::memcmp(u.bytes.data(), v.bytes.data(), u.bytes.size()) == 0);
     }
-}
-
-TEST_CASE("gpt-oss's native MXFP4 (quant_method mxfp4, *_blocks / *_scales) is refused with the ways that work, nothing written") {
-    // transformers `integrations/mxfp4.py`: gpt-oss ships its experts as U8 blocks of 16 bytes
-    // and E8M0 scales under quantization_config {"quant_method": "mxfp4"}. qforge does not
-    // decode them (one expert's transposed slice at a time would be needed): the plan says so.
-    const std::string src_dir = moe_scratch("gpt-oss-native");
-    write_demo_checkpoint(src_dir, moe_demo(demo_moe::gpt_oss));
-    expect_refused_by_config(src_dir,
-                             {{"quantization_config",
-                               json::object({{"quant_method", "mxfp4"},
-                                             {"modules_to_not_convert", json::array({"model.layers.*.self_attn", "lm_head"})}})}},
-                             {"config.json", "quant_method \"mxfp4\"", "convert_hf_to_gguf.py"});
 }

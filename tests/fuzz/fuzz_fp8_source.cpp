@@ -16,6 +16,13 @@
 //  - repacking a row into GGUF MXFP4 blocks (ct_mxfp4_row_to_gguf) and decoding them with
 //    ggml's dequantize_row_mxfp4 gives, element for element, the compressed-tensors value
 //    e2m1(code) * 2^(e - 127) wherever the exponent is not the E8M0 NaN 0xFF.
+// With quant_method "mxfp4" the same reader takes gpt-oss's native experts (convert/
+// gpt_oss_source.hpp), whose properties are:
+//  - every tensor that carries an MXFP4 scale is a fused expert tensor [E, K, N] of dtype F4 whose
+//    blocks are a U8 [E, N, K/32, 16] and whose scales a U8 [E, N, K/32] tensor of the file, and
+//    neither of those two is listed itself;
+//  - decode_mxfp4_row on expert 0's first row gives e2m1(code) * 2^(e - 127) for every element,
+//    and reports a group exactly when one of its values is not finite.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -83,6 +90,34 @@ void check_mxfp4_source(const qforge::json& cfg, const st::reader& r, const std:
     }
 }
 
+/// The gpt-oss reader's properties (the file comment) for fused MXFP4 tensor `t`.
+void check_gpt_oss_tensor(const st::reader& r, const qforge::fp8_source& f, const qforge::source_tensor& t) {
+    const qforge::source_scale& s = *t.scale;
+    const st::tensor_info* b = r.find(s.codes);
+    const st::tensor_info* e = r.find(s.name);
+    if (!b || !e || b->type != qforge::dtype::U8 || e->type != qforge::dtype::U8 || t.type != qforge::dtype::F4) std::abort();
+    if (b->shape.size() != 4 || b->shape[3] != 16 || t.shape != qforge::shape_t{b->shape[0], b->shape[2] * 32, b->shape[1]} ||
+        e->shape != qforge::shape_t{b->shape[0], b->shape[1], b->shape[2]} || !qforge::is_fused_expert_tensor(t.name))
+        std::abort();
+    for (const qforge::source_tensor& u : f.tensors)
+        if (u.name == s.codes || u.name == s.name) std::abort();
+    const std::int64_t groups = b->shape[2];
+    const auto blocks = r.view(s.codes), scales = r.view(s.name);
+    const auto* c = reinterpret_cast<const std::uint8_t*>(blocks.bytes.data());
+    const auto* x = reinterpret_cast<const std::uint8_t*>(scales.bytes.data());
+    std::vector<float> row(static_cast<std::size_t>(groups * 32));
+    const std::int64_t bad = qforge::decode_mxfp4_row(c, x, groups, row.data());
+    std::int64_t first_bad = -1;
+    for (std::int64_t i = 0; i < groups * 32; ++i) {
+        const std::uint8_t code = i % 2 ? c[i / 2] >> 4 : c[i / 2] & 0xF;
+        const float want = qforge::e2m1_to_float(code) * qforge::e8m0_to_float(x[i / 32]);
+        const float got = row[static_cast<std::size_t>(i)];
+        if (!(got == want || (std::isnan(got) && std::isnan(want)))) std::abort();
+        if (first_bad < 0 && !std::isfinite(got)) first_bad = i / 32;
+    }
+    if (bad != first_bad) std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -107,6 +142,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             for (const qforge::source_tensor& u : f.tensors)
                 if (u.scale && u.scale->name == t.name) std::abort();  // a scale is never carried over
         for (const qforge::source_tensor& t : f.tensors) {
+            if (t.scale && t.scale->encoding == qforge::source_encoding::mxfp4) {
+                check_gpt_oss_tensor(r, f, t);
+                continue;
+            }
             if (!t.scale) continue;
             const bool fused = t.shape.size() == 3 && qforge::is_fused_expert_tensor(t.name);
             if (t.type != qforge::dtype::F8_E4M3 || (t.shape.size() != 2 && !fused)) std::abort();

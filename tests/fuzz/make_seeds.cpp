@@ -285,6 +285,14 @@ void fp8_source_seeds() {
     const std::string m = "model.layers.0.mlp.up_proj";
     put("fp8_source", "ct_mxfp4", seed(mx, {{m + ".weight_packed", dtype::U8, {3, 32}}, {m + ".weight_scale", dtype::U8, {3, 2}}}));
     put("fp8_source", "ct_mxfp4_group16", seed(mx, {{m + ".weight_packed", dtype::U8, {3, 32}}, {m + ".weight_scale", dtype::U8, {3, 4}}}));
+    // gpt-oss native MXFP4 (convert/gpt_oss_source.hpp): a good pair, and scales of the wrong grid
+    const json oss = json::object({{"model_type", "gpt_oss"},
+                                   {"quantization_config", json::object({{"quant_method", "mxfp4"},
+                                                                         {"modules_to_not_convert", json::array({"lm_head"})}})}});
+    const std::string x = "model.layers.0.mlp.experts.gate_up_proj";
+    put("fp8_source", "gpt_oss_pair", seed(oss, {{x + "_blocks", dtype::U8, {2, 4, 2, 16}}, {x + "_scales", dtype::U8, {2, 4, 2}},
+                                                 {x + "_bias", dtype::BF16, {2, 4}}}));
+    put("fp8_source", "gpt_oss_grid", seed(oss, {{x + "_blocks", dtype::U8, {2, 4, 2, 16}}, {x + "_scales", dtype::U8, {2, 2, 4}}}));
 }
 
 /// fuzz_cluster_plan: a plan.json as convert/cluster/plan_file.hpp writes it, then one NUL and

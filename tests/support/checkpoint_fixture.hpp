@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -44,6 +45,24 @@ struct scratch_root {
         return p;
     }
 };
+
+/// config.json of the checkpoint in `dir` with each compressed-tensors group's `targets` sorted:
+/// the list follows the data order of the shards, and loaders read it as a set.
+inline std::string config_with_sorted_targets(const std::string& dir) {
+    json cfg = json::parse(io::read_file(dir + "/config.json"));
+    if (json* qc = cfg.find("quantization_config"))
+        if (json* groups = qc->find("config_groups"))
+            for (auto& g : groups->as_object())
+                if (json* targets = g.value.find("targets")) {
+                    std::vector<std::string> names;
+                    for (const json& t : targets->as_array()) names.push_back(t.as_string());
+                    std::sort(names.begin(), names.end());
+                    json sorted = json::array();
+                    for (const auto& n : names) sorted.push_back(n);
+                    *targets = sorted;
+                }
+    return cfg.dump({.indent = 2});
+}
 
 /// The demo model the convert tests use: two layers, K = 128 (two groups of 64), two shards.
 inline demo_options small_demo() {

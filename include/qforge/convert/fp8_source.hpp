@@ -19,6 +19,9 @@
 //    (<p>.input_scale) are dropped; asymmetric (zero point) FP8 is refused; `ignore` lists the
 //    dense linears.
 //
+// A third kind, gpt-oss's native MXFP4 experts (`quant_method: "mxfp4"`), is read by
+// convert/gpt_oss_source.hpp and reported here as fp8_source_kind::gpt_oss_mxfp4.
+//
 // What qforge does with them: each scale tensor is folded into its weight (never carried over
 // as a tensor), every linear the source left dense stays dense (the source's
 // modules_to_not_convert / ignore carried over by the dtype it shows), the source's
@@ -43,6 +46,7 @@
 
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/fused_experts.hpp"
+#include "qforge/convert/gpt_oss_source.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/core/dtype.hpp"
@@ -54,7 +58,9 @@
 
 namespace qforge {
 
-enum class fp8_source_kind { none, native_fp8, compressed_tensors };
+/// What a source's quantization_config declares: no quantized weights, FP8 (native or
+/// compressed-tensors), or gpt-oss's MXFP4 experts (convert/gpt_oss_source.hpp).
+enum class fp8_source_kind { none, native_fp8, compressed_tensors, gpt_oss_mxfp4 };
 
 /// A checkpoint's tensors as the converter sees them once FP8 scales are folded in.
 struct fp8_source {
@@ -153,6 +159,48 @@ inline std::vector<fp8_grid> ct_float_grids(const json& qc, std::string& why) {
 
 }  // namespace detail
 
+namespace detail {
+
+/// The dense linears a source left in a float dtype: kept dense, as the source's authors chose.
+inline void note_dense_linears(fp8_source& out) {
+    for (const source_tensor& t : out.tensors)
+        if (!t.scale && t.shape.size() == 2 && t.name.ends_with(".weight") && is_floating(t.type)) out.kept_dense.push_back(t.name);
+}
+
+inline bool is_gpt_oss_config(const json& config) {
+    const json* type = config.find("model_type");
+    if (type && type->is_string() && type->as_string() == "gpt_oss") return true;
+    const json* archs = config.find("architectures");
+    if (archs && archs->is_array())
+        for (const json& a : archs->as_array())
+            if (a.is_string() && a.as_string() == "GptOssForCausalLM") return true;
+    return false;
+}
+
+}  // namespace detail
+
+/// gpt-oss's native checkpoint (`quant_method: "mxfp4"`, convert/gpt_oss_source.hpp): its MXFP4
+/// expert pairs become fused tensors decoded expert by expert; its bf16 linears (attention,
+/// router, embeddings, head: its `modules_to_not_convert`) are kept dense. Never throws.
+inline fp8_source read_gpt_oss_source(const json& config, const std::string& config_file,
+                                      const std::vector<source_tensor>& tensors, const std::string& dir) {
+    fp8_source out;
+    out.kind = fp8_source_kind::gpt_oss_mxfp4;
+    auto refuse = [&](const std::string& why) { out.refusals.push_back(detail::format_error_message(config_file, {}, why)); };
+    if (!detail::is_gpt_oss_config(config))
+        refuse("quant_method \"mxfp4\" is read for gpt-oss (model_type gpt_oss) only: the orientation of its blocks and its "
+               "interleaved gate/up rows are gpt-oss's (transformers integrations/mxfp4.py)");
+    const json& qc = *config.find("quantization_config");
+    std::string why;
+    detail::string_list(qc.find("modules_to_not_convert"), "modules_to_not_convert", out.not_converted, why);
+    if (!why.empty()) refuse(why);
+    gpt_oss_mxfp4_tensors read = read_gpt_oss_mxfp4(tensors, declared_model_dtype(config).value_or(dtype::BF16), dir);
+    out.tensors = std::move(read.tensors);
+    out.refusals.insert(out.refusals.end(), read.refusals.begin(), read.refusals.end());
+    detail::note_dense_linears(out);
+    return out;
+}
+
 /// Reads the FP8 facts of a checkpoint (config.json's quantization_config and the tensor
 /// headers). Never throws for a malformed source: every problem is a refusal. A checkpoint
 /// whose config declares no FP8 scheme gives kind none and its tensors unchanged.
@@ -195,16 +243,7 @@ inline fp8_source read_fp8_source(const json& config, const std::string& config_
         }
         detail::string_list(qc->find("ignore"), "ignore", out.not_converted, why);
     } else if (method->as_string() == "mxfp4") {
-        // gpt-oss's own layout (transformers `integrations/mxfp4.py convert_moe_packed_tensors`):
-        // fused 3-D experts as <p>.experts.gate_up_proj_blocks U8 [E, 2I, K/32, 16] and _scales
-        // U8 [E, 2I, K/32], decoded to [E, 2I, K] and transposed to the bf16 layout. Reading it
-        // means decoding one expert's transposed slice at a time (a whole layer's experts in
-        // F32 is gigabytes), which qforge does not do: refused with the ways that work.
-        refuse(config_file, {}, "quant_method \"mxfp4\" (gpt-oss's native <p>.experts.*_blocks / *_scales) is not read: "
-                                "convert the bf16 checkpoint (transformers Mxfp4Config(dequantize=True) writes one), or for "
-                                "GGUF MXFP4 use llama.cpp's convert_hf_to_gguf.py, which copies these blocks; compressed-tensors "
-                                "mxfp4-pack-quantized sources are repacked into GGUF MXFP4 with --repack");
-        return out;
+        return read_gpt_oss_source(config, config_file, tensors, dir);
     } else {
         return out;
     }

@@ -41,13 +41,24 @@ namespace qforge {
 
 /// The dequantization multiplier of an FP8 source weight (convert/fp8_source.hpp): the
 /// weight's value at [r][c] is e4m3(code) * scale[r / block_rows][c / block_cols].
+/// How a quantized source weight's codes are stored: FP8 E4M3 codes in the weight's own tensor,
+/// or gpt-oss's MXFP4 blocks (convert/gpt_oss_source.hpp) in a tensor of their own.
+enum class source_encoding { e4m3, mxfp4 };
+
 struct source_scale {
-    std::string name;  ///< "<module>.weight_scale_inv" or "<module>.weight_scale"
+    std::string name;  ///< "<module>.weight_scale_inv", "<module>.weight_scale" or "<p>.gate_up_proj_scales"
     dtype type = dtype::F32;
     shape_t shape;
     std::int64_t block_rows = 1;  ///< 128 for 128 x 128 blocks, 1 per channel, N per tensor
     std::int64_t block_cols = 1;  ///< 128 for blocks, K per channel or per tensor
     dtype dequantized_type = dtype::BF16;  ///< the model dtype (config torch_dtype): kept copies and CT scales
+    source_encoding encoding = source_encoding::e4m3;
+    std::string codes = {};  ///< the tensor that holds the codes when it is not the weight itself (MXFP4 blocks)
+
+    /// The dtype the weight is decoded to: F32 for FP8 (code x scale, exact in F32); BF16 for
+    /// MXFP4, exact there and what transformers' `convert_moe_packed_tensors` decodes to, so
+    /// the conversion is that of the bf16 checkpoint users would otherwise dequantize to.
+    dtype decoded_type() const noexcept { return encoding == source_encoding::mxfp4 ? dtype::BF16 : dtype::F32; }
 };
 
 /// One tensor of the source checkpoint, as its safetensors header describes it.
@@ -83,7 +94,7 @@ struct plan_item {
     std::string decided_by;  ///< "rule <pattern>" or "default"
 
     std::uint64_t in_bytes() const {
-        return static_cast<std::uint64_t>(checked_numel(shape, source_file, source)) * dtype_size(source_type);
+        return static_cast<std::uint64_t>(checked_numel(shape, source_file, source)) * dtype_bits(source_type) / 8;
     }
     std::uint64_t out_bytes() const {
         std::uint64_t n = 0;
@@ -93,8 +104,9 @@ struct plan_item {
     bool whole_source() const {
         return !cut && row_begin == 0 && (source_shape.empty() || row_end == source_shape[0]);
     }
-    /// The dtype of the values the converter works on: F32 for a decoded FP8 weight.
-    dtype value_type() const noexcept { return scale ? dtype::F32 : source_type; }
+    /// The dtype of the values the converter works on: F32 for a decoded FP8 weight, BF16 for
+    /// decoded MXFP4 (source_scale::decoded_type).
+    dtype value_type() const noexcept { return scale ? scale->decoded_type() : source_type; }
     /// The model's dtype for this weight: what it is kept in, and what compressed-tensors
     /// scales follow (an FP8 weight's is the config's torch_dtype).
     dtype model_type() const noexcept { return scale ? scale->dequantized_type : source_type; }
@@ -209,7 +221,9 @@ inline void print_plan(std::ostream& os, const plan& p) {
     for (const auto& it : p.items) {
         os << "  [" << ++i << "/" << p.items.size() << "] " << it.name << " " << shape_to_string(it.shape) << " "
            << dtype_name(it.source_type);
-        if (it.scale) {
+        if (it.scale && it.scale->encoding == source_encoding::mxfp4) {
+            os << " (MXFP4 blocks) x E8M0 scale per 32 columns";
+        } else if (it.scale) {
             os << " x " << dtype_name(it.scale->type) << " scale ";
             if (it.scale->block_rows == 1) os << "per row";
             else if (it.scale->block_rows >= it.source_shape[it.source_shape.size() - 2] && it.scale->block_cols >= it.source_shape.back()) os << "per tensor";

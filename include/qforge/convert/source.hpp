@@ -18,8 +18,10 @@
 
 #include "qforge/convert/fp8_source.hpp"
 #include "qforge/convert/fused_experts.hpp"
+#include "qforge/convert/gpt_oss_source.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/core/error.hpp"
+#include "qforge/core/half.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/io/checkpoint.hpp"
 #include "qforge/io/file.hpp"
@@ -39,8 +41,10 @@ public:
         }
         if (shards_.shard_count() == 0) fail<io_error>(dir_, {}, "no *.safetensors file in the folder");
         fp8_ = read_fp8_source(config_, dir_ + "/config.json", tensors_, dir_);
-        for (const source_tensor& t : fp8_.tensors)
+        for (const source_tensor& t : fp8_.tensors) {
             if (t.scale) scales_.emplace(t.name, *t.scale);
+            if (t.scale && !t.scale->codes.empty()) encoded_.emplace(t.name, t);
+        }
     }
 
     const std::string& dir() const noexcept { return dir_; }
@@ -49,7 +53,8 @@ public:
     const std::vector<source_tensor>& tensors() const noexcept { return tensors_; }
     bool contains(std::string_view name) const { return shards_.contains(name); }
     /// The tensors as a converter reads them (convert/fp8_source.hpp): an FP8 weight carries
-    /// its scale and the scale tensors are gone; for any other checkpoint, tensors().
+    /// its scale and the scale tensors are gone; gpt-oss's MXFP4 blocks and scales are one fused
+    /// tensor each (convert/gpt_oss_source.hpp); for any other checkpoint, tensors().
     const std::vector<source_tensor>& model_tensors() const noexcept { return fp8_.tensors; }
     /// The FP8 facts of the source: its kind, refusals, and the linears it left dense.
     const fp8_source& fp8() const noexcept { return fp8_; }
@@ -63,6 +68,8 @@ public:
     owned_tensor decode(std::string_view name, bool copied = false) const {
         const source_scale* s = scale_of(name);
         if (!s) fail<format_error>(dir_, std::string(name), "not an FP8 weight with a scale");
+        if (s->encoding == source_encoding::mxfp4)
+            fail<format_error>(file_of(name), std::string(name), "MXFP4 experts are decoded one expert at a time (read_expert)");
         auto file = [&](std::string_view t) { return shards_.shard_of(t)->path(); };
         if (copied) {
             const owned_tensor w = read_tensor(name), sc = read_tensor(s->name);
@@ -78,11 +85,12 @@ public:
     /// (its pages dropped after). An FP8 fused tensor is decoded with its expert's scale block.
     owned_tensor read_expert(std::string_view fused, const expert_cut& cut, const std::string& name, const shape_t& shape,
                              bool copied) const {
+        const source_scale* s = scale_of(fused);
+        if (s && s->encoding == source_encoding::mxfp4) return read_mxfp4_expert(fused, *s, cut, name, shape, copied);
         const tensor_view full = view_or_header(fused);
         if (full.shape.size() < 2 || cut.expert < 0 || cut.expert >= full.shape[0])
             fail<shape_error>(file_of(fused), std::string(fused), "expert cut outside the fused tensor");
         const std::uint64_t block = expert_block_bytes(full), at = block * static_cast<std::uint64_t>(cut.expert);
-        const source_scale* s = scale_of(fused);
         if (!s && !cut.transposed && cut.step == 1 && full.shape.size() == 3 && shape.size() == 2) {
             // rows [first, first + rows) of the expert's [A, B] block: one contiguous range
             const std::uint64_t row = block / static_cast<std::uint64_t>(full.shape[1]);
@@ -111,30 +119,85 @@ public:
         return gather_expert(tensor_view{codes.name, codes.type, one, codes.bytes}, local, name, shape);
     }
 
-    tensor_view view(std::string_view name) const { return shards_.view(name); }
+    /// The tensor's bytes, zero-copy. A fused MXFP4 tensor's bytes are its blocks, in the
+    /// blocks' order (its values come from read_expert).
+    tensor_view view(std::string_view name) const {
+        const auto it = encoded_.find(name);
+        if (it == encoded_.end()) return shards_.view(name);
+        const tensor_view codes = shards_.view(it->second.scale->codes);
+        return tensor_view{it->second.name, it->second.type, it->second.shape, codes.bytes};
+    }
     /// A copy of the tensor read with pread: a file truncated underneath gives an io_error
     /// naming file and tensor instead of a SIGBUS (the cost is one copy of the tensor).
-    owned_tensor read_tensor(std::string_view name) const { return shards_.read_tensor(name); }
+    owned_tensor read_tensor(std::string_view name) const {
+        const auto it = encoded_.find(name);
+        if (it == encoded_.end()) return shards_.read_tensor(name);
+        owned_tensor codes = shards_.read_tensor(it->second.scale->codes);
+        return owned_tensor{it->second.name, it->second.type, it->second.shape, std::move(codes.bytes)};
+    }
     /// Bytes [offset, offset + out.size()) of a tensor (a band of its rows) read with pread
     /// into `out`: an io_error naming file and tensor if the file shrank, never a SIGBUS.
     void read_tensor_range(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const {
-        shards_.read_tensor_range(name, offset, out);
+        shards_.read_tensor_range(stored(name), offset, out);
     }
     /// Drops the mapped pages of a tensor we are done with, so resident memory stays flat.
     void release(std::string_view name) const {
-        shards_.release(name);
+        shards_.release(stored(name));
         if (const source_scale* s = scale_of(name)) shards_.release(s->name);
     }
     /// The same for bytes [offset, offset + length) of the tensor only.
     void release(std::string_view name, std::uint64_t offset, std::uint64_t length) const {
-        shards_.release(name, offset, length);
+        shards_.release(stored(name), offset, length);
     }
     /// io_error if a shard changed size since it was opened: a view into a file that shrank
     /// would SIGBUS when touched, so the converter checks before taking each view.
-    void verify_unchanged(std::string_view tensor = {}) const { shards_.verify_unchanged(tensor); }
+    void verify_unchanged(std::string_view tensor = {}) const { shards_.verify_unchanged(stored(tensor)); }
 
 private:
-    std::string file_of(std::string_view t) const { return shards_.shard_of(t)->path(); }
+    /// The shard tensor that holds `name`'s bytes: its MXFP4 blocks for a fused MXFP4 tensor.
+    std::string_view stored(std::string_view name) const {
+        const auto it = encoded_.find(name);
+        return it == encoded_.end() ? name : std::string_view(it->second.scale->codes);
+    }
+
+    std::string file_of(std::string_view t) const { return shards_.shard_of(stored(t))->path(); }
+
+    /// The rows of one expert's cut of a fused MXFP4 tensor (convert/gpt_oss_source.hpp), decoded
+    /// into BF16 (source_scale::decoded_type): the cut's rows are rows of the blocks' [N, K] (the fused tensor is their
+    /// [K, N] transpose), so only that expert's blocks and scales are read.
+    owned_tensor read_mxfp4_expert(std::string_view fused, const source_scale& s, const expert_cut& cut, const std::string& name,
+                                   const shape_t& shape, bool copied) const {
+        const tensor_view blocks = view_or_header(s.codes), scales = view_or_header(s.name);
+        const std::int64_t E = blocks.shape.at(0), n = blocks.shape.at(1), groups = blocks.shape.at(2);
+        const std::int64_t k = groups * mxfp4_group_size;
+        const bool bias = shape.size() != 2;
+        if (bias || !cut.transposed || cut.expert < 0 || cut.expert >= E || cut.first < 0 || cut.step <= 0 ||
+            shape[1] != k || cut.first + (shape[0] - 1) * cut.step >= n)
+            fail<shape_error>(file_of(fused), std::string(fused), "expert cut outside the fused MXFP4 tensor");
+        const std::uint64_t row_bytes = static_cast<std::uint64_t>(groups * mxfp4_group_bytes);
+        const std::uint64_t code_block = row_bytes * static_cast<std::uint64_t>(n), scale_block = static_cast<std::uint64_t>(groups * n);
+        const owned_tensor codes = expert_block(s.codes, blocks, code_block * static_cast<std::uint64_t>(cut.expert), code_block, copied);
+        const owned_tensor exps = expert_block(s.name, scales, scale_block * static_cast<std::uint64_t>(cut.expert), scale_block, copied);
+        owned_tensor out{name, s.decoded_type(), shape, std::vector<std::byte>(static_cast<std::size_t>(shape[0] * k) * 2)};
+        const auto* c = reinterpret_cast<const std::uint8_t*>(codes.bytes.data());
+        const auto* e = reinterpret_cast<const std::uint8_t*>(exps.bytes.data());
+        std::vector<float> values(static_cast<std::size_t>(k));
+        for (std::int64_t r = 0; r < shape[0]; ++r) {
+            const std::int64_t row = cut.first + r * cut.step;
+            const std::uint8_t* scale_row = e + row * groups;
+            const std::int64_t bad = decode_mxfp4_row(c + static_cast<std::uint64_t>(row) * row_bytes, scale_row, groups, values.data());
+            for (std::int64_t j = 0; j < k; ++j) {  // exact: an E2M1 value times a power of two has two significant bits
+                const std::uint16_t h = float_to_bf16(values[static_cast<std::size_t>(j)]);
+                std::memcpy(out.bytes.data() + static_cast<std::size_t>(r * k + j) * 2, &h, 2);
+            }
+            if (bad >= 0)
+                fail<format_error>(file_of(s.name), s.name, "expert " + std::to_string(cut.expert) + ", row " + std::to_string(row) +
+                                                                ", group " + std::to_string(bad) + ": " +
+                                                                (scale_row[bad] == 0xFFu ? "E8M0 scale 0xFF is NaN"
+                                                                                         : "the values overflow float32"));
+        }
+        return out;
+    }
 
     /// The tensor's header as a view: its bytes are the mapping's, touched only when read mapped.
     tensor_view view_or_header(std::string_view name) const { return shards_.view(name); }
@@ -166,6 +229,7 @@ private:
     std::vector<source_tensor> tensors_;
     fp8_source fp8_;
     std::map<std::string, source_scale, std::less<>> scales_;
+    std::map<std::string, source_tensor, std::less<>> encoded_;  ///< fused MXFP4 tensors (their codes live elsewhere)
 };
 
 }  // namespace qforge

@@ -209,8 +209,7 @@ namespace detail {
 inline void count_sources(plan& p, const std::vector<source_tensor>& sources, std::set<std::string>& names) {
     for (const auto& s : sources) {
         if (!names.insert(s.name).second) p.refusals.push_back(refusal(s.file, s.name, "tensor appears in more than one shard"));
-        if (dtype_size(s.type) != 0)
-            p.source_bytes += static_cast<std::uint64_t>(checked_numel(s.shape, s.file, s.name)) * dtype_size(s.type);
+        p.source_bytes += static_cast<std::uint64_t>(checked_numel(s.shape, s.file, s.name)) * dtype_bits(s.type) / 8;
     }
 }
 
