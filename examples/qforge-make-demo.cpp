@@ -3,7 +3,7 @@
 // files) that scripts/demo.sh converts.
 //
 //   qforge-make-demo DIR [--layers N] [--hidden N] [--intermediate N] [--vocab N] [--seed-naming]
-//                        [--moe qwen|qwen-shared|mixtral|qwen-fused|gpt-oss] [--experts N]
+//                        [--moe qwen|qwen-shared|mixtral|qwen-fused|gpt-oss|gpt-oss-mxfp4] [--experts N]
 //                        [--moe-intermediate N]
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
         };
         if (a == "--help" || a == "-h") {
             std::printf("usage: qforge-make-demo DIR [--layers N] [--hidden N] [--intermediate N] [--vocab N] "
-                        "[--seed-naming] [--moe qwen|qwen-shared|mixtral|qwen-fused|gpt-oss] [--experts N] "
+                        "[--seed-naming] [--moe qwen|qwen-shared|mixtral|qwen-fused|gpt-oss|gpt-oss-mxfp4] [--experts N] "
                         "[--moe-intermediate N]\n");
             return 0;
         } else if (a == "--moe") {
@@ -34,8 +34,9 @@ int main(int argc, char** argv) {
             else if (style == "mixtral") o.moe = qforge::demo_moe::mixtral;
             else if (style == "qwen-fused") o.moe = qforge::demo_moe::qwen_moe_fused;
             else if (style == "gpt-oss") o.moe = qforge::demo_moe::gpt_oss;
+            else if (style == "gpt-oss-mxfp4") o.moe = qforge::demo_moe::gpt_oss_mxfp4;
             else {
-                std::fprintf(stderr, "qforge-make-demo: --moe takes qwen, qwen-shared, mixtral, qwen-fused or gpt-oss\n");
+                std::fprintf(stderr, "qforge-make-demo: --moe takes qwen, qwen-shared, mixtral, qwen-fused, gpt-oss or gpt-oss-mxfp4\n");
                 return 2;
             }
             o.shared_expert = style == "qwen-shared";

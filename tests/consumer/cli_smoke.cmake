@@ -51,6 +51,15 @@ if(NOT nvfp4_cfg MATCHES "nvfp4-pack-quantized")
   message(FATAL_ERROR "nvfp4a16 config lacks nvfp4-pack-quantized")
 endif()
 expect(ok ${BIN}/qforge-convert ${demo} ${WORK_DIR}/mxfp4 --format compressed-tensors-mxfp4 --quiet)
+# gpt-oss as OpenAI ships it (MXFP4 experts) converts to NVFP4; its dense attention stays bf16
+# and its MXFP4 source config is replaced.
+expect(ok ${BIN}/qforge-make-demo ${WORK_DIR}/oss --moe gpt-oss-mxfp4 --layers 2 --hidden 128 --intermediate 256 --vocab 512
+       --experts 4 --moe-intermediate 128)
+expect(ok ${BIN}/qforge-convert ${WORK_DIR}/oss ${WORK_DIR}/oss-nvfp4 --preset nvfp4a16 --quiet)
+file(READ ${WORK_DIR}/oss-nvfp4/config.json oss_cfg)
+if(NOT oss_cfg MATCHES "nvfp4-pack-quantized" OR oss_cfg MATCHES "\"mxfp4\"" OR NOT oss_cfg MATCHES "self_attn.q_proj")
+  message(FATAL_ERROR "gpt-oss MXFP4 -> nvfp4a16: unexpected config ${oss_cfg}")
+endif()
 expect(refused ${BIN}/qforge-convert ${demo} ${WORK_DIR}/w4a4 --preset nvfp4 --quiet)
 if(NOT last_err MATCHES "input_global_scale" OR EXISTS ${WORK_DIR}/w4a4)
   message(FATAL_ERROR "preset nvfp4 not refused with its reason: ${last_err}")

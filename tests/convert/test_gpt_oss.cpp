@@ -357,3 +357,48 @@ TEST_CASE("gpt-oss native to GGUF is refused: llama.cpp's gpt-oss architecture i
                          doctest::Contains("gpt_oss"), unsupported_error);
     CHECK_FALSE(io::path_exists(out));
 }
+
+TEST_CASE("demo gpt_oss_mxfp4: the gpt_oss demo's weights, experts as MXFP4 blocks; it converts, experts close to the bf16 demo") {
+    demo_options o = testing::small_demo();
+    o.moe = demo_moe::gpt_oss_mxfp4;
+    o.experts = 4;
+    o.moe_intermediate = 128;
+    o.tied = false;
+    const std::string dir = oss_scratch("demo-mxfp4");
+    write_demo_checkpoint(dir, o);
+    const checkpoint_source mx(dir), bf(oss_bf16());
+    CHECK(mx.fp8().kind == fp8_source_kind::gpt_oss_mxfp4);
+    CHECK(mx.fp8().refusals.empty());
+    CHECK(mx.view(std::string(oss_layer0) + "gate_up_proj_blocks").shape == shape_t{4, 256, 4, 16});
+    for (const auto& t : bf.tensors()) {  // everything but the experts' weights: the same bytes
+        if (t.name.ends_with("_proj")) continue;
+        CAPTURE(t.name);
+        const tensor_view a = mx.view(t.name), b = bf.view(t.name);
+        REQUIRE(a.bytes.size() == b.bytes.size());
+        CHECK(std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0);
+    }
+    // Kept dense, each expert is the bf16 demo's expert to MXFP4 precision (E2M1: about 18 dB).
+    convert_options c = oss_options(output_format::compressed_tensors, {4, 64, true, scale_method::minmax, std::nullopt});
+    c.rules.keep(selector("re:.*\\.experts\\..*"));
+    const std::string a = oss_scratch("demo-mx-keep"), b = oss_scratch("demo-bf-keep");
+    convert(dir, a, c);
+    convert(oss_bf16(), b, c);
+    const checkpoint_source x(a), y(b);
+    for (const char* piece : {"0.gate_proj.weight", "2.up_proj.weight", "3.down_proj.weight"}) {
+        const tensor_view u = x.view(std::string(oss_layer0) + piece), v = y.view(std::string(oss_layer0) + piece);
+        REQUIRE(u.bytes.size() == v.bytes.size());
+        double sig = 0, err = 0;
+        for (std::size_t i = 0; i < u.bytes.size() / 2; ++i) {
+            std::uint16_t p, q;
+            std::memcpy(&p, u.bytes.data() + 2 * i, 2);
+            std::memcpy(&q, v.bytes.data() + 2 * i, 2);
+            const double ref = bf16_to_float(q), got = bf16_to_float(p);
+            sig += ref * ref;
+            err += (ref - got) * (ref - got);
+        }
+        const double snr = 10 * std::log10(sig / err);
+        CAPTURE(piece);
+        CHECK(snr > 15.0);
+        CHECK(snr < 30.0);  // quantized, not copied
+    }
+}

@@ -21,7 +21,13 @@
 //    rows) and `mlp.experts.down_proj [E, H, I]` (model_type qwen3_moe);
 //  - gpt_oss: `mlp.experts.gate_up_proj [E, H, 2I]` (gate/up interleaved along the last dim),
 //    `gate_up_proj_bias [E, 2I]`, `down_proj [E, I, H]`, `down_proj_bias [E, H]`, router
-//    `mlp.router.weight [E, H]` + `mlp.router.bias [E]` (model_type gpt_oss).
+//    `mlp.router.weight [E, H]` + `mlp.router.bias [E]` (model_type gpt_oss);
+//  - gpt_oss_mxfp4: the same model as OpenAI ships gpt-oss (quantization_config
+//    {"quant_method": "mxfp4"}): each fused expert tensor is the MXFP4 quantization of gpt_oss's
+//    (the same weights), stored as `<p>.gate_up_proj_blocks` U8 [E, 2I, H/32, 16] and
+//    `_scales` U8 [E, 2I, H/32] (rows are output features, gate/up interleaved), `down_proj_*`
+//    [E, H, I/32, 16] / [E, H, I/32] (transformers integrations/mxfp4.py; see
+//    convert/gpt_oss_source.hpp); attention, router, embeddings and head stay bf16.
 // The orientations are transformers' (convert/fused_experts.hpp cites them).
 #pragma once
 
@@ -29,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,7 +48,7 @@
 
 namespace qforge {
 
-enum class demo_moe { none, qwen_moe, mixtral, qwen_moe_fused, gpt_oss };
+enum class demo_moe { none, qwen_moe, mixtral, qwen_moe_fused, gpt_oss, gpt_oss_mxfp4 };
 
 struct demo_options {
     std::int64_t hidden = 512;
@@ -145,6 +152,16 @@ inline void demo_moe_tensors(std::vector<planned_tensor>& t, const std::string& 
             t.push_back({p + "mlp.experts.down_proj", dtype::BF16, {E, I, H}});
             t.push_back({p + "mlp.experts.down_proj_bias", dtype::BF16, {E, H}});
             return;
+        case demo_moe::gpt_oss_mxfp4:  // each _blocks right before its _scales (write_demo_checkpoint)
+            t.push_back({p + "mlp.router.weight", dtype::BF16, {E, H}});
+            t.push_back({p + "mlp.router.bias", dtype::BF16, {E}});
+            t.push_back({p + "mlp.experts.gate_up_proj_blocks", dtype::U8, {E, 2 * I, H / 32, 16}});
+            t.push_back({p + "mlp.experts.gate_up_proj_scales", dtype::U8, {E, 2 * I, H / 32}});
+            t.push_back({p + "mlp.experts.gate_up_proj_bias", dtype::BF16, {E, 2 * I}});
+            t.push_back({p + "mlp.experts.down_proj_blocks", dtype::U8, {E, H, I / 32, 16}});
+            t.push_back({p + "mlp.experts.down_proj_scales", dtype::U8, {E, H, I / 32}});
+            t.push_back({p + "mlp.experts.down_proj_bias", dtype::BF16, {E, H}});
+            return;
     }
 }
 
@@ -174,6 +191,7 @@ inline void demo_moe_config(json& cfg, const demo_options& o) {
             cfg.set("num_experts_per_tok", std::min<std::int64_t>(2, o.experts));
             break;
         case demo_moe::gpt_oss:
+        case demo_moe::gpt_oss_mxfp4:
             type = "gpt_oss";
             arch = "GptOssForCausalLM";
             cfg.set("intermediate_size", o.moe_intermediate);
@@ -183,6 +201,31 @@ inline void demo_moe_config(json& cfg, const demo_options& o) {
     }
     cfg.set("model_type", type);
     cfg.set("architectures", json::array({arch}));
+    if (o.moe == demo_moe::gpt_oss_mxfp4)  // openai/gpt-oss-20b's config.json
+        cfg.set("quantization_config",
+                json::object({{"quant_method", "mxfp4"},
+                              {"modules_to_not_convert", json::array({"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                                      "model.embed_tokens", "lm_head"})}}));
+}
+
+/// gpt_oss_mxfp4: the MXFP4 blocks and scales of a fused expert tensor whose bf16 values `w`
+/// are in gpt_oss's [E, K, N] ([in, out]) order, each expert's [N, K] rows quantized as
+/// compressed-tensors' MXFP4 (layout/mxfp4.hpp), whose packed bytes are gpt-oss's blocks.
+inline void demo_mxfp4_experts(const std::vector<std::uint16_t>& w, const shape_t& blocks_shape, std::vector<std::byte>& blocks,
+                               std::vector<std::byte>& scales) {
+    const std::int64_t E = blocks_shape[0], N = blocks_shape[1], K = blocks_shape[2] * 32;
+    blocks.clear();
+    scales.clear();
+    std::vector<float> rows(static_cast<std::size_t>(N * K));
+    for (std::int64_t e = 0; e < E; ++e) {
+        for (std::int64_t k = 0; k < K; ++k)
+            for (std::int64_t n = 0; n < N; ++n)
+                rows[static_cast<std::size_t>(n * K + k)] = bf16_to_float(w[static_cast<std::size_t>((e * K + k) * N + n)]);
+        const tensor_view v{"expert", dtype::F32, {N, K}, std::as_bytes(std::span<const float>(rows))};
+        const std::vector<owned_tensor> q = mxfp4_layout().quantize(v, "expert");
+        blocks.insert(blocks.end(), q[0].bytes.begin(), q[0].bytes.end());
+        scales.insert(scales.end(), q[1].bytes.begin(), q[1].bytes.end());
+    }
 }
 
 }  // namespace detail
@@ -236,11 +279,22 @@ QFORGE_DECL void write_demo_checkpoint(const std::string& dir, const demo_option
     safetensors::sharded_writer writer(dir, specs, o.shards > 1 ? total * 3 / 5 : total + 1);
     detail::demo_rng rng(o.seed);
     std::vector<std::uint16_t> buf;
+    std::vector<std::byte> blocks, scales;  // gpt_oss_mxfp4: a fused tensor's pair
     for (const auto& t : tensors) {
-        buf.resize(static_cast<std::size_t>(checked_numel(t.shape)));
+        if (t.type == dtype::U8 && t.name.ends_with("_scales")) {  // made with its blocks, just before
+            writer.write(t.name, scales);
+            continue;
+        }
+        // MXFP4 blocks [E, N, K/32, 16] stand for the bf16 [E, K, N] tensor gpt_oss draws here
+        buf.resize(static_cast<std::size_t>(t.type == dtype::U8 ? checked_numel(t.shape) * 2 : checked_numel(t.shape)));
         const bool norm = t.shape.size() == 1;
         for (auto& h : buf)
             h = float_to_bf16(static_cast<float>(norm ? 1.0 + 0.05 * rng.normal() : 0.02 * rng.student_t5()));
+        if (t.type == dtype::U8) {
+            detail::demo_mxfp4_experts(buf, t.shape, blocks, scales);
+            writer.write(t.name, blocks);
+            continue;
+        }
         writer.write(t.name, std::as_bytes(std::span<const std::uint16_t>(buf)));
     }
     writer.finish();
