@@ -166,6 +166,27 @@ TEST_CASE("minifloat kernels: a NaN or infinite quotient (an all-zero NVFP4 grou
     }
 }
 
+namespace {
+
+/// x in `t`'s bytes (F32, F16, BF16), and the values those bytes hold.
+std::vector<std::byte> row_bytes(const std::vector<float>& x, dtype t, std::vector<float>& value) {
+    std::vector<std::byte> bytes(x.size() * dtype_size(t));
+    value.resize(x.size());
+    for (std::size_t j = 0; j < x.size(); ++j) {
+        if (t == dtype::F32) {
+            std::memcpy(bytes.data() + 4 * j, &x[j], 4);
+            value[j] = x[j];
+        } else {
+            const std::uint16_t h = t == dtype::F16 ? float_to_fp16(x[j]) : float_to_bf16(x[j]);
+            std::memcpy(bytes.data() + 2 * j, &h, 2);
+            value[j] = t == dtype::F16 ? fp16_to_float(h) : bf16_to_float(h);
+        }
+    }
+    return bytes;
+}
+
+}  // namespace
+
 TEST_CASE("minifloat kernels: e4m3_row and abs_max give the definitions' codes, and one SNR order, on every ISA") {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -182,43 +203,75 @@ TEST_CASE("minifloat kernels: e4m3_row and abs_max give the definitions' codes, 
             x[j] = rng() % 3 ? q * mj : u(rng);
         }
         x[5] = -0.0f;
-        for (dtype quotient : {dtype::F32, dtype::BF16, dtype::F16}) {
-            std::vector<std::uint8_t> want(n + 1, 0xA5);
-            for (std::size_t j = 0; j < n; ++j) {
-                float q = x[j] / m[j / bc];
-                if (quotient == dtype::BF16) q = bf16_to_float(float_to_bf16(q));
-                if (quotient == dtype::F16) q = fp16_to_float(float_to_fp16(q));
-                want[j] = float_to_e4m3(q);
-            }
-            std::vector<double> first;
-            for (isa i : minifloat_isas()) {
-                CAPTURE(isa_name(i));
-                CAPTURE(bc);
-                const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
-                std::vector<std::uint8_t> got(n + 1, 0xA5);
-                std::vector<double> snr(8, 0.0);
-                k.e4m3_row(x.data(), n, bc, m.data(), quotient, got.data(), snr.data());
-                CHECK(got == want);
-                double sig = 0, err = 0, want_sig = 0, want_err = 0;
-                for (int p = 0; p < 4; ++p) sig += snr[p], err += snr[4 + p];
+        for (dtype source : {dtype::F32, dtype::BF16, dtype::F16})
+            for (dtype quotient : {dtype::F32, dtype::BF16, dtype::F16}) {
+                std::vector<float> value;
+                const std::vector<std::byte> bytes = row_bytes(x, source, value);
+                std::vector<std::uint8_t> want(n + 1, 0xA5);
                 for (std::size_t j = 0; j < n; ++j) {
-                    const double e = static_cast<double>(x[j]) - static_cast<double>(e4m3_to_float(want[j]) * m[j / bc]);
-                    want_sig += static_cast<double>(x[j]) * x[j];
-                    want_err += e * e;
+                    float q = value[j] / m[j / bc];
+                    if (quotient == dtype::BF16) q = bf16_to_float(float_to_bf16(q));
+                    if (quotient == dtype::F16) q = fp16_to_float(float_to_fp16(q));
+                    want[j] = float_to_e4m3(q);
                 }
-                CHECK(sig == doctest::Approx(want_sig).epsilon(1e-12));
-                CHECK(err == doctest::Approx(want_err).epsilon(1e-12));
-                if (first.empty()) first = snr;
-                CHECK(snr == first);  // the same partials on every ISA
-                std::vector<std::uint8_t> bare(n + 1, 0xA5);
-                k.e4m3_row(x.data(), n, bc, m.data(), quotient, bare.data(), nullptr);
-                CHECK(bare == want);
-                float top = 0;
-                for (std::size_t j = 0; j < std::min(bc, n - 3); ++j) top = std::fmax(top, std::fabs(x[j + 3]));
-                CHECK(k.abs_max(x.data() + 3, std::min(bc, n - 3)) == top);
-                CHECK(k.abs_max(x.data(), 0) == 0.0f);
+                std::vector<double> first;
+                for (isa i : minifloat_isas()) {
+                    CAPTURE(isa_name(i));
+                    CAPTURE(bc);
+                    CAPTURE(dtype_name(source));
+                    const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
+                    std::vector<std::uint8_t> got(n + 1, 0xA5);
+                    std::vector<double> snr(8, 0.0);
+                    k.e4m3_row(bytes.data(), source, n, bc, m.data(), quotient, got.data(), snr.data());
+                    CHECK(got == want);
+                    double sig = 0, err = 0, want_sig = 0, want_err = 0;
+                    for (int p = 0; p < 4; ++p) sig += snr[p], err += snr[4 + p];
+                    for (std::size_t j = 0; j < n; ++j) {
+                        const double e =
+                            static_cast<double>(value[j]) - static_cast<double>(e4m3_to_float(want[j]) * m[j / bc]);
+                        want_sig += static_cast<double>(value[j]) * value[j];
+                        want_err += e * e;
+                    }
+                    CHECK(sig == doctest::Approx(want_sig).epsilon(1e-12));
+                    CHECK(err == doctest::Approx(want_err).epsilon(1e-12));
+                    if (first.empty()) first = snr;
+                    CHECK(snr == first);  // the same partials on every ISA
+                    std::vector<std::uint8_t> bare(n + 1, 0xA5);
+                    k.e4m3_row(bytes.data(), source, n, bc, m.data(), quotient, bare.data(), nullptr);
+                    CHECK(bare == want);
+                    float top = 0;
+                    for (std::size_t j = 0; j < std::min(bc, n - 3); ++j) top = std::fmax(top, std::fabs(x[j + 3]));
+                    CHECK(k.abs_max(x.data() + 3, std::min(bc, n - 3)) == top);
+                    CHECK(k.abs_max(x.data(), 0) == 0.0f);
+                }
             }
-        }
+    }
+}
+
+// The integer-domain rounding of the kernels against the definition on every float whose low
+// 12 bits are one of five patterns: every sign, exponent and top 11 mantissa bits, so every
+// E4M3 step, tie and saturation edge and every way the bits below can break a tie, through
+// the plain encoder and through a row whose quotient (divisor 1) rounds to BF16 first.
+TEST_CASE("minifloat kernels: e4m3_encode and e4m3_row round every float of 11 leading mantissa bits as the definition on every ISA") {
+    std::vector<float> x;
+    x.reserve(std::size_t{5} << 20);
+    for (std::uint32_t hi = 0; hi < (1u << 20); ++hi)
+        for (std::uint32_t lo : {0u, 1u, 0x7FFu, 0x800u, 0xFFFu}) x.push_back(std::bit_cast<float>(hi << 12 | lo));
+    std::vector<std::uint8_t> want(x.size()), want_bf16(x.size());
+    for (std::size_t j = 0; j < x.size(); ++j) {
+        want[j] = float_to_e4m3(x[j]);
+        want_bf16[j] = float_to_e4m3(bf16_to_float(float_to_bf16(x[j])));
+    }
+    const std::byte* bytes = reinterpret_cast<const std::byte*>(x.data());
+    const float one = 1.0f;
+    for (isa i : minifloat_isas()) {
+        CAPTURE(isa_name(i));
+        const minifloat_kernels& k = kernels_of<minifloat_kernels>(i);
+        std::vector<std::uint8_t> got(x.size());
+        k.e4m3_encode(x.data(), x.size(), got.data());
+        CHECK(std::equal(got.begin(), got.end(), want.begin()));
+        k.e4m3_row(bytes, dtype::F32, x.size(), x.size(), &one, dtype::BF16, got.data(), nullptr);
+        CHECK(std::equal(got.begin(), got.end(), want_bf16.begin()));
     }
 }
 

@@ -132,8 +132,9 @@ public:
     /// The layer's tensors for the float weight `w` [N, K] (F32, BF16 or F16), with the SNR
     /// sums of what a loader decodes (code * scale) against `w`, added in the partial order of
     /// simd::minifloat_kernels::e4m3_row (the same on every ISA). NaN or infinity is refused
-    /// naming the element. Rows go through the group kernels' to_f32 and the minifloat
-    /// kernels (block amax, quotient, E4M3 code), each table looked up once per tensor.
+    /// naming the element. The minifloat kernels read the weight's bytes twice (block amax,
+    /// then quotient and E4M3 code); the group kernels' to_f32 only converts a row holding NaN
+    /// or infinity, to name the element. Each table is looked up once per tensor.
     std::vector<owned_tensor> quantize(const tensor_view& w, std::string_view prefix, const executor& ex = {},
                                        snr_sums* snr = nullptr) const {
         if (const std::string why = refusal(); !why.empty()) fail<unsupported_error>({}, w.name, why);
@@ -182,11 +183,10 @@ public:
                                         opt_.scale_dtype);
                 }
                 double partial[8] = {};  // SNR partials (minifloat_kernels::e4m3_row's order), the band's rows in order
-                for (std::int64_t r = r0; r < r1; ++r) {
-                    (void)load(r);
-                    mf.e4m3_row(x.data(), static_cast<std::size_t>(k), static_cast<std::size_t>(bc), s.data(),
-                                opt_.quotient_dtype, codes + static_cast<std::size_t>(r * k), snr ? partial : nullptr);
-                }
+                for (std::int64_t r = r0; r < r1; ++r)
+                    mf.e4m3_row(w.bytes.data() + static_cast<std::size_t>(r * k) * es, w.type, static_cast<std::size_t>(k),
+                                static_cast<std::size_t>(bc), s.data(), opt_.quotient_dtype,
+                                codes + static_cast<std::size_t>(r * k), snr ? partial : nullptr);
                 band_snr[b].signal = (partial[0] + partial[1]) + (partial[2] + partial[3]);
                 band_snr[b].error = (partial[4] + partial[5]) + (partial[6] + partial[7]);
             }

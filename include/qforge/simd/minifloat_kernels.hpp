@@ -57,12 +57,12 @@ struct minifloat_kernels {
     /// max |x_i| over x[0..n), any n (0 for n == 0); the values are finite.
     float (*abs_max)(const float* x, std::size_t n) noexcept;
 
-    /// One FP8 row: codes[i] = float_to_e4m3(round(x_i / m[i / bc], quotient)) for i < n (bc
-    /// >= 1), round to the quotient dtype (F32: none; BF16, F16: RNE, as core/half.hpp
-    /// rounds). With `snr` (8 doubles: signal partials 0-3, error partials 4-7) the element at
+    /// One FP8 row of n weights read straight from `src` in `type` (F32, F16, BF16): codes[i] =
+    /// float_to_e4m3(round(x_i / m[i / bc], quotient)) for i < n (bc >= 1), round to the
+    /// quotient dtype (F32: none; BF16, F16: RNE, as core/half.hpp rounds). With `snr` (8 doubles: signal partials 0-3, error partials 4-7) the element at
     /// offset t of its block adds x^2 and (x - e4m3_to_float(code) * m)^2 in double to partial
     /// t % 4, in increasing t, never fused (the same order on every ISA).
-    void (*e4m3_row)(const float* x, std::size_t n, std::size_t bc, const float* m, dtype quotient,
+    void (*e4m3_row)(const std::byte* src, dtype type, std::size_t n, std::size_t bc, const float* m, dtype quotient,
                      std::uint8_t* codes, double* snr) noexcept;
 
     /// amax[j] = max(amax[j], max |x_i| over block j) for the blocks of bc >= 1 columns of the

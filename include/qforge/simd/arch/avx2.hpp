@@ -336,6 +336,24 @@ QFORGE_TARGET_AVX2 inline vf mf_round_bf16(vf a) noexcept {
     const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
     return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
+QFORGE_TARGET_AVX2 inline __m256i mb_i(vf a) noexcept { return _mm256_castps_si256(a); }
+QFORGE_TARGET_AVX2 inline vf mb_f(__m256i a) noexcept { return _mm256_castsi256_ps(a); }
+QFORGE_TARGET_AVX2 inline vf mb_set(std::uint32_t bits) noexcept { return mb_f(_mm256_set1_epi32(static_cast<int>(bits))); }
+QFORGE_TARGET_AVX2 inline vf mb_and(vf a, vf b) noexcept { return _mm256_and_ps(a, b); }
+QFORGE_TARGET_AVX2 inline vf mb_or(vf a, vf b) noexcept { return _mm256_or_ps(a, b); }
+QFORGE_TARGET_AVX2 inline vf mb_add(vf a, vf b) noexcept { return mb_f(_mm256_add_epi32(mb_i(a), mb_i(b))); }
+QFORGE_TARGET_AVX2 inline vf mb_sub(vf a, vf b) noexcept { return mb_f(_mm256_sub_epi32(mb_i(a), mb_i(b))); }
+QFORGE_TARGET_AVX2 inline vf mb_min(vf a, vf b) noexcept { return mb_f(_mm256_min_epu32(mb_i(a), mb_i(b))); }
+template <int N>
+QFORGE_TARGET_AVX2 inline vf mb_srl(vf a) noexcept {
+    return mb_f(_mm256_srli_epi32(mb_i(a), N));
+}
+QFORGE_TARGET_AVX2 inline void mb_store_bytes(std::uint8_t* out, vf a) noexcept {
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1, -1,
+                                          -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(mb_i(a), pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
+}
 // ---- end of minifloat_kernels primitives ----
 
 // ---- gguf_kernels Q3_K primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) ----

@@ -236,6 +236,21 @@ QFORGE_TARGET_AVX512 inline vf mf_round_bf16(vf a) noexcept {
     const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
     return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
+QFORGE_TARGET_AVX512 inline __m512i mb_i(vf a) noexcept { return _mm512_castps_si512(a); }
+QFORGE_TARGET_AVX512 inline vf mb_f(__m512i a) noexcept { return _mm512_castsi512_ps(a); }
+QFORGE_TARGET_AVX512 inline vf mb_set(std::uint32_t bits) noexcept { return mb_f(_mm512_set1_epi32(static_cast<int>(bits))); }
+QFORGE_TARGET_AVX512 inline vf mb_and(vf a, vf b) noexcept { return mb_f(_mm512_and_si512(mb_i(a), mb_i(b))); }
+QFORGE_TARGET_AVX512 inline vf mb_or(vf a, vf b) noexcept { return mb_f(_mm512_or_si512(mb_i(a), mb_i(b))); }
+QFORGE_TARGET_AVX512 inline vf mb_add(vf a, vf b) noexcept { return mb_f(_mm512_add_epi32(mb_i(a), mb_i(b))); }
+QFORGE_TARGET_AVX512 inline vf mb_sub(vf a, vf b) noexcept { return mb_f(_mm512_sub_epi32(mb_i(a), mb_i(b))); }
+QFORGE_TARGET_AVX512 inline vf mb_min(vf a, vf b) noexcept { return mb_f(_mm512_min_epu32(mb_i(a), mb_i(b))); }
+template <int N>
+QFORGE_TARGET_AVX512 inline vf mb_srl(vf a) noexcept {
+    return mb_f(_mm512_srli_epi32(mb_i(a), N));
+}
+QFORGE_TARGET_AVX512 inline void mb_store_bytes(std::uint8_t* out, vf a) noexcept {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(mb_i(a)));
+}
 // ---- end of minifloat_kernels primitives ----
 
 // ---- gguf_kernels Q3_K primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) ----

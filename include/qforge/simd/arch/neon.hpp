@@ -387,6 +387,25 @@ inline float32x4_t mf_round_bf16_4(float32x4_t a) noexcept {
     return vreinterpretq_f32_u32(vandq_u32(r, vdupq_n_u32(0xFFFF0000u)));
 }
 inline vf mf_round_bf16(vf a) noexcept { return {mf_round_bf16_4(a.a), mf_round_bf16_4(a.b)}; }
+inline uint32x4_t mb_u(float32x4_t a) noexcept { return vreinterpretq_u32_f32(a); }
+inline float32x4_t mb_f(uint32x4_t a) noexcept { return vreinterpretq_f32_u32(a); }
+inline vf mb_set(std::uint32_t bits) noexcept {
+    const float32x4_t v = mb_f(vdupq_n_u32(bits));
+    return {v, v};
+}
+inline vf mb_and(vf a, vf b) noexcept { return {mb_f(vandq_u32(mb_u(a.a), mb_u(b.a))), mb_f(vandq_u32(mb_u(a.b), mb_u(b.b)))}; }
+inline vf mb_or(vf a, vf b) noexcept { return {mb_f(vorrq_u32(mb_u(a.a), mb_u(b.a))), mb_f(vorrq_u32(mb_u(a.b), mb_u(b.b)))}; }
+inline vf mb_add(vf a, vf b) noexcept { return {mb_f(vaddq_u32(mb_u(a.a), mb_u(b.a))), mb_f(vaddq_u32(mb_u(a.b), mb_u(b.b)))}; }
+inline vf mb_sub(vf a, vf b) noexcept { return {mb_f(vsubq_u32(mb_u(a.a), mb_u(b.a))), mb_f(vsubq_u32(mb_u(a.b), mb_u(b.b)))}; }
+inline vf mb_min(vf a, vf b) noexcept { return {mb_f(vminq_u32(mb_u(a.a), mb_u(b.a))), mb_f(vminq_u32(mb_u(a.b), mb_u(b.b)))}; }
+template <int N>
+inline vf mb_srl(vf a) noexcept {
+    return {mb_f(vshrq_n_u32(mb_u(a.a), N)), mb_f(vshrq_n_u32(mb_u(a.b), N))};
+}
+inline void mb_store_bytes(std::uint8_t* out, vf a) noexcept {
+    const uint16x8_t w = vcombine_u16(vmovn_u32(mb_u(a.a)), vmovn_u32(mb_u(a.b)));
+    vst1_u8(out, vmovn_u16(w));
+}
 // ---- end of minifloat_kernels primitives ----
 
 // ---- gguf_kernels Q3_K primitives (simd/kernels/gguf_kernels.ipp; see scalar.hpp) ----

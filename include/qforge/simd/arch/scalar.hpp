@@ -451,6 +451,33 @@ inline vf mf_round_bf16(vf a) noexcept {
     }
     return r;
 }
+// Lanes as their u32 bit patterns (the integer-domain E4M3 rounding): bitwise and / or, wrapping
+// add and subtract, logical right shift, unsigned minimum, a broadcast pattern, and the store of
+// each lane's low byte. vsel_ge selects such lanes whole, by a float comparison of its first two.
+#define QFORGE_SCALAR_BITS(expr)                              \
+    vf r;                                                     \
+    for (std::size_t j = 0; j < 8; ++j) {                     \
+        const std::uint32_t x = std::bit_cast<std::uint32_t>(a.v[j]); \
+        const std::uint32_t y = std::bit_cast<std::uint32_t>(b.v[j]); \
+        (void)y;                                              \
+        r.v[j] = std::bit_cast<float>(static_cast<std::uint32_t>(expr)); \
+    }                                                         \
+    return r
+inline vf mb_set(std::uint32_t bits) noexcept { return vset(std::bit_cast<float>(bits)); }
+inline vf mb_and(vf a, vf b) noexcept { QFORGE_SCALAR_BITS(x & y); }
+inline vf mb_or(vf a, vf b) noexcept { QFORGE_SCALAR_BITS(x | y); }
+inline vf mb_add(vf a, vf b) noexcept { QFORGE_SCALAR_BITS(x + y); }
+inline vf mb_sub(vf a, vf b) noexcept { QFORGE_SCALAR_BITS(x - y); }
+inline vf mb_min(vf a, vf b) noexcept { QFORGE_SCALAR_BITS(x < y ? x : y); }
+template <int N>
+inline vf mb_srl(vf a) noexcept {
+    const vf b = a;
+    QFORGE_SCALAR_BITS(x >> N);
+}
+#undef QFORGE_SCALAR_BITS
+inline void mb_store_bytes(std::uint8_t* out, vf a) noexcept {
+    for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(std::bit_cast<std::uint32_t>(a.v[j]));
+}
 // ---- end of minifloat_kernels primitives ----
 
 // ---- gguf_kernels Q3_K primitives (simd/kernels/gguf_kernels.ipp, make_q3_quants) ----

@@ -44,30 +44,32 @@ QFORGE_KFN vf e2m1_block(const float* x, vf s, vf m, e2m1_op op, vf* signal, vf*
     return vadd(e.index, mf_sign_as(q, vset(8.0f)));
 }
 
-// E4M3 of one vector: for |x| below 448, with e = max(floor(log2 |x|), -6) the value's
-// exponent (the subnormals share -6), n = RNE(|x| * 2^(3 - e)) in [0, 16] counts its steps of
-// 2^(e - 3) and the code is 8 (e + 7) + n - 8 (n = 16 carries into the next exponent, as the
-// bit pattern's increment does); beyond, 126 (+-448); NaN 127; the sign bit on top. The
-// magnitude the code decodes to is n * 2^(e - 3) (at most 448; NaN for NaN).
+// E4M3 of one vector, in the integer domain of its bit patterns. `x` gives the sign and
+// NaN-ness, `a` the magnitude to encode (|x|, or |x| already rounded to the quotient's dtype;
+// whatever it holds in a NaN lane is ignored). For a >= 2^-6 (E4M3's normals) the float's
+// exponent and top three mantissa bits are the code once the low 20 bits round half to even:
+// (bits + 0x7FFFF + bit 20) >> 20, less the rebias (127 - 7) * 8; a carry out of the mantissa
+// is the next binade's first code, as float_to_e4m3's increment is. Below, the subnormals step
+// by 2^-9: a + 2^14 has ulp 2^-9, so the float adder rounds a to its step half to even, and the
+// sum's bits less 2^14's are the code 0..8 (8 is 2^-6, the first normal). Codes above 126
+// (464 and beyond rounds to 480, and infinity) saturate to 126 (+-448); NaN gives 127; the
+// sign bit goes on top. The magnitude the code decodes to is the rounded bits with their low
+// 20 cleared (normals) or the sum less 2^14 (subnormals), at most 448; NaN for NaN.
 struct e4m3_lanes {
-    vf code;       // 0..255
+    vf code;       // 0..255 as each lane's u32 bit pattern (mb_store_bytes stores it)
     vf magnitude;  // |e4m3_to_float(code)|
 };
-QFORGE_KFN e4m3_lanes e4m3_of(vf x) noexcept {
-    const vf a = vabs(x);
-    const vf e = vmax(mf_exponent(a), vset(-6.0f));
-    const vf n = vround(vmul(a, mf_pow2(vsub(vset(3.0f), e))));
-    const vf code = vadd(vmul(vadd(e, vset(7.0f)), vset(8.0f)), vsub(n, vset(8.0f)));
-    const vf sat = vsel_ge(a, a, vmin(code, vset(126.0f)), vset(127.0f));  // a >= a fails only for NaN
-    const vf mag = vsel_ge(a, a, vmin(vmul(n, mf_pow2(vsub(e, vset(3.0f)))), vset(448.0f)), a);
-    return {vadd(sat, mf_sign_as(x, vset(128.0f))), mag};
+QFORGE_KFN e4m3_lanes e4m3_of(vf x, vf a) noexcept {
+    const vf xa = vabs(x);
+    const vf rounded = mb_add(mb_add(a, mb_set(0x7FFFFu)), mb_and(mb_srl<20>(a), mb_set(1u)));
+    const vf sum = vadd(a, vset(0x1p14f));
+    const vf n = vsel_ge(a, vset(0x1p-6f), mb_sub(mb_srl<20>(rounded), mb_set(960u)), mb_sub(sum, mb_set(0x46800000u)));
+    const vf code = vsel_ge(xa, xa, mb_min(n, mb_set(126u)), mb_set(127u));  // xa >= xa fails only for NaN
+    const vf step = vsel_ge(a, vset(0x1p-6f), mb_and(rounded, mb_set(0xFFF00000u)), vsub(sum, vset(0x1p14f)));
+    const vf mag = vsel_ge(xa, xa, vmin(step, vset(448.0f)), xa);
+    return {mb_or(code, mb_and(mb_srl<24>(x), mb_set(0x80u))), mag};
 }
-
-// The quotient's rounding to the weight's dtype (BF16 here; F16 goes through the definition).
-QFORGE_KFN vf round_bf16_keep_nan(vf q) noexcept {
-    const vf a = vabs(q);
-    return vsel_ge(a, a, mf_round_bf16(q), q);
-}
+QFORGE_KFN e4m3_lanes e4m3_of(vf x) noexcept { return e4m3_of(x, vabs(x)); }
 
 // One element of k_e4m3_row through the definitions (tails, F16 quotients).
 QFORGE_KFN void e4m3_one(float x, float m, dtype quotient, std::size_t t, std::uint8_t* code, double* snr) noexcept {
@@ -93,7 +95,7 @@ QFORGE_KFN void k_group_amax(const float* x, std::size_t n, std::size_t gsize, f
 
 QFORGE_KFN void k_e4m3_encode(const float* x, std::size_t n, std::uint8_t* codes) noexcept {
     std::size_t i = 0;
-    for (; i + lanes <= n; i += lanes) vstore_codes(codes + i, e4m3_of(vload(x + i)).code);
+    for (; i + lanes <= n; i += lanes) mb_store_bytes(codes + i, e4m3_of(vload(x + i)).code);
     for (; i < n; ++i) codes[i] = ::qforge::float_to_e4m3(x[i]);  // the definition itself
 }
 
@@ -109,11 +111,35 @@ QFORGE_KFN float k_abs_max(const float* x, std::size_t n) noexcept {
     return top;
 }
 
+// One dtype's vector load from raw bytes (the group kernels' to_f32 widenings).
+template <int T>
+QFORGE_KFN vf bytes_load(const std::byte* p) noexcept {
+    if constexpr (T == 0) return vload_f32_bytes(p);
+    else if constexpr (T == 1) return vload_f16_bytes(p);
+    else return vload_bf16_bytes(p);
+}
+
+// One element of a weight row in `type` (F32, F16, BF16) as a float.
+template <int T>
+QFORGE_KFN float bytes_at(const std::byte* src, std::size_t i) noexcept {
+    if constexpr (T == 0) {
+        float v;
+        std::memcpy(&v, src + i * 4, 4);
+        return v;
+    } else {
+        std::uint16_t h;
+        std::memcpy(&h, src + i * 2, 2);
+        return T == 1 ? fp16_to_float(h) : bf16_to_float(h);
+    }
+}
+
 // Block by block (its own divisor); within a block whole vectors, then the tail element by
 // element, each element to SNR partial (offset in block) % 4 in increasing offset, so every
-// ISA sums in the same order.
-QFORGE_KFN void k_e4m3_row(const float* x, std::size_t n, std::size_t bc, const float* m, dtype quotient,
+// ISA sums in the same order. The weight's bytes are widened as they are read (no float row).
+template <int T>
+QFORGE_KFN void e4m3_row_t(const std::byte* src, std::size_t n, std::size_t bc, const float* m, dtype quotient,
                            std::uint8_t* codes, double* snr) noexcept {
+    constexpr std::size_t es = T == 0 ? 4 : 2;
     for (std::size_t b0 = 0, blk = 0; b0 < n; b0 += bc, ++blk) {
         const std::size_t len = bc < n - b0 ? bc : n - b0;
         const float mb = m[blk];
@@ -123,18 +149,24 @@ QFORGE_KFN void k_e4m3_row(const float* x, std::size_t n, std::size_t bc, const 
             snr_acc acc{};
             if (snr) acc = snr_load(snr);
             for (; t + lanes <= len; t += lanes) {
-                const vf xv = vload(x + b0 + t);
-                vf q = vdiv(xv, mv);
-                if (quotient == dtype::BF16) q = round_bf16_keep_nan(q);
-                const e4m3_lanes e = e4m3_of(q);
-                vstore_codes(codes + b0 + t, e.code);
+                const vf xv = bytes_load<T>(src + (b0 + t) * es);
+                const vf q = vdiv(xv, mv);
+                const e4m3_lanes e = e4m3_of(q, quotient == dtype::BF16 ? mf_round_bf16(vabs(q)) : vabs(q));
+                mb_store_bytes(codes + b0 + t, e.code);
                 // |x| and |dq| carry the same sign, so the error's square is x - dq's.
                 if (snr) acc = snr_add(acc, vabs(xv), vmul(e.magnitude, mv));
             }
             if (snr) snr_store(snr, acc);
         }
-        for (; t < len; ++t) e4m3_one(x[b0 + t], mb, quotient, t, codes + b0 + t, snr);
+        for (; t < len; ++t) e4m3_one(bytes_at<T>(src, b0 + t), mb, quotient, t, codes + b0 + t, snr);
     }
+}
+
+QFORGE_KFN void k_e4m3_row(const std::byte* src, dtype type, std::size_t n, std::size_t bc, const float* m, dtype quotient,
+                           std::uint8_t* codes, double* snr) noexcept {
+    if (type == dtype::F32) e4m3_row_t<0>(src, n, bc, m, quotient, codes, snr);
+    else if (type == dtype::F16) e4m3_row_t<1>(src, n, bc, m, quotient, codes, snr);
+    else e4m3_row_t<2>(src, n, bc, m, quotient, codes, snr);
 }
 
 // Two vectors a step (one nibble-pair store); a group spans whole vectors (gsize % 16 == 0),
@@ -169,14 +201,6 @@ QFORGE_KFN void k_e2m1_groups(const float* x, std::size_t n, std::size_t gsize, 
         vstore(signal + b * lanes, sig[b]);
         vstore(error + b * lanes, err[b]);
     }
-}
-
-// One dtype's vector load from raw bytes (the group kernels' to_f32 widenings).
-template <int T>
-QFORGE_KFN vf bytes_load(const std::byte* p) noexcept {
-    if constexpr (T == 0) return vload_f32_bytes(p);
-    else if constexpr (T == 1) return vload_f16_bytes(p);
-    else return vload_bf16_bytes(p);
 }
 
 // Straight from the weight's bytes, without the float row to_f32 would store: a max is
@@ -241,12 +265,12 @@ QFORGE_KFN void k_nvfp4_scales(const float* amax, std::size_t groups, float glob
     std::size_t g = 0;
     if (values != dtype::F16 && global <= 3.40282347e38f) {
         const vf gv = vset(global), six = vset(6.0f), cap = vset(448.0f), tiny = vset(0x1p-10f);
-        const vf eighth = vset(0.125f), eighth_code = vset(static_cast<float>(::qforge::float_to_e4m3(0.125f)));
+        const vf eighth = vset(0.125f), eighth_code = mb_set(::qforge::float_to_e4m3(0.125f));
         for (; g + lanes <= groups; g += lanes) {
             vf q = vdiv(vload(amax + g), six);
             if (values == dtype::BF16) q = mf_round_bf16(q);
             const e4m3_lanes e = e4m3_of(vmin(cap, vmul(gv, q)));
-            vstore_codes(codes + g, vsel_ge(e.magnitude, tiny, e.code, eighth_code));
+            mb_store_bytes(codes + g, vsel_ge(e.magnitude, tiny, e.code, eighth_code));
             vstore(mult + g, vdiv(vsel_ge(e.magnitude, tiny, e.magnitude, eighth), gv));
         }
     }
