@@ -5,6 +5,7 @@
 // naming the file, the tensor and the reason, with nothing written.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -401,4 +402,54 @@ TEST_CASE("demo gpt_oss_mxfp4: the gpt_oss demo's weights, experts as MXFP4 bloc
         CHECK(snr > 15.0);
         CHECK(snr < 30.0);  // quantized, not copied
     }
+}
+
+// The loader rule of serving_check.hpp detail::gpt_oss_per_expert_warning: vLLM
+// model_executor/models/gpt_oss.py GptOssModel._load_weights_other (@1ad84fea) loads gpt-oss
+// experts only as the fused w13_weight / w2_weight (hf_to_vllm_mapper of experts.gate_up_proj /
+// down_proj) and skips every other name, and transformers' conversion_mapping.py has no gpt_oss
+// rule that gathers per-expert names. A plan that cuts gpt-oss's experts says so, whatever the
+// format and whether they are quantized or kept; a Qwen MoE whose fused experts are cut the same
+// way does not (vLLM qwen3_moe.py Qwen3MoeModel.load_weights maps per-expert names through
+// FusedMoE.make_expert_params_mapping).
+TEST_CASE("gpt-oss cut into per-expert linears: the plan warns that vLLM's gpt-oss loader reads fused experts only") {
+    const auto carries = [](const plan& p) {
+        return std::any_of(p.warnings.begin(), p.warnings.end(), [](const std::string& w) {
+            return w.find("gpt_oss.py _load_weights_other") != std::string::npos &&
+                   w.find("<layer>.mlp.experts.<e>.gate_proj") != std::string::npos;
+        });
+    };
+    const checkpoint_source bf(oss_bf16()), native(oss_native_pair().native);
+    struct fmt_case {
+        output_format f;
+        quant_spec s;
+    };
+    const fmt_case cases[] = {{output_format::gptq, {4, 64, true, scale_method::minmax, std::nullopt}},
+                              {output_format::compressed_tensors_fp8, {8, -1, true, scale_method::minmax, std::nullopt}},
+                              {output_format::compressed_tensors_nvfp4, {4, 16, true, scale_method::minmax, std::nullopt}}};
+    for (const auto& c : cases) {
+        const std::string fmt(format_name(c.f));
+        CAPTURE(fmt);
+        convert_options o = oss_options(c.f, c.s);
+        const plan q = plan_conversion(bf, o);
+        REQUIRE_FALSE(q.refused());
+        CHECK(carries(q));
+        CHECK(carries(plan_conversion(native, o)));
+        if (c.f == output_format::gptq) continue;  // GPTQ quantizes every block linear: keeping is refused
+        o.rules.keep(selector("re:.*\\.experts\\..*"));  // kept bf16, still one tensor per expert
+        const plan k = plan_conversion(bf, o);
+        REQUIRE_FALSE(k.refused());
+        CHECK(carries(k));
+    }
+    demo_options d = testing::small_demo();
+    d.moe = demo_moe::qwen_moe_fused;
+    d.experts = 4;
+    d.moe_intermediate = 128;
+    const std::string qwen = oss_scratch("qwen-fused");
+    write_demo_checkpoint(qwen, d);
+    const plan p =
+        plan_conversion(checkpoint_source(qwen), oss_options(output_format::gptq, {4, 64, true, scale_method::minmax, std::nullopt}));
+    REQUIRE_FALSE(p.refused());
+    REQUIRE(std::any_of(p.items.begin(), p.items.end(), [](const plan_item& it) { return it.cut.has_value(); }));
+    CHECK_FALSE(carries(p));
 }

@@ -398,6 +398,31 @@ inline std::string w4a8_on_fp16_warning(dtype model) {
            "weights are then rounded to bf16), or export with --preset gptq-w4g128 for an fp16 GPU/CPU W4A16 checkpoint";
 }
 
+/// gpt-oss's experts written one expert at a time (convert/fused_experts.hpp cuts the fused
+/// [E, H, 2I] tensors into `<L>.mlp.experts.<e>.gate_proj/up_proj/down_proj`), which neither
+/// engine that serves gpt-oss reads back:
+///  - vLLM model_executor/models/gpt_oss.py (@1ad84fea, 2026-07): GptOssModel.load_weights
+///    sends every quant_method but "mxfp4" and "quark" (and an unquantized model) to
+///    _load_weights_other, which loads experts only as the fused `.w13_weight` / `.w2_weight`
+///    that GptOssForCausalLM.hf_to_vllm_mapper makes of `experts.gate_up_proj` / `down_proj`
+///    (sliced per rank, then copied whole); any name not in params_dict is skipped
+///    (`if name not in params_dict: continue`), and model_loader/default_loader.py tracks
+///    missing weights only for an unquantized model, so a quantized model loads with its
+///    experts never written. get_expert_mapping is "only used for quark".
+///  - transformers: conversion_mapping.py has no gpt_oss rule that gathers per-expert names
+///    into GptOssExperts' fused parameters (qwen2_moe's MergeModulelist + Concatenate has no
+///    gpt_oss twin), and quantizer_compressed_tensors.py update_weight_conversions only
+///    extends a model's existing expert converters, so they load as unexpected keys and the
+///    fused experts stay at their initialization.
+inline std::string gpt_oss_per_expert_warning() {
+    return "no engine loads gpt-oss experts written per expert (<layer>.mlp.experts.<e>.gate_proj/up_proj/down_proj), "
+           "as this checkpoint writes them: vLLM's gpt-oss loader (model_executor/models/gpt_oss.py "
+           "_load_weights_other) reads its experts only as the fused experts.gate_up_proj / down_proj and skips "
+           "other names without an error (a quantized model then serves experts that were never loaded), and "
+           "transformers maps no per-expert names back into GptOssExperts. Serve gpt-oss from its native MXFP4 "
+           "checkpoint in vLLM or transformers as it is";
+}
+
 }  // namespace detail
 
 /// What loaders will do differently from what the plan writes, one sentence per fact, each
@@ -405,6 +430,9 @@ inline std::string w4a8_on_fp16_warning(dtype model) {
 /// written. `require_w4a8`: the plan is the w4a8-cpu preset's (vLLM CPU W4A8 is the point).
 inline std::vector<std::string> loader_warnings(const plan& p, const model_config& cfg, bool require_w4a8 = false) {
     std::vector<std::string> w;
+    const bool gpt_oss_cut =
+        cfg.model_type == "gpt_oss" && std::any_of(p.items.begin(), p.items.end(), [](const plan_item& it) { return it.cut.has_value(); });
+    if (gpt_oss_cut) w.push_back(detail::gpt_oss_per_expert_warning());
     const plan_item* first = nullptr;
     bool asym = false, lm_head = false, mixed = false;
     for (const auto& it : p.items) {
