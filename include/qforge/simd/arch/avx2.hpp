@@ -116,7 +116,7 @@ using x86_snr::snr_acc;  // the shared double partial sums: simd/arch/detail/x86
 using x86_snr::snr_add4;
 using x86_snr::snr_load;
 using x86_snr::snr_store;
-QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
+[[gnu::always_inline]] QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
     a = snr_add4(a, _mm256_castps256_ps128(w), _mm256_castps256_ps128(dq));
     return snr_add4(a, _mm256_extractf128_ps(w, 1), _mm256_extractf128_ps(dq, 1));
 }

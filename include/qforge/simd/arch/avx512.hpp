@@ -119,7 +119,7 @@ using x86_snr::snr_acc;  // the shared double partial sums: simd/arch/detail/x86
 using x86_snr::snr_add4;
 using x86_snr::snr_load;
 using x86_snr::snr_store;
-QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
+[[gnu::always_inline]] QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
     a = snr_add4(a, _mm512_extractf32x4_ps(w, 0), _mm512_extractf32x4_ps(dq, 0));
     a = snr_add4(a, _mm512_extractf32x4_ps(w, 1), _mm512_extractf32x4_ps(dq, 1));
     a = snr_add4(a, _mm512_extractf32x4_ps(w, 2), _mm512_extractf32x4_ps(dq, 2));

@@ -136,37 +136,54 @@ QFORGE_KFN float bytes_at(const std::byte* src, std::size_t i) noexcept {
 // Block by block (its own divisor); within a block whole vectors, then the tail element by
 // element, each element to SNR partial (offset in block) % 4 in increasing offset, so every
 // ISA sums in the same order. The weight's bytes are widened as they are read (no float row).
-template <int T>
+// Whole vectors of one block; returns how many elements they took. The quotient's rounding
+// and the SNR are template choices, so the loop carries no test of either.
+template <int T, bool Bf16, bool Snr>
+QFORGE_KFN std::size_t e4m3_vectors(const std::byte* src, std::size_t len, float mb, std::uint8_t* codes, double* snr) noexcept {
+    constexpr std::size_t es = T == 0 ? 4 : 2;
+    const vf mv = vset(mb);
+    snr_acc acc{};
+    if constexpr (Snr) acc = snr_load(snr);
+    std::size_t t = 0;
+    for (; t + lanes <= len; t += lanes) {
+        const vf xv = bytes_load<T>(src + t * es);
+        const vf q = vdiv(xv, mv);
+        const e4m3_lanes e = e4m3_of(q, Bf16 ? mf_round_bf16(vabs(q)) : vabs(q));
+        mb_store_bytes(codes + t, e.code);
+        // |x| and |dq| carry the same sign, so the error's square is x - dq's.
+        if constexpr (Snr) acc = snr_add(acc, vabs(xv), vmul(e.magnitude, mv));
+    }
+    if constexpr (Snr) snr_store(snr, acc);
+    return t;
+}
+
+template <int T, bool Bf16, bool Snr>
 QFORGE_KFN void e4m3_row_t(const std::byte* src, std::size_t n, std::size_t bc, const float* m, dtype quotient,
                            std::uint8_t* codes, double* snr) noexcept {
     constexpr std::size_t es = T == 0 ? 4 : 2;
     for (std::size_t b0 = 0, blk = 0; b0 < n; b0 += bc, ++blk) {
         const std::size_t len = bc < n - b0 ? bc : n - b0;
-        const float mb = m[blk];
         std::size_t t = 0;
-        if (quotient != dtype::F16) {
-            const vf mv = vset(mb);
-            snr_acc acc{};
-            if (snr) acc = snr_load(snr);
-            for (; t + lanes <= len; t += lanes) {
-                const vf xv = bytes_load<T>(src + (b0 + t) * es);
-                const vf q = vdiv(xv, mv);
-                const e4m3_lanes e = e4m3_of(q, quotient == dtype::BF16 ? mf_round_bf16(vabs(q)) : vabs(q));
-                mb_store_bytes(codes + b0 + t, e.code);
-                // |x| and |dq| carry the same sign, so the error's square is x - dq's.
-                if (snr) acc = snr_add(acc, vabs(xv), vmul(e.magnitude, mv));
-            }
-            if (snr) snr_store(snr, acc);
-        }
-        for (; t < len; ++t) e4m3_one(bytes_at<T>(src, b0 + t), mb, quotient, t, codes + b0 + t, snr);
+        if (quotient != dtype::F16) t = e4m3_vectors<T, Bf16, Snr>(src + b0 * es, len, m[blk], codes + b0, snr);
+        for (; t < len; ++t) e4m3_one(bytes_at<T>(src, b0 + t), m[blk], quotient, t, codes + b0 + t, snr);
     }
+}
+
+template <int T>
+QFORGE_KFN void e4m3_row_of(const std::byte* src, std::size_t n, std::size_t bc, const float* m, dtype quotient,
+                            std::uint8_t* codes, double* snr) noexcept {
+    const bool bf16 = quotient == dtype::BF16;
+    if (bf16 && snr) e4m3_row_t<T, true, true>(src, n, bc, m, quotient, codes, snr);
+    else if (bf16) e4m3_row_t<T, true, false>(src, n, bc, m, quotient, codes, snr);
+    else if (snr) e4m3_row_t<T, false, true>(src, n, bc, m, quotient, codes, snr);
+    else e4m3_row_t<T, false, false>(src, n, bc, m, quotient, codes, snr);
 }
 
 QFORGE_KFN void k_e4m3_row(const std::byte* src, dtype type, std::size_t n, std::size_t bc, const float* m, dtype quotient,
                            std::uint8_t* codes, double* snr) noexcept {
-    if (type == dtype::F32) e4m3_row_t<0>(src, n, bc, m, quotient, codes, snr);
-    else if (type == dtype::F16) e4m3_row_t<1>(src, n, bc, m, quotient, codes, snr);
-    else e4m3_row_t<2>(src, n, bc, m, quotient, codes, snr);
+    if (type == dtype::F32) e4m3_row_of<0>(src, n, bc, m, quotient, codes, snr);
+    else if (type == dtype::F16) e4m3_row_of<1>(src, n, bc, m, quotient, codes, snr);
+    else e4m3_row_of<2>(src, n, bc, m, quotient, codes, snr);
 }
 
 // Two vectors a step (one nibble-pair store); a group spans whole vectors (gsize % 16 == 0),
