@@ -23,6 +23,15 @@
 //                      before (reset then) against the largest decoded (F32) tensor.
 //    Floor: the peak above the start <= 16 decoded tensors + 64 MiB at either size, and the
 //    large one's <= the small one's + 32 MiB (memory flat in the expert count).
+// 3. gpt-oss as OpenAI ships it (quant_method "mxfp4": each fused expert tensor as U8 MXFP4
+//    blocks [E, N, K/32, 16] + E8M0 scales, convert/gpt_oss_source.hpp; qforge-make-demo
+//    --moe gpt-oss-mxfp4, hidden 1024, moe_intermediate 1024, 4 layers), decoded one expert's
+//    rows at a time while converting to compressed-tensors NVFP4A16, at two expert counts:
+//    QFORGE_BENCH_OSS_EXPERTS (default 32, ~240 MB on disk) and a quarter of it. Each reports
+//      read_oss_E      every byte of its shards read with pread (the I/O floor);
+//      convert_oss_E   G weights/s (the weights the blocks stand for), the ratio to the read, and
+//                      VmHWM above the resident size just before.
+//    Floor: the large one's peak above the start <= the small one's + 32 MiB (flat in E).
 // Exits 1 when a floor is missed.
 #include <benchmark/benchmark.h>
 
@@ -300,6 +309,76 @@ bool report_fp8(const fp8_state& st) {
     return peak <= 16 * tensor + 64;
 }
 
+// ---- 3. gpt-oss native MXFP4 source ----
+
+fp8_state oss_small, oss_large;  // the same figures as an FP8 source's
+
+demo_options oss_model(std::int64_t experts) {
+    demo_options o = fp8_model(experts);
+    o.moe = demo_moe::gpt_oss_mxfp4;
+    o.moe_intermediate = 1024;
+    return o;
+}
+
+void oss_ensure(fp8_state& st, std::int64_t experts) {
+    if (!st.src.empty()) return;
+    st.experts = experts;
+    st.src = g.root + "/oss-" + std::to_string(experts);
+    write_demo_checkpoint(st.src, oss_model(experts));
+    demo_options bf16 = oss_model(experts);
+    bf16.moe = demo_moe::gpt_oss;  // the same model with its experts in bf16: the weight count
+    for (const auto& t : demo_tensors(bf16)) st.weights += static_cast<std::uint64_t>(checked_numel(t.shape));
+    for (const std::string& f : io::list_directory(st.src))
+        if (f.ends_with(".safetensors")) st.bytes += io::input_file(st.src + "/" + f).size();
+}
+
+std::int64_t oss_large_experts() { return static_cast<std::int64_t>(env_or("QFORGE_BENCH_OSS_EXPERTS", 32)); }
+
+void read_oss(benchmark::State& state, fp8_state& st, std::int64_t experts) {
+    oss_ensure(st, experts);
+    for (auto _ : state) {
+        st.read_s = read_all_pread(st.src);
+        state.SetIterationTime(st.read_s);
+    }
+    state.counters["GB_per_s"] = static_cast<double>(st.bytes) / st.read_s / 1e9;
+}
+
+void convert_oss(benchmark::State& state, fp8_state& st, std::int64_t experts) {
+    oss_ensure(st, experts);
+    for (auto _ : state) {
+        convert_options o;
+        o.format = output_format::compressed_tensors_nvfp4;
+        o.rules.default_scheme = quant_spec{4, 16, true, scale_method::minmax, std::nullopt};
+        o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
+        o.overwrite = true;
+        st.start_mib = vm_rss_mib();
+        reset_hwm();
+        const auto t0 = std::chrono::steady_clock::now();
+        convert(st.src, g.root + "/oss-out", o);
+        st.convert_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        st.hwm_mib = vm_hwm_mib();
+        state.SetIterationTime(st.convert_s);
+        io::remove_tree(g.root + "/oss-out");
+    }
+    state.counters["G_weights_per_s"] = static_cast<double>(st.weights) / st.convert_s / 1e9;
+    state.counters["peak_above_start_MiB"] = st.hwm_mib - st.start_mib;
+}
+
+void read_oss_small(benchmark::State& s) { read_oss(s, oss_small, std::max<std::int64_t>(1, oss_large_experts() / 4)); }
+void convert_oss_small(benchmark::State& s) { convert_oss(s, oss_small, std::max<std::int64_t>(1, oss_large_experts() / 4)); }
+void read_oss_large(benchmark::State& s) { read_oss(s, oss_large, oss_large_experts()); }
+void convert_oss_large(benchmark::State& s) { convert_oss(s, oss_large, oss_large_experts()); }
+
+void report_oss(const fp8_state& st) {
+    if (st.convert_s <= 0) return;  // filtered out
+    const double mib = 1 << 20;
+    std::printf("gpt-oss MXFP4 %lld experts: %.0f MiB on disk, %.3f G weights in %.2f s = %.3f G weights/s; pread of the "
+                "same bytes %.2f s (convert = %.1fx the read); peak RSS %.0f MiB, %.0f MiB above the start\n",
+                static_cast<long long>(st.experts), static_cast<double>(st.bytes) / mib, static_cast<double>(st.weights) / 1e9,
+                st.convert_s, static_cast<double>(st.weights) / st.convert_s / 1e9, st.read_s, st.convert_s / st.read_s,
+                st.hwm_mib, st.hwm_mib - st.start_mib);
+}
+
 BENCHMARK(read_input)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_moe)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_moe_copied)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -307,6 +386,10 @@ BENCHMARK(read_fp8_small)->Iterations(1)->UseManualTime()->Unit(benchmark::kMill
 BENCHMARK(convert_fp8_small)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(read_fp8_large)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_fp8_large)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(read_oss_small)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(convert_oss_small)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(read_oss_large)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(convert_oss_large)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
@@ -332,6 +415,12 @@ int main(int argc, char** argv) {
     std::printf("FP8 floor (peak above start <= 16 decoded tensors + 64 MiB; %lld experts <= %lld experts + 32 MiB): %s\n",
                 static_cast<long long>(fp8_large.experts), static_cast<long long>(fp8_small.experts),
                 fp8_ok && flat ? "met" : "MISSED");
-    ok = ok && fp8_ok && flat;
+    report_oss(oss_small);
+    report_oss(oss_large);
+    const bool oss_flat = oss_small.convert_s <= 0 || oss_large.convert_s <= 0 ||
+                          oss_large.hwm_mib - oss_large.start_mib <= oss_small.hwm_mib - oss_small.start_mib + 32;
+    std::printf("gpt-oss floor (%lld experts' peak above start <= %lld experts' + 32 MiB): %s\n",
+                static_cast<long long>(oss_large.experts), static_cast<long long>(oss_small.experts), oss_flat ? "met" : "MISSED");
+    ok = ok && fp8_ok && flat && oss_flat;
     return ok ? 0 : 1;
 }

@@ -171,6 +171,29 @@ TEST_CASE("MXFP4 row decode: every code and scale by the definition, low nibble 
     CHECK(out[0] == std::ldexp(1.5f, 127));
 }
 
+TEST_CASE("MXFP4 row decode into BF16: the float decode's values rounded to BF16 and its bad group, every byte and scale") {
+    std::vector<std::uint8_t> blocks(256);  // 16 groups: every byte value, so every code in both nibbles
+    for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<std::uint8_t>(i);
+    std::vector<float> want(512);
+    std::vector<std::uint16_t> got(512);
+    for (unsigned scale = 0; scale < 256; ++scale) {
+        CAPTURE(scale);
+        std::vector<std::uint8_t> scales(16, static_cast<std::uint8_t>(scale));
+        scales[0] = 127;  // a finite first group, so a bad group is found past it
+        const std::int64_t bad = decode_mxfp4_row(blocks.data(), scales.data(), 16, want.data());
+        CHECK(decode_mxfp4_row_bf16(blocks.data(), scales.data(), 16, got.data()) == bad);
+        std::size_t diff = 0;
+        for (std::size_t c = 0; c < want.size(); ++c) diff += got[c] != float_to_bf16(want[c]);
+        CHECK(diff == 0);
+    }
+    // a group whose scale overflows only its large codes is bad only if one of them occurs
+    std::vector<std::uint8_t> small(16, 0x33);
+    std::uint8_t top = 254;
+    CHECK(decode_mxfp4_row_bf16(small.data(), &top, 1, got.data()) == -1);
+    small[9] = 0x73;
+    CHECK(decode_mxfp4_row_bf16(small.data(), &top, 1, got.data()) == 0);
+}
+
 TEST_CASE("gpt-oss native: each blocks / scales pair is one fused tensor of the bf16 orientation; the dense linears stay dense") {
     const checkpoint_source s(oss_native_pair().native);
     CHECK(s.fp8().kind == fp8_source_kind::gpt_oss_mxfp4);

@@ -154,4 +154,50 @@ inline std::int64_t decode_mxfp4_row(const std::uint8_t* blocks, const std::uint
     return bad;
 }
 
+namespace detail {
+
+/// The 16 BF16 patterns of e2m1(code) * 2^(scale - 127). For scales 2..252 every nonzero value
+/// stays a normal BF16 (0.5 * 2^-125 to 6 * 2^125), so its pattern is the code's own with the
+/// exponent field raised by scale - 127; other scales (subnormal, overflowing, NaN) go through
+/// the float product. Exact either way: an E2M1 value has two significant bits.
+inline void mxfp4_bf16_table(std::uint8_t scale, std::uint16_t lut[16]) {
+    static constexpr std::uint16_t unit[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};
+    if (scale >= 2 && scale <= 252) {
+        const auto shift = static_cast<std::uint16_t>((scale - 127) * 128);  // wraps for a lower scale, as intended
+        for (int c = 0; c < 8; ++c) {
+            lut[c] = c == 0 ? 0 : static_cast<std::uint16_t>(unit[c] + shift);
+            lut[c + 8] = static_cast<std::uint16_t>(lut[c] | 0x8000u);
+        }
+        return;
+    }
+    const float f = e8m0_to_float(scale);
+    for (std::uint8_t c = 0; c < 16; ++c) lut[c] = float_to_bf16(e2m1_to_float(c) * f);
+}
+
+}  // namespace detail
+
+/// decode_mxfp4_row into BF16 bit patterns, the dtype transformers decodes gpt-oss to (exact:
+/// two significant bits): each group's 16 values are made once (detail::mxfp4_bf16_table) and
+/// its 32 looked up. The same values and the same returned group as decode_mxfp4_row (a group
+/// is not finite when a value it holds decodes to infinity or NaN, which only scales 0xFD and
+/// up can do).
+inline std::int64_t decode_mxfp4_row_bf16(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups,
+                                          std::uint16_t* out) {
+    std::int64_t bad = -1;
+    for (std::int64_t g = 0; g < groups; ++g) {
+        std::uint16_t lut[16];
+        detail::mxfp4_bf16_table(scales[g], lut);
+        const std::uint8_t* b = blocks + g * mxfp4_group_bytes;
+        std::uint16_t* o = out + g * mxfp4_group_size;
+        for (std::int64_t j = 0; j < mxfp4_group_bytes; ++j) {
+            o[2 * j] = lut[b[j] & 0x0Fu];
+            o[2 * j + 1] = lut[b[j] >> 4];
+        }
+        if (bad >= 0 || scales[g] <= 252) continue;
+        for (std::int64_t c = 0; c < mxfp4_group_size; ++c)
+            if ((o[c] & 0x7F80u) == 0x7F80u) bad = g;
+    }
+    return bad;
+}
+
 }  // namespace qforge

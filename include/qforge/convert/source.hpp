@@ -181,15 +181,13 @@ private:
         owned_tensor out{name, s.decoded_type(), shape, std::vector<std::byte>(static_cast<std::size_t>(shape[0] * k) * 2)};
         const auto* c = reinterpret_cast<const std::uint8_t*>(codes.bytes.data());
         const auto* e = reinterpret_cast<const std::uint8_t*>(exps.bytes.data());
-        std::vector<float> values(static_cast<std::size_t>(k));
+        std::vector<std::uint16_t> values(static_cast<std::size_t>(k));
         for (std::int64_t r = 0; r < shape[0]; ++r) {
             const std::int64_t row = cut.first + r * cut.step;
             const std::uint8_t* scale_row = e + row * groups;
-            const std::int64_t bad = decode_mxfp4_row(c + static_cast<std::uint64_t>(row) * row_bytes, scale_row, groups, values.data());
-            for (std::int64_t j = 0; j < k; ++j) {  // exact: an E2M1 value times a power of two has two significant bits
-                const std::uint16_t h = float_to_bf16(values[static_cast<std::size_t>(j)]);
-                std::memcpy(out.bytes.data() + static_cast<std::size_t>(r * k + j) * 2, &h, 2);
-            }
+            const std::int64_t bad =
+                decode_mxfp4_row_bf16(c + static_cast<std::uint64_t>(row) * row_bytes, scale_row, groups, values.data());
+            std::memcpy(out.bytes.data() + static_cast<std::size_t>(r * k) * 2, values.data(), values.size() * 2);
             if (bad >= 0)
                 fail<format_error>(file_of(s.name), s.name, "expert " + std::to_string(cut.expert) + ", row " + std::to_string(row) +
                                                                 ", group " + std::to_string(bad) + ": " +
