@@ -11,8 +11,10 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qforge/convert/converter.hpp"
@@ -475,4 +477,43 @@ TEST_CASE("gpt-oss cut into per-expert linears: the plan warns that vLLM's gpt-o
     REQUIRE_FALSE(p.refused());
     REQUIRE(std::any_of(p.items.begin(), p.items.end(), [](const plan_item& it) { return it.cut.has_value(); }));
     CHECK_FALSE(carries(p));
+}
+
+TEST_CASE("gpt-oss native: an expert cut's amax read from its MXFP4 codes is the amax of its decoded BF16 rows") {
+    const checkpoint_source s(oss_native_pair().native);
+    const std::string fused = std::string(oss_layer0) + "gate_up_proj";
+    shape_t full;
+    for (const auto& x : s.model_tensors())
+        if (x.name == fused) full = x.shape;
+    REQUIRE(full.size() == 3);
+    const std::int64_t E = full[0], k = full[1], n = full[2];
+    for (std::int64_t e = 0; e < E; ++e)
+        for (std::int64_t first : {std::int64_t{0}, std::int64_t{1}}) {  // gate = even rows, up = odd
+            CAPTURE(e);
+            CAPTURE(first);
+            const expert_cut cut{e, true, first, 2};
+            const shape_t shape{n / 2, k};
+            const owned_tensor rows = s.read_expert(fused, cut, "cut", shape, true);
+            for (const auto& [r0, r1] : {std::pair<std::int64_t, std::int64_t>{0, n / 2}, {3, 9}}) {
+                float want = 0.0f;
+                for (std::int64_t i = r0 * k; i < r1 * k; ++i) {
+                    std::uint16_t h;
+                    std::memcpy(&h, rows.bytes.data() + 2 * i, 2);
+                    want = std::max(want, std::fabs(bf16_to_float(h)));
+                }
+                const std::optional<float> got = s.mxfp4_cut_abs_max(fused, cut, shape, r0, r1);
+                REQUIRE(got.has_value());
+                CHECK(*got == want);
+                CHECK(want > 0.0f);
+            }
+        }
+    CHECK_FALSE(s.mxfp4_cut_abs_max(std::string(oss_layer0) + "nothing", expert_cut{0, true, 0, 2}, {n / 2, k}, 0, 1));
+    CHECK_FALSE(s.mxfp4_cut_abs_max(fused, expert_cut{E, true, 0, 2}, {n / 2, k}, 0, 1));  // no such expert
+    // a scale that may decode to infinity leaves it to read_expert, which names the group
+    const std::string big = oss_edited("big-scale", [&](std::vector<oss_tensor>& ts) {
+        oss_find(ts, std::string(oss_layer0) + "gate_up_proj_scales").bytes[0] = std::byte{0xFE};
+    });
+    const checkpoint_source b(big);
+    CHECK_FALSE(b.mxfp4_cut_abs_max(fused, expert_cut{0, true, 0, 2}, {n / 2, k}, 0, 1));
+    CHECK(b.mxfp4_cut_abs_max(fused, expert_cut{0, true, 0, 2}, {n / 2, k}, 1, 2));  // row 0 is not in rows [1, 2)
 }

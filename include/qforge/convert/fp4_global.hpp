@@ -112,8 +112,15 @@ private:
             const plan_item& m = p.items[j];
             float a;
             if (m.cut) {
-                const owned_tensor e = src.read_expert(source, *m.cut, m.name, m.shape, true);
-                a = detail::rows_amax(e.view(), m.row_begin, m.row_end);
+                std::optional<float> direct;  // an MXFP4 source's amax, read from its codes
+                if constexpr (requires { src.mxfp4_cut_abs_max(source, *m.cut, m.shape, m.row_begin, m.row_end); })
+                    direct = src.mxfp4_cut_abs_max(source, *m.cut, m.shape, m.row_begin, m.row_end);
+                if (direct) {
+                    a = *direct;
+                } else {
+                    const owned_tensor e = src.read_expert(source, *m.cut, m.name, m.shape, true);
+                    a = detail::rows_amax(e.view(), m.row_begin, m.row_end);
+                }
             } else {
                 a = detail::rows_amax(held.view(), m.row_begin, m.row_end);
             }

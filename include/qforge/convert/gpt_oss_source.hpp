@@ -29,6 +29,7 @@
 // decode) or a value that overflows float32 is refused naming the expert, the row and the group.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -198,6 +199,27 @@ inline std::int64_t decode_mxfp4_row_bf16(const std::uint8_t* blocks, const std:
             if ((o[c] & 0x7F80u) == 0x7F80u) bad = g;
     }
     return bad;
+}
+
+/// The largest |value| of one MXFP4 row (K = groups * 32), read from its codes without decoding:
+/// E2M1 magnitudes order as their 3-bit codes, so each group's largest is its largest code's
+/// value times its scale, exactly decode_mxfp4_row's. -1 when a group's scale is 0xFD or more
+/// (its values may be infinite or NaN: decode_mxfp4_row names the group).
+inline float mxfp4_row_abs_max(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups) {
+    float top = 0.0f;
+    for (std::int64_t g = 0; g < groups; ++g) {
+        if (scales[g] > 252) return -1.0f;
+        const std::uint8_t* b = blocks + g * mxfp4_group_bytes;
+        std::uint8_t lo = 0, hi = 0;  // the largest low / high nibble without its sign bit
+        for (std::int64_t j = 0; j < mxfp4_group_bytes; ++j) {
+            const auto l = static_cast<std::uint8_t>(b[j] & 0x07u), h = static_cast<std::uint8_t>(b[j] & 0x70u);
+            lo = l > lo ? l : lo;
+            hi = h > hi ? h : hi;
+        }
+        const auto code = static_cast<std::uint8_t>(std::max<unsigned>(lo, hi >> 4));
+        top = std::max(top, e2m1_to_float(code) * e8m0_to_float(scales[g]));
+    }
+    return top;
 }
 
 }  // namespace qforge

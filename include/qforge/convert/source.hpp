@@ -6,11 +6,13 @@
 //   for (const auto& t : src.tensors()) { auto v = src.view(t.name); ...; src.release(t.name); }
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -117,6 +119,37 @@ public:
                                       tensor_view{sc.name, sc.type, smat, sc.bytes}, s2, file_of(fused), file_of(s->name));
         }
         return gather_expert(tensor_view{codes.name, codes.type, one, codes.bytes}, local, name, shape);
+    }
+
+    /// The largest |value| of rows [r0, r1) of one expert's cut of the fused MXFP4 tensor
+    /// `fused`, read from the expert's blocks with pread and not decoded (mxfp4_row_abs_max):
+    /// the amax of those rows of read_expert's BF16 cut, exactly. nullopt when `fused` is not
+    /// MXFP4, the cut does not fit it, or a group of those rows has a scale that may decode to
+    /// infinity or NaN (read_expert refuses those, naming the group).
+    std::optional<float> mxfp4_cut_abs_max(std::string_view fused, const expert_cut& cut, const shape_t& shape, std::int64_t r0,
+                                           std::int64_t r1) const {
+        const source_scale* s = scale_of(fused);
+        if (!s || s->encoding != source_encoding::mxfp4 || shape.size() != 2 || !cut.transposed || r0 < 0 || r1 > shape[0])
+            return std::nullopt;
+        const tensor_view blocks = view_or_header(s->codes), scales = view_or_header(s->name);
+        const std::int64_t E = blocks.shape.at(0), n = blocks.shape.at(1), groups = blocks.shape.at(2);
+        if (cut.expert < 0 || cut.expert >= E || cut.first < 0 || cut.step <= 0 || shape[1] != groups * mxfp4_group_size ||
+            cut.first + (shape[0] - 1) * cut.step >= n)
+            return std::nullopt;
+        const std::uint64_t row_bytes = static_cast<std::uint64_t>(groups * mxfp4_group_bytes);
+        const std::uint64_t code_block = row_bytes * static_cast<std::uint64_t>(n), scale_block = static_cast<std::uint64_t>(groups * n);
+        const owned_tensor codes = expert_block(s->codes, blocks, code_block * static_cast<std::uint64_t>(cut.expert), code_block, true);
+        const owned_tensor exps = expert_block(s->name, scales, scale_block * static_cast<std::uint64_t>(cut.expert), scale_block, true);
+        const auto* c = reinterpret_cast<const std::uint8_t*>(codes.bytes.data());
+        const auto* e = reinterpret_cast<const std::uint8_t*>(exps.bytes.data());
+        float top = 0.0f;
+        for (std::int64_t r = r0; r < r1; ++r) {
+            const std::int64_t row = cut.first + r * cut.step;
+            const float a = mxfp4_row_abs_max(c + static_cast<std::uint64_t>(row) * row_bytes, e + row * groups, groups);
+            if (a < 0) return std::nullopt;
+            top = std::max(top, a);
+        }
+        return top;
     }
 
     /// The tensor's bytes, zero-copy. A fused MXFP4 tensor's bytes are its blocks, in the
