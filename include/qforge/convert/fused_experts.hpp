@@ -47,6 +47,7 @@
 // Each cut is gathered one expert at a time (gather_expert): memory follows one expert matrix.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -339,6 +340,29 @@ inline std::uint64_t expert_block_bytes(const tensor_view& v) {
 
 /// Copies one cut out of the fused tensor `v` (its full [E, A, B] or [E, N] view) into an owned
 /// tensor `name` of `shape`, in the source dtype (bytes as they are: nothing is rounded).
+namespace detail {
+
+/// dst[r][k] = src[k * stride + first + r * step] for r < rows, k < cols, elements of type T:
+/// the transposed cut, in tiles so that both sides stay in cache (a [in, out] expert is read
+/// down its columns).
+template <class T>
+void gather_transposed(const std::byte* src, std::int64_t stride, std::int64_t first, std::int64_t step, std::int64_t rows,
+                       std::int64_t cols, std::byte* dst) noexcept {
+    constexpr std::int64_t tile = 32;
+    for (std::int64_t r0 = 0; r0 < rows; r0 += tile)
+        for (std::int64_t k0 = 0; k0 < cols; k0 += tile)
+            for (std::int64_t r = r0; r < std::min(rows, r0 + tile); ++r) {
+                const std::int64_t col = first + r * step;
+                for (std::int64_t k = k0; k < std::min(cols, k0 + tile); ++k) {
+                    T x;
+                    std::memcpy(&x, src + static_cast<std::size_t>(k * stride + col) * sizeof(T), sizeof(T));
+                    std::memcpy(dst + static_cast<std::size_t>(r * cols + k) * sizeof(T), &x, sizeof(T));
+                }
+            }
+}
+
+}  // namespace detail
+
 inline owned_tensor gather_expert(const tensor_view& v, const expert_cut& cut, const std::string& name,
                                   const shape_t& shape) {
     const std::size_t es = dtype_size(v.type);
@@ -351,17 +375,18 @@ inline owned_tensor gather_expert(const tensor_view& v, const expert_cut& cut, c
                      std::vector<std::byte>(static_cast<std::size_t>(checked_numel(shape, {}, name)) * es)};
     const std::byte* base = v.bytes.data() + static_cast<std::size_t>(cut.expert * A * B) * es;
     std::byte* dst = out.bytes.data();
-    for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t src_index = cut.first + r * cut.step;  // along the out dim of the source
-        if (!cut.transposed || bias) {
-            std::memcpy(dst + static_cast<std::size_t>(r * cols) * es,
-                        base + static_cast<std::size_t>(src_index * B) * es, static_cast<std::size_t>(cols) * es);
-            continue;
+    if (cut.transposed && !bias) {  // [in, out] source: element (k, first + r * step)
+        switch (es) {
+            case 1: detail::gather_transposed<std::uint8_t>(base, B, cut.first, cut.step, rows, cols, dst); return out;
+            case 2: detail::gather_transposed<std::uint16_t>(base, B, cut.first, cut.step, rows, cols, dst); return out;
+            case 4: detail::gather_transposed<std::uint32_t>(base, B, cut.first, cut.step, rows, cols, dst); return out;
+            case 8: detail::gather_transposed<std::uint64_t>(base, B, cut.first, cut.step, rows, cols, dst); return out;
+            default: fail<shape_error>({}, name, "no expert cut for elements of " + std::to_string(es) + " bytes");
         }
-        for (std::int64_t k = 0; k < cols; ++k)  // [in, out] source: element (k, src_index)
-            std::memcpy(dst + static_cast<std::size_t>(r * cols + k) * es,
-                        base + static_cast<std::size_t>(k * B + src_index) * es, es);
     }
+    for (std::int64_t r = 0; r < rows; ++r)
+        std::memcpy(dst + static_cast<std::size_t>(r * cols) * es,
+                    base + static_cast<std::size_t>((cut.first + r * cut.step) * B) * es, static_cast<std::size_t>(cols) * es);
     return out;
 }
 
