@@ -32,6 +32,9 @@
 //      convert_oss_E   G weights/s (the weights the blocks stand for), the ratio to the read, and
 //                      VmHWM above the resident size just before.
 //    Floor: the large one's peak above the start <= the small one's + 32 MiB (flat in E).
+// 4. The same gpt-oss in bf16 written as its native MXFP4 (convert/gpt_oss_mxfp4.hpp:
+//    --format gpt-oss-mxfp4), one expert's rows at a time, at the same two expert counts:
+//      read_native_E / convert_native_E  as for 3. Floor: flat in E, as for 3.
 // Exits 1 when a floor is missed.
 #include <benchmark/benchmark.h>
 
@@ -50,6 +53,7 @@
 
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
+#include "qforge/convert/gpt_oss_mxfp4.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/safetensors/index.hpp"
 
@@ -379,6 +383,65 @@ void report_oss(const fp8_state& st) {
                 st.hwm_mib, st.hwm_mib - st.start_mib);
 }
 
+// ---- 4. a bf16 gpt-oss written as its native MXFP4 (convert/gpt_oss_mxfp4.hpp) ----
+
+fp8_state native_small, native_large;
+
+void native_ensure(fp8_state& st, std::int64_t experts) {
+    if (!st.src.empty()) return;
+    st.experts = experts;
+    st.src = g.root + "/oss-bf16-" + std::to_string(experts);
+    demo_options o = oss_model(experts);
+    o.moe = demo_moe::gpt_oss;
+    write_demo_checkpoint(st.src, o);
+    for (const auto& t : demo_tensors(o)) st.weights += static_cast<std::uint64_t>(checked_numel(t.shape));
+    for (const std::string& f : io::list_directory(st.src))
+        if (f.ends_with(".safetensors")) st.bytes += io::input_file(st.src + "/" + f).size();
+}
+
+void read_native(benchmark::State& state, fp8_state& st, std::int64_t experts) {
+    native_ensure(st, experts);
+    for (auto _ : state) {
+        st.read_s = read_all_pread(st.src);
+        state.SetIterationTime(st.read_s);
+    }
+    state.counters["GB_per_s"] = static_cast<double>(st.bytes) / st.read_s / 1e9;
+}
+
+void convert_native(benchmark::State& state, fp8_state& st, std::int64_t experts) {
+    native_ensure(st, experts);
+    for (auto _ : state) {
+        gpt_oss_mxfp4_options o;
+        o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
+        o.overwrite = true;
+        st.start_mib = vm_rss_mib();
+        reset_hwm();
+        const auto t0 = std::chrono::steady_clock::now();
+        convert_gpt_oss_mxfp4(st.src, g.root + "/native-out", o);
+        st.convert_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        st.hwm_mib = vm_hwm_mib();
+        state.SetIterationTime(st.convert_s);
+        io::remove_tree(g.root + "/native-out");
+    }
+    state.counters["G_weights_per_s"] = static_cast<double>(st.weights) / st.convert_s / 1e9;
+    state.counters["peak_above_start_MiB"] = st.hwm_mib - st.start_mib;
+}
+
+void read_native_small(benchmark::State& s) { read_native(s, native_small, std::max<std::int64_t>(1, oss_large_experts() / 4)); }
+void convert_native_small(benchmark::State& s) { convert_native(s, native_small, std::max<std::int64_t>(1, oss_large_experts() / 4)); }
+void read_native_large(benchmark::State& s) { read_native(s, native_large, oss_large_experts()); }
+void convert_native_large(benchmark::State& s) { convert_native(s, native_large, oss_large_experts()); }
+
+void report_native(const fp8_state& st) {
+    if (st.convert_s <= 0) return;  // filtered out
+    const double mib = 1 << 20;
+    std::printf("gpt-oss bf16 -> native MXFP4, %lld experts: %.0f MiB, %.3f G weights in %.2f s = %.3f G weights/s; pread of "
+                "the same bytes %.2f s (convert = %.1fx the read); peak RSS %.0f MiB, %.0f MiB above the start\n",
+                static_cast<long long>(st.experts), static_cast<double>(st.bytes) / mib, static_cast<double>(st.weights) / 1e9,
+                st.convert_s, static_cast<double>(st.weights) / st.convert_s / 1e9, st.read_s, st.convert_s / st.read_s,
+                st.hwm_mib, st.hwm_mib - st.start_mib);
+}
+
 BENCHMARK(read_input)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_moe)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_moe_copied)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -390,6 +453,10 @@ BENCHMARK(read_oss_small)->Iterations(1)->UseManualTime()->Unit(benchmark::kMill
 BENCHMARK(convert_oss_small)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(read_oss_large)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_oss_large)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(read_native_small)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(convert_native_small)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(read_native_large)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(convert_native_large)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
@@ -421,6 +488,13 @@ int main(int argc, char** argv) {
                           oss_large.hwm_mib - oss_large.start_mib <= oss_small.hwm_mib - oss_small.start_mib + 32;
     std::printf("gpt-oss floor (%lld experts' peak above start <= %lld experts' + 32 MiB): %s\n",
                 static_cast<long long>(oss_large.experts), static_cast<long long>(oss_small.experts), oss_flat ? "met" : "MISSED");
-    ok = ok && fp8_ok && flat && oss_flat;
+    report_native(native_small);
+    report_native(native_large);
+    const bool native_flat = native_small.convert_s <= 0 || native_large.convert_s <= 0 ||
+                             native_large.hwm_mib - native_large.start_mib <= native_small.hwm_mib - native_small.start_mib + 32;
+    std::printf("gpt-oss bf16 -> native MXFP4 floor (%lld experts' peak above start <= %lld experts' + 32 MiB): %s\n",
+                static_cast<long long>(native_large.experts), static_cast<long long>(native_small.experts),
+                native_flat ? "met" : "MISSED");
+    ok = ok && fp8_ok && flat && oss_flat && native_flat;
     return ok ? 0 : 1;
 }

@@ -34,6 +34,7 @@
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/gguf/converter.hpp"
 #include "qforge/convert/gguf/dry_run.hpp"
+#include "qforge/convert/gpt_oss_mxfp4.hpp"
 #include "qforge/convert/repack_checkpoint.hpp"
 
 namespace {
@@ -54,6 +55,7 @@ struct settings {
     bool repack = false, requantize = false;  // --repack
     int qat_bits = 0;
     bool gguf = false;  // --format gguf: one streaming pass HF -> GGUF
+    bool gpt_oss_mxfp4 = false;  // --format gpt-oss-mxfp4: a float gpt-oss into OpenAI's native MXFP4
     std::string gguf_type = "Q4_K_M", tokenizer_from, pre_tokenizer;
     std::string activation_amax;  // NVFP4 W4A4: calibrated input amax per layer
     std::string imatrix;  // llama-imatrix output
@@ -181,10 +183,13 @@ struct option {
 const std::vector<option>& options() {
     static const std::vector<option> o{
         {"--format", "F", "gptq | gptq-v2 | awq | compressed-tensors | compressed-tensors-w8a8 | compressed-tensors-fp8 | fp8 | "
-                          "compressed-tensors-nvfp4 | compressed-tensors-nvfp4-w4a4 | compressed-tensors-mxfp4 | gguf",
+                          "compressed-tensors-nvfp4 | compressed-tensors-nvfp4-w4a4 | compressed-tensors-mxfp4 | gguf | gpt-oss-mxfp4 "
+                          "(gpt-oss's experts as OpenAI ships them, the rest as it is)",
          [](settings& s, const std::string& v) {
              s.gguf = v == "gguf";
-             if (s.gguf) return;
+             s.gpt_oss_mxfp4 = v == "gpt-oss-mxfp4";
+             if (s.gpt_oss_mxfp4) s.format.reset();  // a preset given before it no longer applies
+             if (s.gguf || s.gpt_oss_mxfp4) return;
              s.format = parse_format(v);
              if (!s.format) usage_error("unknown format '" + v + "'");
          }},
@@ -356,7 +361,11 @@ settings parse(int argc, char** argv) {
     if (positional.size() != 2) usage_error("expected SRC and DST");
     s.src = positional[0];
     s.dst = positional[1];
-    if (!s.format && !s.gguf) usage_error("give --format or --preset");
+    if (!s.format && !s.gguf && !s.gpt_oss_mxfp4) usage_error("give --format or --preset");
+    if (s.gpt_oss_mxfp4 && (s.repack || s.bits_given || s.group_given || !s.targets.empty() || !s.ignore.empty() || !s.schemes.empty() ||
+                            !s.imatrix.empty() || !s.hessians.empty() || !s.activation_amax.empty()))
+        usage_error("--format gpt-oss-mxfp4 has no options of its own: its experts are MXFP4 (32-input groups, E8M0 scales) "
+                    "and everything else is copied; only --threads, --max-shard-size, --overwrite, --dry-run and --quiet apply");
     if (s.format && needs_input_amax(*s.format) && s.activation_amax.empty())
         usage_error(std::string(format_name(*s.format)) + " (W4A4) needs each layer's input_global_scale = 448*6 / amax of its "
                     "activations, which only calibration gives (an imatrix holds mean squares, not amax): give --activation-amax FILE, "
@@ -479,6 +488,33 @@ gguf::convert_options gguf_options(const settings& s) {
     o.read_mapped = s.read_mapped;
     o.repack = s.repack;
     return o;
+}
+
+// --format gpt-oss-mxfp4: a float gpt-oss checkpoint into the native MXFP4 one vLLM and
+// transformers load (convert/gpt_oss_mxfp4.hpp).
+int run_gpt_oss_mxfp4(const settings& s) {
+    if (s.dry_run) {
+        const gpt_oss_mxfp4_plan p = plan_gpt_oss_mxfp4(checkpoint_source(s.src));
+        for (const auto& it : p.items)
+            for (const auto& t : it.outputs)
+                std::printf("%-56s %-16s %s%s\n", t.name.c_str(), shape_to_string(t.shape).c_str(), std::string(dtype_name(t.type)).c_str(),
+                            it.experts ? "  (MXFP4)" : "");
+        for (const auto& r : p.refusals) std::printf("refused: %s\n", r.c_str());
+        return p.refusals.empty() ? 0 : 1;
+    }
+    gpt_oss_mxfp4_options o;
+    o.threads = s.threads ? s.threads : o.threads;
+    o.max_shard_bytes = s.max_shard;
+    o.overwrite = s.overwrite;
+    if (!s.quiet)
+        o.progress = [](const std::string& name, std::size_t i, std::size_t n) {
+            std::fprintf(stderr, "[%zu/%zu] %s\n", i, n, name.c_str());
+            return true;
+        };
+    const gpt_oss_mxfp4_result r = convert_gpt_oss_mxfp4(s.src, s.dst, o);
+    std::printf("wrote %s: %zu shard(s), quant_method mxfp4\n", s.dst.c_str(), r.shards.size());
+    for (const auto& [name, snr] : r.snr_db) std::printf("  %s: MXFP4, SNR %.2f dB\n", name.c_str(), snr);
+    return 0;
 }
 
 // --format gguf: Hugging Face -> GGUF in one streaming pass, llama.cpp's bytes.
@@ -674,6 +710,7 @@ int main(int argc, char** argv) {
         // --format gguf --repack: packed compressed-tensors MXFP4 copied into GGUF MXFP4 (the
         // GGUF converter refuses any other source).
         if (s.gguf) return run_gguf(s);
+        if (s.gpt_oss_mxfp4) return run_gpt_oss_mxfp4(s);
         if (s.repack && checkpoint_source(s.src).fp8().kind == fp8_source_kind::none) return run_repack(s);
         const auto t0 = std::chrono::steady_clock::now();
         checkpoint_source src(s.src);

@@ -91,6 +91,7 @@
 #include "qforge/convert/hessians.hpp"
 #include "qforge/convert/fp4_global.hpp"
 #include "qforge/convert/fp8_source.hpp"
+#include "qforge/convert/gpt_oss_mxfp4.hpp"
 #include "qforge/convert/gpt_oss_source.hpp"
 #include "qforge/convert/mxfp4_source.hpp"
 #include "qforge/convert/fused_experts.hpp"

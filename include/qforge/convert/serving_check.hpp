@@ -420,7 +420,7 @@ inline std::string gpt_oss_per_expert_warning() {
            "_load_weights_other) reads its experts only as the fused experts.gate_up_proj / down_proj and skips "
            "other names without an error (a quantized model then serves experts that were never loaded), and "
            "transformers maps no per-expert names back into GptOssExperts. Serve gpt-oss from its native MXFP4 "
-           "checkpoint in vLLM or transformers as it is";
+           "checkpoint, which convert_gpt_oss_mxfp4 (qforge-convert --format gpt-oss-mxfp4) writes from a float gpt-oss";
 }
 
 }  // namespace detail
