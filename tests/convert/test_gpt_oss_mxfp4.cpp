@@ -113,7 +113,9 @@ TEST_CASE("gpt-oss float -> native MXFP4: the demo's MXFP4 of the same weights, 
     const native_tensor_map got = native_tensors(native_converted());
     const native_tensor_map want = native_tensors(native_demo_dir(demo_moe::gpt_oss_mxfp4));
     REQUIRE(got.size() == want.size());
-    for (const auto& [name, t] : want) {
+    for (const auto& entry : want) {
+        const std::string& name = entry.first;
+        const auto& t = entry.second;
         CAPTURE(name);
         REQUIRE(got.contains(name));
         CHECK(std::get<0>(got.at(name)) == std::get<0>(t));
@@ -143,7 +145,10 @@ TEST_CASE("gpt-oss native MXFP4: the tensors and config vLLM's MXFP4 gpt-oss loa
         {p + "down_proj_blocks", dtype::U8, {E, H, I / 32, 16}},        {p + "down_proj_scales", dtype::U8, {E, H, I / 32}},
         {p + "gate_up_proj_bias", dtype::BF16, {E, 2 * I}},             {p + "down_proj_bias", dtype::BF16, {E, H}},
     };
-    for (const auto& [name, type, shape] : want) {
+    for (const auto& entry : want) {
+        const std::string& name = std::get<0>(entry);
+        const dtype type = std::get<1>(entry);
+        const shape_t& shape = std::get<2>(entry);
         CAPTURE(name);
         REQUIRE(out.contains(name));
         CHECK(out.view(name).type == type);
@@ -175,7 +180,9 @@ TEST_CASE("gpt-oss native MXFP4: the bytes decode by the definition to the sourc
     const std::string again = native_scratch("again");
     const gpt_oss_mxfp4_result r = convert_gpt_oss_mxfp4(native_demo_dir(demo_moe::gpt_oss), again, o);
     REQUIRE(r.snr_db.size() == 4);  // two layers, gate_up and down
-    for (const auto& [name, reported] : r.snr_db) {
+    for (const auto& entry : r.snr_db) {
+        const std::string& name = entry.first;
+        const double reported = entry.second;
         CAPTURE(name);
         const tensor_view w = src.view(name), blocks = out.view(name + "_blocks"), scales = out.view(name + "_scales");
         const std::int64_t E = w.shape[0], K = w.shape[1], N = w.shape[2], G = K / 32;

@@ -353,7 +353,7 @@ inline const std::array<float, 256>& e4m3_table() {
     return t;
 }
 
-inline float scale_value(const std::byte* p, dtype t) noexcept {
+inline float stored_scale_value(const std::byte* p, dtype t) noexcept {
     std::uint16_t h;
     float f;
     switch (t) {
@@ -387,7 +387,7 @@ inline owned_tensor decode_fp8_weight(const tensor_view& w, const tensor_view& s
                                                        std::to_string(srows * scols) + " " + std::string(dtype_name(s.type)));
     std::vector<float> sv(static_cast<std::size_t>(srows * scols));
     for (std::size_t i = 0; i < sv.size(); ++i) {
-        sv[i] = detail::scale_value(scale.bytes.data() + i * dtype_size(scale.type), scale.type);
+        sv[i] = detail::stored_scale_value(scale.bytes.data() + i * dtype_size(scale.type), scale.type);
         // 448 * scale must stay finite: an infinite weight would reach no file anyway.
         if (!std::isfinite(sv[i]) || std::fabs(sv[i]) > std::numeric_limits<float>::max() / e4m3_max)
             fail<format_error>(scale_file, scale.name, "scale at block [" + std::to_string(static_cast<std::int64_t>(i) / scols) +
