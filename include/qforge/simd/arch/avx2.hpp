@@ -211,6 +211,12 @@ QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* ds
         _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
     }
 }
+// F16C's conversion with round-to-nearest-even is IEEE's, as float_to_fp16 is (subnormals and
+// overflow to infinity included); only NaN payloads could differ, so a NaN takes the definition.
+QFORGE_GG std::uint16_t gg_fp16(float f) noexcept {
+    if (f != f) return float_to_fp16(f);
+    return static_cast<std::uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
+}
 QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     const __m256i i = _mm256_cvttps_epi32(q);
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));

@@ -176,6 +176,7 @@ QFORGE_GG vf gg_trunc(vf a) noexcept { return _mm512_roundscale_ps(a, _MM_FROUND
 QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* dst, std::size_t dst_stride) noexcept {
     avx2_isa::gg_transpose8(src, src_stride, dst, dst_stride);
 }
+QFORGE_GG std::uint16_t gg_fp16(float f) noexcept { return avx2_isa::gg_fp16(f); }
 QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q)));
 }

@@ -275,6 +275,12 @@ inline void gg_transpose8(const float* src, std::size_t src_stride, float* dst, 
     for (std::size_t r = 0; r < 8; r += 4)
         for (std::size_t c = 0; c < 8; c += 4) gg_transpose4(src + r * src_stride + c, src_stride, dst + c * dst_stride + r, dst_stride);
 }
+// FCVT to half rounds as FPCR says: nearest even, subnormals kept (FZ16 is 0 by default), as
+// float_to_fp16; only NaN payloads could differ, so a NaN takes the definition.
+inline std::uint16_t gg_fp16(float f) noexcept {
+    if (f != f) return float_to_fp16(f);
+    return vget_lane_u16(vreinterpret_u16_f16(vcvt_f16_f32(vdupq_n_f32(f))), 0);
+}
 inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     const int16x8_t w = vcombine_s16(vmovn_s32(vcvtq_s32_f32(q.a)), vmovn_s32(vcvtq_s32_f32(q.b)));
     vst1_s8(reinterpret_cast<std::int8_t*>(out), vmovn_s16(w));

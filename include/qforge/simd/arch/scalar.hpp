@@ -329,6 +329,9 @@ inline void gg_transpose8(const float* src, std::size_t src_stride, float* dst, 
     for (std::size_t r = 0; r < 8; ++r)
         for (std::size_t c = 0; c < 8; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
 }
+/// The fp16 bits of f, round to nearest even (core/half.hpp's definition, which the vector ISAs'
+/// conversion instructions give too; a NaN goes through the definition everywhere).
+inline std::uint16_t gg_fp16(float f) noexcept { return float_to_fp16(f); }
 /// Integral floats in -128..127 as their int8 bytes (lanes of them; x4: four vectors in order).
 inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(static_cast<std::int32_t>(q.v[j])));

@@ -547,7 +547,7 @@ QFORGE_KFN float block_absmax(const float* x, vf* v) noexcept {
 }
 
 QFORGE_KFN void store_fp16(std::byte* p, float f) noexcept {
-    const std::uint16_t h = float_to_fp16(f);
+    const std::uint16_t h = gg_fp16(f);  // inline: a call here spilled the block's vectors
     std::memcpy(p, &h, 2);
 }
 
