@@ -561,35 +561,6 @@ QFORGE_KFN void store_block_codes(std::byte* out, const vf* c) noexcept {
     }
 }
 
-QFORGE_KFN void k_q8_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    const vf half = vset(0.5f), zero = vset(0.f), one = vset(1.f), minus_one = vset(-1.f);
-    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 34) {
-        vf v[block_steps];
-        const float d = block_absmax(x, v) / 127;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        store_fp16(blocks, d);
-        if (!(std::fabs(id) <= 3.40282347e38f)) {  // subnormal d: every x * id is +-inf or NaN, which ggml's
-            std::memset(blocks + 2, 0, 32);          // (int8_t) cast (x86 cvttss2si) turns into code 0
-            continue;
-        }
-        const vf vid = vset(id);
-        vf c[block_steps];
-#pragma GCC unroll 4
-        for (std::size_t k = 0; k < block_steps; ++k) {
-            // roundf: truncate, then step away from zero when the dropped part is >= 0.5 (exact)
-            const vf p = vmul(v[k], vid);
-            const vf t = gg_trunc(p);
-            c[k] = vadd(t, vsel_ge(vabs(vsub(p, t)), half, vsel_ge(p, zero, one, minus_one), zero));
-        }
-        auto* q = reinterpret_cast<std::uint8_t*>(blocks + 2);
-        if constexpr (block_steps == 4) {
-            gg_store_i8x4(q, c[0], c[1], c[2], c[3]);
-        } else {
-            for (std::size_t k = 0; k < block_steps; ++k) gg_store_i8(q + lanes * k, c[k]);
-        }
-    }
-}
-
 /// ggml's signed max of a block: the first element whose |x| is `a`, the block's max |x|.
 QFORGE_KFN float block_signed_max(const float* x, const vf* v, float a) noexcept {
     for (std::size_t k = 0; k < block_steps && a > 0; ++k) {
@@ -642,89 +613,176 @@ QFORGE_KFN void store_fifth_bits(std::byte* qh, const std::uint8_t* q) noexcept 
     std::memcpy(qh, &h, 4);
 }
 
-/// Q4_0 / Q5_0 (levels 16 / 32): ggml's d = signed max / -(levels / 2) and the codes
-/// MIN(levels - 1, (int8_t)(x / d + levels / 2 + 0.5f)), >= 0, into q[32]; returns d. With
-/// 1 / d infinite every product is +-inf or NaN, which ggml's (int8_t) cast (x86 cvttss2si)
-/// turns into code 0.
-QFORGE_KFN float signed_codes(const float* x, float levels, std::uint8_t* q) noexcept {
+// The 32-element types in batches of blocks: first every block's scale (its max |x| or min and
+// max, then one or two divisions: a chain of ~100 cycles per block, but the blocks' chains are
+// independent, so a batch of them overlaps), then every block's codes under it. Each block
+// takes ggml's operations in ggml's order either way; only their interleaving changes.
+inline constexpr std::int64_t blocks_per_batch = 8;
+
+/// A block's d and 1 / d as ggml's quantize_row_q*_ref compute them (id = d ? 1 / d : 0).
+struct block_scale {
+    float d = 0, id = 0, mn = 0;  ///< mn: the block's min (Q4_1 / Q5_1)
+};
+
+/// Q4_0 / Q5_0 (levels 16 / 32): ggml's d = signed max / -(levels / 2).
+QFORGE_KFN block_scale signed_scale(const float* x, float levels) noexcept {
     vf v[block_steps];
     const float d = block_signed_max(x, v, block_absmax(x, v)) / -(levels / 2);
-    const float id = d != 0 ? 1.0f / d : 0.0f;
+    return {d, d != 0 ? 1.0f / d : 0.0f, 0};
+}
+
+/// Q4_0 / Q5_0's codes MIN(levels - 1, (int8_t)(x / d + levels / 2 + 0.5f)), >= 0, into q[32].
+/// With 1 / d infinite every product is +-inf or NaN, which ggml's (int8_t) cast (x86
+/// cvttss2si) turns into code 0.
+QFORGE_KFN void signed_codes(const float* x, float levels, float id, std::uint8_t* q) noexcept {
     if (!(std::fabs(id) <= 3.40282347e38f)) {
         std::memset(q, 0, 32);
-        return d;
+        return;
     }
     const vf vid = vset(id), bias = vset(levels / 2 + 0.5f), top = vset(levels - 1);
     vf c[block_steps];
 #pragma GCC unroll 4
-    for (std::size_t k = 0; k < block_steps; ++k) c[k] = vmin(gg_trunc(vadd(vmul(v[k], vid), bias)), top);
+    for (std::size_t k = 0; k < block_steps; ++k) c[k] = vmin(gg_trunc(vadd(vmul(vload(x + lanes * k), vid), bias)), top);
     store_block_codes(reinterpret_cast<std::byte*>(q), c);
-    return d;
 }
 
-/// Q4_1 / Q5_1 (levels 16 / 32): ggml's min_max, d = (max - min) / (levels - 1) and the codes
-/// (int8_t)((x - min) / d + 0.5f) into q[32], clamped to levels - 1 where ggml clamps (Q4_1;
-/// Q5_1's codes stay below 32 unclamped). With 1 / d infinite (d subnormal) or 0 (d 0 or
-/// infinite) every code is ggml's (int8_t) cast of 0.5f, +-inf or NaN: 0.
-template <bool Clamp>
-QFORGE_KFN void offset_codes(const float* x, float levels, std::uint8_t* q, float& d, float& mn) noexcept {
+/// Q4_1 / Q5_1 (levels 16 / 32): ggml's min_max and d = (max - min) / (levels - 1).
+QFORGE_KFN block_scale offset_scale(const float* x, float levels) noexcept {
     vf v[block_steps];
-    float mx;
+    float mn, mx;
     block_min_max(x, v, mn, mx);
-    d = (mx - mn) / (levels - 1);
-    const float id = d != 0 ? 1.0f / d : 0.0f;
-    if (!(id > 0 && id <= 3.40282347e38f)) {
+    const float d = (mx - mn) / (levels - 1);
+    return {d, d != 0 ? 1.0f / d : 0.0f, mn};
+}
+
+/// Q4_1 / Q5_1's codes (int8_t)((x - min) / d + 0.5f) into q[32], clamped to levels - 1 where
+/// ggml clamps (Q4_1; Q5_1's codes stay below 32 unclamped). With 1 / d infinite (d subnormal)
+/// or 0 (d 0 or infinite) every code is ggml's (int8_t) cast of 0.5f, +-inf or NaN: 0.
+template <bool Clamp>
+QFORGE_KFN void offset_codes(const float* x, float levels, const block_scale& s, std::uint8_t* q) noexcept {
+    if (!(s.id > 0 && s.id <= 3.40282347e38f)) {
         std::memset(q, 0, 32);
         return;
     }
-    const vf vmn = vset(mn), vid = vset(id), half = vset(0.5f), top = vset(levels - 1);
+    const vf vmn = vset(s.mn), vid = vset(s.id), half = vset(0.5f), top = vset(levels - 1);
     vf c[block_steps];
 #pragma GCC unroll 4
     for (std::size_t k = 0; k < block_steps; ++k) {
-        c[k] = gg_trunc(vadd(vmul(vsub(v[k], vmn), vid), half));
+        c[k] = gg_trunc(vadd(vmul(vsub(vload(x + lanes * k), vmn), vid), half));
         if constexpr (Clamp) c[k] = vmin(c[k], top);
     }
     store_block_codes(reinterpret_cast<std::byte*>(q), c);
 }
 
+/// Blocks [i, i + n) of a row of 32-element blocks of `bytes` each: the scales of the batch
+/// (`scale(x)`), then `emit(x, scale, block)` for each.
+template <std::int64_t Bytes, class Scale, class Emit>
+QFORGE_KFN void in_batches(const float* x, std::int64_t nb, std::byte* blocks, Scale scale, Emit emit) noexcept {
+    for (std::int64_t i = 0; i < nb; i += blocks_per_batch) {
+        const std::int64_t n = nb - i < blocks_per_batch ? nb - i : blocks_per_batch;
+        block_scale s[blocks_per_batch];
+        for (std::int64_t j = 0; j < n; ++j) s[j] = scale(x + 32 * (i + j));
+        for (std::int64_t j = 0; j < n; ++j) emit(x + 32 * (i + j), s[j], blocks + Bytes * (i + j));
+    }
+}
+
+struct q8_0_scale {
+    QFORGE_KFN block_scale operator()(const float* x) const noexcept {
+        vf v[block_steps];
+        const float d = block_absmax(x, v) / 127;
+        return {d, d != 0 ? 1.0f / d : 0.0f, 0};
+    }
+};
+struct q8_0_emit {
+    QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
+        store_fp16(block, s.d);
+        if (!(std::fabs(s.id) <= 3.40282347e38f)) {  // subnormal d: every x * id is +-inf or NaN, which ggml's
+            std::memset(block + 2, 0, 32);            // (int8_t) cast (x86 cvttss2si) turns into code 0
+            return;
+        }
+        const vf vid = vset(s.id), half = vset(0.5f), zero = vset(0.f), one = vset(1.f), minus_one = vset(-1.f);
+        vf c[block_steps];
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < block_steps; ++k) {
+            // roundf: truncate, then step away from zero when the dropped part is >= 0.5 (exact)
+            const vf p = vmul(vload(x + lanes * k), vid);
+            const vf t = gg_trunc(p);
+            c[k] = vadd(t, vsel_ge(vabs(vsub(p, t)), half, vsel_ge(p, zero, one, minus_one), zero));
+        }
+        auto* q = reinterpret_cast<std::uint8_t*>(block + 2);
+        if constexpr (block_steps == 4) {
+            gg_store_i8x4(q, c[0], c[1], c[2], c[3]);
+        } else {
+            for (std::size_t k = 0; k < block_steps; ++k) gg_store_i8(q + lanes * k, c[k]);
+        }
+    }
+};
+QFORGE_KFN void k_q8_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
+    in_batches<34>(x, nb, blocks, q8_0_scale{}, q8_0_emit{});
+}
+
+struct q4_0_scale {
+    QFORGE_KFN block_scale operator()(const float* x) const noexcept { return signed_scale(x, 16); }
+};
+struct q4_0_emit {
+    QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
+        alignas(8) std::uint8_t q[32];
+        signed_codes(x, 16, s.id, q);
+        store_fp16(block, s.d);
+        store_nibbles(block + 2, q);
+    }
+};
 QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 18) {
-        alignas(8) std::uint8_t q[32];
-        store_fp16(blocks, signed_codes(x, 16, q));
-        store_nibbles(blocks + 2, q);
-    }
+    in_batches<18>(x, nb, blocks, q4_0_scale{}, q4_0_emit{});
 }
 
+struct q4_1_scale {
+    QFORGE_KFN block_scale operator()(const float* x) const noexcept { return offset_scale(x, 16); }
+};
+struct q4_1_emit {
+    QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
+        alignas(8) std::uint8_t q[32];
+        offset_codes<true>(x, 16, s, q);
+        store_fp16(block, s.d);
+        store_fp16(block + 2, s.mn);
+        store_nibbles(block + 4, q);
+    }
+};
 QFORGE_KFN void k_q4_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 20) {
-        alignas(8) std::uint8_t q[32];
-        float d, mn;
-        offset_codes<true>(x, 16, q, d, mn);
-        store_fp16(blocks, d);
-        store_fp16(blocks + 2, mn);
-        store_nibbles(blocks + 4, q);
-    }
+    in_batches<20>(x, nb, blocks, q4_1_scale{}, q4_1_emit{});
 }
 
+struct q5_0_scale {
+    QFORGE_KFN block_scale operator()(const float* x) const noexcept { return signed_scale(x, 32); }
+};
+struct q5_0_emit {
+    QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
+        alignas(8) std::uint8_t q[32];
+        signed_codes(x, 32, s.id, q);
+        store_fp16(block, s.d);
+        store_fifth_bits(block + 2, q);
+        store_nibbles(block + 6, q);
+    }
+};
 QFORGE_KFN void k_q5_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 22) {
-        alignas(8) std::uint8_t q[32];
-        store_fp16(blocks, signed_codes(x, 32, q));
-        store_fifth_bits(blocks + 2, q);
-        store_nibbles(blocks + 6, q);
-    }
+    in_batches<22>(x, nb, blocks, q5_0_scale{}, q5_0_emit{});
 }
 
-QFORGE_KFN void k_q5_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    for (std::int64_t i = 0; i < nb; ++i, x += 32, blocks += 24) {
+struct q5_1_scale {
+    QFORGE_KFN block_scale operator()(const float* x) const noexcept { return offset_scale(x, 32); }
+};
+struct q5_1_emit {
+    QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
         alignas(8) std::uint8_t q[32];
-        float d, mn;
-        offset_codes<false>(x, 32, q, d, mn);
-        store_fp16(blocks, d);
-        store_fp16(blocks + 2, mn);
-        store_fifth_bits(blocks + 4, q);
-        store_nibbles(blocks + 8, q);
+        offset_codes<false>(x, 32, s, q);
+        store_fp16(block, s.d);
+        store_fp16(block + 2, s.mn);
+        store_fifth_bits(block + 4, q);
+        store_nibbles(block + 8, q);
     }
+};
+QFORGE_KFN void k_q5_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
+    in_batches<24>(x, nb, blocks, q5_1_scale{}, q5_1_emit{});
 }
 
 }  // namespace gguf_family
