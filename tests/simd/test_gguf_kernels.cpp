@@ -45,6 +45,10 @@ std::vector<float> kernel_rows(std::int64_t n_per_row) {
     row([](std::int64_t i) { return i == 7 ? -3.0f : 0.001f * static_cast<float>(i % 9); });
     row([](std::int64_t i) { return 0.125f * static_cast<float>(i % 16) - 1.0f; });  // exact ties
     row([](std::int64_t i) { return i % 32 == 0 ? 2.5f : -2.5f; });
+    // the signed max: both signs at max |x|, the negative one first (ggml keeps the first), and a
+    // single max in each of a block's positions in turn
+    row([](std::int64_t i) { return i % 32 == 3 ? -2.5f : (i % 32 == 20 ? 2.5f : 0.01f * static_cast<float>(i % 13)); });
+    row([](std::int64_t i) { return i % 32 == (i / 32) % 32 ? -4.0f + static_cast<float>((i / 32) % 2) * 8.0f : 0.3f * static_cast<float>(i % 5); });
     return x;
 }
 

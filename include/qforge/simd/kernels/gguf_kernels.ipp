@@ -562,8 +562,22 @@ QFORGE_KFN void store_block_codes(std::byte* out, const vf* c) noexcept {
 }
 
 /// ggml's signed max of a block: the first element whose |x| is `a`, the block's max |x|.
+/// When every element at max |x| has one sign (all but a few blocks) that element is the
+/// largest (or smallest) of them, found without a branch on where it lies (a mispredicted one
+/// per block held Q4_0 and Q5_0); otherwise the first one is searched for.
 QFORGE_KFN float block_signed_max(const float* x, const vf* v, float a) noexcept {
-    for (std::size_t k = 0; k < block_steps && a > 0; ++k) {
+    if (!(a > 0)) return 0.0f;
+    const vf va = vset(a), below = vset(-3.40282347e38f), above = vset(3.40282347e38f);
+    vf hi = below, lo = above;
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < block_steps; ++k) {
+        const auto at_max = gg_eq(vabs(v[k]), va);
+        hi = vmax(hi, gg_blend(at_max, v[k], below));
+        lo = vmin(lo, gg_blend(at_max, v[k], above));
+    }
+    const float h = vhmax(hi), l = vhmin(lo);
+    if (h == l) return h;
+    for (std::size_t k = 0; k < block_steps; ++k) {
         const int at = gg_first(gg_eq(vabs(v[k]), vset(a)));
         if (at >= 0) return x[lanes * k + static_cast<std::size_t>(at)];
     }
