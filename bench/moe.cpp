@@ -45,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -338,8 +339,8 @@ void oss_ensure(fp8_state& st, std::int64_t experts) {
 
 std::int64_t oss_large_experts() { return static_cast<std::int64_t>(env_or("QFORGE_BENCH_OSS_EXPERTS", 32)); }
 
-void read_oss(benchmark::State& state, fp8_state& st, std::int64_t experts) {
-    oss_ensure(st, experts);
+/// Every byte of st.src's shards read with pread: the I/O floor of a conversion of it.
+void read_source(benchmark::State& state, fp8_state& st) {
     for (auto _ : state) {
         st.read_s = read_all_pread(st.src);
         state.SetIterationTime(st.read_s);
@@ -347,25 +348,38 @@ void read_oss(benchmark::State& state, fp8_state& st, std::int64_t experts) {
     state.counters["GB_per_s"] = static_cast<double>(st.bytes) / st.read_s / 1e9;
 }
 
+/// `run(out)` converting st.src into the folder `out`, timed, with the peak memory above the
+/// resident size just before.
+void timed_conversion(benchmark::State& state, fp8_state& st, const std::function<void(const std::string&)>& run) {
+    const std::string out = g.root + "/timed-out";
+    for (auto _ : state) {
+        st.start_mib = vm_rss_mib();
+        reset_hwm();
+        const auto t0 = std::chrono::steady_clock::now();
+        run(out);
+        st.convert_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        st.hwm_mib = vm_hwm_mib();
+        state.SetIterationTime(st.convert_s);
+        io::remove_tree(out);
+    }
+    state.counters["G_weights_per_s"] = static_cast<double>(st.weights) / st.convert_s / 1e9;
+    state.counters["peak_above_start_MiB"] = st.hwm_mib - st.start_mib;
+}
+
+void read_oss(benchmark::State& state, fp8_state& st, std::int64_t experts) {
+    oss_ensure(st, experts);
+    read_source(state, st);
+}
+
 void convert_oss(benchmark::State& state, fp8_state& st, std::int64_t experts) {
     oss_ensure(st, experts);
-    for (auto _ : state) {
+    timed_conversion(state, st, [&](const std::string& out) {
         convert_options o;
         o.format = output_format::compressed_tensors_nvfp4;
         o.rules.default_scheme = quant_spec{4, 16, true, scale_method::minmax, std::nullopt};
         o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
-        o.overwrite = true;
-        st.start_mib = vm_rss_mib();
-        reset_hwm();
-        const auto t0 = std::chrono::steady_clock::now();
-        convert(st.src, g.root + "/oss-out", o);
-        st.convert_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        st.hwm_mib = vm_hwm_mib();
-        state.SetIterationTime(st.convert_s);
-        io::remove_tree(g.root + "/oss-out");
-    }
-    state.counters["G_weights_per_s"] = static_cast<double>(st.weights) / st.convert_s / 1e9;
-    state.counters["peak_above_start_MiB"] = st.hwm_mib - st.start_mib;
+        convert(st.src, out, o);
+    });
 }
 
 void read_oss_small(benchmark::State& s) { read_oss(s, oss_small, std::max<std::int64_t>(1, oss_large_experts() / 4)); }
@@ -401,30 +415,16 @@ void native_ensure(fp8_state& st, std::int64_t experts) {
 
 void read_native(benchmark::State& state, fp8_state& st, std::int64_t experts) {
     native_ensure(st, experts);
-    for (auto _ : state) {
-        st.read_s = read_all_pread(st.src);
-        state.SetIterationTime(st.read_s);
-    }
-    state.counters["GB_per_s"] = static_cast<double>(st.bytes) / st.read_s / 1e9;
+    read_source(state, st);
 }
 
 void convert_native(benchmark::State& state, fp8_state& st, std::int64_t experts) {
     native_ensure(st, experts);
-    for (auto _ : state) {
+    timed_conversion(state, st, [&](const std::string& out) {
         gpt_oss_mxfp4_options o;
         o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
-        o.overwrite = true;
-        st.start_mib = vm_rss_mib();
-        reset_hwm();
-        const auto t0 = std::chrono::steady_clock::now();
-        convert_gpt_oss_mxfp4(st.src, g.root + "/native-out", o);
-        st.convert_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        st.hwm_mib = vm_hwm_mib();
-        state.SetIterationTime(st.convert_s);
-        io::remove_tree(g.root + "/native-out");
-    }
-    state.counters["G_weights_per_s"] = static_cast<double>(st.weights) / st.convert_s / 1e9;
-    state.counters["peak_above_start_MiB"] = st.hwm_mib - st.start_mib;
+        convert_gpt_oss_mxfp4(st.src, out, o);
+    });
 }
 
 void read_native_small(benchmark::State& s) { read_native(s, native_small, std::max<std::int64_t>(1, oss_large_experts() / 4)); }
