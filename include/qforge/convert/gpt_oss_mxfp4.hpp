@@ -48,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "qforge/convert/detail/copy_chunks.hpp"
 #include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/gpt_oss_source.hpp"
 #include "qforge/convert/model_config.hpp"
@@ -109,7 +110,7 @@ namespace detail {
 /// The fused expert weight a gpt-oss tensor name is ("gate_up_proj" or "down_proj"), or empty.
 inline std::string_view gpt_oss_expert_weight(std::string_view name) {
     for (std::string_view w : {std::string_view("gate_up_proj"), std::string_view("down_proj")})
-        if (name.size() > w.size() + 13 && name.ends_with(w) && name.substr(0, name.size() - w.size()).ends_with(".mlp.experts."))
+        if (name.ends_with(w) && name.substr(0, name.size() - w.size()).ends_with(".mlp.experts."))
             return w;
     return {};
 }
@@ -184,21 +185,6 @@ double write_gpt_oss_experts(const checkpoint_source& src, const gpt_oss_mxfp4_i
     return total.db();
 }
 
-/// A tensor written as the source holds it, in 4 MiB pread chunks.
-template <class Writer>
-void copy_gpt_oss_tensor(const checkpoint_source& src, const gpt_oss_mxfp4_item& it, Writer& writer) {
-    constexpr std::uint64_t chunk = std::uint64_t{4} << 20;
-    const std::uint64_t length = it.outputs[0].bytes();
-    std::vector<std::byte> buf(static_cast<std::size_t>(std::min(chunk, length)));
-    for (std::uint64_t done = 0; done < length;) {
-        const std::span<std::byte> b(buf.data(), static_cast<std::size_t>(std::min(chunk, length - done)));
-        src.read_tensor_range(it.source.name, done, b);
-        writer.write(it.outputs[0].name, b);
-        done += b.size();
-    }
-    src.release(it.source.name);
-}
-
 }  // namespace detail
 
 /// What converting `src` to gpt-oss's native MXFP4 would write, and every reason it cannot.
@@ -259,7 +245,11 @@ QFORGE_DECL gpt_oss_mxfp4_result convert_gpt_oss_mxfp4(const std::string& src_di
         const gpt_oss_mxfp4_item& it = p.items[i];
         src.verify_unchanged(it.source.name);
         if (it.experts) result.snr_db.emplace_back(it.source.name, detail::write_gpt_oss_experts(src, it, pool.executor(), writer));
-        else detail::copy_gpt_oss_tensor(src, it, writer);
+        else {
+            detail::copy_through_pread(src, it.source.name, 0, it.outputs[0].bytes(), it.source.type, it.source.type, writer,
+                                       it.outputs[0].name);
+            src.release(it.source.name);
+        }
         if (opt.progress && !opt.progress(it.source.name, i + 1, p.items.size()))
             fail<error>(dst_dir, it.source.name, "conversion cancelled");
     }

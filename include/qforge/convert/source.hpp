@@ -241,8 +241,8 @@ private:
 
     /// Bytes [at, at + n) of tensor `name` as an owned tensor (pread, or copied from the mapping
     /// whose pages are then dropped).
-    /// Bytes [at, at + n) of tensor `name` in `buffer` (grown when too small, never shrunk), read
-    /// as expert_block reads them.
+    /// Bytes [at, at + n) of tensor `name` in `buffer` (grown when too small, never shrunk), with
+    /// pread when `copied`, else from the mapping (whose pages are dropped after).
     std::span<const std::byte> expert_block_into(std::string_view name, const tensor_view& full, std::uint64_t at,
                                                  std::uint64_t n, bool copied, std::vector<std::byte>& buffer) const {
         if (buffer.size() < n) buffer.resize(static_cast<std::size_t>(n));
@@ -259,14 +259,8 @@ private:
 
     owned_tensor expert_block(std::string_view name, const tensor_view& full, std::uint64_t at, std::uint64_t n,
                               bool copied) const {
-        owned_tensor out{std::string(name), full.type, {}, std::vector<std::byte>(static_cast<std::size_t>(n))};
-        if (copied) {
-            shards_.read_tensor_range(name, at, out.bytes);
-        } else {
-            verify_unchanged(name);
-            std::memcpy(out.bytes.data(), full.bytes.data() + at, static_cast<std::size_t>(n));
-            shards_.release(name, at, n);
-        }
+        owned_tensor out{std::string(name), full.type, {}, {}};
+        (void)expert_block_into(name, full, at, n, copied, out.bytes);
         return out;
     }
 
