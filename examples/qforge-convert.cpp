@@ -288,7 +288,7 @@ const std::vector<option>& options() {
          [](settings& s, const std::string&) { s.read_copy = true; }},
         {"--read-mapped", "", "quantize straight from the memory mapping (zero-copy; a source truncated while it is read can kill the process with SIGBUS)",
          [](settings& s, const std::string&) { s.read_mapped = true; }},
-        {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT, FP8): move its codes into --format bit for bit, or refuse with the reason; with --format gguf: compressed-tensors MXFP4 into GGUF MXFP4",
+        {"--repack", "", "SRC is already quantized (GPTQ, AWQ, compressed-tensors, fake-quant QAT, FP8): move its codes into --format bit for bit, or refuse with the reason; with --format gguf: MXFP4 codes (compressed-tensors, gpt-oss native experts) into GGUF MXFP4",
          [](settings& s, const std::string&) { s.repack = true; }},
         {"--requantize", "", "with --repack: dequantize and quantize again the layers --format cannot hold exactly (SNR reported)",
          [](settings& s, const std::string&) { s.requantize = true; }},

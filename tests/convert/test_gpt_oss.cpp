@@ -375,15 +375,6 @@ TEST_CASE("gpt-oss native refusals name the file, the tensor and the reason; not
     }
 }
 
-TEST_CASE("gpt-oss native to GGUF is refused: llama.cpp's gpt-oss architecture is not written; nothing written") {
-    // llama.cpp's gpt-oss (conversion/gpt_oss.py) needs attention sinks, biases, a sliding
-    // window and the o200k tokenizer, none of which the GGUF writer has; the plan says so.
-    const std::string out = oss_scratch("gguf.gguf");
-    CHECK_THROWS_WITH_AS(gguf::convert_hf_to_gguf(oss_native_pair().native, out, gguf::convert_options{}),
-                         doctest::Contains("gpt_oss"), unsupported_error);
-    CHECK_FALSE(io::path_exists(out));
-}
-
 TEST_CASE("demo gpt_oss_mxfp4: the gpt_oss demo's weights, experts as MXFP4 blocks; it converts, experts close to the bf16 demo") {
     demo_options o = testing::small_demo();
     o.moe = demo_moe::gpt_oss_mxfp4;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama.cpp itself loads the GGUF files qforge writes and its logits are held against an
-# independent forward pass (issue 15).
+# independent forward pass.
 #
 #   tests/gguf/llama_logits_test.sh BUILD_DIR
 #
@@ -19,6 +19,9 @@
 #    q/k with convert_hf_to_gguf's formula, and runs tests/support/llama_reference.hpp (the
 #    Hugging Face Llama definition, hyperparameters from config.json); llama_logits.mjs loads
 #    the file in llama.cpp and compares the raw logits after each of 24 tokens.
+# 4. The same for a generated gpt-oss (llama.cpp architecture gpt-oss, attention sinks, sliding
+#    window, MoE with biases) from bf16 and from OpenAI's native MXFP4 (--repack), against
+#    gguf_gpt_oss_reference_logits (the Hugging Face GptOss definition).
 #
 # Skips (exit 0, saying why) where node >= 20 / npm are missing, the machine is not linux-x64
 # (the prebuilt binary's platform), npm cannot reach its registry, or the binary will not load; QFORGE_REQUIRE_LLAMA_CPP=1 turns a skip into a
@@ -113,6 +116,47 @@ for broken in rope-theta no-unpermute; do
   "$BUILD/tests/gguf_reference_logits" "$work/Q4_K_M.gguf" "$SRC" "$TOKENS" "$broken" >"$work/q4km-$broken.json"
   cases+=("!Q4_K_M-$broken:$work/Q4_K_M.gguf:$work/q4km-$broken.json:$q4km_bounds")
 done
+
+# gpt-oss (llama.cpp architecture gpt-oss): the generator's bf16 gpt-oss (2 layers, hidden 256,
+# 8 heads of 32 over 4 KV heads, 4 experts of 128, top 2, attention biases and sinks) and its
+# native-MXFP4 twin (OpenAI's layout, the same weights with MXFP4 experts), both given a sliding
+# window of 6 so that the 24 positions cross it on the even layers, and the byte-level
+# tokenizer above. gguf_gpt_oss_reference_logits runs tests/support/gpt_oss_reference.hpp (the
+# Hugging Face GptOss definition: sinks in the softmax, the window, top-k softmax routing, the
+# clamped swiglu with alpha 1.702) over the decoded weights.
+#   F32            measured dlogit 5.8e-7, dp 3.0e-9; bounds as the Llama's F32.
+#   Q8_0, MXFP4_MOE from bf16, MXFP4_MOE --repack from native (experts' codes copied): measured
+#                  dlogit 1.4e-2 / 1.5e-2 / 1.4e-2, dp 3.9e-5 / 4.0e-5 / 3.8e-5 (llama.cpp
+#                  quantizes the activations to Q8_0 for these dot products). Bounds 0.1 / 3e-4.
+#   Broken references (must fail): sinks left out (dlogit 0.47), each expert's gate and up
+#                  exchanged, i.e. the even/odd split read the other way (0.77 on F32, 0.81 on the
+#                  repacked file), every layer attending fully (0.78).
+#   Weights, min SNR: F32 exact, Q8_0 42.8 dB, MXFP4_MOE 17.9 dB (the requantized experts), the
+#                  repack 43.4 dB: its experts decode exactly to the native blocks' values, the
+#                  minimum is a Q8_0 tensor; a requantized expert (~18 dB) would fail its bound.
+for kind in gpt-oss gpt-oss-mxfp4; do
+  "$BUILD/examples/qforge-make-demo" "$work/$kind" --moe "$kind" --layers 2 --hidden 256 --vocab 512 --experts 4 \
+    --moe-intermediate 128 >/dev/null
+  cp "$work/src/tokenizer.json" "$work/$kind/tokenizer.json"
+  node -e 'const fs = require("fs"), f = process.argv[1], c = JSON.parse(fs.readFileSync(f));
+    c.sliding_window = 6; fs.writeFileSync(f, JSON.stringify(c, null, 2));' "$work/$kind/config.json"
+done
+oss_f32_bounds=2e-4:2e-5:900 oss_q_bounds=0.1:3e-4
+for spec in gpt-oss:F32:$oss_f32_bounds gpt-oss:Q8_0:$oss_q_bounds:40 gpt-oss:MXFP4_MOE:$oss_q_bounds:15 \
+            gpt-oss-mxfp4:MXFP4_MOE:$oss_q_bounds:40:--repack; do
+  IFS=: read -r kind type dl dp snr repack <<<"$spec"
+  out="$work/$kind-$type${repack:+-repack}"
+  "$BUILD/examples/qforge-convert" "$work/$kind" "$out.gguf" --format gguf --type "$type" $repack --pre-tokenizer gpt-4o --quiet >/dev/null
+  "$BUILD/tests/gguf_gpt_oss_reference_logits" "$out.gguf" "$work/$kind" "$TOKENS" >"$out.json"
+  cases+=("$(basename "$out"):$out.gguf:$out.json:$dl:$dp:$snr")
+done
+for broken in no-sinks swap-gate-up no-window; do
+  "$BUILD/tests/gguf_gpt_oss_reference_logits" "$work/gpt-oss-F32.gguf" "$work/gpt-oss" "$TOKENS" "$broken" >"$work/oss-$broken.json"
+  cases+=("!gpt-oss-$broken:$work/gpt-oss-F32.gguf:$work/oss-$broken.json:$oss_f32_bounds")
+done
+"$BUILD/tests/gguf_gpt_oss_reference_logits" "$work/gpt-oss-mxfp4-MXFP4_MOE-repack.gguf" "$work/gpt-oss-mxfp4" "$TOKENS" swap-gate-up \
+  >"$work/oss-repack-swap.json"
+cases+=("!gpt-oss-repack-swap:$work/gpt-oss-mxfp4-MXFP4_MOE-repack.gguf:$work/oss-repack-swap.json:$oss_q_bounds:40")
 t2=$(date +%s)
 rc=0
 QFORGE_NODE_LLAMA_CPP=$cache node --no-warnings "$ROOT/tests/gguf/llama_logits/llama_logits.mjs" "$TOKENS" "${cases[@]}" || rc=$?

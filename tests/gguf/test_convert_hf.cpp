@@ -21,6 +21,7 @@
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
+#include "support/bf16_values.hpp"
 #include "support/fp8_checkpoint.hpp"
 #include "support/fused_twin.hpp"
 #include "support/independent_decoders.hpp"
@@ -57,16 +58,7 @@ std::string make_template(std::size_t n_tokens = 512) {
     return path;
 }
 
-std::vector<float> source_f32(const safetensors::reader& st, const std::string& name) {
-    const auto v = st.view(name);
-    std::vector<float> out(static_cast<std::size_t>(v.numel()));
-    for (std::size_t i = 0; i < out.size(); ++i) {
-        std::uint16_t h;
-        std::memcpy(&h, v.bytes.data() + 2 * i, 2);
-        out[i] = bf16_to_float(h);
-    }
-    return out;
-}
+std::vector<float> source_f32(const safetensors::reader& st, const std::string& name) { return testing::bf16_values(st.view(name)); }
 
 template <class T>
 void check_type(const reader& r, const char* key) {

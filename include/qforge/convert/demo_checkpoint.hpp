@@ -21,7 +21,9 @@
 //    rows) and `mlp.experts.down_proj [E, H, I]` (model_type qwen3_moe);
 //  - gpt_oss: `mlp.experts.gate_up_proj [E, H, 2I]` (gate/up interleaved along the last dim),
 //    `gate_up_proj_bias [E, 2I]`, `down_proj [E, I, H]`, `down_proj_bias [E, H]`, router
-//    `mlp.router.weight [E, H]` + `mlp.router.bias [E]` (model_type gpt_oss);
+//    `mlp.router.weight [E, H]` + `mlp.router.bias [E]`, and gpt-oss's attention: q/k/v/o
+//    biases and `self_attn.sinks [heads]` (model_type gpt_oss; config.json with gpt-oss-20b's
+//    sliding_window / layer_types / swiglu_limit, no rope scaling; the head is never tied);
 //  - gpt_oss_mxfp4: the same model as OpenAI ships gpt-oss (quantization_config
 //    {"quant_method": "mxfp4"}): each fused expert tensor is the MXFP4 quantization of gpt_oss's
 //    (the same weights), stored as `<p>.gate_up_proj_blocks` U8 [E, 2I, H/32, 16] and
@@ -197,6 +199,15 @@ inline void demo_moe_config(json& cfg, const demo_options& o) {
             cfg.set("intermediate_size", o.moe_intermediate);
             cfg.set("num_local_experts", o.experts);
             cfg.set("num_experts_per_tok", std::min<std::int64_t>(2, o.experts));
+            cfg.set("tie_word_embeddings", false);
+            cfg.set("attention_bias", true);
+            cfg.set("sliding_window", 128);
+            cfg.set("swiglu_limit", 7.0);
+            {
+                json::array_t types;  // gpt-oss: the even layers slide
+                for (std::int64_t l = 0; l < o.layers; ++l) types.emplace_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+                cfg.set("layer_types", json(std::move(types)));
+            }
             break;
     }
     cfg.set("model_type", type);
@@ -247,6 +258,13 @@ inline std::vector<planned_tensor> demo_tensors(const demo_options& o) {
             t.push_back({p + "self_attn.v_proj.weight", dtype::BF16, {kv, o.hidden}});
             t.push_back({p + "self_attn.o_proj.weight", dtype::BF16, {o.hidden, q}});
         }
+        if (o.moe == demo_moe::gpt_oss || o.moe == demo_moe::gpt_oss_mxfp4) {
+            t.push_back({p + "self_attn.q_proj.bias", dtype::BF16, {q}});
+            t.push_back({p + "self_attn.k_proj.bias", dtype::BF16, {kv}});
+            t.push_back({p + "self_attn.v_proj.bias", dtype::BF16, {kv}});
+            t.push_back({p + "self_attn.o_proj.bias", dtype::BF16, {o.hidden}});
+            t.push_back({p + "self_attn.sinks", dtype::BF16, {o.heads}});
+        }
         t.push_back({p + "post_attention_layernorm.weight", dtype::BF16, {o.hidden}});
         if (o.moe != demo_moe::none) {
             detail::demo_moe_tensors(t, p, o);
@@ -257,7 +275,7 @@ inline std::vector<planned_tensor> demo_tensors(const demo_options& o) {
         t.push_back({p + "mlp.down_proj.weight", dtype::BF16, {o.hidden, o.intermediate}});
     }
     t.push_back({"model.norm.weight", dtype::BF16, {o.hidden}});
-    if (!o.tied) t.push_back({"lm_head.weight", dtype::BF16, {o.vocab, o.hidden}});
+    if (!o.tied || o.moe == demo_moe::gpt_oss || o.moe == demo_moe::gpt_oss_mxfp4) t.push_back({"lm_head.weight", dtype::BF16, {o.vocab, o.hidden}});
     return t;
 }
 
@@ -287,7 +305,7 @@ QFORGE_DECL void write_demo_checkpoint(const std::string& dir, const demo_option
         }
         // MXFP4 blocks [E, N, K/32, 16] stand for the bf16 [E, K, N] tensor gpt_oss draws here
         buf.resize(static_cast<std::size_t>(t.type == dtype::U8 ? checked_numel(t.shape) * 2 : checked_numel(t.shape)));
-        const bool norm = t.shape.size() == 1;
+        const bool norm = t.shape.size() == 1 && t.name.ends_with("norm.weight");
         for (auto& h : buf)
             h = float_to_bf16(static_cast<float>(norm ? 1.0 + 0.05 * rng.normal() : 0.02 * rng.student_t5()));
         if (t.type == dtype::U8) {

@@ -43,6 +43,10 @@ struct mxfp4_packed_weight {
     std::string packed, scale;     ///< <m>.weight_packed, <m>.weight_scale
     std::int64_t rows = 0, cols = 0;  ///< N, K (the weight it stands for)
     std::string file, scale_file;  ///< the shards (paths) of weight_packed and weight_scale
+    /// Row r of the weight is row row_first + r * row_step of the packed and scale tensors seen
+    /// as 2-D (K/2 and K/32 bytes a row): 0 / 1 for a whole tensor; an expert's gate or up of
+    /// gpt-oss's fused blocks [E, 2I, K/32, 16] starts at e * 2I + 0 or 1 and steps by 2.
+    std::int64_t row_first = 0, row_step = 1;
 };
 
 struct mxfp4_source {

@@ -29,6 +29,7 @@
 
 #include "qforge/convert/gguf/decode.hpp"
 #include "qforge/io/gguf/reader.hpp"
+#include "gguf/llama_logits/reference_io.hpp"
 #include "support/llama_reference.hpp"
 
 using namespace qforge;
@@ -111,22 +112,7 @@ int main(int argc, char** argv) try {
         const matrix* pb[] = {&b.attn_norm, &b.q, &b.k, &b.v, &b.o, &b.ffn_norm, &b.gate, &b.up, &b.down};
         for (std::size_t i = 0; i < n.size(); ++i) account(n[i], *pa[i], *pb[i]);
     }
-    std::vector<int> tokens;
-    for (const char* p = argv[3]; *p;) {
-        char* end = nullptr;
-        tokens.push_back(static_cast<int>(std::strtol(p, &end, 10)));
-        p = *end == ',' ? end + 1 : end;
-        if (end == p && *p) throw std::runtime_error("bad token list");
-    }
-    const auto logits = run(decoded, tokens);
-    std::printf("{\"weights\": {\"min_snr_db\": %.3f, \"tensor\": \"%s\"}, \"logits\": [", std::isinf(min_snr) ? 999.0 : min_snr,
-                worst.c_str());
-    for (std::size_t t = 0; t < logits.size(); ++t) {
-        std::printf("%s[", t ? ", " : "");
-        for (std::size_t i = 0; i < logits[t].size(); ++i) std::printf("%s%.7g", i ? "," : "", static_cast<double>(logits[t][i]));
-        std::printf("]");
-    }
-    std::printf("]}\n");
+    testing::print_reference(min_snr, worst, run(decoded, testing::parse_token_list(argv[3])));
     return 0;
 } catch (const std::exception& e) {
     std::fprintf(stderr, "gguf_reference_logits: %s\n", e.what());

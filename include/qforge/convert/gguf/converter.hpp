@@ -1,4 +1,4 @@
-// Hugging Face (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE) -> GGUF in one streaming pass.
+// Hugging Face (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE, gpt-oss) -> GGUF in one streaming pass.
 //
 //   gguf::convert_options o;
 //   o.type = *gguf::parse_file_type("Q4_K_M");
@@ -148,6 +148,7 @@ inline std::string gguf_arch_name(hf_arch a) {
         case hf_arch::qwen2: return "qwen2";
         case hf_arch::qwen3: return "qwen3";
         case hf_arch::qwen3moe: return "qwen3moe";
+        case hf_arch::gpt_oss: return "gpt-oss";
     }
     return "llama";
 }
@@ -178,7 +179,8 @@ inline hf_arch detect_arch(const json& cfg, const std::string& file) {
     if (t == "qwen3") return hf_arch::qwen3;
     if (t == "mixtral") return hf_arch::mixtral;
     if (t == "qwen3_moe") return hf_arch::qwen3moe;
-    fail<unsupported_error>(file, "", "model_type \"" + t + "\" is not a Llama-family model (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe)");
+    if (t == "gpt_oss") return hf_arch::gpt_oss;
+    fail<unsupported_error>(file, "", "model_type \"" + t + "\" is not a Llama-family model (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gpt_oss)");
 }
 
 /// Whether llama-quantize would quantize to `t` (and so hand it the imatrix).
@@ -290,7 +292,31 @@ struct model_hparams {
     // (Mixtral: num_local_experts, intermediate_size; Qwen3-MoE: num_experts, moe_intermediate_size)
     bool moe = false;
     std::int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+    std::int64_t sliding_window = 0;  // gpt-oss: the window of its sliding-attention layers
 };
+
+/// gpt-oss's checks: what llama.cpp's gpt-oss graph fixes rather than reads (LC
+/// src/models/openai-moe.cpp: sliding window on the even layers, `ggml_swiglu_oai(gate, up,
+/// 1.702f, 7.0f)` constants, an output head) must be what the checkpoint says, else the GGUF
+/// would run another model.
+inline void check_gpt_oss_config(const json& cfg, const std::string& cfg_file, model_hparams& h) {
+    h.sliding_window = cfg_int(cfg, cfg_file, "sliding_window", 0, true);  // openai-moe load_arch_hparams requires it
+    if (const json* lt = cfg.find("layer_types"); lt && lt->is_array()) {
+        for (std::size_t i = 0; i < lt->size(); ++i) {
+            const json& t = lt->at(i);
+            const char* want = i % 2 == 0 ? "sliding_attention" : "full_attention";  // llama.cpp: set_swa_pattern(2)
+            if (!t.is_string() || t.as_string() != want)
+                fail<unsupported_error>(cfg_file, "", "layer_types[" + std::to_string(i) + "] must be \"" + want +
+                                                          "\": llama.cpp's gpt-oss slides the even layers and attends fully on the odd ones");
+        }
+    }
+    if (cfg_num(cfg, cfg_file, "swiglu_limit", 7.0) != 7.0)
+        fail<unsupported_error>(cfg_file, "", "swiglu_limit must be 7.0: llama.cpp's gpt-oss graph fixes it (ggml_swiglu_oai limit)");
+    if (cfg_num(cfg, cfg_file, "swiglu_alpha", 1.702) != 1.702)
+        fail<unsupported_error>(cfg_file, "", "swiglu_alpha must be 1.702: llama.cpp's gpt-oss graph fixes it (ggml_swiglu_oai alpha)");
+    if (const json* tie = cfg.find("tie_word_embeddings"); tie && tie->is_bool() && tie->as_bool())
+        fail<unsupported_error>(cfg_file, "", "tie_word_embeddings: llama.cpp's gpt-oss needs its own output head (output.weight)");
+}
 
 /// Reads and checks the hyperparameters llama.cpp's architectures need.
 inline model_hparams read_hparams(const json& cfg, const std::string& cfg_file) {
@@ -307,9 +333,11 @@ inline model_hparams read_hparams(const json& cfg, const std::string& cfg_file) 
     h.eps = cfg_num(cfg, cfg_file, "rms_norm_eps", 1e-5);
     h.theta = cfg_num(cfg, cfg_file, "rope_theta", 10000.0);
     h.moe = is_moe(h.arch);
-    h.n_expert = !h.moe ? 0 : cfg_int(cfg, cfg_file, h.arch == hf_arch::mixtral ? "num_local_experts" : "num_experts", 0, true);
+    const bool local_experts = h.arch == hf_arch::mixtral || h.arch == hf_arch::gpt_oss;
+    h.n_expert = !h.moe ? 0 : cfg_int(cfg, cfg_file, local_experts ? "num_local_experts" : "num_experts", 0, true);
     h.n_expert_used = !h.moe ? 0 : cfg_int(cfg, cfg_file, "num_experts_per_tok", 0, true);
     h.n_ff_exp = h.arch == hf_arch::qwen3moe ? cfg_int(cfg, cfg_file, "moe_intermediate_size", 0, true) : h.n_ff;
+    if (h.arch == hf_arch::gpt_oss) check_gpt_oss_config(cfg, cfg_file, h);
     if (h.moe && h.n_expert_used > h.n_expert) fail<format_error>(cfg_file, "", "num_experts_per_tok is larger than the expert count");
     // LC src/llama-hparams.h LLAMA_MAX_EXPERTS: 256 in b4753, 1024 in later releases
     if (h.n_expert > 1024) fail<unsupported_error>(cfg_file, "", "llama.cpp loads at most 1024 experts (256 before 2025-03)");
@@ -328,9 +356,49 @@ inline model_hparams read_hparams(const json& cfg, const std::string& cfg_file) 
 
 inline value u32_value(std::int64_t v) { return value::u32(static_cast<std::uint32_t>(v)); }
 
+/// gpt-oss's attention, expert and RoPE keys as LC conversion/gpt_oss.py GptOssModel
+/// .set_gguf_parameters and TextModel.set_gguf_parameters write them: key/value_length (head_dim,
+/// 64 with hidden 2880), no rope.dimension_count, the sliding window, the expert FFN width, and
+/// YaRN as type / factor / original_context_length (+ the betas the config gives; llama.cpp's
+/// gpt-oss reads the first three, the rest are ignored where unknown).
+inline void add_gpt_oss_kvs(kv_list& kvs, const model_hparams& h, const json& cfg, const std::string& cfg_file) {
+    const std::string a = h.arch_name + ".";
+    kvs.emplace_back(a + "attention.key_length", u32_value(h.head_dim));
+    kvs.emplace_back(a + "attention.value_length", u32_value(h.head_dim));
+    kvs.emplace_back(a + "attention.sliding_window", u32_value(h.sliding_window));
+    kvs.emplace_back(a + "expert_feed_forward_length", u32_value(h.n_ff_exp));
+    const json* rs = cfg.find("rope_parameters");
+    if (!rs || !rs->is_object()) rs = cfg.find("rope_scaling");
+    if (!rs || !rs->is_object()) return;
+    const json* t = rs->find("rope_type");
+    if (!t) t = rs->find("type");
+    const std::string kind = t && t->is_string() ? t->as_string() : "";
+    if (kind == "default" || kind.empty()) return;
+    if (kind != "yarn") fail<unsupported_error>(cfg_file, "", "rope_scaling \"" + kind + "\" is not supported for gpt-oss GGUF (yarn is)");
+    auto number = [&](const char* key, bool required) -> std::optional<double> {
+        const json* v = rs->find(key);
+        if (!v || v->is_null()) {
+            if (required) fail<format_error>(cfg_file, "", std::string("rope_scaling lacks \"") + key + "\"");
+            return std::nullopt;
+        }
+        if (!v->is_number()) fail<format_error>(cfg_file, "", std::string("rope_scaling \"") + key + "\" must be a number");
+        return v->as_double();
+    };
+    kvs.emplace_back(a + "rope.scaling.type", value::str("yarn"));
+    kvs.emplace_back(a + "rope.scaling.factor", value::f32(static_cast<float>(*number("factor", true))));
+    kvs.emplace_back(a + "rope.scaling.original_context_length",
+                     u32_value(static_cast<std::int64_t>(*number("original_max_position_embeddings", true))));
+    if (auto v = number("beta_fast", false)) kvs.emplace_back(a + "rope.scaling.yarn_beta_fast", value::f32(static_cast<float>(*v)));
+    if (auto v = number("beta_slow", false)) kvs.emplace_back(a + "rope.scaling.yarn_beta_slow", value::f32(static_cast<float>(*v)));
+}
+
 /// The attention-shape and RoPE keys of the architecture, as llama.cpp's converter writes them.
 inline void add_attention_kvs(kv_list& kvs, const model_hparams& h, const json& cfg, const std::string& cfg_file) {
     const std::string a = h.arch_name + ".";
+    if (h.arch == hf_arch::gpt_oss) {
+        add_gpt_oss_kvs(kvs, h, cfg, cfg_file);
+        return;
+    }
     if (has_qk_norm(h.arch)) {
         // LC convert_hf_to_gguf.py TextModel.set_gguf_parameters: key/value_length when the
         // config names head_dim (Qwen3's always does: 128 with hidden 1024 and 16 heads);
@@ -392,6 +460,7 @@ inline kv_list model_kvs(const model_hparams& h, const json& cfg, const std::str
         kvs.emplace_back(a + "expert_count", u32_value(h.n_expert));
         kvs.emplace_back(a + "expert_used_count", u32_value(h.n_expert_used));
         if (h.arch == hf_arch::qwen3moe) kvs.emplace_back(a + "expert_feed_forward_length", u32_value(h.n_ff_exp));
+        // (gpt-oss's: add_gpt_oss_kvs, in GptOssModel's order)
     }
     add_attention_kvs(kvs, h, cfg, cfg_file);
     kvs.emplace_back("general.file_type", value::u32(opt.type.llama_ftype));
@@ -414,17 +483,23 @@ inline void check_source_tensor(const source_tensor& t, const mapped_name& m, co
         fail<shape_error>(where, t.name, "llama.cpp expects this norm to hold head_dim (" + std::to_string(h.head_dim) + ") values");
     if (m.gguf.ends_with("ffn_gate_inp.weight") && t.shape != shape_t{h.n_expert, h.n_embd})
         fail<shape_error>(where, t.name, "the router must be [" + std::to_string(h.n_expert) + ", " + std::to_string(h.n_embd) + "]");
+    if (m.gguf.ends_with("ffn_gate_inp.bias") && t.shape != shape_t{h.n_expert})
+        fail<shape_error>(where, t.name, "the router bias must be [" + std::to_string(h.n_expert) + "]");
+    if (m.gguf.ends_with("attn_sinks.weight") && t.shape != shape_t{h.n_head})
+        fail<shape_error>(where, t.name, "llama.cpp expects one sink per attention head (" + std::to_string(h.n_head) + ")");
 }
 
 /// One expert's slice of a stacked tensor, slotted into its plan entry (made on the first).
 /// llama.cpp's load_tensors shapes are gate/up {n_embd, n_ff_exp, n_expert} and down
-/// {n_ff_exp, n_embd, n_expert}.
+/// {n_ff_exp, n_embd, n_expert}; gpt-oss's expert biases gate/up {n_ff_exp, n_expert} and down
+/// {n_embd, n_expert} (LC src/models/openai-moe.cpp load_arch_tensors).
 inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::string, std::size_t>& stacked,
                              const source_tensor& t, const mapped_name& m, const model_hparams& h, const std::string& where,
                              const std::string& fused = {}, std::optional<expert_cut> cut = std::nullopt,
                              const mxfp4_packed_weight* packed = nullptr) {
-    const bool down = m.gguf.ends_with("ffn_down_exps.weight");
-    const shape_t want = down ? shape_t{h.n_embd, h.n_ff_exp} : shape_t{h.n_ff_exp, h.n_embd};
+    const bool down = m.gguf.find("ffn_down_exps.") != std::string::npos;
+    const bool bias = m.gguf.ends_with(".bias");
+    const shape_t want = bias ? shape_t{down ? h.n_embd : h.n_ff_exp} : down ? shape_t{h.n_embd, h.n_ff_exp} : shape_t{h.n_ff_exp, h.n_embd};
     if (t.shape != want) fail<shape_error>(where, t.name, "an expert must be " + shape_to_string(want));
     if (m.expert >= h.n_expert)
         fail<format_error>(where, t.name, "expert " + std::to_string(m.expert) + " is past the expert count (" + std::to_string(h.n_expert) + ")");
@@ -434,7 +509,7 @@ inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::st
                          std::vector<std::optional<expert_cut>>(static_cast<std::size_t>(h.n_expert)), {}};
         if (packed) p.packed.resize(static_cast<std::size_t>(h.n_expert));
         p.decl.name = m.gguf;
-        p.decl.ne = {t.shape[1], t.shape[0], h.n_expert};
+        p.decl.ne = bias ? std::vector<std::int64_t>{t.shape[0], h.n_expert} : std::vector<std::int64_t>{t.shape[1], t.shape[0], h.n_expert};
         plan.push_back(std::move(p));
     }
     auto& p = plan[it->second];
@@ -448,12 +523,33 @@ inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::st
     if (packed != nullptr) p.packed[static_cast<std::size_t>(m.expert)] = *packed;
 }
 
+/// --repack of gpt-oss's native MXFP4 (convert/gpt_oss_source.hpp): an expert piece of the
+/// fused tensor `t` as rows of its blocks [E, N, K/32, 16] and scales [E, N, K/32]. The cut
+/// names output rows in the bf16 orientation, which are the blocks' rows: gate row r of expert
+/// e is blocks row e * 2I + 2r, up's e * 2I + 2r + 1 (GptOssModel.repack_mxfp4 splits
+/// `blocks[:, ::2]` / `[:, 1::2]` the same way), down row r is e * H + r.
+inline mxfp4_packed_weight native_mxfp4_rows(const source_tensor& t, const expert_piece& piece, const std::string& dir,
+                                             const checkpoint_source& src) {
+    const source_scale& sc = *t.scale;
+    auto file_of = [&](const std::string& name) {
+        for (const source_tensor& s : src.tensors())
+            if (s.name == name) return dir + "/" + s.file;
+        return dir;
+    };
+    mxfp4_packed_weight w{piece.name, sc.codes, sc.name, piece.shape[0], piece.shape[1], file_of(sc.codes), file_of(sc.name)};
+    w.row_first = piece.cut.expert * sc.shape[1] + piece.cut.first;
+    w.row_step = piece.cut.step;
+    return w;
+}
+
 /// A fused 3-D expert tensor (transformers v5 `mlp.experts.gate_up_proj [E, 2I, H]`,
 /// `down_proj [E, H, I]`) planned as the per-expert slices of the stacked tensors, cut by the
 /// architecture's rule of convert/fused_experts.hpp (an unknown rule is refused): the GGUF is
-/// the one the equivalent per-expert checkpoint gives.
+/// the one the equivalent per-expert checkpoint gives. With `repack` (src given), a native
+/// MXFP4 weight's pieces are copied as blocks (native_mxfp4_rows).
 inline void add_fused_experts(std::vector<planned_tensor>& plan, std::map<std::string, std::size_t>& stacked,
-                              const source_tensor& t, const model_config& mc, const model_hparams& h, const std::string& where) {
+                              const source_tensor& t, const model_config& mc, const model_hparams& h, const std::string& where,
+                              const checkpoint_source* repack_from = nullptr, const std::string& dir = {}) {
     std::string why;
     const std::vector<expert_piece> pieces = split_fused_experts(t.name, t.shape, mc, why);
     if (pieces.empty()) fail<unsupported_error>(where, t.name, why);
@@ -462,13 +558,15 @@ inline void add_fused_experts(std::vector<planned_tensor>& plan, std::map<std::s
         const auto m = map_hf_name(piece.name, h.arch, static_cast<int>(h.n_head), static_cast<int>(h.n_head_kv));
         if (!m || m->expert < 0) fail<unsupported_error>(where, t.name, "expert piece " + piece.name + " has no GGUF name for " + h.arch_name);
         check_source_tensor(part, *m, h, where);
-        add_expert_slice(plan, stacked, part, *m, h, where, t.name, piece.cut);
+        const bool packed = repack_from && t.scale && t.scale->encoding == source_encoding::mxfp4 && piece.shape.size() == 2;
+        const mxfp4_packed_weight pw = packed ? native_mxfp4_rows(t, piece, dir, *repack_from) : mxfp4_packed_weight{};
+        add_expert_slice(plan, stacked, part, *m, h, where, t.name, piece.cut, packed ? &pw : nullptr);
     }
 }
 
 /// Every output tensor, named and shaped, before any is read; `n_vocab` is the embedding's rows.
 inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, const model_hparams& h, const std::string& src_dir,
-                                                std::int64_t& n_vocab, const mxfp4_source* mx = nullptr) {
+                                                std::int64_t& n_vocab, const mxfp4_source* mx = nullptr, bool repack = false) {
     std::vector<planned_tensor> plan;
     std::map<std::string, std::size_t> stacked;  // GGUF name -> its entry in `plan`
     std::set<std::string> single;                // GGUF names of the tensors that are not stacked
@@ -482,7 +580,7 @@ inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, co
         const std::string where = src_dir + "/" + t.file;
         const mxfp4_packed_weight* pw = mx ? mx->find(t.name) : nullptr;
         if (is_fused_expert_tensor(t.name) && t.shape.size() != 1) {
-            add_fused_experts(plan, stacked, t, mc, h, where);
+            add_fused_experts(plan, stacked, t, mc, h, where, repack ? &src : nullptr, src_dir);
             continue;
         }
         // a v5 rename undone first (Mixtral's `mlp.gate` router is `block_sparse_moe.gate`)
@@ -507,6 +605,8 @@ inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, co
             if (plan[i].parts[e].empty())
                 fail<format_error>(src_dir, gguf_name, "expert " + std::to_string(e) + " is missing (" + std::to_string(h.n_expert) + " experts)");
     if (n_vocab == 0) fail<format_error>(src_dir, "model.embed_tokens.weight", "the checkpoint has no embedding table");
+    if (h.arch == hf_arch::gpt_oss && !single.contains("output.weight"))  // LC openai-moe.cpp load_arch_tensors: output required
+        fail<format_error>(src_dir, "lm_head.weight", "llama.cpp's gpt-oss needs an output head and the checkpoint has none");
     return plan;
 }
 
@@ -540,13 +640,17 @@ inline void choose_types(std::vector<planned_tensor>& plan, const model_hparams&
 /// --repack's source check: packed compressed-tensors MXFP4, every refusal of its reader raised
 /// (the first), and nothing else (no other source is lossless in GGUF). Without --repack a
 /// packed FP4 source is refused with the way to convert it.
-inline void check_repack_source(const mxfp4_source& mx, const json& cfg, const std::string& cfg_file, bool repack) {
+inline void check_repack_source(const mxfp4_source& mx, const json& cfg, const std::string& cfg_file, bool repack,
+                                const checkpoint_source& src) {
     if (!mx.present) {
         if (!repack) return;
+        for (const source_tensor& t : src.model_tensors())
+            if (t.scale && t.scale->encoding == source_encoding::mxfp4) return;  // gpt-oss's native MXFP4 experts
         const json* qc = cfg.find("quantization_config");
         const json* qm = qc && qc->is_object() ? qc->find("quant_method") : nullptr;
         const std::string what = qm && qm->is_string() ? "a \"" + qm->as_string() + "\" source" : "a dense (unquantized) source";
-        fail<unsupported_error>(cfg_file, "", "--repack into GGUF copies compressed-tensors mxfp4-pack-quantized codes (GGUF MXFP4); " +
+        fail<unsupported_error>(cfg_file, "", "--repack into GGUF copies MXFP4 codes (compressed-tensors mxfp4-pack-quantized, gpt-oss's "
+                                              "native experts) into GGUF MXFP4; " +
                                                   what + " has nothing GGUF holds losslessly: convert it without --repack");
     }
     if (!mx.refusals.empty()) {
@@ -614,8 +718,8 @@ inline gguf_plan plan_gguf(const checkpoint_source& src, const std::string& src_
     g.kvs = model_kvs(g.h, cfg, cfg_file, src_dir, opt);
     std::int64_t n_vocab = 0;
     const mxfp4_source mx = read_mxfp4_source(cfg, cfg_file, src.tensors(), src_dir);
-    check_repack_source(mx, cfg, cfg_file, opt.repack);
-    g.tensors = plan_tensors(src, g.h, src_dir, n_vocab, &mx);
+    check_repack_source(mx, cfg, cfg_file, opt.repack, src);
+    g.tensors = plan_tensors(src, g.h, src_dir, n_vocab, &mx, opt.repack);
     choose_types(g.tensors, g.h, opt);
     g.kvs.emplace_back(g.h.arch_name + ".vocab_size", u32_value(n_vocab));
     for (auto& kv : tokenizer_kvs(opt, src_dir, cfg, n_vocab)) g.kvs.push_back(std::move(kv));
@@ -687,7 +791,8 @@ private:
                 scales_.resize(scale_row * static_cast<std::size_t>(n));
                 blocks_.resize(static_cast<std::size_t>(nb * n));
                 for (std::int64_t ri = 0; ri < n; ++ri) {
-                    const std::int64_t srow = p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, pw.rows, p.map.permute_heads) : r0 + ri;
+                    const std::int64_t wrow = p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, pw.rows, p.map.permute_heads) : r0 + ri;
+                    const std::int64_t srow = pw.row_first + wrow * pw.row_step;
                     read_row(pw.packed, srow, code_row, codes_.data() + static_cast<std::size_t>(ri) * code_row);
                     read_row(pw.scale, srow, scale_row, scales_.data() + static_cast<std::size_t>(ri) * scale_row);
                     const std::uint8_t* e = scales_.data() + static_cast<std::size_t>(ri) * scale_row;

@@ -132,6 +132,7 @@ inline bool llama_model_is_70b(const mix_model& m) {
     if (m.arch == "llama") return m.n_expert != 8 && m.n_layer == 80 && m.n_head != m.n_head_kv;
     if (m.arch == "qwen2") return m.n_layer == 80;
     if (m.arch == "qwen3" || m.arch == "qwen3moe") return false;
+    if (m.arch == "gpt-oss") return false;  // LC src/models/openai-moe.cpp: 24 layers 20B, 36 layers 120B, no 70B
     fail<unsupported_error>("", "", "the llama-quantize mixes are not modelled for architecture \"" + m.arch + "\"");
 }
 
@@ -240,9 +241,11 @@ inline type_decision choose_type(const file_type& ft, const std::vector<type_ove
                                  const std::string& gguf_name, int n_dims, std::int64_t ne0, int layer,
                                  const mix_model& model) {
     type_decision d;
-    // convert_hf_to_gguf keeps 1-D tensors, norms and the MoE router (ffn_gate_inp) F32, and
+    // convert_hf_to_gguf keeps 1-D tensors, norms, the MoE router (ffn_gate_inp) and every
+    // tensor not named .weight (gpt-oss's 2-D expert biases) F32 (TextModel.prepare_tensors), and
     // llama-quantize does not quantize them (llama_model_quantize_impl's `quantize &=` rules).
-    const bool keep_f32 = n_dims <= 1 || gguf_name.ends_with("_norm.weight") || detail::has(gguf_name, "ffn_gate_inp.weight");
+    const bool keep_f32 = n_dims <= 1 || gguf_name.ends_with("_norm.weight") || detail::has(gguf_name, "ffn_gate_inp.weight") ||
+                          !gguf_name.ends_with(".weight");
     d.requested = keep_f32                            ? ggml_type::f32
                   : ft.llama_ftype == mxfp4_moe_ftype ? mxfp4_moe_type(n_dims)
                                                       : detail::mix_type(ft, gguf_name, ne0, layer, model);
