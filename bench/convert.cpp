@@ -5,6 +5,9 @@
 // Reported, each from one run (the checkpoint is in the page cache for both):
 //   read_input   reading every cache line of the input through the same mmap reader: the I/O
 //                floor (the file is in the page cache after generation, as it is for convert);
+//   convert_w4a16 the RTN preset w4a16 (compressed-tensors, sym 4-bit g128, min/max scales), 2
+//                threads, best of 2: how close a conversion without a search comes to reading
+//                its input (issue 21: within 3x);
 //   convert_w4a8 the whole conversion with 2 threads (QFORGE_BENCH_THREADS), in G weights/s,
 //                with peak resident memory (VmHWM, reset just before) against the largest tensor;
 //                /0 is the default read (source_read::pread: bands read with pread, never a
@@ -52,6 +55,7 @@ struct bench_state {
     std::uint64_t weights = 0;
     std::uint64_t largest = 0;
     double convert_gws = 0, hwm_mib = 0, read_s = 0, convert_s = 0, convert_cpu_s = 0;
+    double rtn_s = 1e30, rtn_cpu_s = 1e30;  ///< best wall / CPU seconds of the w4a16 conversion
     double best_s[2] = {1e30, 1e30};      ///< best wall time per read mode (0 pread, 1 mapped)
     double best_cpu_s[2] = {1e30, 1e30};  ///< best CPU seconds (all threads) per read mode
     std::string load;  ///< /proc/loadavg just before the conversion
@@ -129,7 +133,26 @@ void convert_w4a8(benchmark::State& state) {
     state.counters["largest_tensor_MiB"] = static_cast<double>(g.largest) / (1 << 20);
 }
 
+void convert_w4a16(benchmark::State& state) {
+    for (auto _ : state) {
+        convert_options o;
+        o.format = output_format::compressed_tensors;
+        o.rules.default_scheme = quant_spec{4, 128, true, scale_method::minmax, std::nullopt};
+        o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
+        o.overwrite = true;
+        const double cpu0 = process_cpu_s();
+        const auto t0 = std::chrono::steady_clock::now();
+        convert(g.src, g.root + "/out", o);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        g.rtn_s = std::min(g.rtn_s, s);
+        g.rtn_cpu_s = std::min(g.rtn_cpu_s, process_cpu_s() - cpu0);
+        state.SetIterationTime(s);
+        state.counters["G_weights_per_s"] = static_cast<double>(g.weights) / s / 1e9;
+    }
+}
+
 BENCHMARK(read_input)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(convert_w4a16)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_w4a8)->Arg(1)->Arg(0)->Arg(1)->Arg(0)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
@@ -155,6 +178,8 @@ int main(int argc, char** argv) {
     std::printf("default read (pread bands) / mapping, best of 2 each: wall %.2f s / %.2f s = %.3f; CPU %.2f s / %.2f s = %.3f\n",
                 g.best_s[0], g.best_s[1], g.best_s[0] / g.best_s[1], g.best_cpu_s[0], g.best_cpu_s[1],
                 g.best_cpu_s[0] / g.best_cpu_s[1]);
+    std::printf("convert w4a16 (RTN): best %.2f s wall = %.3f G weights/s, %.1fx the time of reading the input (goal 3x); CPU %.2f s\n",
+                g.rtn_s, static_cast<double>(g.weights) / g.rtn_s / 1e9, g.rtn_s / g.read_s, g.rtn_cpu_s);
     std::printf("peak VmHWM %.0f MiB; largest tensor %.0f MiB; floor 3x + 128 = %.0f MiB\n", g.hwm_mib,
                 static_cast<double>(g.largest) / (1 << 20), hwm_floor);
     const bool ok = g.convert_gws >= 0.25 && g.hwm_mib <= hwm_floor;
