@@ -26,6 +26,7 @@
 #include "qforge/convert/gguf/decode.hpp"
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/safetensors/reader.hpp"
+#include "qforge/io/safetensors/writer.hpp"
 #include "support/bf16_values.hpp"
 #include "support/checkpoint_fixture.hpp"
 #include "support/gpt_oss_checkpoint.hpp"
@@ -280,6 +281,24 @@ TEST_CASE("HF -> GGUF gpt-oss: YaRN keys as GptOssModel writes them, and what ll
         {"window", [](json& c) { c.erase("sliding_window"); }, "sliding_window"},
         {"linear", [](json& c) { c.set("rope_scaling", json::object({{"rope_type", "linear"}, {"factor", 2.0}})); }, "yarn is"},
     };
+    // A tensor llama.cpp's gpt-oss loader requires, missing: refused before anything is written.
+    for (const char* dropped : {"model.layers.1.self_attn.sinks", "model.layers.0.mlp.experts.down_proj_bias"}) {
+        CAPTURE(dropped);
+        const std::string dir = oss_gguf_scratch("without");
+        io::make_directory(dir);
+        for (const auto& f : io::list_directory(oss_gguf_bf16()))
+            if (!f.ends_with(".safetensors") && !f.ends_with(".index.json")) io::copy_file(oss_gguf_bf16() + "/" + f, dir + "/" + f);
+        const checkpoint_source src(oss_gguf_bf16());
+        std::vector<safetensors::tensor_spec> specs;
+        for (const auto& t : src.tensors())
+            if (t.name != dropped) specs.push_back({t.name, t.type, t.shape});
+        safetensors::writer w(dir + "/model.safetensors", specs, safetensors::default_metadata(), {.sync = false});
+        for (const auto& t : specs) w.write(t.name, src.view(t.name).bytes);
+        w.finish();
+        const std::string out = oss_gguf_scratch("without.gguf");
+        CHECK_THROWS_WITH_AS(convert_hf_to_gguf(dir, out, oss_gguf_options("Q8_0")), doctest::Contains("needs this tensor"), format_error);
+        CHECK(!io::path_exists(out));
+    }
     for (const refusal& x : refusals) {
         CAPTURE(x.tag);
         const std::string dir = variant(std::string("bad_") + x.tag, x.edit);

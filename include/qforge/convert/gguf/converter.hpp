@@ -564,6 +564,23 @@ inline void add_fused_experts(std::vector<planned_tensor>& plan, std::map<std::s
     }
 }
 
+/// The tensors llama.cpp's gpt-oss loader requires (LC src/models/openai-moe.cpp
+/// load_arch_tensors: the output head, and per block the sinks, the o_proj bias, the router
+/// bias and the experts' biases; q/k/v biases are written when present), so that a checkpoint
+/// without them is refused here rather than by llama.cpp ("missing tensor") after the writing.
+inline void check_gpt_oss_tensors(const std::set<std::string>& single, const std::map<std::string, std::size_t>& stacked,
+                                  const model_hparams& h, const std::string& src_dir) {
+    if (!single.contains("output.weight"))
+        fail<format_error>(src_dir, "lm_head.weight", "llama.cpp's gpt-oss needs an output head and the checkpoint has none");
+    for (std::int64_t l = 0; l < h.n_layer; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        for (const char* t : {"attn_sinks.weight", "attn_output.bias", "ffn_gate_inp.bias"})
+            if (!single.contains(b + t)) fail<format_error>(src_dir, b + t, "llama.cpp's gpt-oss needs this tensor and the checkpoint has none");
+        for (const char* t : {"ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"})
+            if (!stacked.contains(b + t)) fail<format_error>(src_dir, b + t, "llama.cpp's gpt-oss needs this tensor and the checkpoint has none");
+    }
+}
+
 /// Every output tensor, named and shaped, before any is read; `n_vocab` is the embedding's rows.
 inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, const model_hparams& h, const std::string& src_dir,
                                                 std::int64_t& n_vocab, const mxfp4_source* mx = nullptr, bool repack = false) {
@@ -605,8 +622,7 @@ inline std::vector<planned_tensor> plan_tensors(const checkpoint_source& src, co
             if (plan[i].parts[e].empty())
                 fail<format_error>(src_dir, gguf_name, "expert " + std::to_string(e) + " is missing (" + std::to_string(h.n_expert) + " experts)");
     if (n_vocab == 0) fail<format_error>(src_dir, "model.embed_tokens.weight", "the checkpoint has no embedding table");
-    if (h.arch == hf_arch::gpt_oss && !single.contains("output.weight"))  // LC openai-moe.cpp load_arch_tensors: output required
-        fail<format_error>(src_dir, "lm_head.weight", "llama.cpp's gpt-oss needs an output head and the checkpoint has none");
+    if (h.arch == hf_arch::gpt_oss) check_gpt_oss_tensors(single, stacked, h, src_dir);
     return plan;
 }
 
