@@ -14,6 +14,7 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/half.hpp"
+#include "qforge/simd/arch/detail/byte_bits.hpp"
 #include "qforge/simd/kernel_table.hpp"
 
 namespace qforge::simd::detail::neon_isa {
@@ -285,6 +286,12 @@ inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     const int16x8_t w = vcombine_s16(vmovn_s32(vcvtq_s32_f32(q.a)), vmovn_s32(vcvtq_s32_f32(q.b)));
     vst1_s8(reinterpret_cast<std::int8_t*>(out), vmovn_s16(w));
 }
+inline void gg_store_nibbles32(std::byte* qs, const std::uint8_t* q) noexcept {
+    const uint8x16_t low = vdupq_n_u8(0x0F);
+    const uint8x16_t lo = vandq_u8(vld1q_u8(q), low), hi = vandq_u8(vld1q_u8(q + 16), low);
+    vst1q_u8(reinterpret_cast<std::uint8_t*>(qs), vorrq_u8(lo, vshlq_n_u8(hi, 4)));
+}
+inline std::uint32_t gg_fifth_bits32(const std::uint8_t* q) noexcept { return byte_bits::fifth_bits32(q); }  // no byte movemask
 inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     gg_store_i8(out, a);
     gg_store_i8(out + 8, b);

@@ -12,6 +12,7 @@
 
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/half.hpp"
+#include "qforge/simd/arch/detail/byte_bits.hpp"
 #include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/kernel_table.hpp"
 #include "qforge/simd/rounding.hpp"
@@ -336,6 +337,10 @@ inline std::uint16_t gg_fp16(float f) noexcept { return float_to_fp16(f); }
 inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(static_cast<std::int32_t>(q.v[j])));
 }
+/// A block's 32 codes (bytes q[0..32)) as ggml stores them: the 16 bytes of nibbles (code j
+/// low, code j + 16 high; codes >= 16 keep their low four bits) and the 32-bit mask of bit 4.
+inline void gg_store_nibbles32(std::byte* qs, const std::uint8_t* q) noexcept { byte_bits::nibbles32(qs, q); }
+inline std::uint32_t gg_fifth_bits32(const std::uint8_t* q) noexcept { return byte_bits::fifth_bits32(q); }
 inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     gg_store_i8(out, a);
     gg_store_i8(out + 8, b);

@@ -607,25 +607,8 @@ QFORGE_KFN void block_min_max(const float* x, vf* v, float& mn, float& mx) noexc
     }
 }
 
-/// Bytes of 32 codes < 16 (low nibble: codes 0..15, high: 16..31) as ggml's qs.
-QFORGE_KFN void store_nibbles(std::byte* qs, const std::uint8_t* q) noexcept {
-    constexpr std::uint64_t low = 0x0F0F0F0F0F0F0F0FULL;
-    for (std::size_t k = 0; k < 16; k += 8) {
-        const std::uint64_t s = (load8(q + k) & low) | ((load8(q + 16 + k) & low) << 4);
-        std::memcpy(qs + k, &s, 8);
-    }
-}
-
-/// Bit 4 of each of 32 codes as ggml's 32-bit qh (bit j = code j's), little-endian.
-QFORGE_KFN void store_fifth_bits(std::byte* qh, const std::uint8_t* q) noexcept {
-    std::uint32_t h = 0;
-    for (std::size_t k = 0; k < 4; ++k) {
-        // one bit per byte at bits 8 i; the product gathers byte i's at bit 56 + i (no carries)
-        const std::uint64_t t = (load8(q + 8 * k) >> 4) & 0x0101010101010101ULL;
-        h |= static_cast<std::uint32_t>((t * 0x0102040810204080ULL) >> 56) << (8 * k);
-    }
-    std::memcpy(qh, &h, 4);
-}
+/// ggml's 32-bit qh, little-endian.
+QFORGE_KFN void store_fifth_bits(std::byte* qh, std::uint32_t bits) noexcept { std::memcpy(qh, &bits, 4); }
 
 // The 32-element types in batches of blocks: first every block's scale (its max |x| or min and
 // max, then one or two divisions: a chain of ~100 cycles per block, but the blocks' chains are
@@ -740,10 +723,10 @@ struct q4_0_scale {
 };
 struct q4_0_emit {
     QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
-        alignas(8) std::uint8_t q[32];
+        alignas(32) std::uint8_t q[32];
         signed_codes(x, 16, s.id, q);
         store_fp16(block, s.d);
-        store_nibbles(block + 2, q);
+        gg_store_nibbles32(block + 2, q);
     }
 };
 QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
@@ -755,11 +738,11 @@ struct q4_1_scale {
 };
 struct q4_1_emit {
     QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
-        alignas(8) std::uint8_t q[32];
+        alignas(32) std::uint8_t q[32];
         offset_codes<true>(x, 16, s, q);
         store_fp16(block, s.d);
         store_fp16(block + 2, s.mn);
-        store_nibbles(block + 4, q);
+        gg_store_nibbles32(block + 4, q);
     }
 };
 QFORGE_KFN void k_q4_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
@@ -771,11 +754,11 @@ struct q5_0_scale {
 };
 struct q5_0_emit {
     QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
-        alignas(8) std::uint8_t q[32];
+        alignas(32) std::uint8_t q[32];
         signed_codes(x, 32, s.id, q);
         store_fp16(block, s.d);
-        store_fifth_bits(block + 2, q);
-        store_nibbles(block + 6, q);
+        store_fifth_bits(block + 2, gg_fifth_bits32(q));
+        gg_store_nibbles32(block + 6, q);
     }
 };
 QFORGE_KFN void k_q5_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
@@ -787,12 +770,12 @@ struct q5_1_scale {
 };
 struct q5_1_emit {
     QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
-        alignas(8) std::uint8_t q[32];
+        alignas(32) std::uint8_t q[32];
         offset_codes<false>(x, 32, s, q);
         store_fp16(block, s.d);
         store_fp16(block + 2, s.mn);
-        store_fifth_bits(block + 4, q);
-        store_nibbles(block + 8, q);
+        store_fifth_bits(block + 4, gg_fifth_bits32(q));
+        gg_store_nibbles32(block + 8, q);
     }
 };
 QFORGE_KFN void k_q5_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
