@@ -19,6 +19,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "qforge/simd/arch/detail/byte_bits.hpp"
 #include "qforge/simd/family.hpp"
 #include "qforge/simd/tags.hpp"
 

@@ -17,6 +17,7 @@
 #include "qforge/core/half.hpp"
 #include "qforge/simd/arch/avx2.hpp"  // gg_transpose8
 #include "qforge/simd/arch/avx2.hpp"  // the integer primitives it reuses
+#include "qforge/simd/arch/detail/x86_block_bits.hpp"
 #include "qforge/simd/arch/detail/x86_snr.hpp"
 #include "qforge/simd/kernel_table.hpp"
 
@@ -180,21 +181,8 @@ QFORGE_GG std::uint16_t gg_fp16(float f) noexcept { return avx2_isa::gg_fp16(f);
 QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q)));
 }
-// The codes are read as two 16-byte halves: the block's codes may have been stored as two
-// 16-byte vectors (16 lanes), and one 32-byte load across two stores misses store forwarding.
-QFORGE_GG void gg_store_nibbles32(std::byte* qs, const std::uint8_t* q) noexcept {
-    const __m128i low = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), low);
-    const __m128i hi = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)), low);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm_or_si128(lo, _mm_slli_epi16(hi, 4)));  // hi < 16: no carry across bytes
-}
-/// Shifting the 16-bit words left by 3 puts each byte's bit 4 in its bit 7, which movemask reads.
-QFORGE_GG std::uint32_t gg_fifth_bits32(const std::uint8_t* q) noexcept {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
-    const auto a = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_slli_epi16(lo, 3)));
-    return a | static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_slli_epi16(hi, 3))) << 16;
-}
+using x86_block_bits::gg_fifth_bits32;  // the shared definition: simd/arch/detail/x86_block_bits.hpp
+using x86_block_bits::gg_store_nibbles32;
 QFORGE_GG void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     gg_store_i8(out, a);
     gg_store_i8(out + 16, b);

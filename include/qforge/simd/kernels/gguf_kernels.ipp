@@ -478,11 +478,7 @@ QFORGE_KFN void k_requantize(const float* x, std::size_t count, std::size_t len,
 // ---- packing: byte-parallel integer code, the same on every ISA --------------------------
 inline constexpr std::uint64_t nibbles = 0x0F0F0F0F0F0F0F0Full, low_bits = 0x0101010101010101ull;
 
-QFORGE_KFN std::uint64_t load8(const std::uint8_t* p) noexcept {
-    std::uint64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-}
+using byte_bits::load8;  // simd/arch/detail/byte_bits.hpp
 
 QFORGE_KFN void k_pack_q45k(const std::uint8_t* codes, bool five, std::uint8_t* qh, std::uint8_t* qs) noexcept {
     std::uint64_t h[4] = {0, 0, 0, 0};
