@@ -1,12 +1,15 @@
 // libFuzzer target: config.json handling - parse, read the model facts a plan needs, then
 // modify and write it back the way a converter does (quantization_config added, unknown keys
-// kept in order). Refusals must be qforge::error; an accepted config must survive the rewrite.
+// kept in order), and read it as the GGUF writer does (hyperparameters, every architecture's
+// checks, gpt-oss's and the RoPE scaling keys). Refusals must be qforge::error; an accepted
+// config must survive the rewrite.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
 #include "qforge/convert/fused_experts.hpp"
+#include "qforge/convert/gguf/converter.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/io/json.hpp"
 
@@ -33,6 +36,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 const std::int64_t bound = (piece.cut.transposed && !bias) ? shape[2] : shape[1];  // the dim the cut walks
                 if (piece.cut.expert < 0 || piece.cut.expert >= e || rows <= 0 || last >= bound) std::abort();
             }
+        }
+        try {
+            const auto h = qforge::gguf::detail::read_hparams(cfg, "config.json");
+            const qforge::gguf::kv_list kvs = qforge::gguf::detail::model_kvs(h, cfg, "config.json", "model", {});
+            if (kvs.empty() || h.n_embd <= 0 || h.n_layer <= 0) std::abort();
+        } catch (const qforge::error&) {
         }
         if (!cfg.is_object()) return 0;
         const std::size_t keys = cfg.size();

@@ -386,8 +386,10 @@ inline void add_gpt_oss_kvs(kv_list& kvs, const model_hparams& h, const json& cf
     };
     kvs.emplace_back(a + "rope.scaling.type", value::str("yarn"));
     kvs.emplace_back(a + "rope.scaling.factor", value::f32(static_cast<float>(*number("factor", true))));
-    kvs.emplace_back(a + "rope.scaling.original_context_length",
-                     u32_value(static_cast<std::int64_t>(*number("original_max_position_embeddings", true))));
+    const double ctx = *number("original_max_position_embeddings", true);
+    if (!(ctx >= 1 && ctx <= 4294967295.0) || ctx != std::floor(ctx))
+        fail<format_error>(cfg_file, "", "rope_scaling \"original_max_position_embeddings\" must be a positive 32-bit integer");
+    kvs.emplace_back(a + "rope.scaling.original_context_length", u32_value(static_cast<std::int64_t>(ctx)));
     if (auto v = number("beta_fast", false)) kvs.emplace_back(a + "rope.scaling.yarn_beta_fast", value::f32(static_cast<float>(*v)));
     if (auto v = number("beta_slow", false)) kvs.emplace_back(a + "rope.scaling.yarn_beta_slow", value::f32(static_cast<float>(*v)));
 }
@@ -528,15 +530,11 @@ inline void add_expert_slice(std::vector<planned_tensor>& plan, std::map<std::st
 /// names output rows in the bf16 orientation, which are the blocks' rows: gate row r of expert
 /// e is blocks row e * 2I + 2r, up's e * 2I + 2r + 1 (GptOssModel.repack_mxfp4 splits
 /// `blocks[:, ::2]` / `[:, 1::2]` the same way), down row r is e * H + r.
-inline mxfp4_packed_weight native_mxfp4_rows(const source_tensor& t, const expert_piece& piece, const std::string& dir,
-                                             const checkpoint_source& src) {
+/// `files`: the shards (paths) of the blocks and of the scales.
+inline mxfp4_packed_weight native_mxfp4_rows(const source_tensor& t, const expert_piece& piece,
+                                             const std::pair<std::string, std::string>& files) {
     const source_scale& sc = *t.scale;
-    auto file_of = [&](const std::string& name) {
-        for (const source_tensor& s : src.tensors())
-            if (s.name == name) return dir + "/" + s.file;
-        return dir;
-    };
-    mxfp4_packed_weight w{piece.name, sc.codes, sc.name, piece.shape[0], piece.shape[1], file_of(sc.codes), file_of(sc.name)};
+    mxfp4_packed_weight w{piece.name, sc.codes, sc.name, piece.shape[0], piece.shape[1], files.first, files.second};
     w.row_first = piece.cut.expert * sc.shape[1] + piece.cut.first;
     w.row_step = piece.cut.step;
     return w;
@@ -553,13 +551,20 @@ inline void add_fused_experts(std::vector<planned_tensor>& plan, std::map<std::s
     std::string why;
     const std::vector<expert_piece> pieces = split_fused_experts(t.name, t.shape, mc, why);
     if (pieces.empty()) fail<unsupported_error>(where, t.name, why);
+    const bool native = repack_from && t.scale && t.scale->encoding == source_encoding::mxfp4;
+    std::pair<std::string, std::string> files;  // the blocks' and the scales' shards, looked up once
+    if (native)
+        for (const source_tensor& s : repack_from->tensors()) {
+            if (s.name == t.scale->codes) files.first = dir + "/" + s.file;
+            if (s.name == t.scale->name) files.second = dir + "/" + s.file;
+        }
     for (const expert_piece& piece : pieces) {
         const source_tensor part{piece.name, t.type, piece.shape, t.file, t.scale};
         const auto m = map_hf_name(piece.name, h.arch, static_cast<int>(h.n_head), static_cast<int>(h.n_head_kv));
         if (!m || m->expert < 0) fail<unsupported_error>(where, t.name, "expert piece " + piece.name + " has no GGUF name for " + h.arch_name);
         check_source_tensor(part, *m, h, where);
-        const bool packed = repack_from && t.scale && t.scale->encoding == source_encoding::mxfp4 && piece.shape.size() == 2;
-        const mxfp4_packed_weight pw = packed ? native_mxfp4_rows(t, piece, dir, *repack_from) : mxfp4_packed_weight{};
+        const bool packed = native && piece.shape.size() == 2;
+        const mxfp4_packed_weight pw = packed ? native_mxfp4_rows(t, piece, files) : mxfp4_packed_weight{};
         add_expert_slice(plan, stacked, part, *m, h, where, t.name, piece.cut, packed ? &pw : nullptr);
     }
 }
