@@ -100,12 +100,8 @@ void read_input(benchmark::State& state) {
 void convert_w4a8(benchmark::State& state) {
     const quant_spec w4{4, 64, true, scale_method::search, dtype::BF16};
     for (auto _ : state) {
-        convert_options o;
-        o.format = output_format::gptq;
-        o.rules.default_scheme = w4;
+        convert_options o = qforge_bench::bench_options(output_format::gptq, w4);
         o.rules.untie("model.embed_tokens.weight").quantize("lm_head", w4);
-        o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
-        o.overwrite = true;
         o.read = state.range(0) == 1 ? source_read::mapped : source_read::pread;
         reset_hwm();
         std::ifstream("/proc/loadavg") >> g.load;
@@ -135,11 +131,8 @@ void convert_w4a8(benchmark::State& state) {
 
 void convert_w4a16(benchmark::State& state) {
     for (auto _ : state) {
-        convert_options o;
-        o.format = output_format::compressed_tensors;
-        o.rules.default_scheme = quant_spec{4, 128, true, scale_method::minmax, std::nullopt};
-        o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
-        o.overwrite = true;
+        const convert_options o =
+            qforge_bench::bench_options(output_format::compressed_tensors, {4, 128, true, scale_method::minmax, std::nullopt});
         const double cpu0 = process_cpu_s();
         const auto t0 = std::chrono::steady_clock::now();
         convert(g.src, g.root + "/out", o);

@@ -124,12 +124,8 @@ void read_input(benchmark::State& state) {
 
 void run_convert(benchmark::State& state, source_read read, double& hwm, double& secs) {
     for (auto _ : state) {
-        convert_options o;
+        convert_options o = qforge_bench::bench_options(output_format::compressed_tensors, {4, 128, true, scale_method::minmax, std::nullopt});
         o.read = read;
-        o.format = output_format::compressed_tensors;
-        o.rules.default_scheme = quant_spec{4, 128, true, scale_method::minmax, std::nullopt};
-        o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
-        o.overwrite = true;
         reset_hwm();
         const auto t0 = std::chrono::steady_clock::now();
         convert(g.src, g.root + "/out", o);
@@ -278,11 +274,8 @@ void read_fp8(benchmark::State& state, fp8_state& st, std::int64_t experts) {
 void convert_fp8(benchmark::State& state, fp8_state& st, std::int64_t experts) {
     fp8_ensure(st, experts);
     for (auto _ : state) {
-        convert_options o;
-        o.format = output_format::compressed_tensors;
-        o.rules.default_scheme = quant_spec{4, 128, true, scale_method::minmax, std::nullopt};
-        o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
-        o.overwrite = true;
+        const convert_options o =
+            qforge_bench::bench_options(output_format::compressed_tensors, {4, 128, true, scale_method::minmax, std::nullopt});
         st.start_mib = vm_rss_mib();
         reset_hwm();
         const auto t0 = std::chrono::steady_clock::now();
@@ -374,11 +367,7 @@ void read_oss(benchmark::State& state, fp8_state& st, std::int64_t experts) {
 void convert_oss(benchmark::State& state, fp8_state& st, std::int64_t experts) {
     oss_ensure(st, experts);
     timed_conversion(state, st, [&](const std::string& out) {
-        convert_options o;
-        o.format = output_format::compressed_tensors_nvfp4;
-        o.rules.default_scheme = quant_spec{4, 16, true, scale_method::minmax, std::nullopt};
-        o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
-        convert(st.src, out, o);
+        convert(st.src, out, qforge_bench::bench_options(output_format::compressed_tensors_nvfp4, {4, 16, true, scale_method::minmax, std::nullopt}));
     });
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/io/file.hpp"
@@ -24,6 +25,17 @@ namespace qforge_bench {
 inline std::uint64_t env_or(const char* name, std::uint64_t fallback) {
     const char* v = std::getenv(name);
     return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
+}
+
+/// The options of a timed end-to-end conversion: `format` with `scheme` on every linear,
+/// QFORGE_BENCH_THREADS threads (2 by default), replacing the previous run's output.
+inline qforge::convert_options bench_options(qforge::output_format format, const qforge::quant_spec& scheme) {
+    qforge::convert_options o;
+    o.format = format;
+    o.rules.default_scheme = scheme;
+    o.threads = static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2));
+    o.overwrite = true;
+    return o;
 }
 
 /// Seconds on the steady clock (differences only).
