@@ -280,6 +280,11 @@ TEST_CASE("HF -> GGUF gpt-oss: YaRN keys as GptOssModel writes them, and what ll
         {"tied", [](json& c) { c.set("tie_word_embeddings", true); }, "own output head"},
         {"window", [](json& c) { c.erase("sliding_window"); }, "sliding_window"},
         {"linear", [](json& c) { c.set("rope_scaling", json::object({{"rope_type", "linear"}, {"factor", 2.0}})); }, "yarn is"},
+        {"yarn_ctx",
+         [](json& c) {
+             c.set("rope_scaling", json::object({{"rope_type", "yarn"}, {"factor", 32.0}, {"original_max_position_embeddings", 1e300}}));
+         },
+         "positive 32-bit integer"},
     };
     // A tensor llama.cpp's gpt-oss loader requires, missing: refused before anything is written.
     for (const char* dropped : {"model.layers.1.self_attn.sinks", "model.layers.0.mlp.experts.down_proj_bias"}) {
