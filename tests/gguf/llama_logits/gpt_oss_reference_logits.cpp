@@ -23,6 +23,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,7 +43,7 @@ namespace {
 
 /// A source tensor as float in transformers' in-memory layout (bf16 as stored; a fused MXFP4
 /// expert tensor `base` decoded from its blocks and scales into [E, K, N]).
-std::vector<float> source_values(const checkpoint_source& src, const std::string& base) {
+std::vector<float> decode_source(const checkpoint_source& src, const std::string& base) {
     const std::string blocks = base + "_blocks";
     bool native = false;
     for (const auto& t : src.tensors()) native |= t.name == blocks;
@@ -59,6 +60,14 @@ std::vector<float> source_values(const checkpoint_source& src, const std::string
                     static_cast<float>(std::ldexp(testing::e2m1_by_definition(k % 2 ? byte >> 4 : byte & 15u), sc - 127));
             }
     return out;
+}
+
+/// decode_source, once per tensor (every expert's cut reads the same fused tensor).
+const std::vector<float>& source_values(const checkpoint_source& src, const std::string& base) {
+    static std::map<std::string, std::vector<float>> decoded;
+    auto it = decoded.find(base);
+    if (it == decoded.end()) it = decoded.emplace(base, decode_source(src, base)).first;
+    return it->second;
 }
 
 matrix as_matrix(std::int64_t rows, std::int64_t cols, std::vector<float> w) { return matrix{rows, cols, std::move(w)}; }
@@ -129,7 +138,7 @@ matrix source_tensor_for(const checkpoint_source& src, const std::string& gguf_n
                                   {"ffn_gate_inp.bias", "mlp.router.bias"}};
     for (const dense& d : plain)
         if (leaf == d.gguf) {
-            const std::vector<float> v = source_values(src, p + d.hf);
+            const std::vector<float>& v = source_values(src, p + d.hf);
             const std::int64_t cols = leaf == "attn_output.weight" ? cfg.at("num_attention_heads").as_int() * cfg.at("head_dim").as_int()
                                       : leaf.ends_with(".bias") || leaf.ends_with("norm.weight") || leaf == "attn_sinks.weight" ? 1
                                                                                                                                : H;
@@ -137,7 +146,7 @@ matrix source_tensor_for(const checkpoint_source& src, const std::string& gguf_n
         }
     const bool gate = leaf.starts_with("ffn_gate_exps"), up = leaf.starts_with("ffn_up_exps");
     if (leaf.ends_with(".bias")) {
-        const std::vector<float> v = source_values(src, p + (gate || up ? "mlp.experts.gate_up_proj_bias" : "mlp.experts.down_proj_bias"));
+        const std::vector<float>& v = source_values(src, p + (gate || up ? "mlp.experts.gate_up_proj_bias" : "mlp.experts.down_proj_bias"));
         std::vector<float> out;
         if (gate || up)
             for (std::int64_t r = 0; r < I; ++r) out.push_back(v[static_cast<std::size_t>(e * 2 * I + 2 * r + (up ? 1 : 0))]);
@@ -146,13 +155,13 @@ matrix source_tensor_for(const checkpoint_source& src, const std::string& gguf_n
         return as_matrix(static_cast<std::int64_t>(out.size()), 1, out);
     }
     if (gate || up) {
-        const std::vector<float> v = source_values(src, p + "mlp.experts.gate_up_proj");  // [E, H, 2I]
+        const std::vector<float>& v = source_values(src, p + "mlp.experts.gate_up_proj");  // [E, H, 2I]
         std::vector<float> out;
         for (std::int64_t r = 0; r < I; ++r)
             for (std::int64_t c = 0; c < H; ++c) out.push_back(v[static_cast<std::size_t>((e * H + c) * 2 * I + 2 * r + (up ? 1 : 0))]);
         return as_matrix(I, H, out);
     }
-    const std::vector<float> v = source_values(src, p + "mlp.experts.down_proj");  // [E, I, H]
+    const std::vector<float>& v = source_values(src, p + "mlp.experts.down_proj");  // [E, I, H]
     std::vector<float> out;
     for (std::int64_t r = 0; r < H; ++r)
         for (std::int64_t c = 0; c < I; ++c) out.push_back(v[static_cast<std::size_t>((e * I + c) * H + r)]);
