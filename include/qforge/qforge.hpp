@@ -22,6 +22,7 @@
 #include "qforge/quant/gptq_solver.hpp"
 #include "qforge/quant/least_squares.hpp"
 #include "qforge/quant/prequantized.hpp"
+#include "qforge/quant/quant_options.hpp"
 #include "qforge/quant/quantize.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 #include "qforge/quant/scale_policy.hpp"

@@ -13,8 +13,12 @@
 #include <vector>
 
 #include "qforge/convert/converter.hpp"
-#include "qforge/core/half.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
+#include "qforge/convert/detail/quantize_step.hpp"
+#include "qforge/convert/loaded_scales.hpp"
+#include "qforge/convert/serving_check.hpp"
+#include "qforge/convert/source.hpp"
+#include "qforge/core/half.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/gguf/writer.hpp"
 #include "qforge/io/safetensors/reader.hpp"

@@ -25,6 +25,7 @@
 
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
+#include "qforge/convert/source.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/minifloat.hpp"
 #include "qforge/io/checkpoint.hpp"

@@ -21,6 +21,7 @@
 #include "qforge/convert/demo_checkpoint.hpp"
 #include "qforge/convert/gguf/converter.hpp"
 #include "qforge/convert/gpt_oss_source.hpp"
+#include "qforge/convert/source.hpp"
 #include "qforge/io/file.hpp"
 #include "support/checkpoint_fixture.hpp"
 #include "support/gpt_oss_checkpoint.hpp"

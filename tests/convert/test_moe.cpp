@@ -19,6 +19,7 @@
 
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
+#include "qforge/convert/source.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/io/file.hpp"
 #include "support/checkpoint_fixture.hpp"

@@ -22,6 +22,7 @@
 #include "qforge/convert/activation_amax.hpp"
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
+#include "qforge/convert/source.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/io/checkpoint.hpp"
 #include "qforge/io/file.hpp"

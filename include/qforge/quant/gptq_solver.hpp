@@ -41,21 +41,13 @@
 #include "qforge/core/parallel.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/quant/detail/gptq_linalg.hpp"
+#include "qforge/quant/quant_options.hpp"
 #include "qforge/quant/quantize.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 #include "qforge/quant/scale_policy.hpp"
 #include "qforge/simd/dispatch.hpp"
 
 namespace qforge {
-
-struct gptq_solver_options {
-    quant_options quant{};       ///< bits, group size, symmetry, scale policy (any, incl. custom), scale dtype
-    double damp_percent = 0.01;  ///< dampening as a fraction of mean diag(H) (AutoGPTQ 0.01, transformers 0.1)
-    int block_size = 128;        ///< columns per lazy-update block
-    bool act_order = false;      ///< process columns by descending diag(H) (desc_act)
-    bool static_groups = false;  ///< choose every group's grid from the original weights first
-    int damp_retries = 6;        ///< extra attempts, each with 10x the dampening
-};
 
 /// What the solver did, for reports.
 struct gptq_solver_report {

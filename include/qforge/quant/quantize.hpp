@@ -39,6 +39,7 @@
 #include "qforge/core/parallel.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/core/zeroed_buffer.hpp"
+#include "qforge/quant/quant_options.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
 #include "qforge/quant/scale_policy.hpp"
 #include "qforge/quant/scheme.hpp"
@@ -47,18 +48,6 @@
 #include "qforge/simd/no_contract.hpp"
 
 namespace qforge {
-
-struct quant_options {
-    int bits = 4;                                      ///< 2..8
-    int group_size = 128;                              ///< power of two <= K, or -1 (per channel)
-    bool symmetric = true;                             ///< zero pinned at 2^(bits-1)
-    scale_policy policy = scale_policy::gptq_absmax;   ///< must suit `symmetric` (policy_supports)
-    dtype scale_dtype = dtype::F16;                    ///< F16 or BF16
-    search_params search{};                            ///< mse: norm, grid, max_shrink
-    std::span<const float> importance{};               ///< empty, or one weight >= 0 per input column
-    std::optional<simd::isa> isa{};                    ///< empty: simd::active_isa()
-    group_policy custom{};                             ///< used when policy == custom
-};
 
 namespace detail {
 

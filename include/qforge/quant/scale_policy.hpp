@@ -48,52 +48,12 @@
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
+#include "qforge/quant/quant_options.hpp"
 #include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/kernel_table.hpp"
 #include "qforge/simd/rounding.hpp"
 
 namespace qforge {
-
-enum class scale_policy { absmax, gptq_absmax, seed_fixed, seed_search, minmax, awq_minmax, mse, custom };
-
-inline constexpr std::array<scale_policy, 8> all_scale_policies{
-    scale_policy::absmax, scale_policy::gptq_absmax, scale_policy::seed_fixed, scale_policy::seed_search,
-    scale_policy::minmax, scale_policy::awq_minmax,  scale_policy::mse,        scale_policy::custom};
-
-constexpr std::string_view policy_name(scale_policy p) noexcept {
-    switch (p) {
-        case scale_policy::absmax: return "absmax";
-        case scale_policy::gptq_absmax: return "gptq_absmax";
-        case scale_policy::seed_fixed: return "seed_fixed";
-        case scale_policy::seed_search: return "seed_search";
-        case scale_policy::minmax: return "minmax";
-        case scale_policy::awq_minmax: return "awq_minmax";
-        case scale_policy::mse: return "mse";
-        case scale_policy::custom: return "custom";
-    }
-    return "?";
-}
-
-constexpr std::optional<scale_policy> policy_from_name(std::string_view name) noexcept {
-    for (scale_policy p : all_scale_policies)
-        if (policy_name(p) == name) return p;
-    return std::nullopt;
-}
-
-/// Whether policy `p` is defined for a symmetric (or asymmetric) scheme.
-constexpr bool policy_supports(scale_policy p, bool symmetric) noexcept {
-    switch (p) {
-        case scale_policy::absmax:
-        case scale_policy::gptq_absmax:
-        case scale_policy::seed_fixed:
-        case scale_policy::seed_search: return symmetric;
-        case scale_policy::minmax:
-        case scale_policy::awq_minmax: return !symmetric;
-        case scale_policy::mse:
-        case scale_policy::custom: return true;
-    }
-    return false;
-}
 
 /// The seed exporter's candidate factors, in its order (gptq_cpu_export.py).
 inline constexpr std::array<float, 8> seed_factors{1.06f, 1.0f, 0.95f, 0.9f, 0.875f, 0.85f, 0.8f, 0.75f};
@@ -177,22 +137,6 @@ struct group_view {
     float error(std::uint16_t scale_bits, std::int32_t zero, float norm = 2.0f) const noexcept {
         return kernels->error(w, imp, n, grid(scale_bits, zero, norm));
     }
-};
-
-/// What a policy decides for one group.
-struct group_choice {
-    std::uint16_t scale = 0;  ///< storage pattern (F16/BF16 per group_view::scale_dtype)
-    std::int32_t zero = 0;    ///< code-space zero point
-};
-
-/// A user-supplied policy (scale_policy::custom).
-using group_policy = std::function<group_choice(const group_view&)>;
-
-/// Parameters of the search policies.
-struct search_params {
-    float norm = 2.4f;        ///< mse error exponent (llm-compressor default 2.4; 2.0 = squared)
-    int grid = 100;           ///< mse grid
-    float max_shrink = 0.2f;  ///< mse: candidates i = 0 .. floor(max_shrink * grid) - 1
 };
 
 namespace detail {

@@ -27,6 +27,7 @@
 
 #include "qforge/convert/cluster/finalize.hpp"
 #include "qforge/convert/gguf/converter.hpp"
+#include "qforge/convert/gguf/detail/conversion.hpp"
 #include "qforge/core/config.hpp"
 
 namespace qforge::cluster {

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "qforge/convert/converter.hpp"
+#include "qforge/convert/detail/conversion_run.hpp"
 #include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/file.hpp"

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "qforge/convert/gguf/converter.hpp"
+#include "qforge/convert/gguf/detail/conversion.hpp"
 #include "qforge/convert/serving_check.hpp"
 #include "qforge/io/gguf/writer.hpp"
 
