@@ -3,9 +3,11 @@
 # translation unit (issue 14 item 6). CPU seconds (user + sys) of one compile each:
 #   std       the standard / system headers that qforge's headers include, alone
 #   umbrella  an empty main() that includes qforge/qforge.hpp
+#   umb-sep   the same with QFORGE_SEPARATE_COMPILATION (the entry points' runs declared only)
 #   conv      bench/compile_cost/custom_converter.cpp (a 33-line converter)
 #   conv-std  the standard headers that converter's includes pull in, alone
 #   conv-sep  the converter with QFORGE_SEPARATE_COMPILATION (its qforge code compiled elsewhere)
+#   sep-std   the standard headers the converter's includes pull in in that mode, alone
 #   impl      the one TU that defines QFORGE_IMPLEMENTATION (paid once per program)
 # and the ratios the issue aims at (umbrella <= 2x std, converter <= 3x its std headers).
 # With QFORGE_COST_FOLDER=<tests folder> (e.g. io) it also compiles that test folder file by file
@@ -25,8 +27,10 @@ trap 'rm -rf "$tmp"' EXIT
 
 # The system headers a TU's qforge headers include directly, in the order they are first
 # included (from the compiler's -H include tree, so #if-guarded ones are only counted when used).
-std_headers_of() {  # SOURCE
-    "$CXX" -std=c++20 "${FLAGS[@]}" -Iinclude -H -fsyntax-only "$1" 2>&1 >/dev/null | python3 -c '
+std_headers_of() {  # SOURCE [EXTRA FLAGS...]
+    local src="$1"
+    shift
+    "$CXX" -std=c++20 "${FLAGS[@]}" "$@" -Iinclude -H -fsyntax-only "$src" 2>&1 >/dev/null | python3 -c '
 import re, sys
 stack, seen = [], []
 for line in sys.stdin:
@@ -58,6 +62,7 @@ printf '#include "qforge/qforge.hpp"\nint main() {}\n' >"$tmp/umbrella.cpp"
 { std_headers_of "$tmp/umbrella.cpp"; printf 'int main() {}\n'; } >"$tmp/std.cpp"
 conv=bench/compile_cost/custom_converter.cpp
 { std_headers_of "$conv"; printf 'int main() {}\n'; } >"$tmp/conv_std.cpp"
+{ std_headers_of "$conv" -DQFORGE_SEPARATE_COMPILATION; printf 'int main() {}\n'; } >"$tmp/sep_std.cpp"
 printf '#define QFORGE_IMPLEMENTATION\n#include "qforge/qforge.hpp"\n' >"$tmp/impl.cpp"
 
 echo "$CXX ${FLAGS[*]} (CPU seconds, one compile each; $(nproc) CPUs, load before:$(cut -d' ' -f1-3 /proc/loadavg))"
@@ -66,7 +71,9 @@ cpu umbrella "$tmp/umbrella.cpp"
 cpu conv-std "$tmp/conv_std.cpp"
 cpu conv "$conv"
 if grep -rq QFORGE_SEPARATE_COMPILATION include/qforge/core/config.hpp 2>/dev/null; then
+    cpu umb-sep "$tmp/umbrella.cpp" -DQFORGE_SEPARATE_COMPILATION
     cpu conv-sep "$conv" -DQFORGE_SEPARATE_COMPILATION
+    cpu sep-std "$tmp/sep_std.cpp"
     cpu impl "$tmp/impl.cpp" -DQFORGE_SEPARATE_COMPILATION
 fi
 awk -v u="$(secs umbrella)" -v s="$(secs std)" -v c="$(secs conv)" -v cs="$(secs conv-std)" 'BEGIN {
@@ -75,6 +82,9 @@ awk -v u="$(secs umbrella)" -v s="$(secs std)" -v c="$(secs conv)" -v cs="$(secs
 if [[ -n "$(secs conv-sep)" ]]; then
     awk -v c="$(secs conv-sep)" -v cs="$(secs conv-std)" 'BEGIN {
         printf "separate converter / its std %5.2fx\n", c / cs }'
+    awk -v c="$(secs conv-sep)" -v cs="$(secs sep-std)" 'BEGIN {
+        printf "separate converter / the std headers it includes in that mode %5.2fx\n", c / cs }'
+    awk -v u="$(secs umb-sep)" -v s="$(secs std)" 'BEGIN { printf "separate umbrella / std      %5.2fx\n", u / s }'
 fi
 if [[ -n "${QFORGE_COST_FOLDER:-}" ]]; then
     folder="tests/$QFORGE_COST_FOLDER"
