@@ -224,11 +224,15 @@ inline bool dense_has_stray_bits(const std::uint32_t* src, std::ptrdiff_t src_st
 }
 
 // Transposed packers (GPTQ qweight [W][N] from codes [N][K]). Rows are read whole and in
-// order, sixteen at a time (sequential reads keep the prefetchers streaming), their words go
-// to a small [W][16] buffer, and each output row gets a whole 64-byte line per block. Writing
-// each word straight down its [W][N] column instead stores to addresses N*4 bytes apart and
-// ran 10x slower than a memcpy; gathering columns across many rows was slower still.
-inline constexpr std::int64_t tile_rows = 16;
+// order, sixty-four at a time (sequential reads keep the prefetchers streaming), their words
+// go to a small [W][64] buffer, and each output row gets four whole 64-byte lines per block.
+// Writing each word straight down its [W][N] column instead stores to addresses N*4 bytes
+// apart and ran 10x slower than a memcpy; gathering columns across many rows was slower
+// still. Sixteen rows (one line per output row, a page visit per 64 bytes) made the GPTQ
+// 4-bit pack 1.3-1.7x slower and the RTN quantize_packed path 12% slower (bench_pack,
+// bench_quantize, 2026-12-04, Zen 4); 128 rows no longer fit the buffer in L1/L2 and were
+// slower than either.
+inline constexpr std::int64_t tile_rows = 64;
 
 /// The OR of the bytes c[0..n): whether any code has a bit above b set, in one read of the
 /// codes (a weight's worth of codes is validated before every pack).
@@ -257,7 +261,7 @@ inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, 
         } else {
             for (std::int64_t r = 0; r < nr; ++r) pack_dense(codes + (r0 + r) * cols, 1, cols, bits, tmp + r, tile_rows);
         }
-        if (nr == tile_rows) {  // a constant size: the copy compiles to four vector moves
+        if (nr == tile_rows) {  // a constant size: the copy compiles to a few vector moves
             for (std::int64_t w = 0; w < words; ++w)
                 std::memcpy(dst + w * dst_stride + r0, tmp + w * tile_rows, tile_rows * sizeof(std::uint32_t));
         } else {
