@@ -30,7 +30,6 @@
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 

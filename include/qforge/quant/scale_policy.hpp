@@ -39,10 +39,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "qforge/core/dtype.hpp"

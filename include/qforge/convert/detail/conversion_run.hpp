@@ -74,10 +74,6 @@ inline std::string out_type_text(const plan& p, const plan_item& it) {
     return std::string(format_name(p.format)) + " " + scheme_to_string(it.scheme);
 }
 
-}  // namespace detail
-
-namespace detail {
-
 /// The inputs beside the checkpoint: GPTQ Hessians, the imatrix, and whether act-order
 /// regroups columns. Opened (and their combinations refused) before the output folder exists.
 /// Built in place: the importance lookup points into the imatrix.
