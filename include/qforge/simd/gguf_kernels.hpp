@@ -13,6 +13,7 @@
 // which ggml asserts) clamped to the grid, so they never leave the float domain.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>

@@ -557,24 +557,28 @@ QFORGE_KFN void store_block_codes(std::byte* out, const vf* c) noexcept {
     }
 }
 
-/// ggml's signed max of a block: the first element whose |x| is `a`, the block's max |x|.
-/// When every element at max |x| has one sign (all but a few blocks) that element is the
-/// largest (or smallest) of them, found without a branch on where it lies (a mispredicted one
-/// per block held Q4_0 and Q5_0); otherwise the first one is searched for.
-QFORGE_KFN float block_signed_max(const float* x, const vf* v, float a) noexcept {
-    if (!(a > 0)) return 0.0f;
-    const vf va = vset(a), below = vset(-3.40282347e38f), above = vset(3.40282347e38f);
-    vf hi = below, lo = above;
+/// ggml's signed max of a block: the first element whose |x| is the block's max |x|, or 0
+/// where every |x| is 0. The block's max and min hold the answer without a search unless they
+/// are +a and -a: only then do elements of both signs share max |x|, and the first of them is
+/// looked for. (Finite input: the converter refuses NaN and infinity before quantizing.)
+QFORGE_KFN float block_signed_max(const float* x) noexcept {
+    vf hi = vset(-3.40282347e38f), lo = vset(3.40282347e38f);
 #pragma GCC unroll 4
     for (std::size_t k = 0; k < block_steps; ++k) {
-        const auto at_max = gg_eq(vabs(v[k]), va);
-        hi = vmax(hi, gg_blend(at_max, v[k], below));
-        lo = vmin(lo, gg_blend(at_max, v[k], above));
+        const vf v = vload(x + lanes * k);
+        hi = vmax(v, hi);
+        lo = vmin(v, lo);
     }
     const float h = vhmax(hi), l = vhmin(lo);
-    if (h == l) return h;
+    if (h != -l) {
+        // a select by mask, not a branch: which sign holds max |x| is a coin toss per block
+        const std::uint32_t pick_h = 0u - static_cast<std::uint32_t>(h > -l);
+        return std::bit_cast<float>((std::bit_cast<std::uint32_t>(h) & pick_h) |
+                                    (std::bit_cast<std::uint32_t>(l) & ~pick_h));
+    }
+    if (!(h > 0)) return 0.0f;
     for (std::size_t k = 0; k < block_steps; ++k) {
-        const int at = gg_first(gg_eq(vabs(v[k]), vset(a)));
+        const int at = gg_first(gg_eq(vabs(vload(x + lanes * k)), vset(h)));
         if (at >= 0) return x[lanes * k + static_cast<std::size_t>(at)];
     }
     return 0.0f;
@@ -619,8 +623,7 @@ struct block_scale {
 
 /// Q4_0 / Q5_0 (levels 16 / 32): ggml's d = signed max / -(levels / 2).
 QFORGE_KFN block_scale signed_scale(const float* x, float levels) noexcept {
-    vf v[block_steps];
-    const float d = block_signed_max(x, v, block_absmax(x, v)) / -(levels / 2);
+    const float d = block_signed_max(x) / -(levels / 2);
     return {d, d != 0 ? 1.0f / d : 0.0f, 0};
 }
 
