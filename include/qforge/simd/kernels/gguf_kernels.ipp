@@ -92,25 +92,27 @@ QFORGE_KFN void store_lanes(const float* lf, std::size_t count, std::size_t firs
 }
 
 // ---- make_qkx2_quants, one sub-block per lane (Q4_K, Q5_K: 32 elements; Q2_K: 16) ---------
-/// One search step: this iscale's codes and their weighted sums.
+/// One search step: this iscale's codes round(iscale * (x - min)) and their weighted sums.
 template <int N, bool Lo, bool Hi>
-QFORGE_KFN void qkx2_step(const float (*xm)[W], const float (*wt)[W], const float (*xt)[W], float (*laux)[W], wv iscale,
-                          wv fmax, wv& sum_l, wv& sum_l2, wv& sum_xl) noexcept {
+QFORGE_KFN void qkx2_step(const float (*xt)[W], const float (*wt)[W], float (*laux)[W], wv iscale, wv min, wv fmax,
+                          wv& sum_l, wv& sum_l2, wv& sum_xl) noexcept {
     const wv zero = wset(0.f);
     for (int i = 0; i < N; ++i) {
-        const wv l = wround_clamp<Lo, Hi>(iscale * wload(xm[i]), zero, fmax);
+        const wv x = wload(xt[i]);
+        const wv l = wround_clamp<Lo, Hi>(iscale * (x - min), zero, fmax);
         wstore(laux[i], l);
         const wv wl = wload(wt[i]) * l;
         sum_l = sum_l + wl;
         sum_l2 = sum_l2 + wl * l;
-        sum_xl = sum_xl + wl * wload(xt[i]);
+        sum_xl = sum_xl + wl * x;
     }
 }
 
 /// ggml's weights (Q4_K/Q5_K: av_x + |x|, av_x = sqrt(sum x^2 / N); Q2_K: |x|) and the sums
-/// before the search: min, max, sum_w, sum_x.
+/// before the search: min (at most 0), the lowest x, max, sum_w, sum_x.
 template <int N, bool AvX>
-QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& max, wv& sum_w, wv& sum_x) noexcept {
+QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& lowest, wv& max, wv& sum_w,
+                           wv& sum_x) noexcept {
     if constexpr (AvX) {
         wv sum_x2 = wload(xt[0]) * wload(xt[0]);
         for (int i = 1; i < N; ++i) sum_x2 = sum_x2 + wload(xt[i]) * wload(xt[i]);
@@ -130,6 +132,7 @@ QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& ma
         sum_w = sum_w + w;
         sum_x = sum_x + w * x;
     }
+    lowest = min;
     min = wmin(wset(0.f), min);
 }
 
@@ -142,12 +145,17 @@ QFORGE_KFN wv qkx2_err(wv diff) noexcept {
 
 /// The search of W sub-blocks of N elements (xt transposed); lf receives the codes, scale and min
 /// the results.
+///
+/// An accepted step's codes are not copied out: each lane keeps the iscale and min they came
+/// from, and the codes are computed again from those at the end, the same operations on the
+/// same values (the clamps the steps skip cannot bind there, see below). With W lanes some
+/// lane accepts at most steps, and copying its N codes each time cost a quarter of the search.
 template <int N, bool AvX, bool Mad>
 QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nstep, float (*lf)[W], wv& scale_out,
                            wv& min_out) noexcept {
-    alignas(64) float wt[32][W], xm[32][W], laux[32][W];  // weights, x - min, this step's codes
-    wv min, max, sum_w, sum_x;
-    qkx2_setup<N, AvX>(xt, wt, min, max, sum_w, sum_x);
+    alignas(64) float wt[32][W], laux[32][W];  // weights, this step's codes
+    wv min, lowest, max, sum_w, sum_x;
+    qkx2_setup<N, AvX>(xt, wt, min, lowest, max, sum_w, sum_x);
     const wv min0 = min, top = wset(fmax), zero = wset(0.f);
     const wm degenerate = weq(max, min);
     wv iscale = top / (max - min);
@@ -155,14 +163,12 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
     wv best_error = zero;
     for (int i = 0; i < N; ++i) {
         const wv x = wload(xt[i]);
-        const wv d = x - min;
-        wstore(xm[i], d);
-        const wv l = wround_clamp(iscale * d, zero, top);
-        wstore(lf[i], l);
+        const wv l = wround_clamp(iscale * (x - min), zero, top);
         const wv diff = scale * l + min - x;
         best_error = best_error + wload(wt[i]) * qkx2_err<Mad>(diff);
     }
-    bool below_min = false;  // some x - min < 0 (never before a min is accepted)
+    wv code_iscale = iscale, code_min = min;  // what the kept codes are computed from
+    bool below_min = false;  // some x < min (never before a min is accepted)
     for (int is = 0; is <= nstep; ++is) {
         const float c = rmin + detail::no_contract(0.1f * static_cast<float>(is)) + fmax;
         iscale = wset(c) / (max - min);  // min moves when a step is accepted, as in ggml
@@ -171,11 +177,11 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
         // round above fmax, and the lower one only once an accepted min left some x below it.
         const bool hi = c >= fmax + 0.499f;
         if (below_min) {
-            if (hi) qkx2_step<N, true, true>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
-            else qkx2_step<N, true, false>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
+            if (hi) qkx2_step<N, true, true>(xt, wt, laux, iscale, min, top, sum_l, sum_l2, sum_xl);
+            else qkx2_step<N, true, false>(xt, wt, laux, iscale, min, top, sum_l, sum_l2, sum_xl);
         } else {
-            if (hi) qkx2_step<N, false, true>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
-            else qkx2_step<N, false, false>(xm, wt, xt, laux, iscale, top, sum_l, sum_l2, sum_xl);
+            if (hi) qkx2_step<N, false, true>(xt, wt, laux, iscale, min, top, sum_l, sum_l2, sum_xl);
+            else qkx2_step<N, false, false>(xt, wt, laux, iscale, min, top, sum_l, sum_l2, sum_xl);
         }
         const wv D = sum_w * sum_l2 - sum_l * sum_l;
         const wm d_pos = wgt(D, zero);
@@ -183,8 +189,10 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
         wv this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
         wv this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
         const wm min_pos = wgt(this_min, zero);
-        this_min = wblend(min_pos, zero, this_min);
-        this_scale = wblend(min_pos, sum_xl / sum_l2, this_scale);
+        if (wany(min_pos)) {  // rare: the division below is a tenth of a step's time
+            this_min = wblend(min_pos, zero, this_min);
+            this_scale = wblend(min_pos, sum_xl / sum_l2, this_scale);
+        }
         wv cur_error = zero;
         for (int i = 0; i < N; ++i) {
             const wv diff = this_scale * wload(laux[i]) + this_min - wload(xt[i]);
@@ -194,18 +202,17 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
         if (!wany(accept)) continue;
         best_error = wblend(accept, cur_error, best_error);
         scale = wblend(accept, this_scale, scale);
+        code_iscale = wblend(accept, iscale, code_iscale);
+        code_min = wblend(accept, min, code_min);
         min = wblend(accept, this_min, min);
-        wv lowest = zero;
-        for (int i = 0; i < N; ++i) {
-            wstore(lf[i], wblend(accept, wload(laux[i]), wload(lf[i])));
-            const wv d = wload(xt[i]) - min;
-            wstore(xm[i], d);
-            lowest = wmin(d, lowest);
-        }
-        below_min = wany(wlt(lowest, zero));
+        below_min = wany(wlt(lowest, min));  // x - min < 0 exactly where x < min
     }
-    // ggml returns early for max == min: codes 0, scale 0, min untouched
-    for (int i = 0; i < N; ++i) wstore(lf[i], wblend(degenerate, zero, wload(lf[i])));
+    // The kept codes again, fully clamped: where a step skipped a clamp it could not bind.
+    // ggml returns early for max == min: codes 0, scale 0, min untouched.
+    for (int i = 0; i < N; ++i) {
+        const wv l = wround_clamp(code_iscale * (wload(xt[i]) - code_min), zero, top);
+        wstore(lf[i], wblend(degenerate, zero, l));
+    }
     scale_out = wblend(degenerate, zero, scale);
     min_out = wblend(degenerate, min0, min);
 }
