@@ -49,6 +49,12 @@ std::vector<float> kernel_rows(std::int64_t n_per_row) {
     // single max in each of a block's positions in turn
     row([](std::int64_t i) { return i % 32 == 3 ? -2.5f : (i % 32 == 20 ? 2.5f : 0.01f * static_cast<float>(i % 13)); });
     row([](std::int64_t i) { return i % 32 == (i / 32) % 32 ? -4.0f + static_cast<float>((i / 32) % 2) * 8.0f : 0.3f * static_cast<float>(i % 5); });
+    // a loud first sub-block over quiet ones whose scales round to 0 against it: there ggml
+    // keeps the search's codes instead of requantizing, so the search's own codes are compared
+    row([](std::int64_t i) {
+        const float v = static_cast<float>((i * 37) % 23) - 11.0f + 0.37f * static_cast<float>((i * 11) % 7);
+        return i % 256 < 16 ? 0.05f * v : 1e-7f * v;
+    });
     return x;
 }
 

@@ -245,9 +245,11 @@ QFORGE_KFN void k_q2k_search(const float* x, std::size_t count, float* scale, fl
 }
 
 // ---- make_qx_quants(16, 32, x, L, 1, NULL), one 16-element sub-block per lane (Q6_K) --------
+/// As in qkx2_lanes, each lane keeps the iscale of its best codes, which are computed once at
+/// the end rather than copied at every step some lane accepts.
 QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) noexcept {
     constexpr float nmax = 32;
-    alignas(64) float w[16][W], wx[16][W], laux[16][W];  // x*x and (x*x)*x: the same every step
+    alignas(64) float w[16][W], wx[16][W];  // x*x and (x*x)*x: the same every step
     const wv zero = wset(0.f), lo = wset(-nmax), hi = wset(nmax - 1);
     wv amax = zero, max = zero;
     for (int i = 0; i < 16; ++i) {
@@ -265,12 +267,12 @@ QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) 
     wv sumlx = zero, suml2 = zero;
     for (int i = 0; i < 16; ++i) {
         const wv l = wround_clamp(iscale * wload(xt[i]), lo, hi);
-        wstore(lf[i], l);
         sumlx = sumlx + wload(wx[i]) * l;
         suml2 = suml2 + (wload(w[i]) * l) * l;
     }
     wv scale = wblend(wne(suml2, zero), sumlx / suml2, zero);
     wv best = scale * sumlx;
+    wv code_iscale = iscale;
     for (int is = -9; is <= 9; ++is) {
         if (is == 0) continue;
         const float c = -(nmax + detail::no_contract(0.1f * static_cast<float>(is)));
@@ -278,17 +280,19 @@ QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) 
         sumlx = suml2 = zero;
         for (int i = 0; i < 16; ++i) {
             const wv l = wround_clamp(iscale * wload(xt[i]), lo, hi);
-            wstore(laux[i], l);
             sumlx = sumlx + wload(wx[i]) * l;
             suml2 = suml2 + (wload(w[i]) * l) * l;
         }
         const wm accept = wand(wgt(suml2, zero), wgt(sumlx * sumlx, best * suml2));
         if (!wany(accept)) continue;
-        for (int i = 0; i < 16; ++i) wstore(lf[i], wblend(accept, wload(laux[i]), wload(lf[i])));
+        code_iscale = wblend(accept, iscale, code_iscale);
         scale = wblend(accept, sumlx / suml2, scale);
         best = wblend(accept, scale * sumlx, best);
     }
-    for (int i = 0; i < 16; ++i) wstore(lf[i], wblend(zero_lane, zero, wload(lf[i]) + wset(nmax)));
+    for (int i = 0; i < 16; ++i) {
+        const wv l = wround_clamp(code_iscale * wload(xt[i]), lo, hi);
+        wstore(lf[i], wblend(zero_lane, zero, l + wset(nmax)));
+    }
     scale_out = wblend(zero_lane, zero, scale);
 }
 
