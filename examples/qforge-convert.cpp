@@ -36,6 +36,7 @@
 #include "qforge/convert/gguf/dry_run.hpp"
 #include "qforge/convert/gpt_oss_mxfp4.hpp"
 #include "qforge/convert/repack_checkpoint.hpp"
+#include "qforge/convert/serving_check.hpp"
 
 namespace {
 

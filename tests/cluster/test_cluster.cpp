@@ -15,7 +15,9 @@
 
 #include "qforge/convert/cluster.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
+#include "qforge/convert/source.hpp"
 #include "qforge/io/file.hpp"
+#include "qforge/io/gguf/writer.hpp"
 #include "qforge/io/safetensors/writer.hpp"
 #include "support/checkpoint_fixture.hpp"
 

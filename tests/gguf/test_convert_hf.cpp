@@ -17,6 +17,7 @@
 #include "qforge/convert/gguf/converter.hpp"
 #include "qforge/convert/gguf/decode.hpp"
 #include "qforge/convert/gguf/dry_run.hpp"
+#include "qforge/convert/gguf/tokenizer.hpp"
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
