@@ -440,8 +440,10 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale, std
             wstore(st.sumlx[g], sumlx);
             wstore(st.suml2[g], suml2);
             wstore(st.moved[g], moved);
-            for (std::size_t l = 0; l < W && g * W + l < n; ++l)
-                if (st.moved[g][l] != 0) which[m++] = static_cast<std::uint16_t>(g * W + l);
+            for (std::size_t l = 0; l < W && g * W + l < n; ++l) {  // branch-free: a sixth move
+                which[m] = static_cast<std::uint16_t>(g * W + l);
+                m += st.moved[g][l] != 0;
+            }
         }
         for (std::size_t r = 0; r < m; r += W) q3_retry(st, which + r, m - r < W ? m - r : W);
         for (std::size_t g = 0; g < ng; ++g) {
