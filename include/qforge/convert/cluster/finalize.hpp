@@ -14,12 +14,7 @@
 // The result is byte-identical to convert() with the same options (tests/convert/test_cluster.cpp).
 #pragma once
 
-#include <cerrno>
-#include <limits>
 #include <string>
-#include <vector>
-
-#include <unistd.h>
 
 #include "qforge/convert/cluster/work.hpp"
 #include "qforge/core/config.hpp"

@@ -21,9 +21,7 @@
 // it cannot be fingerprinted nor shipped to other nodes; give the imatrix file instead.
 #pragma once
 
-#include <optional>
 #include <string>
-#include <vector>
 
 #include "qforge/convert/cluster/finalize.hpp"
 #include "qforge/convert/gguf/converter.hpp"

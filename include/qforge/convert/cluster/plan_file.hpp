@@ -31,14 +31,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "qforge/convert/converter.hpp"
 #include "qforge/core/config.hpp"
@@ -115,7 +111,6 @@ struct work_unit {
     std::size_t begin = 0, end = 0;  ///< items [begin, end)
     std::uint64_t cost = 0;          ///< estimated, in byte-equivalents of an RTN pass
 };
-
 
 /// Splits items of the given costs into `n` contiguous units of about equal cost (cut where the
 /// running sum crosses k/n of the total; a unit may be empty when one item outweighs a share).

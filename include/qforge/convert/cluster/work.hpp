@@ -15,17 +15,11 @@
 // shared ones clusters use: NFS, Lustre, GPFS) allow from many nodes at once.
 #pragma once
 
-#include <cerrno>
 #include <cstdlib>
-#include <map>
 #include <optional>
-#include <span>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include "qforge/convert/cluster/plan_file.hpp"
 #include "qforge/core/config.hpp"
