@@ -11,6 +11,10 @@
 // process CPU time (std::clock), best of 3: the build machine is shared, and wall time there
 // measures the load.
 // Floors (issue 6): Q4_K and Q5_K >= 10x and >= 0.09 G weights/s; Q6_K >= 8x; Q4_0, Q8_0 >= 2x.
+// Built with -DQFORGE_LLAMA_CPP_DIR (see bench/CMakeLists.txt), it also times ggml's own
+// quantizer, ggml_quantize_chunk from that checkout's ggml-base, on the same rows, checks that
+// qforge's bytes equal ggml's, and prints each SIMD path's ratio to it beside the goal of issue
+// 21: Q4_K/Q5_K >= 25x, Q6_K >= 20x, Q4_0 >= 3x, Q8_0 >= 8x, every other type >= 10x.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -22,6 +26,12 @@
 
 #include "qforge/layout/gguf/quantize.hpp"
 #include "tests/support/synthetic.hpp"
+
+#ifdef QFORGE_BENCH_WITH_GGML
+// bench/ggml_peer.c: ggml_quantize_chunk of rows [0, nrows), no importance matrix.
+extern "C" std::size_t qforge_bench_ggml_quantize(int type, const float* src, void* dst, std::int64_t nrows,
+                                                  std::int64_t n_per_row);
+#endif
 
 namespace {
 
@@ -38,20 +48,54 @@ void scalar_port(ggml_type t, const float* x, std::int64_t nrow, std::byte* out)
     });
 }
 
-/// isa: a SIMD path of quantize_rows; nullopt: the scalar port.
-double seconds_per_run(ggml_type t, const float* x, std::int64_t nrow, std::byte* out, std::optional<simd::isa> isa,
-                       int reps) {
+/// Best of `reps` process-CPU times of `run()`.
+template <class Run>
+double best_seconds(int reps, Run run) {
     double best = 1e30;
     for (int r = 0; r < reps; ++r) {
         const std::clock_t t0 = std::clock();
-        if (isa) quantize_rows(t, x, nrow, cols, nullptr, out, *isa);
-        else scalar_port(t, x, nrow, out);
-        benchmark::DoNotOptimize(out);
+        run();
         benchmark::ClobberMemory();
         best = std::min(best, static_cast<double>(std::clock() - t0) / CLOCKS_PER_SEC);
     }
     return best;
 }
+
+/// isa: a SIMD path of quantize_rows; nullopt: the scalar port.
+double seconds_per_run(ggml_type t, const float* x, std::int64_t nrow, std::byte* out, std::optional<simd::isa> isa,
+                       int reps) {
+    return best_seconds(reps, [&] {
+        if (isa) quantize_rows(t, x, nrow, cols, nullptr, out, *isa);
+        else scalar_port(t, x, nrow, out);
+        benchmark::DoNotOptimize(out);
+    });
+}
+
+#ifdef QFORGE_BENCH_WITH_GGML
+/// Issue 21's goal for a SIMD path against ggml's own quantizer.
+double goal_vs_ggml(ggml_type t) {
+    switch (t) {
+        case ggml_type::q4_k:
+        case ggml_type::q5_k: return 25;
+        case ggml_type::q6_k: return 20;
+        case ggml_type::q4_0: return 3;
+        case ggml_type::q8_0: return 8;
+        default: return 10;
+    }
+}
+
+/// ggml's own quantizer on the same rows (no importance matrix: quantize_row_<t>_ref), its
+/// rate in weights/s, and whether its bytes equal `ours`.
+double ggml_rate(ggml_type t, const float* x, std::int64_t nrow, const std::byte* ours, std::size_t bytes, bool& same) {
+    std::vector<std::byte> out(bytes);
+    const double s = best_seconds(3, [&] {
+        qforge_bench_ggml_quantize(static_cast<int>(t), x, out.data(), nrow, cols);
+        benchmark::DoNotOptimize(out.data());
+    });
+    same = std::memcmp(out.data(), ours, bytes) == 0;
+    return static_cast<double>(nrow * cols) / s;
+}
+#endif
 
 }  // namespace
 
@@ -69,6 +113,12 @@ int main() {
         double floor;
     };
     bool all_ok = true;
+    struct ggml_row {
+        ggml_type t;
+        double rate, avx2, avx512, goal;
+        bool same;
+    };
+    std::vector<ggml_row> vs_ggml;
     for (const auto& [t, ref_rows, floor] :
          {row{ggml_type::q4_k, 128, 10}, row{ggml_type::q5_k, 128, 10}, row{ggml_type::q6_k, 256, 8},
           row{ggml_type::q4_0, 256, 2}, row{ggml_type::q8_0, 256, 2}, row{ggml_type::q2_k, 128, 0},
@@ -99,6 +149,21 @@ int main() {
         std::printf("%-6s %9lld %12.1f %11.1f %6.1fx %5.0fx %-9s %12.1f %6.1fx %11.1f%s\n", std::string(type_name(t)).c_str(),
                     static_cast<long long>(ref_rows), w_ref / 1e6, w_fast / 1e6, ratio, floor, same ? "yes" : "NO",
                     w_wide / 1e6, w_wide / w_ref, w_whole / 1e6, ok ? "" : "  <-- below floor or differs");
+#ifdef QFORGE_BENCH_WITH_GGML
+        bool ggml_same = false;
+        const double w_ggml = ggml_rate(t, x.data(), ref_rows, ref_out, part, ggml_same);
+        all_ok &= ggml_same;
+        const double goal = goal_vs_ggml(t);
+        vs_ggml.push_back({t, w_ggml, w_fast / w_ggml, wide ? w_wide / w_ggml : 0, goal, ggml_same});
+#endif
+    }
+    if (!vs_ggml.empty()) {
+        std::printf("\nagainst ggml's own quantizer (ggml_quantize_chunk, same rows, same run):\n");
+        std::printf("%-6s %10s %9s %11s %6s %-9s %s\n", "type", "ggml Mw/s", "avx2/ggml", "avx512/ggml", "goal", "identical",
+                    "avx2 meets goal");
+        for (const auto& g : vs_ggml)
+            std::printf("%-6s %10.1f %8.1fx %10.1fx %5.0fx %-9s %s\n", std::string(type_name(g.t)).c_str(), g.rate / 1e6,
+                        g.avx2, g.avx512, g.goal, g.same ? "yes" : "NO", g.avx2 >= g.goal ? "yes" : "no");
     }
     return all_ok ? 0 : 1;
 }
