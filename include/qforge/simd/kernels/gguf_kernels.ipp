@@ -245,43 +245,73 @@ QFORGE_KFN void k_q2k_search(const float* x, std::size_t count, float* scale, fl
 }
 
 // ---- make_qx_quants(16, 32, x, L, 1, NULL), one 16-element sub-block per lane (Q6_K) --------
+/// One step's sums for codes round(iscale * x) clamped to [-32, 31]. Lo/Hi false: no lane's
+/// code can cross that bound at this step, so the clamp is left out (min and max share the
+/// multiplier's ports, and the step has eight multiplies already).
+struct qx32_sums_t {
+    wv lx, l2;  ///< sumlx, suml2
+};
+template <bool Lo, bool Hi>
+[[gnu::always_inline]] QFORGE_KFN qx32_sums_t qx32_step(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], wv iscale) noexcept {
+    const wv lo = wset(-32.f), hi = wset(31.f);
+    wv sumlx = wset(0.f), suml2 = sumlx;
+    for (int i = 0; i < 16; ++i) {
+        const wv l = wround_clamp<Lo, Hi>(iscale * wload(xt[i]), lo, hi);
+        sumlx = sumlx + wload(wx[i]) * l;
+        suml2 = suml2 + (wload(w[i]) * l) * l;
+    }
+    return {sumlx, suml2};
+}
+
+/// qx32_step with only the clamps some lane needs. A product iscale * x is monotonic in x, so
+/// a lane's lowest code comes from its signed max (`low_x`) and its highest from its extreme of
+/// the other sign (`high_x`); the bounds test below is looser than rounding's half.
+[[gnu::always_inline]] QFORGE_KFN qx32_sums_t qx32_sums(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], wv iscale, wv low_x,
+                                 wv high_x) noexcept {
+    const bool lo = wany(wlt(iscale * low_x, wset(-32.25f))) || wany(wne(low_x, low_x));
+    const bool hi = wany(wgt(iscale * high_x, wset(31.25f))) || wany(wne(high_x, high_x));
+    if (lo && hi) return qx32_step<true, true>(xt, w, wx, iscale);
+    if (lo) return qx32_step<true, false>(xt, w, wx, iscale);
+    if (hi) return qx32_step<false, true>(xt, w, wx, iscale);
+    return qx32_step<false, false>(xt, w, wx, iscale);
+}
+
 /// As in qkx2_lanes, each lane keeps the iscale of its best codes, which are computed once at
 /// the end rather than copied at every step some lane accepts.
 QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) noexcept {
     constexpr float nmax = 32;
     alignas(64) float w[16][W], wx[16][W];  // x*x and (x*x)*x: the same every step
     const wv zero = wset(0.f), lo = wset(-nmax), hi = wset(nmax - 1);
-    wv amax = zero, max = zero;
+    wv amax = zero, max = zero, xmin = wload(xt[0]), xmax = xmin;
     for (int i = 0; i < 16; ++i) {
         const wv x = wload(xt[i]);
         const wv ax = wabs(x);
         const wm gt = wgt(ax, amax);
         amax = wblend(gt, ax, amax);
         max = wblend(gt, x, max);
+        xmin = wmin(x, xmin);
+        xmax = wmax(x, xmax);
         const wv xx = x * x;
         wstore(w[i], xx);
         wstore(wx[i], xx * x);
     }
     const wm zero_lane = wlt(amax, wset(1e-15f));  // GROUP_MAX_EPS
-    wv iscale = wset(-nmax) / max;
-    wv sumlx = zero, suml2 = zero;
-    for (int i = 0; i < 16; ++i) {
-        const wv l = wround_clamp(iscale * wload(xt[i]), lo, hi);
-        sumlx = sumlx + wload(wx[i]) * l;
-        suml2 = suml2 + (wload(w[i]) * l) * l;
-    }
-    wv scale = wblend(wne(suml2, zero), sumlx / suml2, zero);
-    wv best = scale * sumlx;
-    wv code_iscale = iscale;
-    for (int is = -9; is <= 9; ++is) {
+    // iscale has the sign of -max: the highest code comes from the extreme of the other sign
+    const wv high_x = wblend(wgt(max, zero), xmin, xmax);
+    wv scale = zero, best = zero, code_iscale = zero;
+    // ggml's first try (iscale -nmax / max, taken as it is), then is = -9..9 but 0 (the same
+    // iscale), each taken where it raises sumlx^2 / suml2. One call site keeps the step inline.
+    for (int is = -10; is <= 9; ++is) {
         if (is == 0) continue;
-        const float c = -(nmax + detail::no_contract(0.1f * static_cast<float>(is)));
-        iscale = wset(c) / max;
-        sumlx = suml2 = zero;
-        for (int i = 0; i < 16; ++i) {
-            const wv l = wround_clamp(iscale * wload(xt[i]), lo, hi);
-            sumlx = sumlx + wload(wx[i]) * l;
-            suml2 = suml2 + (wload(w[i]) * l) * l;
+        const bool first = is == -10;
+        const float c = first ? -nmax : -(nmax + detail::no_contract(0.1f * static_cast<float>(is)));
+        const wv iscale = wset(c) / max;
+        const auto [sumlx, suml2] = qx32_sums(xt, w, wx, iscale, max, high_x);
+        if (first) {
+            code_iscale = iscale;
+            scale = wblend(wne(suml2, zero), sumlx / suml2, zero);
+            best = scale * sumlx;
+            continue;
         }
         const wm accept = wand(wgt(suml2, zero), wgt(sumlx * sumlx, best * suml2));
         if (!wany(accept)) continue;
