@@ -97,6 +97,12 @@ struct gguf_kernels {
     /// quantize_row_q5_1_ref into nb block_q5_1 (24 bytes: fp16 d, fp16 min, then qh and qs as
     /// block_q5_0 holds them).
     void (*q5_1)(const float* x, std::int64_t nb, std::byte* blocks) noexcept;
+
+    /// The first of the nb blocks of `elems` floats at x (elems a multiple of 16) in which some
+    /// 16 consecutive values are all below 2^-60 in magnitude and not all zero, or nb where no
+    /// block is. (Layout/gguf sends such blocks to the scalar port; a NaN may make a block
+    /// count as such, which only sends it there too.)
+    std::int64_t (*first_tiny_block)(const float* x, std::int64_t nb, std::int64_t elems) noexcept;
 };
 
 }  // namespace qforge::simd

@@ -15,7 +15,6 @@
 
 #include <cstddef>
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -60,38 +59,25 @@ inline void check_rows(ggml_type t, std::int64_t nrow, std::int64_t n_per_row, c
         fail<unsupported_error>("", "", "GGUF block buffer is not 2-byte aligned");
 }
 
-/// Whether some 16 values of a block (a K-quant's smallest sub-block) are all below 2^-60 in
-/// magnitude and not all zero (subnormal noise, never a trained weight): there ggml's
-/// reciprocal scales overflow to infinity and its (int8_t) casts of +-inf and NaN give code 0
-/// (x86 cvttss2si keeps the low byte of INT32_MIN), which the vector kernels' conversions do
-/// not reproduce. Such blocks take the scalar port.
-inline bool tiny_block(const float* x, std::int64_t n) noexcept {
-    for (std::int64_t s = 0; s < n; s += 16) {
-        std::uint32_t top = 0;
-        for (std::int64_t i = s; i < s + 16; ++i) top = std::max(top, std::bit_cast<std::uint32_t>(x[i]) & 0x7FFFFFFFu);
-        if (top != 0 && top < 0x21800000u) return true;  // 2^-60
-    }
-    return false;
-}
-
 /// quantize_row_<t>_ref over k elements: through the kernels of `kern` where the type has
-/// them (an overload of quantize_ref taking the table), else the scalar port itself; the
-/// K-quant super-blocks tiny_block names go through the scalar port either way (blocks are
-/// independent; the scan costs little beside their searches).
+/// them (an overload of quantize_ref taking the table), else the scalar port itself.
+/// A K-quant super-block with some 16 values all below 2^-60 in magnitude and not all zero
+/// (subnormal noise, never a trained weight) goes through the scalar port either way
+/// (kern.first_tiny_block finds them; blocks are independent): there ggml's reciprocal scales
+/// overflow to infinity and its (int8_t) casts of +-inf and NaN give code 0 (x86 cvttss2si
+/// keeps the low byte of INT32_MIN), which the vector kernels' conversions do not reproduce.
 template <class Block, std::int64_t Elems>
 inline void quantize_ref_with(const simd::gguf_kernels& kern, const float* src, Block* y, std::int64_t k) {
     if constexpr (requires { quantize_ref(kern, src, y, k); } && Elems == 32) {
         quantize_ref(kern, src, y, k);  // the 32-element types: their kernels give code 0 under an infinite 1 / d
     } else if constexpr (requires { quantize_ref(kern, src, y, k); }) {
         const std::int64_t nb = k / Elems;
-        std::int64_t run = 0;  // first block of the run the kernels take
-        for (std::int64_t b = 0; b < nb; ++b) {
-            if (!tiny_block(src + b * Elems, Elems)) continue;
+        for (std::int64_t run = 0; run < nb;) {  // run: first block the kernels take
+            const std::int64_t b = run + kern.first_tiny_block(src + run * Elems, nb - run, Elems);
             if (b > run) quantize_ref(kern, src + run * Elems, y + run, (b - run) * Elems);
-            quantize_ref(src + b * Elems, y + b, Elems);
+            if (b < nb) quantize_ref(src + b * Elems, y + b, Elems);
             run = b + 1;
         }
-        if (nb > run) quantize_ref(kern, src + run * Elems, y + run, (nb - run) * Elems);
     } else {
         quantize_ref(src, y, k);
     }

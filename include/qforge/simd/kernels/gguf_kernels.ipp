@@ -825,6 +825,21 @@ QFORGE_KFN void k_q5_1(const float* x, std::int64_t nb, std::byte* blocks) noexc
     in_batches<24>(x, nb, blocks, q5_1_scale{}, q5_1_emit{});
 }
 
+// ---- the blocks the vector paths leave to the scalar port --------------------------------
+/// Whether the 16 values at x are all below 2^-60 in magnitude and not all zero.
+QFORGE_KFN bool tiny16(const float* x) noexcept {
+    vf m = vabs(vload(x));
+    for (std::size_t k = 1; k < 16 / lanes; ++k) m = vmax(m, vabs(vload(x + lanes * k)));
+    return !gg_any(gg_gt(m, vset(0x1.fffffep-61f))) && gg_any(gg_gt(m, vset(0.f)));
+}
+
+QFORGE_KFN std::int64_t k_first_tiny_block(const float* x, std::int64_t nb, std::int64_t elems) noexcept {
+    for (std::int64_t b = 0; b < nb; ++b)
+        for (std::int64_t s = 0; s < elems; s += 16)
+            if (tiny16(x + b * elems + s)) return b;
+    return nb;
+}
+
 }  // namespace gguf_family
 
 template <>
@@ -835,6 +850,7 @@ QFORGE_DECL const gguf_kernels& family_table<gguf_kernels>() noexcept {
                                         &gguf_family::k_q8_0,
                                         &gguf_family::k_q4_0,        &gguf_family::k_q3_search,
                                         &gguf_family::k_pack_q3k,    &gguf_family::k_q4_1,
-                                        &gguf_family::k_q5_0,        &gguf_family::k_q5_1};
+                                        &gguf_family::k_q5_0,        &gguf_family::k_q5_1,
+                                        &gguf_family::k_first_tiny_block};
     return table;
 }
