@@ -38,6 +38,14 @@ inline float sum_squares(const float* x, int n) noexcept {
 }
 
 // ---- Q2_K ----
+/// quantize_row_q2_K_ref's search of one 16-element sub-block: its scale, *min and codes L.
+inline float q2k_sub_search(const float* xs, std::uint8_t* L, float* min) noexcept {
+    float weights[16];
+    std::uint8_t Laux[16];
+    for (int l = 0; l < 16; ++l) weights[l] = std::fabs(xs[l]);
+    return make_qkx_quants<false>(16, 3, xs, weights, L, min, Laux, -0.5f, 0.1f, 15, true);
+}
+
 /// The sub-block scales a Q2_K super-block stores: d[j] = d * (sc_j & 15), dm[j] = dmin * (sc_j >> 4).
 inline void q2k_sub_scales(const block_q2_k& y, float* d, float* dm) noexcept {
     const float dd = fp16_to_float(y.d);
@@ -208,21 +216,22 @@ inline void q5k_pack(const std::uint8_t* L, std::uint8_t* qh, std::uint8_t* ql) 
     }
 }
 
-/// The reference's per-sub-block search for Q4_K (Nmax 15) and Q5_K (Nmax 31): weights
-/// av_x + |x|, make_qkx2_quants. Fills scales[8], mins[8] and L.
+/// The reference's search of one sub-block for Q4_K (Nmax 15) and Q5_K (Nmax 31): weights
+/// av_x + |x|, make_qkx2_quants. Returns the scale; fills *min and the 32 codes L.
 template <int Nmax>
-inline void qk45_ref_search(const float* x, float* scales, float* mins, std::uint8_t* L) noexcept {
+inline float qk45_sub_search(const float* xs, std::uint8_t* L, float* min) noexcept {
     constexpr float rmin = Nmax == 15 ? -1.f : -0.5f;
     constexpr int nstep = Nmax == 15 ? 20 : 15;
     float weights[32];
     std::uint8_t Laux[32];
-    for (int j = 0; j < 8; ++j) {
-        const float* xs = x + 32 * j;
-        const float av_x = std::sqrt(sum_squares(xs, 32) / 32);
-        for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
-        scales[j] = make_qkx_quants<false>(32, Nmax, xs, weights, L + 32 * j, &mins[j], Laux, rmin,
-                                           0.1f, nstep, false);
-    }
+    const float av_x = std::sqrt(sum_squares(xs, 32) / 32);
+    for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
+    return make_qkx_quants<false>(32, Nmax, xs, weights, L, min, Laux, rmin, 0.1f, nstep, false);
+}
+/// Every sub-block of a super-block: scales[8], mins[8] and L.
+template <int Nmax>
+inline void qk45_ref_search(const float* x, float* scales, float* mins, std::uint8_t* L) noexcept {
+    for (int j = 0; j < 8; ++j) scales[j] = qk45_sub_search<Nmax>(x + 32 * j, L + 32 * j, &mins[j]);
 }
 
 /// The reference's super-block step for Q4_K/Q5_K: 6-bit scales and mins against the largest.
@@ -319,6 +328,13 @@ inline bool q6k_scales(const float* scales, block_q6_k& y, float* d) noexcept {
     return true;
 }
 
+/// quantize_row_q6_K_ref's search of one 16-element sub-block, for its codes L (code + 32).
+inline void q6k_sub_search(const float* xs, std::uint8_t* L) noexcept {
+    std::int8_t l8[16];
+    (void)make_qx_quants(16, 32, xs, l8, 1, nullptr);
+    for (int i = 0; i < 16; ++i) L[i] = static_cast<std::uint8_t>(l8[i]);
+}
+
 /// Everything after the 16 sub-block searches of Q6_K (shared by ref and weighted paths).
 inline void q6k_finish(const float* x, const float* scales, block_q6_k& y, std::int8_t* L) noexcept {
     float d[16];
@@ -336,14 +352,10 @@ inline void q6k_finish(const float* x, const float* scales, block_q6_k& y, std::
 // ---- reference quantizers ------------------------------------------------------------------
 
 inline void quantize_ref(const float* x, block_q2_k* y, std::int64_t k) noexcept {
-    std::uint8_t L[256], Laux[16];
-    float weights[16], mins[16], scales[16];
+    std::uint8_t L[256];
+    float mins[16], scales[16];
     for (std::int64_t i = 0; i < k / 256; ++i, x += 256) {
-        for (int j = 0; j < 16; ++j) {
-            for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-            scales[j] = detail::make_qkx_quants<false>(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux,
-                                                       -0.5f, 0.1f, 15, true);
-        }
+        for (int j = 0; j < 16; ++j) scales[j] = detail::q2k_sub_search(x + 16 * j, L + 16 * j, &mins[j]);
         detail::q2k_scales(scales, mins, y[i]);
         detail::q2k_finish(x, y[i], L);
     }
@@ -394,6 +406,10 @@ inline void quantize_ref(const float* x, block_q6_k* y, std::int64_t k) noexcept
 // The same bytes as quantize_ref above: the sub-block searches and the requantization run in the
 // kernels of `kern`, the super-block scale steps here. Super-blocks go through in chunks, so
 // the searches fill their lanes.
+// A K-quant requantizes every sub-block against its stored scale and keeps
+// the search's codes only where that scale is 0 (a quiet sub-block beside loud ones). The
+// searches here skip their codes (a tenth of their time), and those rare sub-blocks take the
+// scalar port's search again, which gives the same codes.
 
 namespace detail {
 inline constexpr std::int64_t kernel_chunk = 4;  // super-blocks per kernel call: the searches' lanes (<= 4 on AVX-512) fill, x stays in L1
@@ -406,12 +422,14 @@ inline void qk45_ref_kernels(const simd::gguf_kernels& kern, const float* x, Blo
     std::uint8_t L[256 * kernel_chunk];
     for (std::int64_t i = 0; i < nb; i += kernel_chunk) {
         const std::int64_t n = nb - i < kernel_chunk ? nb - i : kernel_chunk;
-        kern.qkx2_search(x + 256 * i, static_cast<std::size_t>(8 * n), Nmax, rmin, nstep, scales, mins, L);
+        kern.qkx2_search(x + 256 * i, static_cast<std::size_t>(8 * n), Nmax, rmin, nstep, scales, mins, nullptr);
         for (std::int64_t h = 0; h < n; ++h) {
             Block& b = y[i + h];
-            float d[8], dm[8];
+            float d[8], dm[8], unused_min;
             qk45_ref_scales(scales + 8 * h, mins + 8 * h, b.scales, b.d, b.dmin);
             qk45_sub_scales(b.scales, b.d, b.dmin, d, dm);
+            for (int j = 0; j < 8; ++j)  // the search's codes, where they stay (see above)
+                if (d[j] == 0) (void)qk45_sub_search<Nmax>(x + 256 * (i + h) + 32 * j, L + 256 * h + 32 * j, &unused_min);
             kern.requantize(x + 256 * (i + h), 8, 32, d, dm, 0.f, static_cast<float>(Nmax), 0.f, L + 256 * h);
             if constexpr (Nmax == 15) kern.pack_q45k(L + 256 * h, false, nullptr, b.qs);
             else kern.pack_q45k(L + 256 * h, true, b.qh, b.qs);
@@ -434,11 +452,13 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
     std::uint8_t L[256 * chunk];
     for (std::int64_t i = 0; i < k / 256; i += chunk) {
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
-        kern.q2k_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, mins, L);
+        kern.q2k_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, mins, nullptr);
         for (std::int64_t h = 0; h < n; ++h) {
-            float d[16], dm[16];
+            float d[16], dm[16], unused_min;
             detail::q2k_scales(scales + 16 * h, mins + 16 * h, y[i + h]);
             detail::q2k_sub_scales(y[i + h], d, dm);
+            for (int j = 0; j < 16; ++j)
+                if (d[j] == 0) (void)detail::q2k_sub_search(x + 256 * (i + h) + 16 * j, L + 256 * h + 16 * j, &unused_min);
             kern.requantize(x + 256 * (i + h), 16, 16, d, dm, 0.f, 3.f, 0.f, L + 256 * h);
             detail::pack_2bit(L + 256 * h, y[i + h].qs);
         }
@@ -469,10 +489,12 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
     std::uint8_t L[256 * chunk];
     for (std::int64_t i = 0; i < k / 256; i += chunk) {
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
-        kern.qx32_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, L);
+        kern.qx32_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, nullptr);
         for (std::int64_t h = 0; h < n; ++h) {
             float d[16];
             if (!detail::q6k_scales(scales + 16 * h, y[i + h], d)) continue;
+            for (int j = 0; j < 16; ++j)
+                if (d[j] == 0) detail::q6k_sub_search(x + 256 * (i + h) + 16 * j, L + 256 * h + 16 * j);
             kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -32.f, 31.f, 32.f, L + 256 * h);
             kern.pack_q6k(L + 256 * h, y[i + h].ql, y[i + h].qh);
         }

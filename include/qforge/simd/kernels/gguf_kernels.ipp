@@ -152,7 +152,7 @@ QFORGE_KFN wv qkx2_err(wv diff) noexcept {
 /// lane accepts at most steps, and copying its N codes each time cost a quarter of the search.
 template <int N, bool AvX, bool Mad>
 QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nstep, float (*lf)[W], wv& scale_out,
-                           wv& min_out) noexcept {
+                           wv& min_out) noexcept {  // lf null: the codes are not wanted
     alignas(64) float wt[32][W], laux[32][W];  // weights, this step's codes
     wv min, lowest, max, sum_w, sum_x;
     qkx2_setup<N, AvX>(xt, wt, min, lowest, max, sum_w, sum_x);
@@ -209,7 +209,7 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
     }
     // The kept codes again, fully clamped: where a step skipped a clamp it could not bind.
     // ggml returns early for max == min: codes 0, scale 0, min untouched.
-    for (int i = 0; i < N; ++i) {
+    for (int i = 0; lf && i < N; ++i) {
         const wv l = wround_clamp(code_iscale * (wload(xt[i]) - code_min), zero, top);
         wstore(lf[i], wblend(degenerate, zero, l));
     }
@@ -224,14 +224,14 @@ QFORGE_KFN void qkx_search_t(const float* x, std::size_t count, float nmax, floa
     for (std::size_t first = 0; first < count; first += W) {
         load_lanes(x, count, first, N, &xt[0][0]);
         wv vs, vm;
-        qkx2_lanes<N, AvX, Mad>(xt, nmax, rmin, nstep, lf, vs, vm);
+        qkx2_lanes<N, AvX, Mad>(xt, nmax, rmin, nstep, codes ? lf : nullptr, vs, vm);
         wstore(s, vs);
         wstore(m, wset(-0.f) - vm);  // -min, exactly
         for (std::size_t l = 0; l < W && first + l < count; ++l) {
             scale[first + l] = s[l];
             neg_min[first + l] = m[l];
         }
-        store_lanes(&lf[0][0], count, first, N, codes);
+        if (codes) store_lanes(&lf[0][0], count, first, N, codes);
     }
 }
 
@@ -278,7 +278,7 @@ template <bool Lo, bool Hi>
 
 /// As in qkx2_lanes, each lane keeps the iscale of its best codes, which are computed once at
 /// the end rather than copied at every step some lane accepts.
-QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) noexcept {
+QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) noexcept {  // lf null: no codes
     constexpr float nmax = 32;
     alignas(64) float w[16][W], wx[16][W];  // x*x and (x*x)*x: the same every step
     const wv zero = wset(0.f), lo = wset(-nmax), hi = wset(nmax - 1);
@@ -319,7 +319,7 @@ QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) 
         scale = wblend(accept, sumlx / suml2, scale);
         best = wblend(accept, scale * sumlx, best);
     }
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; lf && i < 16; ++i) {
         const wv l = wround_clamp(code_iscale * wload(xt[i]), lo, hi);
         wstore(lf[i], wblend(zero_lane, zero, l + wset(nmax)));
     }
@@ -331,10 +331,10 @@ QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale, s
     for (std::size_t first = 0; first < count; first += W) {
         load_lanes(x, count, first, 16, &xt[0][0]);
         wv vs;
-        qx32_lanes(xt, lf, vs);
+        qx32_lanes(xt, codes ? lf : nullptr, vs);
         wstore(s, vs);
         for (std::size_t l = 0; l < W && first + l < count; ++l) scale[first + l] = s[l];
-        store_lanes(&lf[0][0], count, first, 16, codes);
+        if (codes) store_lanes(&lf[0][0], count, first, 16, codes);
     }
 }
 
