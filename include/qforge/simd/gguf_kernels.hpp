@@ -33,24 +33,22 @@ struct gguf_kernels {
     /// ggml make_qkx2_quants(32, nmax, x, weights, L, &min, Laux, rmin, 0.1f, nstep, false)
     /// with weights[i] = av_x + |x[i]|, av_x = sqrt(sum x^2 / 32) (quantize_row_q4_K_ref's and
     /// q5_K's sub-block search), for each of the `count` consecutive 32-element sub-blocks of x
-    /// (count a multiple of 8): scale[j] (the return value), neg_min[j] (*the_min) and
-    /// codes[32 j + i] (L, 0..nmax). With codes null the codes are not computed: the quantizers
-    /// keep a search's codes only where a sub-block's stored scale is 0, which is rare, and ask
-    /// the scalar port for those (layout/gguf/kquants.hpp).
+    /// (count a multiple of 8): scale[j] (the return value) and neg_min[j] (*the_min). Not the
+    /// codes L: the quantizers keep a search's codes only where a sub-block's stored scale is
+    /// 0, which is rare, and take those from the scalar port (layout/gguf/kquants.hpp).
     void (*qkx2_search)(const float* x, std::size_t count, int nmax, float rmin, int nstep, float* scale,
-                        float* neg_min, std::uint8_t* codes) noexcept;
+                        float* neg_min) noexcept;
 
     /// ggml make_qkx2_quants(16, 3, x, weights, L, &min, Laux, -0.5f, 0.1f, 15, true) with
     /// weights[i] = |x[i]| (quantize_row_q2_K_ref's sub-block search), for each of the `count`
-    /// consecutive 16-element sub-blocks of x (count a multiple of 8): scale[j], neg_min[j] and
-    /// codes[16 j + i] (0..3), or no codes with codes null (as qkx2_search).
-    void (*q2k_search)(const float* x, std::size_t count, float* scale, float* neg_min, std::uint8_t* codes) noexcept;
+    /// consecutive 16-element sub-blocks of x (count a multiple of 8): scale[j] and neg_min[j]
+    /// (no codes, as qkx2_search).
+    void (*q2k_search)(const float* x, std::size_t count, float* scale, float* neg_min) noexcept;
 
     /// ggml make_qx_quants(16, 32, x, L, 1, NULL) (quantize_row_q6_K_ref's sub-block search)
     /// for each of the `count` consecutive 16-element sub-blocks of x (count a multiple of 8):
-    /// scale[j] and codes[16 j + i] (L: code + 32, 0..63), or no codes with codes null (as
-    /// qkx2_search).
-    void (*qx32_search)(const float* x, std::size_t count, float* scale, std::uint8_t* codes) noexcept;
+    /// scale[j] (no codes, as qkx2_search).
+    void (*qx32_search)(const float* x, std::size_t count, float* scale) noexcept;
 
     /// For each of the `count` consecutive sub-blocks j of `len` elements (len 16 or 32) whose
     /// d[j] != 0: codes[len j + i] = clamp(nearest_int((x + dm[j]) / d[j]), lo, hi) + offset

@@ -406,10 +406,10 @@ inline void quantize_ref(const float* x, block_q6_k* y, std::int64_t k) noexcept
 // The same bytes as quantize_ref above: the sub-block searches and the requantization run in the
 // kernels of `kern`, the super-block scale steps here. Super-blocks go through in chunks, so
 // the searches fill their lanes.
-// A K-quant requantizes every sub-block against its stored scale and keeps
-// the search's codes only where that scale is 0 (a quiet sub-block beside loud ones). The
-// searches here skip their codes (a tenth of their time), and those rare sub-blocks take the
-// scalar port's search again, which gives the same codes.
+// A K-quant requantizes every sub-block against its stored scale and keeps the search's codes
+// only where that scale is 0 (a quiet sub-block beside loud ones). The vector searches give no
+// codes (computing and transposing them was a tenth of their time); those rare sub-blocks take
+// the scalar port's search again, which gives the same codes.
 
 namespace detail {
 inline constexpr std::int64_t kernel_chunk = 4;  // super-blocks per kernel call: the searches' lanes (<= 4 on AVX-512) fill, x stays in L1
@@ -422,7 +422,7 @@ inline void qk45_ref_kernels(const simd::gguf_kernels& kern, const float* x, Blo
     std::uint8_t L[256 * kernel_chunk];
     for (std::int64_t i = 0; i < nb; i += kernel_chunk) {
         const std::int64_t n = nb - i < kernel_chunk ? nb - i : kernel_chunk;
-        kern.qkx2_search(x + 256 * i, static_cast<std::size_t>(8 * n), Nmax, rmin, nstep, scales, mins, nullptr);
+        kern.qkx2_search(x + 256 * i, static_cast<std::size_t>(8 * n), Nmax, rmin, nstep, scales, mins);
         for (std::int64_t h = 0; h < n; ++h) {
             Block& b = y[i + h];
             float d[8], dm[8], unused_min;
@@ -452,7 +452,7 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
     std::uint8_t L[256 * chunk];
     for (std::int64_t i = 0; i < k / 256; i += chunk) {
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
-        kern.q2k_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, mins, nullptr);
+        kern.q2k_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, mins);
         for (std::int64_t h = 0; h < n; ++h) {
             float d[16], dm[16], unused_min;
             detail::q2k_scales(scales + 16 * h, mins + 16 * h, y[i + h]);
@@ -489,7 +489,7 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
     std::uint8_t L[256 * chunk];
     for (std::int64_t i = 0; i < k / 256; i += chunk) {
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
-        kern.qx32_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, nullptr);
+        kern.qx32_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales);
         for (std::int64_t h = 0; h < n; ++h) {
             float d[16];
             if (!detail::q6k_scales(scales + 16 * h, y[i + h], d)) continue;

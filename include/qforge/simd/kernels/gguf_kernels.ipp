@@ -143,16 +143,12 @@ QFORGE_KFN wv qkx2_err(wv diff) noexcept {
     else return diff * diff;
 }
 
-/// The search of W sub-blocks of N elements (xt transposed); lf receives the codes, scale and min
-/// the results.
-///
-/// An accepted step's codes are not copied out: each lane keeps the iscale and min they came
-/// from, and the codes are computed again from those at the end, the same operations on the
-/// same values (the clamps the steps skip cannot bind there, see below). With W lanes some
-/// lane accepts at most steps, and copying its N codes each time cost a quarter of the search.
+/// The search of W sub-blocks of N elements (xt transposed): scale and min. Its codes are not
+/// kept (see simd/gguf_kernels.hpp): with W lanes some lane accepts at most steps, and copying
+/// its N codes each time cost a quarter of the search.
 template <int N, bool AvX, bool Mad>
-QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nstep, float (*lf)[W], wv& scale_out,
-                           wv& min_out) noexcept {  // lf null: the codes are not wanted
+QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nstep, wv& scale_out,
+                           wv& min_out) noexcept {
     alignas(64) float wt[32][W], laux[32][W];  // weights, this step's codes
     wv min, lowest, max, sum_w, sum_x;
     qkx2_setup<N, AvX>(xt, wt, min, lowest, max, sum_w, sum_x);
@@ -167,7 +163,6 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
         const wv diff = scale * l + min - x;
         best_error = best_error + wload(wt[i]) * qkx2_err<Mad>(diff);
     }
-    wv code_iscale = iscale, code_min = min;  // what the kept codes are computed from
     bool below_min = false;  // some x < min (never before a min is accepted)
     for (int is = 0; is <= nstep; ++is) {
         const float c = rmin + detail::no_contract(0.1f * static_cast<float>(is)) + fmax;
@@ -202,46 +197,38 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
         if (!wany(accept)) continue;
         best_error = wblend(accept, cur_error, best_error);
         scale = wblend(accept, this_scale, scale);
-        code_iscale = wblend(accept, iscale, code_iscale);
-        code_min = wblend(accept, min, code_min);
         min = wblend(accept, this_min, min);
         below_min = wany(wlt(lowest, min));  // x - min < 0 exactly where x < min
     }
-    // The kept codes again, fully clamped: where a step skipped a clamp it could not bind.
-    // ggml returns early for max == min: codes 0, scale 0, min untouched.
-    for (int i = 0; lf && i < N; ++i) {
-        const wv l = wround_clamp(code_iscale * (wload(xt[i]) - code_min), zero, top);
-        wstore(lf[i], wblend(degenerate, zero, l));
-    }
+    // ggml returns early for max == min: scale 0, min untouched.
     scale_out = wblend(degenerate, zero, scale);
     min_out = wblend(degenerate, min0, min);
 }
 
 template <int N, bool AvX, bool Mad>
 QFORGE_KFN void qkx_search_t(const float* x, std::size_t count, float nmax, float rmin, int nstep, float* scale,
-                             float* neg_min, std::uint8_t* codes) noexcept {
-    alignas(64) float xt[N][W], lf[N][W], s[W], m[W];
+                             float* neg_min) noexcept {
+    alignas(64) float xt[N][W], s[W], m[W];
     for (std::size_t first = 0; first < count; first += W) {
         load_lanes(x, count, first, N, &xt[0][0]);
         wv vs, vm;
-        qkx2_lanes<N, AvX, Mad>(xt, nmax, rmin, nstep, codes ? lf : nullptr, vs, vm);
+        qkx2_lanes<N, AvX, Mad>(xt, nmax, rmin, nstep, vs, vm);
         wstore(s, vs);
         wstore(m, wset(-0.f) - vm);  // -min, exactly
         for (std::size_t l = 0; l < W && first + l < count; ++l) {
             scale[first + l] = s[l];
             neg_min[first + l] = m[l];
         }
-        if (codes) store_lanes(&lf[0][0], count, first, N, codes);
     }
 }
 
 QFORGE_KFN void k_qkx2_search(const float* x, std::size_t count, int nmax, float rmin, int nstep, float* scale,
-                              float* neg_min, std::uint8_t* codes) noexcept {
-    qkx_search_t<32, true, false>(x, count, static_cast<float>(nmax), rmin, nstep, scale, neg_min, codes);
+                              float* neg_min) noexcept {
+    qkx_search_t<32, true, false>(x, count, static_cast<float>(nmax), rmin, nstep, scale, neg_min);
 }
 
-QFORGE_KFN void k_q2k_search(const float* x, std::size_t count, float* scale, float* neg_min, std::uint8_t* codes) noexcept {
-    qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min, codes);
+QFORGE_KFN void k_q2k_search(const float* x, std::size_t count, float* scale, float* neg_min) noexcept {
+    qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
 }
 
 // ---- make_qx_quants(16, 32, x, L, 1, NULL), one 16-element sub-block per lane (Q6_K) --------
@@ -276,12 +263,11 @@ template <bool Lo, bool Hi>
     return qx32_step<false, false>(xt, w, wx, iscale);
 }
 
-/// As in qkx2_lanes, each lane keeps the iscale of its best codes, which are computed once at
-/// the end rather than copied at every step some lane accepts.
-QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) noexcept {  // lf null: no codes
+/// The scales of W sub-blocks (xt transposed); as in qkx2_lanes, their codes are not kept.
+QFORGE_KFN void qx32_lanes(const float (*xt)[W], wv& scale_out) noexcept {
     constexpr float nmax = 32;
     alignas(64) float w[16][W], wx[16][W];  // x*x and (x*x)*x: the same every step
-    const wv zero = wset(0.f), lo = wset(-nmax), hi = wset(nmax - 1);
+    const wv zero = wset(0.f);
     wv amax = zero, max = zero, xmin = wload(xt[0]), xmax = xmin;
     for (int i = 0; i < 16; ++i) {
         const wv x = wload(xt[i]);
@@ -298,7 +284,7 @@ QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) 
     const wm zero_lane = wlt(amax, wset(1e-15f));  // GROUP_MAX_EPS
     // iscale has the sign of -max: the highest code comes from the extreme of the other sign
     const wv high_x = wblend(wgt(max, zero), xmin, xmax);
-    wv scale = zero, best = zero, code_iscale = zero;
+    wv scale = zero, best = zero;
     // ggml's first try (iscale -nmax / max, taken as it is), then is = -9..9 but 0 (the same
     // iscale), each taken where it raises sumlx^2 / suml2. One call site keeps the step inline.
     for (int is = -10; is <= 9; ++is) {
@@ -308,33 +294,26 @@ QFORGE_KFN void qx32_lanes(const float (*xt)[W], float (*lf)[W], wv& scale_out) 
         const wv iscale = wset(c) / max;
         const auto [sumlx, suml2] = qx32_sums(xt, w, wx, iscale, max, high_x);
         if (first) {
-            code_iscale = iscale;
             scale = wblend(wne(suml2, zero), sumlx / suml2, zero);
             best = scale * sumlx;
             continue;
         }
         const wm accept = wand(wgt(suml2, zero), wgt(sumlx * sumlx, best * suml2));
         if (!wany(accept)) continue;
-        code_iscale = wblend(accept, iscale, code_iscale);
         scale = wblend(accept, sumlx / suml2, scale);
         best = wblend(accept, scale * sumlx, best);
-    }
-    for (int i = 0; lf && i < 16; ++i) {
-        const wv l = wround_clamp(code_iscale * wload(xt[i]), lo, hi);
-        wstore(lf[i], wblend(zero_lane, zero, l + wset(nmax)));
     }
     scale_out = wblend(zero_lane, zero, scale);
 }
 
-QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale, std::uint8_t* codes) noexcept {
-    alignas(64) float xt[16][W], lf[16][W], s[W];
+QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale) noexcept {
+    alignas(64) float xt[16][W], s[W];
     for (std::size_t first = 0; first < count; first += W) {
         load_lanes(x, count, first, 16, &xt[0][0]);
         wv vs;
-        qx32_lanes(xt, codes ? lf : nullptr, vs);
+        qx32_lanes(xt, vs);
         wstore(s, vs);
         for (std::size_t l = 0; l < W && first + l < count; ++l) scale[first + l] = s[l];
-        if (codes) store_lanes(&lf[0][0], count, first, 16, codes);
     }
 }
 
