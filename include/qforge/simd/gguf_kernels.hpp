@@ -79,8 +79,8 @@ struct gguf_kernels {
     /// ggml make_q3_quants(16, 4, x, L, true) (quantize_row_q3_K_ref's sub-block search:
     /// symmetric grid -4..3, then up to five coordinate-descent tries on x^2-weighted error) for
     /// each of the `count` consecutive 16-element sub-blocks of x (count a multiple of 8):
-    /// scale[j] and codes[16 j + i] (L: code + 4, 0..7; all 0 where max |x| < GROUP_MAX_EPS).
-    void (*q3_search)(const float* x, std::size_t count, float* scale, std::uint8_t* codes) noexcept;
+    /// scale[j] (no codes, as qkx2_search).
+    void (*q3_search)(const float* x, std::size_t count, float* scale) noexcept;
 
     /// ggml's Q3_K packing of one super-block's 256 codes (0..7): bit 2 of code 32 b + l is
     /// bit b of hmask[l]; the low two bits go to qs as Q2_K packs them (per 128-code half h

@@ -131,6 +131,13 @@ inline void q3k_scales(const float* scales, block_q3_k& y) noexcept {
         y.d = float_to_fp16(0.f);
     }
 }
+/// quantize_row_q3_K_ref's search of one 16-element sub-block, for its codes L (code + 4).
+inline void q3k_sub_search(const float* xs, std::uint8_t* L) noexcept {
+    std::int8_t l8[16];
+    (void)make_q3_quants(16, 4, xs, l8, true);
+    for (int i = 0; i < 16; ++i) L[i] = static_cast<std::uint8_t>(l8[i]);
+}
+
 /// The sub-block scales a Q3_K super-block stores: d[j] = d * (6-bit scale j - 32).
 inline void q3k_sub_scales(const block_q3_k& y, float* d) noexcept {
     const float dd = fp16_to_float(y.d);
@@ -471,12 +478,14 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
     std::uint8_t L[256 * chunk];
     for (std::int64_t i = 0; i < k / 256; i += chunk) {
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
-        kern.q3_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, L);
+        kern.q3_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales);
         for (std::int64_t h = 0; h < n; ++h) {
             float d[16];
             block_q3_k& b = y[i + h];
             detail::q3k_scales(scales + 16 * h, b);
             detail::q3k_sub_scales(b, d);
+            for (int j = 0; j < 16; ++j)
+                if (d[j] == 0) detail::q3k_sub_search(x + 256 * (i + h) + 16 * j, L + 256 * h + 16 * j);
             kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -4.f, 3.f, 4.f, L + 256 * h);
             kern.pack_q3k(L + 256 * h, b.hmask, b.qs);
         }

@@ -61,15 +61,6 @@ QFORGE_KFN wv wround_clamp(wv f, wv lo, wv hi) noexcept {
     return {round_clamp<Lo, Hi>(f.a, lo.a, hi.a), round_clamp<Lo, Hi>(f.b, lo.b, hi.b)};
 }
 
-/// n integral floats 0..255 (n a multiple of lanes) as n codes: four vectors per store where
-/// n allows (one 32-byte store on AVX2).
-QFORGE_KFN void store_codes(std::uint8_t* out, const float* f, std::size_t n) noexcept {
-    std::size_t i = 0;
-    for (; i + 4 * lanes <= n; i += 4 * lanes)
-        vstore_codes4(out + i, vload(f + i), vload(f + i + lanes), vload(f + i + 2 * lanes), vload(f + i + 3 * lanes));
-    for (; i < n; i += lanes) vstore_codes(out + i, vload(f + i));
-}
-
 /// Loads W sub-blocks of `len` floats starting at sub-block `first` of x (count in all, a
 /// multiple of 8) transposed: xt[i][lane] = element i of sub-block first + lane. Lanes past
 /// the end repeat the last 8 sub-blocks.
@@ -77,17 +68,6 @@ QFORGE_KFN void load_lanes(const float* x, std::size_t count, std::size_t first,
     for (std::size_t h = 0; h < W; h += 8) {
         const std::size_t sb = first + h < count ? first + h : count - 8;
         for (std::size_t e = 0; e < len; e += 8) gg_transpose8(x + len * sb + e, len, xt + e * W + h, W);
-    }
-}
-
-/// The inverse for codes: lf[i][lane] (integral floats 0..255) as codes[len * (first + lane) + i]
-/// for the lanes that are sub-blocks of x.
-QFORGE_KFN void store_lanes(const float* lf, std::size_t count, std::size_t first, std::size_t len,
-                            std::uint8_t* codes) noexcept {
-    alignas(64) float rows[8 * 32];
-    for (std::size_t h = 0; h < W && first + h < count; h += 8) {
-        for (std::size_t e = 0; e < len; e += 8) gg_transpose8(lf + e * W + h, W, rows + e, len);
-        store_codes(codes + len * (first + h), rows, 8 * len);
     }
 }
 
@@ -416,25 +396,23 @@ QFORGE_KFN void q3_retry(q3_state& st, const std::uint16_t* which, std::size_t m
         if (!q3_try(xt, w, wx, lf, sumlx, suml2, moved)) break;
     wstore(sx, sumlx);
     wstore(s2, suml2);
-    for (std::size_t r = 0; r < m; ++r) {
+    for (std::size_t r = 0; r < m; ++r) {  // the codes themselves are not wanted (q3_search)
         const std::size_t g = which[r] / W, l = which[r] % W;
-        for (int i = 0; i < 16; ++i) st.lf[g][i][l] = lf[i][r];
         st.sumlx[g][l] = sx[r];
         st.suml2[g][l] = s2[r];
     }
 }
 
-/// Codes + 4 and the scale suml2 > 0 ? sumlx / suml2 : 0, or ggml's early return (codes 0,
-/// scale 0) where max |x| < GROUP_MAX_EPS.
-QFORGE_KFN wv q3_finish(float (*lf)[W], const float* amax, const float* sumlx, const float* suml2) noexcept {
+/// The scale suml2 > 0 ? sumlx / suml2 : 0, or ggml's early return (scale 0) where max |x| <
+/// GROUP_MAX_EPS.
+QFORGE_KFN wv q3_finish(const float* amax, const float* sumlx, const float* suml2) noexcept {
     const wv zero = wset(0.f);
     const wm zero_lane = wlt(wload(amax), wset(1e-15f));
-    for (int i = 0; i < 16; ++i) wstore(lf[i], wblend(zero_lane, zero, wload(lf[i]) + wset(4.f)));
     const wv sx = wload(sumlx), s2 = wload(suml2);
     return wblend(zero_lane, zero, wblend(wgt(s2, zero), sx / s2, zero));
 }
 
-QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale, std::uint8_t* codes) noexcept {
+QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noexcept {
     q3_state st;
     alignas(64) float s[W];
     for (std::size_t first = 0; first < count; first += 64) {
@@ -457,9 +435,8 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale, std
         }
         for (std::size_t r = 0; r < m; r += W) q3_retry(st, which + r, m - r < W ? m - r : W);
         for (std::size_t g = 0; g < ng; ++g) {
-            wstore(s, q3_finish(st.lf[g], st.amax[g], st.sumlx[g], st.suml2[g]));
+            wstore(s, q3_finish(st.amax[g], st.sumlx[g], st.suml2[g]));
             for (std::size_t l = 0; l < W && g * W + l < n; ++l) scale[first + g * W + l] = s[l];
-            store_lanes(&st.lf[g][0][0], count, first + g * W, 16, codes);
         }
     }
 }
