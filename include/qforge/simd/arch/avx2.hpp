@@ -195,18 +195,23 @@ QFORGE_GG vf gg_blend(gg_mask m, vf t, vf f) noexcept { return _mm256_blendv_ps(
 QFORGE_GG vf gg_sqrt(vf a) noexcept { return _mm256_sqrt_ps(a); }
 QFORGE_GG vf gg_trunc(vf a) noexcept { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
 QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* dst, std::size_t dst_stride) noexcept {
+    // Unrolled in full so that r and t live in registers (rolled, gcc -O2 kept them on the stack).
     __m256 r[8], t[8];
+#pragma GCC unroll 8
     for (std::size_t i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+#pragma GCC unroll 4
     for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
     }
+#pragma GCC unroll 2
     for (int i = 0; i < 8; i += 4) {
         r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
         r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
         r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
         r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
     }
+#pragma GCC unroll 4
     for (std::size_t i = 0; i < 4; ++i) {
         _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
         _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
