@@ -419,6 +419,14 @@ inline void quantize_ref(const float* x, block_q6_k* y, std::int64_t k) noexcept
 // the scalar port's search again, which gives the same codes.
 
 namespace detail {
+/// The search's codes where the quantizer keeps them: the scalar port's search(xs, L) of each
+/// of the `subs` sub-blocks of `len` elements whose stored scale d[j] is 0 (see above).
+template <class Search>
+inline void kept_search_codes(const float* d, int subs, int len, const float* x, std::uint8_t* L, Search search) {
+    for (int j = 0; j < subs; ++j)
+        if (d[j] == 0) search(x + len * j, L + len * j);
+}
+
 inline constexpr std::int64_t kernel_chunk = 4;  // super-blocks per kernel call: the searches' lanes (<= 4 on AVX-512) fill, x stays in L1
 
 template <int Nmax, class Block>
@@ -432,11 +440,13 @@ inline void qk45_ref_kernels(const simd::gguf_kernels& kern, const float* x, Blo
         kern.qkx2_search(x + 256 * i, static_cast<std::size_t>(8 * n), Nmax, rmin, nstep, scales, mins);
         for (std::int64_t h = 0; h < n; ++h) {
             Block& b = y[i + h];
-            float d[8], dm[8], unused_min;
+            float d[8], dm[8];
             qk45_ref_scales(scales + 8 * h, mins + 8 * h, b.scales, b.d, b.dmin);
             qk45_sub_scales(b.scales, b.d, b.dmin, d, dm);
-            for (int j = 0; j < 8; ++j)  // the search's codes, where they stay (see above)
-                if (d[j] == 0) (void)qk45_sub_search<Nmax>(x + 256 * (i + h) + 32 * j, L + 256 * h + 32 * j, &unused_min);
+            kept_search_codes(d, 8, 32, x + 256 * (i + h), L + 256 * h, [](const float* xs, std::uint8_t* l) {
+                float min;
+                (void)qk45_sub_search<Nmax>(xs, l, &min);
+            });
             kern.requantize(x + 256 * (i + h), 8, 32, d, dm, 0.f, static_cast<float>(Nmax), 0.f, L + 256 * h);
             if constexpr (Nmax == 15) kern.pack_q45k(L + 256 * h, false, nullptr, b.qs);
             else kern.pack_q45k(L + 256 * h, true, b.qh, b.qs);
@@ -461,11 +471,13 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
         kern.q2k_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, mins);
         for (std::int64_t h = 0; h < n; ++h) {
-            float d[16], dm[16], unused_min;
+            float d[16], dm[16];
             detail::q2k_scales(scales + 16 * h, mins + 16 * h, y[i + h]);
             detail::q2k_sub_scales(y[i + h], d, dm);
-            for (int j = 0; j < 16; ++j)
-                if (d[j] == 0) (void)detail::q2k_sub_search(x + 256 * (i + h) + 16 * j, L + 256 * h + 16 * j, &unused_min);
+            detail::kept_search_codes(d, 16, 16, x + 256 * (i + h), L + 256 * h, [](const float* xs, std::uint8_t* l) {
+                float min;
+                (void)detail::q2k_sub_search(xs, l, &min);
+            });
             kern.requantize(x + 256 * (i + h), 16, 16, d, dm, 0.f, 3.f, 0.f, L + 256 * h);
             detail::pack_2bit(L + 256 * h, y[i + h].qs);
         }
@@ -484,8 +496,7 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
             block_q3_k& b = y[i + h];
             detail::q3k_scales(scales + 16 * h, b);
             detail::q3k_sub_scales(b, d);
-            for (int j = 0; j < 16; ++j)
-                if (d[j] == 0) detail::q3k_sub_search(x + 256 * (i + h) + 16 * j, L + 256 * h + 16 * j);
+            detail::kept_search_codes(d, 16, 16, x + 256 * (i + h), L + 256 * h, detail::q3k_sub_search);
             kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -4.f, 3.f, 4.f, L + 256 * h);
             kern.pack_q3k(L + 256 * h, b.hmask, b.qs);
         }
@@ -502,8 +513,7 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
         for (std::int64_t h = 0; h < n; ++h) {
             float d[16];
             if (!detail::q6k_scales(scales + 16 * h, y[i + h], d)) continue;
-            for (int j = 0; j < 16; ++j)
-                if (d[j] == 0) detail::q6k_sub_search(x + 256 * (i + h) + 16 * j, L + 256 * h + 16 * j);
+            detail::kept_search_codes(d, 16, 16, x + 256 * (i + h), L + 256 * h, detail::q6k_sub_search);
             kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -32.f, 31.f, 32.f, L + 256 * h);
             kern.pack_q6k(L + 256 * h, y[i + h].ql, y[i + h].qh);
         }
