@@ -4,6 +4,7 @@
 // must name the weight's row, not the band's.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -65,6 +66,20 @@ void expect_same_as_pack(const Layout& layout, const tensor_view& v, quant_optio
         for (std::size_t i = 0; i < ref.size(); ++i) CHECK(sourced[i].bytes == ref[i].bytes);
         CHECK(sourced_snr.signal == ref_snr.signal);
         CHECK(sourced_snr.error == ref_snr.error);
+
+        // The same bytes through a packed_workspace whose recycled storage and band buffers
+        // still hold the last call's bytes (a converter's tensors given back once written).
+        packed_workspace ws{buffer_recycler(8, 1), {}};
+        for (int call = 0; call < 2; ++call) {
+            auto kept = quantize_packed(v, o, layout, "m.proj", ex, nullptr, copy_rows, &ws);
+            REQUIRE(kept.size() == ref.size());
+            for (std::size_t i = 0; i < ref.size(); ++i) CHECK(kept[i].bytes == ref[i].bytes);
+            for (owned_tensor& t : kept) {
+                std::fill(t.bytes.begin(), t.bytes.end(), std::byte{0xff});
+                ws.outputs.give(std::move(t.bytes));
+            }
+            CHECK(ws.outputs.kept() == ref.size());
+        }
     }
 }
 

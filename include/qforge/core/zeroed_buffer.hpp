@@ -1,9 +1,13 @@
-// assign_zeros(): a vector of n zeros whose large storage is offered huge pages first.
+// assign_zeros(): a vector of n zeros whose large storage is offered huge pages first;
+// buffer_recycler: large byte buffers given back once used and taken again, zeroed.
 // Public in core because quant/ (code arrays) and layout/ (packed tensors) both allocate so.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #if defined(__linux__)
@@ -30,5 +34,62 @@ void assign_zeros(std::vector<T>& v, std::size_t n) {
 #endif
     v.assign(n, T{});
 }
+
+/// Byte buffers handed back after use (a tensor once written) and taken again, zeroed, for the
+/// next one. A buffer freshly allocated is zeroed through a page fault per 4 KB, which in a
+/// converter costs more than the zeroing itself and runs on the thread that allocates
+/// (bench_convert, w4a16 on a 2-core VM: faults and zero fill were a fifth of the wall time
+/// while the pool waited); a recycled buffer's pages are already there. Thread-safe: the
+/// writer gives back on its thread while the quantizer takes on another.
+///
+/// Memory stays bounded: at most `max_buffers` are kept, the smallest going first, and only
+/// buffers of at least `min_bytes` (smaller ones come from the heap without faults anyway).
+class buffer_recycler {
+public:
+    explicit buffer_recycler(std::size_t max_buffers = 8, std::size_t min_bytes = std::size_t{1} << 18)
+        : max_buffers_(max_buffers), min_bytes_(min_bytes) {}
+
+    /// n zero bytes: the smallest kept buffer that holds n, else a new one (assign_zeros).
+    std::vector<std::byte> take_zeroed(std::size_t n) {
+        std::vector<std::byte> v;
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            auto best = kept_.end();
+            for (auto it = kept_.begin(); it != kept_.end(); ++it)
+                if (it->capacity() >= n && (best == kept_.end() || it->capacity() < best->capacity())) best = it;
+            if (best != kept_.end()) {
+                v = std::move(*best);
+                kept_.erase(best);
+            }
+        }
+        if (v.capacity() >= n) v.assign(n, std::byte{0});
+        else assign_zeros(v, n);
+        return v;
+    }
+
+    /// Keeps `v`'s storage for a later take (or frees it: too small, or smaller than all kept).
+    void give(std::vector<std::byte> v) {
+        if (v.capacity() < min_bytes_ || max_buffers_ == 0) return;
+        std::lock_guard<std::mutex> lock(m_);
+        if (kept_.size() >= max_buffers_) {
+            auto smallest = std::min_element(kept_.begin(), kept_.end(),
+                                             [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
+            if (smallest->capacity() >= v.capacity()) return;
+            kept_.erase(smallest);
+        }
+        kept_.push_back(std::move(v));
+    }
+
+    /// How many buffers are kept now.
+    std::size_t kept() const {
+        std::lock_guard<std::mutex> lock(m_);
+        return kept_.size();
+    }
+
+private:
+    std::size_t max_buffers_, min_bytes_;
+    mutable std::mutex m_;
+    std::vector<std::vector<std::byte>> kept_;
+};
 
 }  // namespace qforge

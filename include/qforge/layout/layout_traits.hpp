@@ -280,11 +280,13 @@ owned_tensor make_tensor(std::string name, dtype type, shape_t shape, const std:
     return t;
 }
 
-/// An owned tensor of `shape` with zeroed bytes, for packers to fill in place.
-inline owned_tensor alloc_tensor(std::string name, dtype type, shape_t shape) {
+/// An owned tensor of `shape` with zeroed bytes, for packers to fill in place; its storage
+/// comes from `storage` when given (a recycled buffer: no fresh pages to fault in).
+inline owned_tensor alloc_tensor(std::string name, dtype type, shape_t shape, buffer_recycler* storage = nullptr) {
     const auto n = static_cast<std::size_t>(checked_numel(shape, {}, name));
     owned_tensor t{std::move(name), type, std::move(shape), {}};
-    assign_zeros(t.bytes, n * dtype_size(type));
+    if (storage) t.bytes = storage->take_zeroed(n * dtype_size(type));
+    else assign_zeros(t.bytes, n * dtype_size(type));
     return t;
 }
 

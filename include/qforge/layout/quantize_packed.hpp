@@ -109,14 +109,25 @@ void pack_band_on(const L& layout, const quantized_tensor& band, std::int64_t fi
 
 }  // namespace detail
 
+/// What quantize_packed may keep from one call to the next, for a caller that quantizes many
+/// weights (a converter): each task's band buffers, and the storage of output tensors given
+/// back once written (`outputs.give(std::move(tensor.bytes))`). Neither changes a byte; both
+/// spare the fresh pages a new allocation faults in. Thread-safe as quantize_packed uses it;
+/// one call at a time.
+struct packed_workspace {
+    buffer_recycler outputs;
+    detail::band_buffers bands;
+};
+
 /// The tensors of `layout.pack(quantize(weight, opt, ex), prefix)`, made band by band (see the
 /// top of this header). With `snr`, the SNR sums of what a loader decodes against `weight`.
 /// With `source`, the rows are read through it (weight's bytes are only sized, never read).
-/// Quantizing and packing run on opt.isa (else simd::active_isa()).
+/// Quantizing and packing run on opt.isa (else simd::active_isa()). With `workspace`, band
+/// buffers and output storage come from it (see packed_workspace).
 template <layout_policy L>
 std::vector<owned_tensor> quantize_packed(const tensor_view& weight, const quant_options& opt, const L& layout,
                                           std::string_view prefix, const executor& ex = {}, snr_sums* snr = nullptr,
-                                          const band_source& source = {}) {
+                                          const band_source& source = {}, packed_workspace* workspace = nullptr) {
     const simd::isa isa = opt.isa ? *opt.isa : simd::active_isa();
     if constexpr (!band_packing_layout<L>) {
         if (!source) return detail::pack_on(layout, quantize(weight, opt, ex, snr), prefix, isa);
@@ -132,10 +143,11 @@ std::vector<owned_tensor> quantize_packed(const tensor_view& weight, const quant
         const std::string p(prefix);
         std::vector<owned_tensor> out;
         for (const tensor_spec& t : layout.specs(n, cols, opt.group_size, opt.symmetric))
-            out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape));
+            out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape, workspace ? &workspace->outputs : nullptr));
         const std::int64_t band = detail::band_rows(cols);
         std::vector<snr_sums> rows_snr(snr ? static_cast<std::size_t>(n) : 0);
-        detail::band_buffers buffers;
+        detail::band_buffers local_buffers;
+        detail::band_buffers& buffers = workspace ? workspace->bands : local_buffers;
         parallel_for(ex, 0, static_cast<std::size_t>(n), static_cast<std::size_t>(band), [&](std::size_t lo, std::size_t hi) {
             auto b = buffers.take();
             const auto r0 = static_cast<std::int64_t>(lo), r1 = static_cast<std::int64_t>(hi);

@@ -467,7 +467,7 @@ private:
         if (shares_fused_global_scale(p_.format)) group.weight_amax = fused_amax_.group_amax(src_, p_, i);
         if (const auto a = in_.input_amax.find(i); a != in_.input_amax.end()) group.input_amax = a->second;  // W4A4
         detail::packed_result r = detail::quantize_rows_packed(w.view, w.begin, w.end, it.scheme, p_.format, it.model_type(),
-                                                               run_, it.name, module, w.importance, rows, group);
+                                                               run_, it.name, module, w.importance, rows, group, &workspace_);
         quantized_item q;
         q.packed = std::move(r.tensors);
         q.snr_db = r.snr_db;
@@ -488,9 +488,10 @@ private:
                 tensors = with_layout(p_.format, r, [&](const auto& layout) { return layout.pack(*solved, module); });
                 solved.reset();  // the codes go before the writes: less held behind
             }
-            for (const owned_tensor& t : tensors) {
+            for (owned_tensor& t : tensors) {
                 writer_.write(t.name, t.bytes);
                 writeback_.start(shard_path_.find(t.name)->second);
+                workspace_.outputs.give(std::move(t.bytes));  // the next weight's tensors reuse its pages
             }
         }, [this, ev = std::move(ev)] { emit(ev); });
     }
@@ -512,6 +513,9 @@ private:
     /// parts share it). Before behind_, so an exception waits for the job that reads it.
     owned_tensor copied_;
     early_writeback writeback_;  // used by the jobs behind only
+    /// The quantizer's band buffers and the output tensors' storage, given back by the job
+    /// behind once written. Before behind_, so it outlives every job.
+    packed_workspace workspace_;
     /// Pack + write of an output weight runs behind the quantization of the next one (with
     /// more than one thread): the pool's cores do not wait on the serial pack and pwrite. Its
     /// progress event is sent once its bytes are written.

@@ -74,12 +74,13 @@ struct packed_result {
 /// policies (search, mse, lsq). With `source`, band k's rows (counted from row_begin) are
 /// read through it instead of from v. `group`: the amaxes of the weight's fused group, for a
 /// format whose siblings share one global scale (NVFP4; convert/fp4_global.hpp) and whose
-/// activations have a calibrated one (NVFP4 W4A4; convert/activation_amax.hpp).
+/// activations have a calibrated one (NVFP4 W4A4; convert/activation_amax.hpp). With
+/// `workspace`, an integer layout's band buffers and output storage come from it.
 inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
                                           const quant_spec& scheme, output_format f, dtype checkpoint,
                                           const executor& run, const std::string& name, const std::string& module,
                                           std::span<const float> importance = {}, const band_source& source = {},
-                                          const fp4_group& group = {}) {
+                                          const fp4_group& group = {}, packed_workspace* workspace = nullptr) {
     const tensor_view rows = row_slice(v, row_begin, row_end, name);
     snr_sums sums;
     packed_result r;
@@ -93,7 +94,7 @@ inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row
             quant_options o = options_for(scheme, f);
             o.importance = importance;
             r.tensors = T::with_layout(layout_request_for(scheme, checkpoint, v.type), [&](const auto& layout) {
-                return quantize_packed(rows, o, layout, module, run, &sums, source);
+                return quantize_packed(rows, o, layout, module, run, &sums, source, workspace);
             });
         }
     });
