@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -22,6 +23,7 @@
 #include "qforge/io/safetensors/reader.hpp"
 #include "qforge/io/safetensors/writer.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
+#include "qforge/quant/snr.hpp"
 #include "support/bf16_values.hpp"
 #include "support/fp8_checkpoint.hpp"
 #include "support/fused_twin.hpp"
@@ -166,6 +168,14 @@ TEST_CASE("HF -> GGUF: stories260k, names, shapes, metadata types, permutation, 
     CHECK(10 * std::log10(num / den) > 35.0);
     for (const auto& t : rep.tensors)
         if (t.gguf_name == "blk.2.attn_v.weight") CHECK(std::abs(t.snr_db - 10 * std::log10(num / den)) < 0.01);
+    // ... and it is exactly the order of quant/snr.hpp: each row's sums, rows added in order.
+    const auto v_cols = static_cast<std::size_t>(r.find_tensor("blk.2.attn_v.weight")->ne[0]);
+    snr_sums v_sums;
+    for (std::size_t at = 0; at < v_src.size(); at += v_cols)
+        v_sums.add_row(snr_sums_of(std::span<const float>(v_src).subspan(at, v_cols),
+                                   std::span<const float>(v_got).subspan(at, v_cols)));
+    for (const auto& t : rep.tensors)
+        if (t.gguf_name == "blk.2.attn_v.weight") CHECK(t.snr_db == v_sums.db());
 }
 
 TEST_CASE("HF -> GGUF: Q4_K_M on a model whose rows are too short falls back and says so") {

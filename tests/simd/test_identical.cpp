@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "qforge/quant/quantize.hpp"
+#include "qforge/quant/snr.hpp"
 #include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/dispatch.hpp"
 #include "support/isas.hpp"
@@ -366,6 +367,35 @@ TEST_CASE("error kernel = the squared error of encode's codes in the documented 
                     }
                 }
             }
+        }
+    }
+}
+
+TEST_CASE("snr_sums: the documented order (element i to partial i % 4, in double, unfused) on every ISA") {
+    // Lengths around every lane count's tails, added onto partials that already hold sums.
+    for (std::size_t n : {1u, 3u, 4u, 7u, 8u, 15u, 16u, 17u, 33u, 100u, 11008u}) {
+        const auto x = testing::student_t_floats(n, 40 + n, 5, 0.02);
+        auto y = x;
+        testing::splitmix64 rng(n);
+        for (float& v : y) v += static_cast<float>(static_cast<int>(rng.next() % 9) - 4) * 0x1p-9f;
+        double want[8] = {1, 2, 3, 4, 5, 6, 7, 8}, from_zero[8] = {};
+        for (std::size_t i = 0; i < n; ++i) {
+            const double xd = x[i], e = xd - static_cast<double>(y[i]);
+            for (double* p : {want, from_zero}) {
+                p[i % 4] += simd::no_contract(xd * xd);
+                p[4 + i % 4] += simd::no_contract(e * e);
+            }
+        }
+        for (simd::isa i : {simd::isa::scalar, simd::isa::avx2, simd::isa::avx512, simd::isa::neon}) {
+            if (!simd::available(i)) continue;
+            CAPTURE(simd::isa_name(i));
+            CAPTURE(n);
+            double got[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+            simd::kernels(i).snr_sums(x.data(), y.data(), n, got);
+            for (int j = 0; j < 8; ++j) CHECK(got[j] == want[j]);
+            const snr_sums row = snr_sums_of(x, y, i);
+            CHECK(row.signal == (from_zero[0] + from_zero[1]) + (from_zero[2] + from_zero[3]));
+            CHECK(row.error == (from_zero[4] + from_zero[5]) + (from_zero[6] + from_zero[7]));
         }
     }
 }

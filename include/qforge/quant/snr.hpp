@@ -105,12 +105,20 @@ inline snr_sums snr_accumulate(const tensor_view& original, const quantized_tens
 /// SNR in dB of `q` against `original`.
 inline double snr_db(const tensor_view& original, const quantized_tensor& q) { return snr_accumulate(original, q).db(); }
 
+/// The sums of `decoded` against `reference` (same length), in the order above: one row's, for
+/// a caller that adds rows itself. Run on the group kernels of `isa` (the sums are the same on
+/// every ISA).
+inline snr_sums snr_sums_of(std::span<const float> reference, std::span<const float> decoded,
+                            simd::isa isa = simd::active_isa()) {
+    if (reference.size() != decoded.size()) fail<shape_error>({}, {}, "SNR of spans of different lengths");
+    double partials[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    simd::kernels(isa).snr_sums(reference.data(), decoded.data(), reference.size(), partials);
+    return {(partials[0] + partials[1]) + (partials[2] + partials[3]), (partials[4] + partials[5]) + (partials[6] + partials[7])};
+}
+
 /// SNR in dB of `decoded` against `reference` (same length).
 inline double snr_db(std::span<const float> reference, std::span<const float> decoded) {
-    if (reference.size() != decoded.size()) fail<shape_error>({}, {}, "SNR of spans of different lengths");
-    detail::snr_partials p;
-    for (std::size_t i = 0; i < reference.size(); ++i) p.add(i, reference[i], decoded[i]);
-    return p.total().db();
+    return snr_sums_of(reference, decoded).db();
 }
 
 }  // namespace qforge

@@ -131,6 +131,12 @@ struct group_kernels {
     std::int64_t (*search_groups)(const float* w, const float* imp, std::size_t n, std::size_t gsize,
                                   const float* mn, const float* mx, const float* factors, std::size_t count,
                                   const grid_recipe& recipe, std::uint16_t* scale_bits, grid_params* grids) noexcept;
+
+    /// Adds to `snr` (8 doubles: signal partials 0-3, error partials 0-3) each element's x[i]^2
+    /// and (x[i] - y[i])^2 for i < n, in double, element i to partial i % 4, in increasing i,
+    /// products never fused: the order quant/snr.hpp defines, for a reference x and a decoded y
+    /// (a GGUF row against its dequantized blocks).
+    void (*snr_sums)(const float* x, const float* y, std::size_t n, double* snr) noexcept;
 };
 
 }  // namespace qforge::simd

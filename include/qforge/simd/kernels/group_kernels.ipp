@@ -723,10 +723,25 @@ QFORGE_KFN std::int64_t k_to_f32_min_max_groups(const std::byte* src, dtype type
     return bad ? k_to_f32(src, type, n, dst) : -1;
 }
 
+// Each vector starts at a multiple of lanes (a multiple of 4), so lane j feeds partial j % 4
+// as snr_add requires; a tail's padding lanes hold 0 in both, adding +0.
+QFORGE_KFN void k_snr_sums(const float* x, const float* y, std::size_t n, double* snr) noexcept {
+    snr_acc acc = snr_load(snr);
+    std::size_t i = 0;
+    for (; i + lanes <= n; i += lanes) acc = snr_add(acc, vload(x + i), vload(y + i));
+    if (i < n) {
+        alignas(64) float xb[lanes] = {}, yb[lanes] = {};
+        std::memcpy(xb, x + i, (n - i) * sizeof(float));
+        std::memcpy(yb, y + i, (n - i) * sizeof(float));
+        acc = snr_add(acc, vload(xb), vload(yb));
+    }
+    snr_store(snr, acc);
+}
+
 template <>
 QFORGE_DECL const group_kernels& family_table<group_kernels>() noexcept {
     static constexpr group_kernels table{QFORGE_KERNEL_ISA, &k_to_f32, &k_min_max, &k_error, &k_encode, &k_errors,
                                              &k_min_max_groups, &k_make_grids, &k_encode_groups,
-                                             &k_to_f32_min_max_groups, &k_search_groups};
+                                             &k_to_f32_min_max_groups, &k_search_groups, &k_snr_sums};
     return table;
 }

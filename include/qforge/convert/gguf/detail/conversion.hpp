@@ -36,6 +36,8 @@
 #include "qforge/io/gguf/writer.hpp"
 #include "qforge/io/json.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
+#include "qforge/quant/snr.hpp"
+#include "qforge/simd/group_kernels.hpp"
 
 namespace qforge::gguf {
 
@@ -172,28 +174,6 @@ inline void check_imatrix_sizes(const importance_matrix& m, const std::vector<pl
     }
 }
 
-/// Row `r` of a tensor view as float32.
-inline void load_row(const tensor_view& v, std::int64_t r, std::int64_t cols, float* out) {
-    const auto at = static_cast<std::size_t>(r * cols);
-    for (std::int64_t c = 0; c < cols; ++c) {
-        const std::size_t i = at + static_cast<std::size_t>(c);
-        switch (v.type) {
-            case dtype::BF16: {
-                std::uint16_t h;
-                std::memcpy(&h, v.bytes.data() + 2 * i, 2);
-                out[c] = bf16_to_float(h);
-                break;
-            }
-            case dtype::F16: {
-                std::uint16_t h;
-                std::memcpy(&h, v.bytes.data() + 2 * i, 2);
-                out[c] = fp16_to_float(h);
-                break;
-            }
-            default: std::memcpy(&out[c], v.bytes.data() + 4 * i, 4);
-        }
-    }
-}
 
 }  // namespace detail
 
@@ -691,7 +671,7 @@ public:
         if (p.is_packed()) return write_packed(p);
         const std::int64_t nrows = p.shape.size() == 2 ? p.shape[0] : 1;  // per part
         const tensor_importance im(opt_, imatrix_, p.decl);
-        snr_ = {0, 0};
+        snr_ = {};
         // a stacked tensor is written one expert's slice after the other (ne[2] is the slowest
         // dimension): one source tensor is mapped at a time, never the whole stack
         for (std::size_t part = 0; part < p.parts.size(); ++part) {
@@ -708,9 +688,8 @@ public:
             src_.release(hf);
         }
         w_.end_tensor();
-        const auto [sx2, se2] = snr_;
         return {p.hf, p.decl.name, p.decl.ne, p.decision.requested, p.decl.type, p.decision.fallback, tensor_nbytes(p.decl),
-                se2 > 0 ? 10.0 * std::log10(sx2 / se2) : std::numeric_limits<double>::infinity(), p.map.permute_heads > 0,
+                snr_.error > 0 ? snr_.db() : std::numeric_limits<double>::infinity(), p.map.permute_heads > 0,
                 im.status(), false};
     }
 
@@ -776,34 +755,26 @@ private:
         auto* dst = reinterpret_cast<std::byte*>(out_.data());
         // Row ri of the chunk is row ri of `chunk` (pread), or row srow of the mapping.
         const tensor_view chunk = in_memory ? v : read_chunk(p, hf, v, r0, n, nrows);
-        row_x2_.assign(static_cast<std::size_t>(n), 0.0);
-        row_e2_.assign(static_cast<std::size_t>(n), 0.0);
+        row_snr_.assign(static_cast<std::size_t>(n), snr_sums{});
+        const simd::isa isa = simd::active_isa();
+        const simd::group_kernels& k = simd::kernels(isa);
+        const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(chunk.type);
         parallel_for(opt_.exec, 0, static_cast<std::size_t>(n), 8, [&](std::size_t lo, std::size_t hi) {
             for (std::size_t r = lo; r < hi; ++r) {
                 const auto ri = static_cast<std::int64_t>(r);
                 const std::int64_t srow = p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, nrows, p.map.permute_heads) : r0 + ri;
+                const auto row = static_cast<std::size_t>(in_memory ? srow : ri);
                 float* xr = rows_.data() + ri * cols;
-                load_row(chunk, in_memory ? srow : ri, cols, xr);
-                for (std::int64_t c = 0; c < cols; ++c)
-                    if (!std::isfinite(xr[c])) fail<format_error>(src_dir_, hf, "tensor holds NaN or infinity");
+                if (k.to_f32(chunk.bytes.data() + row * row_bytes, chunk.type, static_cast<std::size_t>(cols), xr) >= 0)
+                    fail<format_error>(src_dir_, hf, "tensor holds NaN or infinity");
                 std::byte* qr = dst + r * row_size;
-                quantize_rows(t, xr, 1, cols, imr, qr);
+                quantize_rows(t, xr, 1, cols, imr, qr, isa);
                 float* yr = back_.data() + ri * cols;
                 dequantize_rows(t, qr, cols, yr);
-                double x2 = 0, e2 = 0;
-                for (std::int64_t c = 0; c < cols; ++c) {
-                    const double x = xr[c], e = x - static_cast<double>(yr[c]);
-                    x2 += x * x;
-                    e2 += e * e;
-                }
-                row_x2_[r] = x2;
-                row_e2_[r] = e2;
+                row_snr_[r] = snr_sums_of({xr, static_cast<std::size_t>(cols)}, {yr, static_cast<std::size_t>(cols)}, isa);
             }
         });
-        for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {  // in row order: deterministic
-            snr_.first += row_x2_[r];
-            snr_.second += row_e2_[r];
-        }
+        for (const snr_sums& r : row_snr_) snr_.add_row(r);  // in row order: deterministic
         w_.write_part(std::span<const std::byte>(dst, row_size * static_cast<std::size_t>(n)));
     }
 
@@ -828,9 +799,9 @@ private:
     const convert_options& opt_;
     importance_lookup* imatrix_;  // the imatrix file's entries, or null
     Writer& w_;
-    std::pair<double, double> snr_{0, 0};  // sum x^2, sum err^2 of the tensor so far
+    snr_sums snr_;  // the tensor's so far
     std::vector<float> rows_, back_;
-    std::vector<double> row_x2_, row_e2_;
+    std::vector<snr_sums> row_snr_;
     std::vector<std::uint16_t> out_;     // 2-byte aligned block storage (every row size is even)
     std::vector<std::byte> chunk_src_;  // the chunk's source rows, read with pread
     std::vector<std::uint8_t> codes_, scales_;  // a repacked chunk's packed rows and exponent rows
