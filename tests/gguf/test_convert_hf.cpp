@@ -168,7 +168,7 @@ TEST_CASE("HF -> GGUF: stories260k, names, shapes, metadata types, permutation, 
     CHECK(10 * std::log10(num / den) > 35.0);
     for (const auto& t : rep.tensors)
         if (t.gguf_name == "blk.2.attn_v.weight") CHECK(std::abs(t.snr_db - 10 * std::log10(num / den)) < 0.01);
-    // ... and it is exactly the order of quant/snr.hpp: each row's sums, rows added in order.
+    // ... and it is exactly quant/snr.hpp's sums of each row (snr_sums_of), rows added in order.
     const auto v_cols = static_cast<std::size_t>(r.find_tensor("blk.2.attn_v.weight")->ne[0]);
     snr_sums v_sums;
     for (std::size_t at = 0; at < v_src.size(); at += v_cols)
@@ -1555,4 +1555,35 @@ TEST_CASE("--repack into GGUF refuses what is not lossless, naming file, tensor 
                     if (t.first.name == v_scale) t.second[3] = std::byte{0xFF};
             }),
             repack_mx_options(true), "model.safetensors: tensor '" + v_scale + "': E8M0 NaN scale 0xFF at row 1, group 1");
+}
+
+TEST_CASE("HF -> GGUF: a NaN or infinity in a weight is refused, naming file and tensor, and nothing is written") {
+    const std::string dir = std::string(QFORGE_BINARY_DIR) + "/gguf_nan_ckpt";
+    demo_options d;
+    d.layers = 1;
+    d.vocab = 512;
+    for (const std::uint16_t bad : {std::uint16_t{0x7FC0}, std::uint16_t{0xFF80}}) {  // bf16 NaN, -infinity
+        if (io::path_exists(dir)) io::remove_tree(dir);
+        write_demo_checkpoint(dir, d);
+        const std::string name = "model.layers.0.mlp.up_proj.weight";
+        std::string shard;
+        std::uint64_t at = 0;
+        {
+            const safetensors::sharded_reader st(dir);
+            const safetensors::reader& r = *st.shard_of(name);
+            shard = r.path();
+            at = r.data_offset() + r.info(name).begin + 2 * 1000;  // row 0 or 1, a column past the first blocks
+        }
+        std::string bytes = io::read_file(shard);
+        std::memcpy(bytes.data() + at, &bad, 2);
+        io::write_file(shard, std::string_view(bytes));
+        convert_options o;
+        o.type = *parse_file_type("Q4_K_M");
+        o.allow_no_vocab = true;
+        const std::string dst = out_path("nan");
+        if (io::path_exists(dst)) io::remove_tree(dst);
+        CHECK_THROWS_WITH_AS(convert_hf_to_gguf(dir, dst, o),
+                             doctest::Contains((name + "': tensor holds NaN or infinity").c_str()), format_error);
+        CHECK_FALSE(io::path_exists(dst));
+    }
 }
