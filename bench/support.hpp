@@ -127,13 +127,15 @@ inline void write_pooled_shards(const std::string& dir, const qforge::demo_optio
     w.finish();
 }
 
-/// The config.json a llama_like checkpoint needs (tied embeddings).
+/// The config.json a llama_like checkpoint needs (tied embeddings), with what the GGUF
+/// converter reads too.
 inline void write_llama_config(const std::string& dir, const qforge::demo_options& o) {
     using qforge::json;
-    json cfg = json::object({{"hidden_size", json(o.hidden)}, {"intermediate_size", json(o.intermediate)},
-                             {"num_attention_heads", json(o.heads)}, {"num_key_value_heads", json(o.kv_heads)},
-                             {"num_hidden_layers", json(o.layers)}, {"vocab_size", json(o.vocab)},
-                             {"tie_word_embeddings", json(true)}});
+    json cfg = json::object({{"model_type", json("llama")}, {"hidden_size", json(o.hidden)},
+                             {"intermediate_size", json(o.intermediate)}, {"num_attention_heads", json(o.heads)},
+                             {"num_key_value_heads", json(o.kv_heads)}, {"num_hidden_layers", json(o.layers)},
+                             {"vocab_size", json(o.vocab)}, {"rms_norm_eps", json(1e-5)}, {"rope_theta", json(10000.0)},
+                             {"max_position_embeddings", json(2048)}, {"tie_word_embeddings", json(true)}});
     qforge::io::write_file(dir + "/config.json", cfg.dump({.indent = 2}));
 }
 
