@@ -159,3 +159,34 @@ TEST_CASE("gguf kernels: Q3_K and Q6_K keep the port's bytes on extreme rows (fp
         }
     }
 }
+
+TEST_CASE("gguf kernels: dequantize_rows gives the scalar port's floats for Q4_K, Q5_K and Q6_K on every ISA") {
+    // Random block bytes (every code, scale and min pattern), their fp16 factors finite and of
+    // both signs, so every product and subtraction is compared, zeros' signs included.
+    testing::splitmix64 rng(0x5EED);
+    for (ggml_type t : {ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
+        const std::int64_t n = 256 * 7;
+        std::vector<std::byte> blocks(static_cast<std::size_t>(quantized_size(t, 1, n)));
+        for (std::byte& b : blocks) b = static_cast<std::byte>(rng.next());
+        const std::size_t block_bytes = blocks.size() / 7;
+        for (std::size_t b = 0; b < 7; ++b) {
+            // d (and dmin) sit first in Q4_K/Q5_K blocks and last in Q6_K's
+            const std::size_t at = t == ggml_type::q6_k ? block_bytes - 2 : 0;
+            for (std::size_t f = 0; f < (t == ggml_type::q6_k ? 1u : 2u); ++f) {
+                const std::uint16_t h = float_to_fp16(static_cast<float>(static_cast<int>(rng.next() % 2001) - 1000) * 1e-4f);
+                std::memcpy(blocks.data() + b * block_bytes + at + 2 * f, &h, 2);
+            }
+        }
+        std::vector<float> want(static_cast<std::size_t>(n));
+        gguf::detail::with_block_type(t, [&](auto tag) {
+            dequantize(reinterpret_cast<const typename decltype(tag)::block*>(blocks.data()), want.data(), n);
+        });
+        for (simd::isa i : testing::available_isas(testing::with_scalar::yes)) {
+            CAPTURE(simd::isa_name(i));
+            CAPTURE(static_cast<int>(t));
+            std::vector<float> got(static_cast<std::size_t>(n), -1.0f);
+            dequantize_rows(t, blocks.data(), n, got.data(), i);
+            CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+        }
+    }
+}

@@ -104,6 +104,14 @@ struct gguf_kernels {
     /// block is. (Layout/gguf sends such blocks to the scalar port; a NaN may make a block
     /// count as such, which only sends it there too.)
     std::int64_t (*first_tiny_block)(const float* x, std::int64_t nb, std::int64_t elems) noexcept;
+
+    /// For each of the `count` consecutive sub-blocks j of `len` codes (len 16 or 32):
+    /// y[len j + i] = d[j] * (codes[len j + i] - offset) - m[j] (m null: no subtraction), the
+    /// product rounded on its own, never fused into the subtraction: ggml's dequantize_row_q4_K
+    /// and q5_K (offset 0, d and m the sub-block's d * sc and min * m) and q6_K (offset 32, m
+    /// null), once layout/gguf has unpacked the codes to one byte each.
+    void (*dequantize_codes)(const std::uint8_t* codes, std::size_t count, std::size_t len, const float* d,
+                             const float* m, float offset, float* y) noexcept;
 };
 
 }  // namespace qforge::simd

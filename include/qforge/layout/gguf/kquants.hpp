@@ -673,8 +673,66 @@ inline void dequantize_k45(const Block* x, float* y, std::int64_t k) noexcept {
 }
 }  // namespace detail
 
+namespace detail {
+/// dequantize_k45's values with the products on `kern`'s ISA: each block's codes unpacked to
+/// bytes and its sub-block factors computed here, as dequantize_k45 computes them.
+template <bool Five, class Block>
+inline void dequantize_k45_with(const simd::gguf_kernels& kern, const Block* x, float* y, std::int64_t k) noexcept {
+    std::uint8_t codes[256];
+    float d[8], m[8];
+    for (std::int64_t i = 0; i < k / 256; ++i, y += 256) {
+        const float dd = fp16_to_float(x[i].d), min = fp16_to_float(x[i].dmin);
+        for (int j = 0; j < 8; ++j) {
+            std::uint8_t sc, mn;
+            get_scale_min_k4(j, x[i].scales, sc, mn);
+            d[j] = dd * static_cast<float>(sc);
+            m[j] = min * static_cast<float>(mn);
+        }
+        for (int c = 0; c < 4; ++c)
+            for (int l = 0; l < 32; ++l) {
+                const std::uint8_t q = x[i].qs[32 * c + l];
+                codes[64 * c + l] = q & 0xF;
+                codes[64 * c + 32 + l] = q >> 4;
+                if constexpr (Five) {
+                    codes[64 * c + l] |= ((x[i].qh[l] >> (2 * c)) & 1) << 4;
+                    codes[64 * c + 32 + l] |= ((x[i].qh[l] >> (2 * c + 1)) & 1) << 4;
+                }
+            }
+        kern.dequantize_codes(codes, 8, 32, d, m, 0.f, y);
+    }
+}
+}  // namespace detail
+
 inline void dequantize(const block_q4_k* x, float* y, std::int64_t k) noexcept { detail::dequantize_k45<false>(x, y, k); }
 inline void dequantize(const block_q5_k* x, float* y, std::int64_t k) noexcept { detail::dequantize_k45<true>(x, y, k); }
+
+/// The values of dequantize(const block_q6_k*) with the products on `kern`'s ISA.
+inline void dequantize_with(const simd::gguf_kernels& kern, const block_q6_k* x, float* y, std::int64_t k) noexcept {
+    std::uint8_t codes[256];  // code + 32, 0..63
+    float d[16];
+    for (std::int64_t i = 0; i < k / 256; ++i, y += 256) {
+        const float dd = fp16_to_float(x[i].d);
+        for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(x[i].scales[j]);
+        for (int h = 0; h < 2; ++h) {
+            const std::uint8_t* ql = x[i].ql + 64 * h;
+            const std::uint8_t* qh = x[i].qh + 32 * h;
+            std::uint8_t* c = codes + 128 * h;
+            for (int l = 0; l < 32; ++l) {
+                c[l] = static_cast<std::uint8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+                c[l + 32] = static_cast<std::uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+                c[l + 64] = static_cast<std::uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                c[l + 96] = static_cast<std::uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+            }
+        }
+        kern.dequantize_codes(codes, 16, 16, d, nullptr, 32.f, y);
+    }
+}
+inline void dequantize_with(const simd::gguf_kernels& kern, const block_q4_k* x, float* y, std::int64_t k) noexcept {
+    detail::dequantize_k45_with<false>(kern, x, y, k);
+}
+inline void dequantize_with(const simd::gguf_kernels& kern, const block_q5_k* x, float* y, std::int64_t k) noexcept {
+    detail::dequantize_k45_with<true>(kern, x, y, k);
+}
 
 inline void dequantize(const block_q6_k* x, float* y, std::int64_t k) noexcept {
     for (std::int64_t i = 0; i < k / 256; ++i) {

@@ -199,13 +199,23 @@ inline void quantize_rows_ref(ggml_type t, const float* src, std::int64_t nrow, 
 }
 
 /// ggml's dequantize_row_<t> (bit-identical float32), n elements (a multiple of the block size).
-inline void dequantize_rows(ggml_type t, const std::byte* src, std::int64_t n, float* dst) {
+/// Q4_K, Q5_K and Q6_K multiply on the gguf kernels of `i` (the same floats on every ISA).
+inline void dequantize_rows(ggml_type t, const std::byte* src, std::int64_t n, float* dst, simd::isa i) {
     detail::check_rows(t, 1, n, src);
     if (detail::passthrough(t)) return detail::convert_in(t, src, dst, n);
     detail::with_block_type(t, [&](auto tag) {
         using block = typename decltype(tag)::block;
-        dequantize(reinterpret_cast<const block*>(src), dst, n);
+        const auto* blocks = reinterpret_cast<const block*>(src);
+        if constexpr (requires { dequantize_with(simd::kernels_of<simd::gguf_kernels>(i), blocks, dst, n); })
+            dequantize_with(simd::kernels_of<simd::gguf_kernels>(i), blocks, dst, n);
+        else
+            dequantize(blocks, dst, n);
     });
+}
+
+/// As above, on simd::active_isa()'s kernels.
+inline void dequantize_rows(ggml_type t, const std::byte* src, std::int64_t n, float* dst) {
+    dequantize_rows(t, src, n, dst, simd::active_isa());
 }
 
 }  // namespace qforge::gguf

@@ -84,6 +84,9 @@ QFORGE_P vf vload_f32_bytes(const std::byte* p) noexcept { return _mm256_loadu_p
 QFORGE_P vf vload_f16_bytes(const std::byte* p) noexcept {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+QFORGE_P vf vload_u8(const std::uint8_t* p) noexcept {  // see scalar.hpp
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
 QFORGE_P vf vload_bf16_bytes(const std::byte* p) noexcept {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));

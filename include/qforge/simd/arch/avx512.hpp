@@ -85,6 +85,9 @@ QFORGE_P vf vload_f32_bytes(const std::byte* p) noexcept { return _mm512_loadu_p
 QFORGE_P vf vload_f16_bytes(const std::byte* p) noexcept {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
+QFORGE_P vf vload_u8(const std::uint8_t* p) noexcept {  // see scalar.hpp
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
 QFORGE_P vf vload_bf16_bytes(const std::byte* p) noexcept {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));

@@ -102,6 +102,10 @@ inline vf vload_f16_bytes(const std::byte* p) noexcept {
     const uint16x8_t h = vreinterpretq_u16_u8(vld1q_u8(reinterpret_cast<const std::uint8_t*>(p)));
     return {vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))), vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)))};
 }
+inline vf vload_u8(const std::uint8_t* p) noexcept {  // see scalar.hpp
+    const uint16x8_t w = vmovl_u8(vld1_u8(p));
+    return {vcvtq_f32_u32(vmovl_u16(vget_low_u16(w))), vcvtq_f32_u32(vmovl_u16(vget_high_u16(w)))};
+}
 inline vf vload_bf16_bytes(const std::byte* p) noexcept {
     const uint16x8_t h = vreinterpretq_u16_u8(vld1q_u8(reinterpret_cast<const std::uint8_t*>(p)));
     return {vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)),

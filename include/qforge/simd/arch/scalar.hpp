@@ -113,6 +113,12 @@ inline vf vload_f16_bytes(const std::byte* p) noexcept {
     for (std::size_t j = 0; j < 8; ++j) r.v[j] = fp16_to_float(h[j]);
     return r;
 }
+// vload_u8: eight bytes, each widened to the float of its unsigned value.
+inline vf vload_u8(const std::uint8_t* p) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = static_cast<float>(p[j]);
+    return r;
+}
 inline vf vload_bf16_bytes(const std::byte* p) noexcept {
     std::uint16_t h[8];
     std::memcpy(h, p, sizeof h);

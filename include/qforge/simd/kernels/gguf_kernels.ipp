@@ -796,6 +796,23 @@ QFORGE_KFN std::int64_t k_first_tiny_block(const float* x, std::int64_t nb, std:
     return nb;
 }
 
+/// vmul launders its product, so the subtraction never fuses with it (the scalar port's mul).
+QFORGE_KFN void k_dequantize_codes(const std::uint8_t* codes, std::size_t count, std::size_t len, const float* d,
+                                   const float* m, float offset, float* y) noexcept {
+    const vf off = vset(offset);
+    for (std::size_t j = 0; j < count; ++j) {
+        const std::uint8_t* c = codes + len * j;
+        float* out = y + len * j;
+        const vf dj = vset(d[j]);
+        if (m) {
+            const vf mj = vset(m[j]);
+            for (std::size_t i = 0; i < len; i += lanes) vstore(out + i, vsub(vmul(dj, vsub(vload_u8(c + i), off)), mj));
+        } else {
+            for (std::size_t i = 0; i < len; i += lanes) vstore(out + i, vmul(dj, vsub(vload_u8(c + i), off)));
+        }
+    }
+}
+
 }  // namespace gguf_family
 
 template <>
@@ -807,6 +824,6 @@ QFORGE_DECL const gguf_kernels& family_table<gguf_kernels>() noexcept {
                                         &gguf_family::k_q4_0,        &gguf_family::k_q3_search,
                                         &gguf_family::k_pack_q3k,    &gguf_family::k_q4_1,
                                         &gguf_family::k_q5_0,        &gguf_family::k_q5_1,
-                                        &gguf_family::k_first_tiny_block};
+                                        &gguf_family::k_first_tiny_block, &gguf_family::k_dequantize_codes};
     return table;
 }

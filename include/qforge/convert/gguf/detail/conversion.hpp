@@ -770,7 +770,7 @@ private:
                 std::byte* qr = dst + r * row_size;
                 quantize_rows(t, xr, 1, cols, imr, qr, isa);
                 float* yr = back_.data() + ri * cols;
-                dequantize_rows(t, qr, cols, yr);
+                dequantize_rows(t, qr, cols, yr, isa);
                 row_snr_[r] = snr_sums_of({xr, static_cast<std::size_t>(cols)}, {yr, static_cast<std::size_t>(cols)}, isa);
             }
         });
