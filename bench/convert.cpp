@@ -104,24 +104,10 @@ void evict_input() {
     }
 }
 
-double read_every_line() {
-    const auto t0 = std::chrono::steady_clock::now();
-    safetensors::sharded_reader r(g.src);
-    std::uint64_t sum = 0;
-    for (const std::string& n : r.tensor_names()) {
-        const tensor_view v = r.view(n);
-        // One byte per 64-byte line: every line comes from memory (or the disk).
-        for (std::size_t i = 0; i < v.bytes.size(); i += 64) sum += static_cast<std::uint64_t>(v.bytes[i]);
-        r.release(n);
-    }
-    benchmark::DoNotOptimize(sum);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 void read_input_cold(benchmark::State& state) {
     for (auto _ : state) {
         evict_input();
-        const double s = read_every_line();
+        const double s = qforge_bench::read_every_line(g.src);
         g.cold_read_s = std::min(g.cold_read_s, s);
         state.SetIterationTime(s);
     }
@@ -142,7 +128,7 @@ void convert_w4a16_cold(benchmark::State& state) {
 
 void read_input(benchmark::State& state) {
     for (auto _ : state) {
-        g.read_s = read_every_line();
+        g.read_s = qforge_bench::read_every_line(g.src);
         state.SetIterationTime(g.read_s);
     }
     state.counters["GB_per_s"] = static_cast<double>(g.weights * 2) / g.read_s / 1e9;

@@ -2,6 +2,7 @@
 // from a pool of Student-t values, a clock, and the process's peak resident memory.
 #pragma once
 
+#include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -125,6 +126,21 @@ inline void write_pooled_shards(const std::string& dir, const qforge::demo_optio
         w.write(t.name, std::as_bytes(std::span<const std::uint16_t>(buf)));
     }
     w.finish();
+}
+
+/// Seconds to read every cache line of the checkpoint in `dir` through the mapping reader (one
+/// byte per 64-byte line, each tensor released after): the converters' I/O floor.
+inline double read_every_line(const std::string& dir) {
+    const double t0 = now_s();
+    qforge::safetensors::sharded_reader r(dir);
+    std::uint64_t sum = 0;
+    for (const std::string& n : r.tensor_names()) {
+        const qforge::tensor_view v = r.view(n);
+        for (std::size_t i = 0; i < v.bytes.size(); i += 64) sum += static_cast<std::uint64_t>(v.bytes[i]);
+        r.release(n);
+    }
+    benchmark::DoNotOptimize(sum);
+    return now_s() - t0;
 }
 
 /// The config.json a llama_like checkpoint needs (tied embeddings), with what the GGUF
