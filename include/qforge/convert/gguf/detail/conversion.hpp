@@ -753,19 +753,23 @@ private:
         back_.resize(rows_.size());
         out_.resize(row_size * static_cast<std::size_t>(n) / 2 + 1);
         auto* dst = reinterpret_cast<std::byte*>(out_.data());
-        // Row ri of the chunk is row ri of `chunk` (pread), or row srow of the mapping.
-        const tensor_view chunk = in_memory ? v : read_chunk(p, hf, v, r0, n, nrows);
+        // Row ri of the chunk is row ri of chunk_src_ (pread by the task that quantizes it), or
+        // row srow of the mapping.
+        const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(v.type);
+        if (!in_memory) chunk_src_.resize(row_bytes * static_cast<std::size_t>(n));
+        const std::span<const std::byte> chunk = in_memory ? v.bytes : std::span<const std::byte>(chunk_src_);
         row_snr_.assign(static_cast<std::size_t>(n), snr_sums{});
         const simd::isa isa = simd::active_isa();
         const simd::group_kernels& k = simd::kernels(isa);
-        const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(chunk.type);
         parallel_for(opt_.exec, 0, static_cast<std::size_t>(n), 8, [&](std::size_t lo, std::size_t hi) {
+            if (!in_memory) read_rows(p, hf, r0 + static_cast<std::int64_t>(lo), static_cast<std::int64_t>(hi - lo), nrows, row_bytes,
+                                      chunk_src_.data() + lo * row_bytes);
             for (std::size_t r = lo; r < hi; ++r) {
                 const auto ri = static_cast<std::int64_t>(r);
                 const std::int64_t srow = p.map.permute_heads > 0 ? permuted_source_row(r0 + ri, nrows, p.map.permute_heads) : r0 + ri;
                 const auto row = static_cast<std::size_t>(in_memory ? srow : ri);
                 float* xr = rows_.data() + ri * cols;
-                if (k.to_f32(chunk.bytes.data() + row * row_bytes, chunk.type, static_cast<std::size_t>(cols), xr) >= 0)
+                if (k.to_f32(chunk.data() + row * row_bytes, v.type, static_cast<std::size_t>(cols), xr) >= 0)
                     fail<format_error>(src_dir_, hf, "tensor holds NaN or infinity");
                 std::byte* qr = dst + r * row_size;
                 quantize_rows(t, xr, 1, cols, imr, qr, isa);
@@ -778,20 +782,17 @@ private:
         w_.write_part(std::span<const std::byte>(dst, row_size * static_cast<std::size_t>(n)));
     }
 
-    /// The chunk's source rows read with pread (a permuted tensor row by row).
-    tensor_view read_chunk(const planned_tensor& p, const std::string& hf, const tensor_view& v, std::int64_t r0, std::int64_t n,
-                           std::int64_t nrows) {
-        const std::int64_t cols = p.decl.ne[0];
-        const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(v.type);
-        chunk_src_.resize(row_bytes * static_cast<std::size_t>(n));
+    /// Source rows [r0, r0 + n) of part `hf` (permuted rows one by one) read with pread into `into`.
+    void read_rows(const planned_tensor& p, const std::string& hf, std::int64_t r0, std::int64_t n, std::int64_t nrows,
+                   std::size_t row_bytes, std::byte* into) const {
         if (p.map.permute_heads > 0) {
             for (std::int64_t ri = 0; ri < n; ++ri)
                 src_.read_tensor_range(hf, static_cast<std::uint64_t>(permuted_source_row(r0 + ri, nrows, p.map.permute_heads)) * row_bytes,
-                                       std::span<std::byte>(chunk_src_.data() + static_cast<std::size_t>(ri) * row_bytes, row_bytes));
+                                       std::span<std::byte>(into + static_cast<std::size_t>(ri) * row_bytes, row_bytes));
         } else {
-            src_.read_tensor_range(hf, static_cast<std::uint64_t>(r0) * row_bytes, chunk_src_);
+            src_.read_tensor_range(hf, static_cast<std::uint64_t>(r0) * row_bytes,
+                                   std::span<std::byte>(into, row_bytes * static_cast<std::size_t>(n)));
         }
-        return tensor_view{hf, v.type, {n, cols}, chunk_src_};
     }
 
     const checkpoint_source& src_;
