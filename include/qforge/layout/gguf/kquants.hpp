@@ -673,6 +673,33 @@ inline void dequantize_k45(const Block* x, float* y, std::int64_t k) noexcept {
 }
 }  // namespace detail
 
+inline void dequantize(const block_q4_k* x, float* y, std::int64_t k) noexcept { detail::dequantize_k45<false>(x, y, k); }
+inline void dequantize(const block_q5_k* x, float* y, std::int64_t k) noexcept { detail::dequantize_k45<true>(x, y, k); }
+
+inline void dequantize(const block_q6_k* x, float* y, std::int64_t k) noexcept {
+    for (std::int64_t i = 0; i < k / 256; ++i) {
+        const float d = fp16_to_float(x[i].d);
+        const std::uint8_t* ql = x[i].ql;
+        const std::uint8_t* qh = x[i].qh;
+        const std::int8_t* sc = x[i].scales;
+        for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; ++l) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l + 0] = d * static_cast<float>(sc[is + 0]) * static_cast<float>(q1);
+                y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+                y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+                y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+            }
+        }
+    }
+}
+
+// The K-quants' dequantization with the products on a gguf kernel table (dequantize_rows):
+// the same floats as the scalar definitions above, on every ISA.
 namespace detail {
 /// dequantize_k45's values with the products on `kern`'s ISA: each block's codes unpacked to
 /// bytes and its sub-block factors computed here, as dequantize_k45 computes them.
@@ -703,9 +730,6 @@ inline void dequantize_k45_with(const simd::gguf_kernels& kern, const Block* x, 
 }
 }  // namespace detail
 
-inline void dequantize(const block_q4_k* x, float* y, std::int64_t k) noexcept { detail::dequantize_k45<false>(x, y, k); }
-inline void dequantize(const block_q5_k* x, float* y, std::int64_t k) noexcept { detail::dequantize_k45<true>(x, y, k); }
-
 /// The values of dequantize(const block_q6_k*) with the products on `kern`'s ISA.
 inline void dequantize_with(const simd::gguf_kernels& kern, const block_q6_k* x, float* y, std::int64_t k) noexcept {
     std::uint8_t codes[256];  // code + 32, 0..63
@@ -732,28 +756,6 @@ inline void dequantize_with(const simd::gguf_kernels& kern, const block_q4_k* x,
 }
 inline void dequantize_with(const simd::gguf_kernels& kern, const block_q5_k* x, float* y, std::int64_t k) noexcept {
     detail::dequantize_k45_with<true>(kern, x, y, k);
-}
-
-inline void dequantize(const block_q6_k* x, float* y, std::int64_t k) noexcept {
-    for (std::int64_t i = 0; i < k / 256; ++i) {
-        const float d = fp16_to_float(x[i].d);
-        const std::uint8_t* ql = x[i].ql;
-        const std::uint8_t* qh = x[i].qh;
-        const std::int8_t* sc = x[i].scales;
-        for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
-            for (int l = 0; l < 32; ++l) {
-                const int is = l / 16;
-                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l + 0] = d * static_cast<float>(sc[is + 0]) * static_cast<float>(q1);
-                y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-                y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-                y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
-            }
-        }
-    }
 }
 
 }  // namespace qforge::gguf

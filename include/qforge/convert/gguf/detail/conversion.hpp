@@ -174,7 +174,6 @@ inline void check_imatrix_sizes(const importance_matrix& m, const std::vector<pl
     }
 }
 
-
 }  // namespace detail
 
 namespace detail {
