@@ -68,3 +68,22 @@ TEST_CASE("buffer_recycler: at most max_buffers kept, the smallest dropped; smal
     CHECK(r.take_zeroed(1024).data() == c_storage);
     CHECK(r.kept() == 0);
 }
+
+TEST_CASE("buffer_recycler: the bytes kept stay within max_bytes, the smallest going first") {
+    buffer_recycler r(8, 1024, 10000);
+    std::vector<std::byte> a = filled(3000, std::byte{1}), b = filled(4000, std::byte{2}), c = filled(5000, std::byte{3});
+    const std::byte* b_storage = b.data();
+    const std::byte* c_storage = c.data();
+    r.give(std::move(a));
+    r.give(std::move(b));
+    CHECK(r.kept() == 2);
+    r.give(std::move(c));  // 12000 bytes would be kept: the 3000-byte buffer goes
+    CHECK(r.kept() == 2);
+    r.give(filled(20000, std::byte{4}));  // larger than the cap on its own: not kept
+    CHECK(r.kept() == 2);
+    CHECK(r.take_zeroed(3500).data() == b_storage);
+    CHECK(r.take_zeroed(3500).data() == c_storage);
+    r.limit_bytes(2000);
+    r.give(filled(3000, std::byte{5}));  // now above the cap on its own
+    CHECK(r.kept() == 0);
+}

@@ -44,6 +44,9 @@ TEST_CASE("quantize's measured SNR equals snr_accumulate exactly, every ISA and 
                                 snr_sums measured{-1, -1};
                                 const quantized_tensor q = quantize(v, o, threads ? pool.executor() : executor{}, &measured);
                                 const snr_sums ref = snr_accumulate(v, q);
+                                const snr_sums pooled = snr_accumulate(v, q, pool.executor());  // rows in parallel
+                                CHECK(pooled.signal == ref.signal);
+                                CHECK(pooled.error == ref.error);
                                 const bool same = measured.signal == ref.signal && measured.error == ref.error;
                                 if (!same)
                                     FAIL_CHECK(simd::isa_name(i) << " cols " << cols << " group " << group << " bits "

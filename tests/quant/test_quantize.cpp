@@ -272,3 +272,28 @@ TEST_CASE("pre-quantized input: accepted when consistent, refused by place other
     const auto s = from_prequantized(in);
     CHECK(s.zeros == std::vector<std::int32_t>{8, 8, 8, 8});
 }
+
+TEST_CASE("validate names the first code above 2^bits - 1, in the eight-byte words and in the tail") {
+    for (int bits : {2, 3, 4, 8}) {
+        quantized_tensor q;
+        q.name = "m.weight";
+        q.bits = bits;
+        q.rows = 3;
+        q.cols = 13;  // 39 codes: four whole eight-byte words and a 7-byte tail
+        q.group_size = 13;
+        q.symmetric = false;
+        q.scale_dtype = dtype::F16;
+        q.codes.assign(39, static_cast<std::uint8_t>((1 << bits) - 1));
+        q.scales.assign(3, float_to_fp16(0.5f));
+        q.zeros.assign(3, 0);
+        CHECK_NOTHROW(q.validate());
+        if (bits == 8) continue;  // every byte fits
+        for (std::size_t at : {0u, 7u, 8u, 31u, 32u, 38u}) {
+            quantized_tensor bad = q;
+            bad.codes[at] = static_cast<std::uint8_t>(1 << bits);
+            bad.codes[38] = at == 38 ? bad.codes[38] : static_cast<std::uint8_t>(0xFF);  // a later one too
+            CHECK_THROWS_WITH_AS(bad.validate(), doctest::Contains(("code out of range at element " + std::to_string(at)).c_str()),
+                                 shape_error);
+        }
+    }
+}

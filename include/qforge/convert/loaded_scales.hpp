@@ -31,6 +31,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qforge/convert/format.hpp"
@@ -91,27 +92,28 @@ inline quantized_tensor with_scales_as(quantized_tensor q, dtype kept) {
     return q;
 }
 
-/// The SNR of `q` against `original` once its scales are held as `kept`.
-inline double snr_db_as_loaded(const tensor_view& original, const quantized_tensor& q, dtype kept) {
-    return snr_db(original, with_scales_as(q, kept));
+/// The SNR of `q` against `original` once its scales are held as `kept` (q by value: a layer
+/// read back only for this is moved, not copied), rows in parallel on `ex`.
+inline double snr_db_as_loaded(const tensor_view& original, quantized_tensor q, dtype kept, const executor& ex = {}) {
+    return snr_db(original, with_scales_as(std::move(q), kept), ex);
 }
 
 /// The same for a layer as written in `format` (`packed`: the tensors of `module`), read back
 /// with the format's reader, which takes codes, zeros and scales as they are.
 inline double snr_db_as_loaded(const tensor_view& original, const std::vector<owned_tensor>& packed, const std::string& module,
-                               output_format format, const quant_spec& s, dtype kept) {
+                               output_format format, const quant_spec& s, dtype kept, const executor& ex = {}) {
     std::map<std::string, tensor_view> views;
     for (const auto& t : packed) views.emplace(t.name, t.view());
     const tensor_source src = make_tensor_source(views, module);
     const std::int64_t group = s.group_size;
     switch (format) {
-        case output_format::awq: return snr_db_as_loaded(original, read_awq(src, module, awq_args{s.bits, group}), kept);
+        case output_format::awq: return snr_db_as_loaded(original, read_awq(src, module, awq_args{s.bits, group}), kept, ex);
         case output_format::compressed_tensors:
             return snr_db_as_loaded(original, read_ct_packed(src, module, ct_weight_args{s.bits, s.symmetric, group}, ct_packing::padded_v0_12),
-                                    kept);
+                                    kept, ex);
         default:
             return snr_db_as_loaded(original,
-                                    read_gptq(src, module, gptq_args{s.bits, group, s.symmetric, format == output_format::gptq_v2}), kept);
+                                    read_gptq(src, module, gptq_args{s.bits, group, s.symmetric, format == output_format::gptq_v2}), kept, ex);
     }
 }
 

@@ -42,12 +42,20 @@ void assign_zeros(std::vector<T>& v, std::size_t n) {
 /// while the pool waited); a recycled buffer's pages are already there. Thread-safe: the
 /// writer gives back on its thread while the quantizer takes on another.
 ///
-/// Memory stays bounded: at most `max_buffers` are kept, the smallest going first, and only
-/// buffers of at least `min_bytes` (smaller ones come from the heap without faults anyway).
+/// Memory stays bounded: at most `max_buffers` are kept, holding at most `max_bytes` in all,
+/// the smallest going first, and only buffers of at least `min_bytes` (smaller ones come from
+/// the heap without faults anyway).
 class buffer_recycler {
 public:
-    explicit buffer_recycler(std::size_t max_buffers = 8, std::size_t min_bytes = std::size_t{1} << 18)
-        : max_buffers_(max_buffers), min_bytes_(min_bytes) {}
+    explicit buffer_recycler(std::size_t max_buffers = 8, std::size_t min_bytes = std::size_t{1} << 18,
+                             std::size_t max_bytes = static_cast<std::size_t>(-1))
+        : max_buffers_(max_buffers), min_bytes_(min_bytes), max_bytes_(max_bytes) {}
+
+    /// Caps the bytes kept from now on (what is kept beyond it goes at the next give).
+    void limit_bytes(std::size_t max_bytes) {
+        std::lock_guard<std::mutex> lock(m_);
+        max_bytes_ = max_bytes;
+    }
 
     /// n zero bytes: the smallest kept buffer that holds n, else a new one (assign_zeros).
     std::vector<std::byte> take_zeroed(std::size_t n) {
@@ -58,6 +66,7 @@ public:
             for (auto it = kept_.begin(); it != kept_.end(); ++it)
                 if (it->capacity() >= n && (best == kept_.end() || it->capacity() < best->capacity())) best = it;
             if (best != kept_.end()) {
+                bytes_ -= best->capacity();
                 v = std::move(*best);
                 kept_.erase(best);
             }
@@ -71,12 +80,15 @@ public:
     void give(std::vector<std::byte> v) {
         if (v.capacity() < min_bytes_ || max_buffers_ == 0) return;
         std::lock_guard<std::mutex> lock(m_);
-        if (kept_.size() >= max_buffers_) {
+        if (v.capacity() > max_bytes_) return;
+        while (!kept_.empty() && (kept_.size() >= max_buffers_ || bytes_ + v.capacity() > max_bytes_)) {
             auto smallest = std::min_element(kept_.begin(), kept_.end(),
                                              [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
             if (smallest->capacity() >= v.capacity()) return;
+            bytes_ -= smallest->capacity();
             kept_.erase(smallest);
         }
+        bytes_ += v.capacity();
         kept_.push_back(std::move(v));
     }
 
@@ -87,7 +99,8 @@ public:
     }
 
 private:
-    std::size_t max_buffers_, min_bytes_;
+    std::size_t max_buffers_, min_bytes_, max_bytes_;
+    std::size_t bytes_ = 0;  ///< the capacities of kept_, summed
     mutable std::mutex m_;
     std::vector<std::vector<std::byte>> kept_;
 };

@@ -134,9 +134,10 @@ public:
     /// simd::minifloat_kernels::e4m3_row (the same on every ISA). NaN or infinity is refused
     /// naming the element. The minifloat kernels read the weight's bytes twice (block amax,
     /// then quotient and E4M3 code); the group kernels' to_f32 only converts a row holding NaN
-    /// or infinity, to name the element. Each table is looked up once per tensor.
+    /// or infinity, to name the element. Each table is looked up once per tensor. With
+    /// `storage`, the tensors' bytes come from its recycled buffers.
     std::vector<owned_tensor> quantize(const tensor_view& w, std::string_view prefix, const executor& ex = {},
-                                       snr_sums* snr = nullptr) const {
+                                       snr_sums* snr = nullptr, buffer_recycler* storage = nullptr) const {
         if (const std::string why = refusal(); !why.empty()) fail<unsupported_error>({}, w.name, why);
         if ((w.type != dtype::F32 && w.type != dtype::BF16 && w.type != dtype::F16) || w.rank() != 2)
             fail<unsupported_error>({}, w.name, "FP8 quantization takes a 2-D F32, BF16 or F16 weight");
@@ -145,7 +146,7 @@ public:
             fail<shape_error>({}, w.name, "weight bytes do not match shape " + shape_to_string(w.shape));
         const std::string p(prefix);
         std::vector<owned_tensor> out;
-        for (const tensor_spec& t : specs(n, k)) out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape));
+        for (const tensor_spec& t : specs(n, k)) out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape, storage));
         const std::int64_t br = block_rows(), bc = block_cols(k), scols = detail::ceil_div(k, bc);
         const std::int64_t bands = detail::ceil_div(n, br);
         std::vector<snr_sums> band_snr(static_cast<std::size_t>(bands));

@@ -69,14 +69,15 @@ public:
     std::string refusal(std::int64_t k) const { return detail::fp4_shape_refusal(k, mxfp4_group, "MXFP4"); }
 
     /// The layer's tensors for the float weight `w` [N, K], with the SNR sums of what a loader
-    /// decodes. NaN or infinity is refused naming the element.
+    /// decodes. NaN or infinity is refused naming the element. With `storage`, the tensors'
+    /// bytes come from its recycled buffers.
     std::vector<owned_tensor> quantize(const tensor_view& w, std::string_view prefix, const executor& ex = {},
-                                       snr_sums* snr = nullptr) const {
+                                       snr_sums* snr = nullptr, buffer_recycler* storage = nullptr) const {
         detail::check_fp4_weight(w, mxfp4_group, "MXFP4");
         const std::int64_t n = w.shape[0], k = w.shape[1], groups = k / mxfp4_group;
         const std::string p(prefix);
         std::vector<owned_tensor> out;
-        for (const tensor_spec& t : specs(n, k)) out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape));
+        for (const tensor_spec& t : specs(n, k)) out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape, storage));
         auto* packed = reinterpret_cast<std::uint8_t*>(out[0].bytes.data());
         auto* scales = reinterpret_cast<std::uint8_t*>(out[1].bytes.data());
         // x / 2^(e-127) == x * 2^(127-e) exactly: both are the exact product rounded once.
@@ -161,8 +162,8 @@ struct mxfp4_format_traits {
     }
 
     static std::vector<owned_tensor> quantize(const tensor_view& rows, std::string_view module, const fp4_group&,
-                                              const executor& ex, snr_sums* snr) {
-        return mxfp4_layout().quantize(rows, module, ex, snr);
+                                              const executor& ex, snr_sums* snr, buffer_recycler* storage = nullptr) {
+        return mxfp4_layout().quantize(rows, module, ex, snr, storage);
     }
 
     static json config(std::span<const linear_entry> linears, const layout_request&) { return mxfp4_config(linears); }

@@ -138,15 +138,16 @@ public:
 
     /// The layer's tensors for the float weight `w` [N, K] under the global scale of amax
     /// `group_amax` (the fused group's; nullopt: w's own), with the SNR sums of what a loader
-    /// decodes. NaN or infinity is refused naming the element.
+    /// decodes. NaN or infinity is refused naming the element. With `storage`, the tensors'
+    /// bytes come from its recycled buffers.
     std::vector<owned_tensor> quantize(const tensor_view& w, std::string_view prefix, std::optional<float> group_amax = {},
-                                       const executor& ex = {}, snr_sums* snr = nullptr) const {
+                                       const executor& ex = {}, snr_sums* snr = nullptr, buffer_recycler* storage = nullptr) const {
         detail::check_fp4_weight(w, nvfp4_group, "NVFP4");
         const std::int64_t n = w.shape[0], k = w.shape[1], groups = k / nvfp4_group;
         const float global = nvfp4_global_scale(group_amax ? *group_amax : amax_of(w));
         const std::string p(prefix);
         std::vector<owned_tensor> out;
-        for (const tensor_spec& t : specs(n, k)) out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape));
+        for (const tensor_spec& t : specs(n, k)) out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape, storage));
         std::memcpy(out[2].bytes.data(), &global, 4);
         if (opt_.w4a4) std::memcpy(out[3].bytes.data(), &opt_.input_global_scale, 4);
         auto* packed = reinterpret_cast<std::uint8_t*>(out[0].bytes.data());
@@ -270,14 +271,14 @@ struct nvfp4_traits {
     /// The tensors of `rows` (values in their own dtype) under the global scale of the group's
     /// weight amax (nullopt: the weight's own); W4A4 also under the group's input amax.
     static std::vector<owned_tensor> quantize(const tensor_view& rows, std::string_view module, const fp4_group& g,
-                                              const executor& ex, snr_sums* snr) {
+                                              const executor& ex, snr_sums* snr, buffer_recycler* storage = nullptr) {
         nvfp4_options o{W4A4, rows.type};
         if constexpr (W4A4) {
             if (!g.input_amax)
                 fail<unsupported_error>({}, std::string(module), "NVFP4 W4A4 needs the layer's input amax (input_global_scale = 448*6 / amax)");
             o.input_global_scale = nvfp4_global_scale(*g.input_amax);
         }
-        return nvfp4_layout(o).quantize(rows, module, g.weight_amax, ex, snr);
+        return nvfp4_layout(o).quantize(rows, module, g.weight_amax, ex, snr, storage);
     }
 
     static json config(std::span<const linear_entry> linears, const layout_request& r) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,6 +101,22 @@ struct quantized_tensor {
     }
 
     /// Throws a shape_error naming the tensor when sizes or ranges are inconsistent.
+    /// Whether every code is <= maxq (2^bits - 1): no code has a bit above `bits`, tested on the
+    /// OR of the codes eight bytes at a time (the byte loop that names the element runs only
+    /// when this fails).
+    bool codes_fit(int maxq) const noexcept {
+        const std::uint64_t high = 0x0101010101010101ull * static_cast<std::uint8_t>(~maxq);
+        std::uint64_t any = 0;
+        std::size_t i = 0;
+        for (; i + 8 <= codes.size(); i += 8) {
+            std::uint64_t w;
+            std::memcpy(&w, codes.data() + i, 8);
+            any |= w;
+        }
+        for (; i < codes.size(); ++i) any |= codes[i];
+        return (any & high) == 0;
+    }
+
     void validate() const {
         auto bad = [&](const std::string& why) { fail<shape_error>({}, name, why); };
         if (bits < 2 || bits > 8) bad("bits must be 2..8, got " + std::to_string(bits));
@@ -113,8 +130,9 @@ struct quantized_tensor {
         if (scales.size() != n_groups || zeros.size() != n_groups) bad("scales/zeros size mismatch");
         if (!g_idx.empty() && g_idx.size() != static_cast<std::size_t>(cols)) bad("g_idx size mismatch");
         const int maxq = (1 << bits) - 1;
-        for (std::size_t i = 0; i < codes.size(); ++i)
-            if (codes[i] > maxq) bad("code out of range at element " + std::to_string(i));
+        if (!codes_fit(maxq))
+            for (std::size_t i = 0; i < codes.size(); ++i)
+                if (codes[i] > maxq) bad("code out of range at element " + std::to_string(i));
         for (std::size_t i = 0; i < zeros.size(); ++i)
             if (zeros[i] < 0 || zeros[i] > maxq) bad("zero point out of range at group " + std::to_string(i));
         for (std::int32_t g : g_idx)

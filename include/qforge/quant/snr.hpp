@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "qforge/core/error.hpp"
+#include "qforge/core/parallel.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
@@ -65,8 +66,9 @@ struct snr_partials {
 
 }  // namespace detail
 
-/// The sums for `original` (F32/F16/BF16, [rows, cols]) against `q`.
-inline snr_sums snr_accumulate(const tensor_view& original, const quantized_tensor& q) {
+/// The sums for `original` (F32/F16/BF16, [rows, cols]) against `q`; rows in parallel on `ex`,
+/// their sums added in row order, so the result is the same on any executor.
+inline snr_sums snr_accumulate(const tensor_view& original, const quantized_tensor& q, const executor& ex = {}) {
     if (original.type != dtype::F32 && original.type != dtype::F16 && original.type != dtype::BF16)
         fail<unsupported_error>({}, original.name, "SNR needs an F32, F16 or BF16 original");
     if (original.numel() != q.rows * q.cols ||
@@ -79,31 +81,38 @@ inline snr_sums snr_accumulate(const tensor_view& original, const quantized_tens
     const simd::group_kernels& k = simd::kernels(simd::active_isa());
     const auto cols = static_cast<std::size_t>(q.cols);
     const std::size_t es = dtype_size(original.type);
-    std::vector<float> row(cols);
-    snr_sums total;
-    for (std::int64_t n = 0; n < q.rows; ++n) {
-        (void)k.to_f32(original.bytes.data() + static_cast<std::size_t>(n) * cols * es, original.type, cols, row.data());
-        const std::uint8_t* codes = q.codes.data() + static_cast<std::size_t>(n) * cols;
-        detail::snr_partials p;
-        if (q.g_idx.empty()) {
-            for (std::int64_t g = 0; g < q.groups(); ++g) {
-                const float s = q.scale(n, g);
-                const std::int32_t z = q.zero(n, g);
-                const auto lo = static_cast<std::size_t>(g * q.group_size);
-                const std::size_t hi = std::min(cols, lo + static_cast<std::size_t>(q.group_size));
-                for (std::size_t c = lo; c < hi; ++c)
-                    p.add(c, row[c], simd::no_contract(static_cast<float>(static_cast<std::int32_t>(codes[c]) - z) * s));
+    std::vector<snr_sums> rows(static_cast<std::size_t>(q.rows));
+    parallel_for(ex, 0, rows.size(), 16, [&](std::size_t lo_row, std::size_t hi_row) {
+        std::vector<float> row(cols);
+        for (std::size_t n = lo_row; n < hi_row; ++n) {
+            (void)k.to_f32(original.bytes.data() + n * cols * es, original.type, cols, row.data());
+            const std::uint8_t* codes = q.codes.data() + n * cols;
+            const auto r = static_cast<std::int64_t>(n);
+            detail::snr_partials p;
+            if (q.g_idx.empty()) {
+                for (std::int64_t g = 0; g < q.groups(); ++g) {
+                    const float s = q.scale(r, g);
+                    const std::int32_t z = q.zero(r, g);
+                    const auto lo = static_cast<std::size_t>(g * q.group_size);
+                    const std::size_t hi = std::min(cols, lo + static_cast<std::size_t>(q.group_size));
+                    for (std::size_t c = lo; c < hi; ++c)
+                        p.add(c, row[c], simd::no_contract(static_cast<float>(static_cast<std::int32_t>(codes[c]) - z) * s));
+                }
+            } else {
+                for (std::size_t c = 0; c < cols; ++c) p.add(c, row[c], q.dequantized(r, static_cast<std::int64_t>(c)));
             }
-        } else {
-            for (std::size_t c = 0; c < cols; ++c) p.add(c, row[c], q.dequantized(n, static_cast<std::int64_t>(c)));
+            rows[n] = p.total();
         }
-        total.add_row(p.total());
-    }
+    });
+    snr_sums total;
+    for (const snr_sums& r : rows) total.add_row(r);
     return total;
 }
 
-/// SNR in dB of `q` against `original`.
-inline double snr_db(const tensor_view& original, const quantized_tensor& q) { return snr_accumulate(original, q).db(); }
+/// SNR in dB of `q` against `original` (rows in parallel on `ex`: the same figure).
+inline double snr_db(const tensor_view& original, const quantized_tensor& q, const executor& ex = {}) {
+    return snr_accumulate(original, q, ex).db();
+}
 
 /// The sums of `decoded` against `reference` (same length), in the order above: one row's, for
 /// a caller that adds rows itself. Run on the group kernels of `isa` (the sums are the same on

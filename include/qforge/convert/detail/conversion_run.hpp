@@ -227,7 +227,14 @@ public:
         : src_(src), dst_dir_(dst_dir), opt_(opt), in_(in), result_(result), p_(p), writer_(writer),
           pool_(std::max(1u, opt.threads)), run_(pool_.executor()), shard_path_(std::move(shard_path)),
           behind_(opt.threads > 1) {
-        for (std::size_t i = 0; i < p_.items.size(); ++i) last_use_[p_.items[i].source] = i;
+        std::uint64_t largest = 0;
+        for (std::size_t i = 0; i < p_.items.size(); ++i) {
+            last_use_[p_.items[i].source] = i;
+            largest = std::max(largest, p_.items[i].in_bytes());
+        }
+        // Kept buffers hold at most one source tensor's bytes (or 64 MiB): peak memory still
+        // follows the largest tensor, not the model.
+        workspace_.outputs.limit_bytes(static_cast<std::size_t>(std::max<std::uint64_t>(largest, std::uint64_t{64} << 20)));
         start_report();
     }
 
@@ -310,14 +317,23 @@ private:
     /// offsets (one expert of a fused 3-D tensor is read on its own by cut_expert).
     tensor_view load_source(const plan_item& it, item_read how) {
         if (copied_.name != it.source && !copied_.name.empty()) {
-            behind_.drain();           // a job behind may still be writing from the buffer
-            copied_ = owned_tensor{};  // the previous source's buffer goes before the next is read
+            behind_.drain();  // a job behind may still be writing from the buffer
+            workspace_.outputs.give(std::move(copied_.bytes));  // the previous source's buffer goes before the next is read
+            copied_ = owned_tensor{};
         }
         if (!held_whole(how)) return src_.view(it.source);
         if (copied_.name != it.source)
-            copied_ = how == item_read::decoded ? src_.decode(it.source, opt_.read != source_read::mapped)
-                                                : src_.read_tensor(it.source);
+            copied_ = how == item_read::decoded ? src_.decode(it.source, opt_.read != source_read::mapped) : read_whole(it.source);
         return copied_.view();
+    }
+
+    /// The source tensor read with pread, into a recycled buffer (its mapping gives the sizes
+    /// only: no page of it is read).
+    owned_tensor read_whole(const std::string& name) {
+        const tensor_view sizes = src_.view(name);
+        owned_tensor t{sizes.name, sizes.type, sizes.shape, workspace_.outputs.take_zeroed(sizes.bytes.size())};
+        src_.read_tensor_range(name, 0, t.bytes);
+        return t;
     }
 
     /// The expert's piece of the fused tensor, read on its own (checkpoint_source::read_expert:
@@ -407,19 +423,21 @@ private:
     /// rounded the scales to the dtype it serves the model in; NaN when it keeps them as
     /// stored. A streamed item's rows are read again with pread (its view gives sizes only).
     double loaded_snr(const plan_item& it, const weight_rows& w, item_read how, const quantized_item& q,
-                      const std::string& module) const {
+                      const std::string& module) {
         const auto kept = vllm_rounds_scales_to(p_.format, vllm_params_dtype(p_), *it.scheme.scale_dtype);
         if (!kept) return std::numeric_limits<double>::quiet_NaN();
         tensor_view rows = detail::row_slice(w.view, w.begin, w.end, it.name);
         owned_tensor read;
         if (how == item_read::streamed && w.folded.bytes.empty() && !it.cut) {
-            read = {it.name, rows.type, rows.shape, std::vector<std::byte>(rows.bytes.size())};
+            read = {it.name, rows.type, rows.shape, workspace_.outputs.take_zeroed(rows.bytes.size())};
             const std::uint64_t row_bytes = static_cast<std::uint64_t>(rows.shape.at(1)) * dtype_size(rows.type);
             src_.read_tensor_range(it.source, static_cast<std::uint64_t>(w.begin) * row_bytes, read.bytes);
             rows = read.view();
         }
-        if (q.solved) return snr_db_as_loaded(rows, *q.solved, *kept);
-        return snr_db_as_loaded(rows, q.packed, module, p_.format, it.scheme, *kept);
+        const double db = q.solved ? snr_db_as_loaded(rows, *q.solved, *kept, run_)
+                                   : snr_db_as_loaded(rows, q.packed, module, p_.format, it.scheme, *kept, run_);
+        workspace_.outputs.give(std::move(read.bytes));
+        return db;
     }
 
     /// Already on the output's grid: codes and scales copied, nothing rounded.

@@ -75,7 +75,7 @@ struct packed_result {
 /// read through it instead of from v. `group`: the amaxes of the weight's fused group, for a
 /// format whose siblings share one global scale (NVFP4; convert/fp4_global.hpp) and whose
 /// activations have a calibrated one (NVFP4 W4A4; convert/activation_amax.hpp). With
-/// `workspace`, an integer layout's band buffers and output storage come from it.
+/// `workspace`, the output tensors' storage (and an integer layout's band buffers) come from it.
 inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
                                           const quant_spec& scheme, output_format f, dtype checkpoint,
                                           const executor& run, const std::string& name, const std::string& module,
@@ -87,9 +87,10 @@ inline packed_result quantize_rows_packed(const tensor_view& v, std::int64_t row
     visit_format(f, [&](auto t) {
         using T = decltype(t);
         if constexpr (T::codes == code_kind::e4m3) {  // no integer grid, its own quantizer (layout/fp8.hpp); reads v whole
-            r.tensors = fp8_layout(T::options(scheme.group_size, scheme.scale_dtype, v.type)).quantize(rows, module, run, &sums);
+            r.tensors = fp8_layout(T::options(scheme.group_size, scheme.scale_dtype, v.type))
+                            .quantize(rows, module, run, &sums, workspace ? &workspace->outputs : nullptr);
         } else if constexpr (T::codes == code_kind::e2m1) {  // E2M1 (layout/nvfp4.hpp, mxfp4.hpp); reads v whole
-            r.tensors = T::quantize(rows, module, group, run, &sums);
+            r.tensors = T::quantize(rows, module, group, run, &sums, workspace ? &workspace->outputs : nullptr);
         } else {
             quant_options o = options_for(scheme, f);
             o.importance = importance;
