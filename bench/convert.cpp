@@ -12,6 +12,9 @@
 //                page cache first (fdatasync + POSIX_FADV_DONTNEED on every shard), best of 2:
 //                the conversion against reading a cold input (issue 21). On a VM the host may
 //                still cache the disk: "cold" is the guest's page cache;
+//   convert_gptq_f16 GPTQ 4-bit g128 min/max with fp16 scales on the bf16 model (the
+//                gptq-w4g128 preset), 2 threads, best of 2: its report's snr_db_as_loaded reads
+//                every layer back and measures it with the scales vLLM rounds to bf16;
 //   convert_gguf the GGUF converter (convert_hf_to_gguf), Q4_K_M, no vocabulary, 2 threads, best
 //                of 2: wall, CPU and G weights/s;
 //   convert_w4a8 the whole conversion with 2 threads (QFORGE_BENCH_THREADS), in G weights/s,
@@ -67,6 +70,7 @@ struct bench_state {
     double rtn_s = 1e30, rtn_cpu_s = 1e30;  ///< best wall / CPU seconds of the w4a16 conversion
     double cold_read_s = 1e30, cold_rtn_s = 1e30;  ///< the same two with the input evicted first
     double gguf_s = 1e30, gguf_cpu_s = 1e30;       ///< best wall / CPU seconds of the GGUF Q4_K_M conversion
+    double gptq_s = 1e30, gptq_cpu_s = 1e30;       ///< the same for GPTQ g128 with fp16 scales
     double best_s[2] = {1e30, 1e30};      ///< best wall time per read mode (0 pread, 1 mapped)
     double best_cpu_s[2] = {1e30, 1e30};  ///< best CPU seconds (all threads) per read mode
     std::string load;  ///< /proc/loadavg just before the conversion
@@ -181,6 +185,20 @@ void convert_w4a16(benchmark::State& state) {
     }
 }
 
+void convert_gptq_f16(benchmark::State& state) {
+    for (auto _ : state) {
+        const convert_options o = qforge_bench::bench_options(output_format::gptq, {4, 128, true, scale_method::minmax, dtype::F16});
+        const double cpu0 = process_cpu_s();
+        const auto t0 = std::chrono::steady_clock::now();
+        convert(g.src, g.root + "/out", o);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        g.gptq_s = std::min(g.gptq_s, s);
+        g.gptq_cpu_s = std::min(g.gptq_cpu_s, process_cpu_s() - cpu0);
+        state.SetIterationTime(s);
+        state.counters["G_weights_per_s"] = static_cast<double>(g.weights) / s / 1e9;
+    }
+}
+
 void convert_gguf(benchmark::State& state) {
     thread_pool pool(static_cast<unsigned>(env_or("QFORGE_BENCH_THREADS", 2)));
     for (auto _ : state) {
@@ -205,6 +223,7 @@ BENCHMARK(read_input)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisec
 BENCHMARK(convert_w4a16)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(read_input_cold)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_w4a16_cold)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(convert_gptq_f16)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_gguf)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(convert_w4a8)->Arg(1)->Arg(0)->Arg(1)->Arg(0)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
@@ -235,6 +254,8 @@ int main(int argc, char** argv) {
                 g.rtn_s, static_cast<double>(g.weights) / g.rtn_s / 1e9, g.rtn_s / g.read_s, g.rtn_cpu_s);
     std::printf("input evicted from the page cache first: w4a16 best %.2f s wall, %.1fx reading the cold input (%.2f s; goal 3x)\n",
                 g.cold_rtn_s, g.cold_rtn_s / g.cold_read_s, g.cold_read_s);
+    std::printf("convert GPTQ g128, fp16 scales (SNR as loaded): best %.2f s wall = %.3f G weights/s, %.1fx reading the input; CPU %.2f s\n",
+                g.gptq_s, static_cast<double>(g.weights) / g.gptq_s / 1e9, g.gptq_s / g.read_s, g.gptq_cpu_s);
     std::printf("convert GGUF Q4_K_M: best %.2f s wall = %.3f G weights/s, %.1fx the time of reading the input; CPU %.2f s\n",
                 g.gguf_s, static_cast<double>(g.weights) / g.gguf_s / 1e9, g.gguf_s / g.read_s, g.gguf_cpu_s);
     std::printf("peak VmHWM %.0f MiB; largest tensor %.0f MiB; floor 3x + 128 = %.0f MiB\n", g.hwm_mib,
