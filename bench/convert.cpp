@@ -170,33 +170,29 @@ void convert_w4a8(benchmark::State& state) {
     state.counters["largest_tensor_MiB"] = static_cast<double>(g.largest) / (1 << 20);
 }
 
-void convert_w4a16(benchmark::State& state) {
+/// Converts with `o` once per iteration, keeping the best wall and CPU seconds.
+void timed_converts(benchmark::State& state, const convert_options& o, double& best_s, double& best_cpu_s) {
     for (auto _ : state) {
-        const convert_options o =
-            qforge_bench::bench_options(output_format::compressed_tensors, {4, 128, true, scale_method::minmax, std::nullopt});
         const double cpu0 = process_cpu_s();
         const auto t0 = std::chrono::steady_clock::now();
         convert(g.src, g.root + "/out", o);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        g.rtn_s = std::min(g.rtn_s, s);
-        g.rtn_cpu_s = std::min(g.rtn_cpu_s, process_cpu_s() - cpu0);
+        best_s = std::min(best_s, s);
+        best_cpu_s = std::min(best_cpu_s, process_cpu_s() - cpu0);
         state.SetIterationTime(s);
         state.counters["G_weights_per_s"] = static_cast<double>(g.weights) / s / 1e9;
     }
 }
 
+void convert_w4a16(benchmark::State& state) {
+    timed_converts(state,
+                   qforge_bench::bench_options(output_format::compressed_tensors, {4, 128, true, scale_method::minmax, std::nullopt}),
+                   g.rtn_s, g.rtn_cpu_s);
+}
+
 void convert_gptq_f16(benchmark::State& state) {
-    for (auto _ : state) {
-        const convert_options o = qforge_bench::bench_options(output_format::gptq, {4, 128, true, scale_method::minmax, dtype::F16});
-        const double cpu0 = process_cpu_s();
-        const auto t0 = std::chrono::steady_clock::now();
-        convert(g.src, g.root + "/out", o);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        g.gptq_s = std::min(g.gptq_s, s);
-        g.gptq_cpu_s = std::min(g.gptq_cpu_s, process_cpu_s() - cpu0);
-        state.SetIterationTime(s);
-        state.counters["G_weights_per_s"] = static_cast<double>(g.weights) / s / 1e9;
-    }
+    timed_converts(state, qforge_bench::bench_options(output_format::gptq, {4, 128, true, scale_method::minmax, dtype::F16}),
+                   g.gptq_s, g.gptq_cpu_s);
 }
 
 void convert_gguf(benchmark::State& state) {
