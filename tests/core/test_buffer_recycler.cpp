@@ -87,3 +87,15 @@ TEST_CASE("buffer_recycler: the bytes kept stay within max_bytes, the smallest g
     r.give(filled(3000, std::byte{5}));  // now above the cap on its own
     CHECK(r.kept() == 0);
 }
+
+TEST_CASE("buffer_recycler: take gives a kept buffer at the size asked, its storage reused") {
+    buffer_recycler r(4, 1024);
+    std::vector<std::byte> used = filled(8192, std::byte{0x5a});
+    const std::byte* storage = used.data();
+    r.give(std::move(used));
+    const std::vector<std::byte> again = r.take(6000);
+    CHECK(again.data() == storage);
+    CHECK(again.size() == 6000);
+    CHECK(r.kept() == 0);
+    CHECK(r.take(3000).size() == 3000);  // nothing kept holds it: a new buffer
+}

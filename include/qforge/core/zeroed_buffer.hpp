@@ -59,19 +59,17 @@ public:
 
     /// n zero bytes: the smallest kept buffer that holds n, else a new one (assign_zeros).
     std::vector<std::byte> take_zeroed(std::size_t n) {
-        std::vector<std::byte> v;
-        {
-            std::lock_guard<std::mutex> lock(m_);
-            auto best = kept_.end();
-            for (auto it = kept_.begin(); it != kept_.end(); ++it)
-                if (it->capacity() >= n && (best == kept_.end() || it->capacity() < best->capacity())) best = it;
-            if (best != kept_.end()) {
-                bytes_ -= best->capacity();
-                v = std::move(*best);
-                kept_.erase(best);
-            }
-        }
+        std::vector<std::byte> v = take_kept(n);
         if (v.capacity() >= n) v.assign(n, std::byte{0});
+        else assign_zeros(v, n);
+        return v;
+    }
+
+    /// n bytes of no particular value, for a caller that overwrites them all (a pread): a kept
+    /// buffer is not zeroed first.
+    std::vector<std::byte> take(std::size_t n) {
+        std::vector<std::byte> v = take_kept(n);
+        if (v.capacity() >= n) v.resize(n);
         else assign_zeros(v, n);
         return v;
     }
@@ -99,6 +97,19 @@ public:
     }
 
 private:
+    /// The smallest kept buffer whose capacity holds n (removed from the kept ones), or none.
+    std::vector<std::byte> take_kept(std::size_t n) {
+        std::lock_guard<std::mutex> lock(m_);
+        auto best = kept_.end();
+        for (auto it = kept_.begin(); it != kept_.end(); ++it)
+            if (it->capacity() >= n && (best == kept_.end() || it->capacity() < best->capacity())) best = it;
+        if (best == kept_.end()) return {};
+        bytes_ -= best->capacity();
+        std::vector<std::byte> v = std::move(*best);
+        kept_.erase(best);
+        return v;
+    }
+
     std::size_t max_buffers_, min_bytes_, max_bytes_;
     std::size_t bytes_ = 0;  ///< the capacities of kept_, summed
     mutable std::mutex m_;

@@ -331,7 +331,7 @@ private:
     /// only: no page of it is read).
     owned_tensor read_whole(const std::string& name) {
         const tensor_view sizes = src_.view(name);
-        owned_tensor t{sizes.name, sizes.type, sizes.shape, workspace_.outputs.take_zeroed(sizes.bytes.size())};
+        owned_tensor t{sizes.name, sizes.type, sizes.shape, workspace_.outputs.take(sizes.bytes.size())};
         src_.read_tensor_range(name, 0, t.bytes);
         return t;
     }
@@ -429,7 +429,7 @@ private:
         tensor_view rows = detail::row_slice(w.view, w.begin, w.end, it.name);
         owned_tensor read;
         if (how == item_read::streamed && w.folded.bytes.empty() && !it.cut) {
-            read = {it.name, rows.type, rows.shape, workspace_.outputs.take_zeroed(rows.bytes.size())};
+            read = {it.name, rows.type, rows.shape, workspace_.outputs.take(rows.bytes.size())};
             const std::uint64_t row_bytes = static_cast<std::uint64_t>(rows.shape.at(1)) * dtype_size(rows.type);
             src_.read_tensor_range(it.source, static_cast<std::uint64_t>(w.begin) * row_bytes, read.bytes);
             rows = read.view();
