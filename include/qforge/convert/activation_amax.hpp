@@ -31,6 +31,7 @@
 
 #include "qforge/convert/fp4_global.hpp"
 #include "qforge/convert/plan.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/json_value.hpp"
@@ -127,7 +128,15 @@ private:
 /// Each quantized item of `p` (by index) -> the input amax of its fused group, from `f`. A
 /// quantized linear without an entry (its own or its source module's) is an unsupported_error,
 /// an entry naming no linear of the model a format_error, both naming the file and the module.
-inline std::map<std::size_t, float> input_amax_per_item(const activation_amax_file& f, const plan& p) {
+QFORGE_DECL std::map<std::size_t, float> input_amax_per_item(const activation_amax_file& f, const plan& p);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL std::map<std::size_t, float> input_amax_per_item(const activation_amax_file& f, const plan& p) {
     std::set<std::string, std::less<>> known;
     for (const linear_entry& l : p.linears) known.insert(l.name);
     for (const plan_item& it : p.items) {
@@ -157,3 +166,4 @@ inline std::map<std::size_t, float> input_amax_per_item(const activation_amax_fi
 }
 
 }  // namespace qforge
+#endif

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "qforge/convert/detail/quantize_step.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/convert/importance.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
@@ -49,6 +50,19 @@ struct activation_folds {
     }
 };
 
+/// Searches the scales of every layer of `p` (see the file comment), reading the weights
+/// from `src` and the input statistics from `lookup`.
+QFORGE_DECL activation_folds plan_activation_folds(const checkpoint_source& src, const plan& p, const model_config& cfg,
+                                                   importance_lookup& lookup, const executor& run);
+
+/// Rows [row_begin, row_end) of `v` with the folds applied: columns x s, rows / r, as F32.
+QFORGE_DECL owned_tensor apply_folds(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
+                                     const std::vector<float>* columns, const std::vector<float>* rows);
+
+/// The importance the quantizer meets after the columns were multiplied by s: m / s^2.
+QFORGE_DECL std::vector<float> scaled_importance(std::span<const float> m, const std::vector<float>* columns);
+
+#if QFORGE_BODIES_HERE
 namespace detail {
 
 struct fold_group {
@@ -90,10 +104,8 @@ inline std::string fold_obstacle(const plan& p, const fold_group& g) {
 
 }  // namespace detail
 
-/// Searches the scales of every layer of `p` (see the file comment), reading the weights
-/// from `src` and the input statistics from `lookup`.
-inline activation_folds plan_activation_folds(const checkpoint_source& src, const plan& p, const model_config& cfg,
-                                              importance_lookup& lookup, const executor& run) {
+QFORGE_DECL activation_folds plan_activation_folds(const checkpoint_source& src, const plan& p, const model_config& cfg,
+                                                   importance_lookup& lookup, const executor& run) {
     activation_folds out;
     const bool mha = cfg.num_key_value_heads == cfg.num_attention_heads && cfg.num_attention_heads > 0;
     std::map<std::string, bool, std::less<>> layers;
@@ -143,9 +155,8 @@ inline activation_folds plan_activation_folds(const checkpoint_source& src, cons
     return out;
 }
 
-/// Rows [row_begin, row_end) of `v` with the folds applied: columns x s, rows / r, as F32.
-inline owned_tensor apply_folds(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
-                                const std::vector<float>* columns, const std::vector<float>* rows) {
+QFORGE_DECL owned_tensor apply_folds(const tensor_view& v, std::int64_t row_begin, std::int64_t row_end,
+                                     const std::vector<float>* columns, const std::vector<float>* rows) {
     const tensor_view slice = detail::row_slice(v, row_begin, row_end, v.name);
     std::vector<float> s(static_cast<std::size_t>(v.shape[1]), 1.0f);
     if (columns) s = *columns;
@@ -157,12 +168,13 @@ inline owned_tensor apply_folds(const tensor_view& v, std::int64_t row_begin, st
     return t;
 }
 
-/// The importance the quantizer meets after the columns were multiplied by s: m / s^2.
-inline std::vector<float> scaled_importance(std::span<const float> m, const std::vector<float>* columns) {
+QFORGE_DECL std::vector<float> scaled_importance(std::span<const float> m, const std::vector<float>* columns) {
     std::vector<float> out(m.begin(), m.end());
     if (columns)
         for (std::size_t k = 0; k < out.size(); ++k) out[k] /= (*columns)[k] * (*columns)[k];
     return out;
 }
+
+#endif
 
 }  // namespace qforge

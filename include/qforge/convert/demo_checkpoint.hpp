@@ -113,7 +113,37 @@ private:
 namespace detail {
 
 /// The MoE MLP of one block (`p` = "model.layers.L."), in write order.
-inline void demo_moe_tensors(std::vector<planned_tensor>& t, const std::string& p, const demo_options& o) {
+QFORGE_DECL void demo_moe_tensors(std::vector<planned_tensor>& t, const std::string& p, const demo_options& o);
+
+/// config.json's architecture keys for `o` (model_type, architectures, expert counts).
+QFORGE_DECL void demo_moe_config(json& cfg, const demo_options& o);
+
+/// gpt_oss_mxfp4: the MXFP4 blocks and scales of a fused expert tensor whose bf16 values `w`
+/// are in gpt_oss's [E, K, N] ([in, out]) order, each expert's [N, K] rows quantized as
+/// compressed-tensors' MXFP4 (layout/mxfp4.hpp), whose packed bytes are gpt-oss's blocks.
+QFORGE_DECL void demo_mxfp4_experts(const std::vector<std::uint16_t>& w, const shape_t& blocks_shape, std::vector<std::byte>& blocks,
+                               std::vector<std::byte>& scales);
+
+}  // namespace detail
+
+/// The tensors of the demo model, in write order.
+QFORGE_DECL std::vector<planned_tensor> demo_tensors(const demo_options& o);
+
+/// Writes the demo checkpoint into `dir` (created; must not exist).
+QFORGE_DECL void write_demo_checkpoint(const std::string& dir, const demo_options& o = {});
+
+/// config.json, tokenizer.json, tokenizer_config.json and generation_config.json of the demo
+/// model `o` (a benchmark that writes its own tensors reuses them).
+QFORGE_DECL void write_demo_side_files(const std::string& dir, const demo_options& o);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace detail {
+
+QFORGE_DECL void demo_moe_tensors(std::vector<planned_tensor>& t, const std::string& p, const demo_options& o) {
     const std::int64_t E = o.experts, I = o.moe_intermediate, H = o.hidden;
     switch (o.moe) {
         case demo_moe::none: return;
@@ -167,8 +197,7 @@ inline void demo_moe_tensors(std::vector<planned_tensor>& t, const std::string& 
     }
 }
 
-/// config.json's architecture keys for `o` (model_type, architectures, expert counts).
-inline void demo_moe_config(json& cfg, const demo_options& o) {
+QFORGE_DECL void demo_moe_config(json& cfg, const demo_options& o) {
     const char* type = "llama";
     const char* arch = "LlamaForCausalLM";
     switch (o.moe) {
@@ -219,10 +248,7 @@ inline void demo_moe_config(json& cfg, const demo_options& o) {
                                                                       "model.embed_tokens", "lm_head"})}}));
 }
 
-/// gpt_oss_mxfp4: the MXFP4 blocks and scales of a fused expert tensor whose bf16 values `w`
-/// are in gpt_oss's [E, K, N] ([in, out]) order, each expert's [N, K] rows quantized as
-/// compressed-tensors' MXFP4 (layout/mxfp4.hpp), whose packed bytes are gpt-oss's blocks.
-inline void demo_mxfp4_experts(const std::vector<std::uint16_t>& w, const shape_t& blocks_shape, std::vector<std::byte>& blocks,
+QFORGE_DECL void demo_mxfp4_experts(const std::vector<std::uint16_t>& w, const shape_t& blocks_shape, std::vector<std::byte>& blocks,
                                std::vector<std::byte>& scales) {
     const std::int64_t E = blocks_shape[0], N = blocks_shape[1], K = blocks_shape[2] * 32;
     blocks.clear();
@@ -241,8 +267,7 @@ inline void demo_mxfp4_experts(const std::vector<std::uint16_t>& w, const shape_
 
 }  // namespace detail
 
-/// The tensors of the demo model, in write order.
-inline std::vector<planned_tensor> demo_tensors(const demo_options& o) {
+QFORGE_DECL std::vector<planned_tensor> demo_tensors(const demo_options& o) {
     const std::int64_t hd = o.hidden / o.heads, q = o.heads * hd, kv = o.kv_heads * hd;
     std::vector<planned_tensor> t;
     t.push_back({o.seed_naming ? "model.embedding.weight" : "model.embed_tokens.weight", dtype::BF16, {o.vocab, o.hidden}});
@@ -279,11 +304,6 @@ inline std::vector<planned_tensor> demo_tensors(const demo_options& o) {
     return t;
 }
 
-inline void write_demo_side_files(const std::string& dir, const demo_options& o);
-
-/// Writes the demo checkpoint into `dir` (created; must not exist).
-QFORGE_DECL void write_demo_checkpoint(const std::string& dir, const demo_options& o = {});
-#if QFORGE_BODIES_HERE
 QFORGE_DECL void write_demo_checkpoint(const std::string& dir, const demo_options& o) {
     io::make_directory(dir);
     const auto tensors = demo_tensors(o);
@@ -318,11 +338,8 @@ QFORGE_DECL void write_demo_checkpoint(const std::string& dir, const demo_option
     writer.finish();
     write_demo_side_files(dir, o);
 }
-#endif
 
-/// config.json, tokenizer.json, tokenizer_config.json and generation_config.json of the demo
-/// model `o` (a benchmark that writes its own tensors reuses them).
-inline void write_demo_side_files(const std::string& dir, const demo_options& o) {
+QFORGE_DECL void write_demo_side_files(const std::string& dir, const demo_options& o) {
     const std::int64_t hd = o.hidden / o.heads;
     json cfg = json::object({{"architectures", json::array({"LlamaForCausalLM"})},
                              {"model_type", "llama"},
@@ -361,3 +378,4 @@ inline void write_demo_side_files(const std::string& dir, const demo_options& o)
 }
 
 }  // namespace qforge
+#endif

@@ -79,16 +79,6 @@ void for_each_format(Fn&& fn) {
     std::apply([&](auto... entry) { (fn(decltype(entry)::id), ...); }, format_table{});
 }
 
-#if QFORGE_BODIES_HERE
-QFORGE_DECL std::string_view format_name(output_format f) noexcept {
-    std::string_view name = "?";
-    for_each_format([&](output_format g) {
-        if (g == f) name = visit_format(g, [](auto t) { return std::string_view(decltype(t)::name); });
-    });
-    return name;
-}
-#endif
-
 constexpr bool is_float_format(output_format f) noexcept {
     bool e4m3 = false;
     std::apply([&](auto... entry) { ((e4m3 = e4m3 || (decltype(entry)::id == f && decltype(entry)::traits::codes == code_kind::e4m3)), ...); },
@@ -98,128 +88,61 @@ constexpr bool is_float_format(output_format f) noexcept {
 
 /// Whether format `f` has its own quantizer instead of an integer grid (E4M3 or E2M1 codes):
 /// no GPTQ solver, and its weights are read whole.
-inline bool has_own_quantizer(output_format f) {
-    return visit_format(f, [](auto t) { return decltype(t)::codes != code_kind::integer; });
-}
+QFORGE_DECL bool has_own_quantizer(output_format f);
 
 /// The name of the float codes format `f` holds ("E4M3", "E2M1"), for refusals that tell a user
 /// why integer codes cannot move into it; empty for an integer format.
-inline std::string_view float_codes_name(output_format f) {
-    return visit_format(f, [](auto t) -> std::string_view {
-        if constexpr (decltype(t)::codes == code_kind::e4m3) return "E4M3";
-        else if constexpr (decltype(t)::codes == code_kind::e2m1) return "E2M1";
-        else return {};
-    });
-}
+QFORGE_DECL std::string_view float_codes_name(output_format f);
 
 /// Whether format `f` gives the members of a fused group (q/k/v, gate/up, an expert's w1/w3)
 /// one global scale, computed from the group's amax before any member is quantized (NVFP4).
-inline bool shares_fused_global_scale(output_format f) {
-    return visit_format(f, [](auto t) {
-        if constexpr (decltype(t)::codes == code_kind::e2m1) return decltype(t)::fused_global_scale;
-        else return false;
-    });
-}
+QFORGE_DECL bool shares_fused_global_scale(output_format f);
 
 /// Whether format `f` quantizes activations under a calibrated per-layer scale, so a
 /// conversion needs each quantized layer's input amax (NVFP4 W4A4: convert/activation_amax.hpp).
-inline bool needs_input_amax(output_format f) {
-    return visit_format(f, [](auto t) {
-        if constexpr (decltype(t)::codes == code_kind::e2m1) return decltype(t)::calibrated_inputs;
-        else return false;
-    });
-}
+QFORGE_DECL bool needs_input_amax(output_format f);
 
 /// The group size an E2M1 format fixes (NVFP4 16, MXFP4 32), or nullopt for formats that take
 /// the scheme's.
-inline std::optional<std::int64_t> fixed_group_size(output_format f) {
-    return visit_format(f, [](auto t) -> std::optional<std::int64_t> {
-        if constexpr (decltype(t)::codes == code_kind::e2m1) return decltype(t)::group;
-        else return std::nullopt;
-    });
-}
+QFORGE_DECL std::optional<std::int64_t> fixed_group_size(output_format f);
 
 /// Whether format `f`'s tensors carry g_idx, so act-order may regroup columns (GPTQ).
-inline bool carries_g_idx(output_format f) {
-    return visit_format(f, [](auto t) { return decltype(t)::carries_g_idx; });
-}
+QFORGE_DECL bool carries_g_idx(output_format f);
 
 /// Whether format `f`'s config states one scheme for every quantized layer (AWQ).
-inline bool states_one_scheme(output_format f) {
-    return visit_format(f, [](auto t) { return decltype(t)::one_scheme; });
-}
+QFORGE_DECL bool states_one_scheme(output_format f);
 
 /// What `minmax` with an asymmetric scheme means in format `f` (quant/scale_policy.hpp).
-inline scale_policy asymmetric_minmax_policy(output_format f) {
-    return visit_format(f, [](auto t) { return decltype(t)::asymmetric_minmax; });
-}
+QFORGE_DECL scale_policy asymmetric_minmax_policy(output_format f);
 
 namespace detail {
 
 /// The quant policy for a scheme, or nullopt when the combination has none.
-inline std::optional<scale_policy> policy_for(const quant_spec& s, output_format f) noexcept {
-    switch (s.scale) {
-        case scale_method::minmax:
-            if (s.symmetric) return scale_policy::gptq_absmax;
-            return asymmetric_minmax_policy(f);  // the format's own asymmetric rule (AWQ: awq_minmax)
-        case scale_method::absmax: return s.symmetric ? std::optional(scale_policy::absmax) : std::nullopt;
-        case scale_method::search: return s.symmetric ? std::optional(scale_policy::seed_search) : std::nullopt;
-        case scale_method::mse: return scale_policy::mse;
-        case scale_method::lsq: return scale_policy::custom;
-        case scale_method::fixed: return s.symmetric ? std::optional(scale_policy::seed_fixed) : std::nullopt;
-    }
-    return std::nullopt;
-}
+QFORGE_DECL std::optional<scale_policy> policy_for(const quant_spec& s, output_format f) noexcept;
 
 }  // namespace detail
 
-inline std::optional<output_format> parse_format(std::string_view s) noexcept {
-    std::optional<output_format> found, alias;
-    for_each_format([&](output_format f) {
-        visit_format(f, [&](auto t) {
-            if (!found && decltype(t)::name == s) found = f;
-            for (std::string_view a : decltype(t)::aliases)
-                if (!alias && a == s) alias = f;
-        });
-    });
-    return found ? found : alias;
-}
+QFORGE_DECL std::optional<output_format> parse_format(std::string_view s) noexcept;
 
 /// The scale dtype a format uses when the scheme leaves it open (each format's traits say):
 /// GPTQ and AWQ loaders expect fp16 (AutoGPTQ/GPTQModel/AutoAWQ write .half());
 /// compressed-tensors keeps the checkpoint's dtype (nothing is cast), which an F32 checkpoint
 /// cannot satisfy with 16-bit scales. compressed-tensors FP8 keeps the model dtype too (F32
 /// included), the native FP8 layout F32 (DeepSeek's weight_scale_inv).
-inline dtype default_scale_dtype(output_format f, dtype checkpoint) noexcept {
-    return visit_format(f, [&](auto t) { return decltype(t)::default_scale_dtype(checkpoint); });
-}
+QFORGE_DECL dtype default_scale_dtype(output_format f, dtype checkpoint) noexcept;
 
 /// The FP8 layout options of a float format for scheme `s` (scale dtype resolved); `values` is
 /// the dtype of the weight's values, which the quotient x / scale is rounded to first.
-inline fp8_options fp8_options_for(output_format f, const quant_spec& s, dtype values) noexcept {
-    return visit_format(f, [&](auto t) -> fp8_options {
-        using T = decltype(t);
-        if constexpr (T::codes == code_kind::e4m3) return T::options(s.group_size, s.scale_dtype, values);
-        else return {fp8_flavour::compressed_tensors, s.group_size, s.scale_dtype.value_or(dtype::F32), values};
-    });
-}
+QFORGE_DECL fp8_options fp8_options_for(output_format f, const quant_spec& s, dtype values) noexcept;
 
 /// The request a format builds its layout (or config) from, for scheme `s` (scale dtype
 /// resolved) of a weight whose model dtype is `checkpoint` and whose values are `values`.
-inline layout_request layout_request_for(const quant_spec& s, dtype checkpoint, dtype values, bool desc_act = false) {
-    return {s.bits, s.scale_dtype.value_or(dtype::F16), checkpoint, s.group_size, values, desc_act};
-}
+QFORGE_DECL layout_request layout_request_for(const quant_spec& s, dtype checkpoint, dtype values, bool desc_act = false);
 
 namespace detail {
 
 /// The rules every E4M3 format shares: 8 bits, symmetric, amax / 448 scales.
-inline std::optional<std::string> e4m3_refusal(const quant_spec& s) {
-    if (s.bits != 8) return "FP8 weights are 8 bits (E4M3), not " + std::to_string(s.bits);
-    if (!s.symmetric) return "FP8 weights are symmetric (no zero point)";
-    if (s.scale != scale_method::minmax)
-        return std::string("FP8 scales are amax / 448 (minmax), not ") + std::string(scale_method_name(s.scale));
-    return std::nullopt;
-}
+QFORGE_DECL std::optional<std::string> e4m3_refusal(const quant_spec& s);
 
 /// The rules every E2M1 format shares: 4 bits, symmetric, amax-derived scales, the format's
 /// own group size and scale dtype.
@@ -238,33 +161,14 @@ std::optional<std::string> e2m1_refusal(const quant_spec& s) {
 }
 
 /// The rules every integer grid shares: 2..8 bits, power-of-two groups within K, 16-bit scales.
-inline std::optional<std::string> integer_grid_refusal(std::int64_t cols, const quant_spec& s) {
-    if (s.bits < 2 || s.bits > 8) return "bits must be 2..8, got " + std::to_string(s.bits);
-    if (s.group_size == 0 || s.group_size < -1 || (s.group_size > 0 && (s.group_size & (s.group_size - 1)) != 0))
-        return "group size must be a power of two or -1 (per channel), not " + std::to_string(s.group_size);
-    const std::int64_t g = s.group_for(cols);
-    if (g > cols)
-        return "group size " + std::to_string(g) + " is larger than the " + std::to_string(cols) + " input columns";
-    if (!s.scale_dtype || (*s.scale_dtype != dtype::F16 && *s.scale_dtype != dtype::BF16))
-        return "scale dtype must be F16 or BF16";
-    return std::nullopt;
-}
+QFORGE_DECL std::optional<std::string> integer_grid_refusal(std::int64_t cols, const quant_spec& s);
 
 }  // namespace detail
 
 /// Why `format` cannot hold a [rows x cols] weight quantized with `s` (s.scale_dtype
 /// resolved), or nullopt when it can. `checkpoint` is the source weight's dtype.
-inline std::optional<std::string> format_refusal(output_format f, std::int64_t rows, std::int64_t cols,
-                                                 const quant_spec& s, dtype checkpoint) {
-    return visit_format(f, [&](auto t) -> std::optional<std::string> {
-        using T = decltype(t);
-        std::optional<std::string> why;
-        if constexpr (T::codes == code_kind::e2m1) why = detail::e2m1_refusal<T>(s);
-        else why = T::codes == code_kind::e4m3 ? detail::e4m3_refusal(s) : detail::integer_grid_refusal(cols, s);
-        if (why) return why;
-        return T::refusal(rows, cols, layout_scheme{s.bits, s.group_size, s.symmetric, s.scale_dtype, checkpoint});
-    });
-}
+QFORGE_DECL std::optional<std::string> format_refusal(output_format f, std::int64_t rows, std::int64_t cols,
+                                                 const quant_spec& s, dtype checkpoint);
 
 /// Runs `fn(layout)` with the integer layout object of `r`'s format (layout/layout_traits.hpp
 /// layout_request: bits, scale dtype, checkpoint dtype, act-order). A float format has none.
@@ -286,7 +190,197 @@ decltype(auto) with_layout(output_format f, int bits, dtype scale_dtype, dtype c
 }
 
 /// The tensors one quantized linear `<module>.weight` [rows x cols] becomes.
-inline std::vector<planned_tensor> format_tensors(output_format f, std::string_view module, std::int64_t rows,
+QFORGE_DECL std::vector<planned_tensor> format_tensors(output_format f, std::string_view module, std::int64_t rows,
+                                                  std::int64_t cols, const quant_spec& s, dtype checkpoint);
+
+/// The `quantization_config` of format `f` for the model's `linears`, built from `main` (the
+/// first quantized layer's scheme, scale dtype resolved; formats that state one scheme take
+/// the one most layers use) and the model dtype `checkpoint`.
+QFORGE_DECL json format_config(output_format f, std::span<const linear_entry> linears, const layout_request& main);
+
+/// The files format `f` writes beside config.json (GPTQ's quantize_config.json), or none.
+QFORGE_DECL std::vector<side_file> format_side_files(output_format f, std::span<const linear_entry> linears,
+                                                const layout_request& main);
+
+// ---- what a repack (convert/repack*.hpp) asks: codes moved, not recomputed ----------------
+// Each rule below is a member of the format's traits where the format has one, with the
+// default of a format that has none; the repack itself never names a format.
+
+/// Why format `f` cannot hold the integer codes of `q` exactly as they are (bits, zero points,
+/// act-order), or nullopt; shapes are format_refusal's.
+QFORGE_DECL std::optional<std::string> format_codes_refusal(output_format f, const quantized_tensor& q);
+
+/// The tensors of the prepared tensor `q` in format `f`: the format's own pack(q, prefix, r)
+/// where it has one (compressed-tensors adds act-order's weight_g_idx), else its layout's.
+QFORGE_DECL std::vector<owned_tensor> format_pack(output_format f, const quantized_tensor& q, std::string_view prefix,
+                                             const layout_request& r);
+
+/// The scale dtype a repack into `f` writes when the user leaves it open: the format's
+/// repack_scale_dtype(model) where it has one, else F16 (what GPTQ and AWQ loaders expect).
+QFORGE_DECL dtype repack_scale_dtype(output_format f, dtype model) noexcept;
+
+/// The g_idx tensor suffix every module must carry once one module is act-order, for a
+/// format whose config states one actorder for all (compressed-tensors), else nullopt.
+QFORGE_DECL std::optional<std::string_view> act_order_g_idx_suffix(output_format f) noexcept;
+
+/// Where format `f` keeps each row's codes as one stream along K (its traits' packed_codes),
+/// k_stream::none for a format that does not: the word-level repack moves words between two
+/// formats with opposite streams.
+QFORGE_DECL k_stream format_k_stream(output_format f) noexcept;
+
+/// What format `f` subtracts from a zero point before storing it (its traits'
+/// stored_zero_offset: GPTQ v1 stores zero - 1), 0 for a format that stores the zero itself.
+QFORGE_DECL int format_stored_zero_offset(output_format f) noexcept;
+
+/// The width a requantization into `f` uses for `bits`-bit codes (the format's nearest_bits).
+QFORGE_DECL int requantize_bits(output_format f, int bits) noexcept;
+
+/// Whether a requantization into `f` of a `symmetric` tensor is symmetric: formats may force
+/// it (requantizes_symmetric: GPTQ v1) or forbid it (stores_zero_points: AWQ).
+QFORGE_DECL bool requantize_symmetric(output_format f, bool symmetric) noexcept;
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL std::string_view format_name(output_format f) noexcept {
+    std::string_view name = "?";
+    for_each_format([&](output_format g) {
+        if (g == f) name = visit_format(g, [](auto t) { return std::string_view(decltype(t)::name); });
+    });
+    return name;
+}
+
+QFORGE_DECL bool has_own_quantizer(output_format f) {
+    return visit_format(f, [](auto t) { return decltype(t)::codes != code_kind::integer; });
+}
+
+QFORGE_DECL std::string_view float_codes_name(output_format f) {
+    return visit_format(f, [](auto t) -> std::string_view {
+        if constexpr (decltype(t)::codes == code_kind::e4m3) return "E4M3";
+        else if constexpr (decltype(t)::codes == code_kind::e2m1) return "E2M1";
+        else return {};
+    });
+}
+
+QFORGE_DECL bool shares_fused_global_scale(output_format f) {
+    return visit_format(f, [](auto t) {
+        if constexpr (decltype(t)::codes == code_kind::e2m1) return decltype(t)::fused_global_scale;
+        else return false;
+    });
+}
+
+QFORGE_DECL bool needs_input_amax(output_format f) {
+    return visit_format(f, [](auto t) {
+        if constexpr (decltype(t)::codes == code_kind::e2m1) return decltype(t)::calibrated_inputs;
+        else return false;
+    });
+}
+
+QFORGE_DECL std::optional<std::int64_t> fixed_group_size(output_format f) {
+    return visit_format(f, [](auto t) -> std::optional<std::int64_t> {
+        if constexpr (decltype(t)::codes == code_kind::e2m1) return decltype(t)::group;
+        else return std::nullopt;
+    });
+}
+
+QFORGE_DECL bool carries_g_idx(output_format f) {
+    return visit_format(f, [](auto t) { return decltype(t)::carries_g_idx; });
+}
+
+QFORGE_DECL bool states_one_scheme(output_format f) {
+    return visit_format(f, [](auto t) { return decltype(t)::one_scheme; });
+}
+
+QFORGE_DECL scale_policy asymmetric_minmax_policy(output_format f) {
+    return visit_format(f, [](auto t) { return decltype(t)::asymmetric_minmax; });
+}
+
+namespace detail {
+
+QFORGE_DECL std::optional<scale_policy> policy_for(const quant_spec& s, output_format f) noexcept {
+    switch (s.scale) {
+        case scale_method::minmax:
+            if (s.symmetric) return scale_policy::gptq_absmax;
+            return asymmetric_minmax_policy(f);  // the format's own asymmetric rule (AWQ: awq_minmax)
+        case scale_method::absmax: return s.symmetric ? std::optional(scale_policy::absmax) : std::nullopt;
+        case scale_method::search: return s.symmetric ? std::optional(scale_policy::seed_search) : std::nullopt;
+        case scale_method::mse: return scale_policy::mse;
+        case scale_method::lsq: return scale_policy::custom;
+        case scale_method::fixed: return s.symmetric ? std::optional(scale_policy::seed_fixed) : std::nullopt;
+    }
+    return std::nullopt;
+}
+
+}  // namespace detail
+
+QFORGE_DECL std::optional<output_format> parse_format(std::string_view s) noexcept {
+    std::optional<output_format> found, alias;
+    for_each_format([&](output_format f) {
+        visit_format(f, [&](auto t) {
+            if (!found && decltype(t)::name == s) found = f;
+            for (std::string_view a : decltype(t)::aliases)
+                if (!alias && a == s) alias = f;
+        });
+    });
+    return found ? found : alias;
+}
+
+QFORGE_DECL dtype default_scale_dtype(output_format f, dtype checkpoint) noexcept {
+    return visit_format(f, [&](auto t) { return decltype(t)::default_scale_dtype(checkpoint); });
+}
+
+QFORGE_DECL fp8_options fp8_options_for(output_format f, const quant_spec& s, dtype values) noexcept {
+    return visit_format(f, [&](auto t) -> fp8_options {
+        using T = decltype(t);
+        if constexpr (T::codes == code_kind::e4m3) return T::options(s.group_size, s.scale_dtype, values);
+        else return {fp8_flavour::compressed_tensors, s.group_size, s.scale_dtype.value_or(dtype::F32), values};
+    });
+}
+
+QFORGE_DECL layout_request layout_request_for(const quant_spec& s, dtype checkpoint, dtype values, bool desc_act) {
+    return {s.bits, s.scale_dtype.value_or(dtype::F16), checkpoint, s.group_size, values, desc_act};
+}
+
+namespace detail {
+
+QFORGE_DECL std::optional<std::string> e4m3_refusal(const quant_spec& s) {
+    if (s.bits != 8) return "FP8 weights are 8 bits (E4M3), not " + std::to_string(s.bits);
+    if (!s.symmetric) return "FP8 weights are symmetric (no zero point)";
+    if (s.scale != scale_method::minmax)
+        return std::string("FP8 scales are amax / 448 (minmax), not ") + std::string(scale_method_name(s.scale));
+    return std::nullopt;
+}
+
+QFORGE_DECL std::optional<std::string> integer_grid_refusal(std::int64_t cols, const quant_spec& s) {
+    if (s.bits < 2 || s.bits > 8) return "bits must be 2..8, got " + std::to_string(s.bits);
+    if (s.group_size == 0 || s.group_size < -1 || (s.group_size > 0 && (s.group_size & (s.group_size - 1)) != 0))
+        return "group size must be a power of two or -1 (per channel), not " + std::to_string(s.group_size);
+    const std::int64_t g = s.group_for(cols);
+    if (g > cols)
+        return "group size " + std::to_string(g) + " is larger than the " + std::to_string(cols) + " input columns";
+    if (!s.scale_dtype || (*s.scale_dtype != dtype::F16 && *s.scale_dtype != dtype::BF16))
+        return "scale dtype must be F16 or BF16";
+    return std::nullopt;
+}
+
+}  // namespace detail
+
+QFORGE_DECL std::optional<std::string> format_refusal(output_format f, std::int64_t rows, std::int64_t cols,
+                                                 const quant_spec& s, dtype checkpoint) {
+    return visit_format(f, [&](auto t) -> std::optional<std::string> {
+        using T = decltype(t);
+        std::optional<std::string> why;
+        if constexpr (T::codes == code_kind::e2m1) why = detail::e2m1_refusal<T>(s);
+        else why = T::codes == code_kind::e4m3 ? detail::e4m3_refusal(s) : detail::integer_grid_refusal(cols, s);
+        if (why) return why;
+        return T::refusal(rows, cols, layout_scheme{s.bits, s.group_size, s.symmetric, s.scale_dtype, checkpoint});
+    });
+}
+
+QFORGE_DECL std::vector<planned_tensor> format_tensors(output_format f, std::string_view module, std::int64_t rows,
                                                   std::int64_t cols, const quant_spec& s, dtype checkpoint) {
     quant_spec resolved = s;
     resolved.scale_dtype = s.scale_dtype.value_or(default_scale_dtype(f, checkpoint));
@@ -302,26 +396,16 @@ inline std::vector<planned_tensor> format_tensors(output_format f, std::string_v
     return out;
 }
 
-/// The `quantization_config` of format `f` for the model's `linears`, built from `main` (the
-/// first quantized layer's scheme, scale dtype resolved; formats that state one scheme take
-/// the one most layers use) and the model dtype `checkpoint`.
-inline json format_config(output_format f, std::span<const linear_entry> linears, const layout_request& main) {
+QFORGE_DECL json format_config(output_format f, std::span<const linear_entry> linears, const layout_request& main) {
     return visit_format(f, [&](auto t) { return decltype(t)::config(linears, main); });
 }
 
-/// The files format `f` writes beside config.json (GPTQ's quantize_config.json), or none.
-inline std::vector<side_file> format_side_files(output_format f, std::span<const linear_entry> linears,
+QFORGE_DECL std::vector<side_file> format_side_files(output_format f, std::span<const linear_entry> linears,
                                                 const layout_request& main) {
     return visit_format(f, [&](auto t) { return decltype(t)::side_files(linears, main); });
 }
 
-// ---- what a repack (convert/repack*.hpp) asks: codes moved, not recomputed ----------------
-// Each rule below is a member of the format's traits where the format has one, with the
-// default of a format that has none; the repack itself never names a format.
-
-/// Why format `f` cannot hold the integer codes of `q` exactly as they are (bits, zero points,
-/// act-order), or nullopt; shapes are format_refusal's.
-inline std::optional<std::string> format_codes_refusal(output_format f, const quantized_tensor& q) {
+QFORGE_DECL std::optional<std::string> format_codes_refusal(output_format f, const quantized_tensor& q) {
     return visit_format(f, [&](auto t) -> std::optional<std::string> {
         using T = decltype(t);
         if constexpr (T::codes != code_kind::integer)
@@ -332,9 +416,7 @@ inline std::optional<std::string> format_codes_refusal(output_format f, const qu
     });
 }
 
-/// The tensors of the prepared tensor `q` in format `f`: the format's own pack(q, prefix, r)
-/// where it has one (compressed-tensors adds act-order's weight_g_idx), else its layout's.
-inline std::vector<owned_tensor> format_pack(output_format f, const quantized_tensor& q, std::string_view prefix,
+QFORGE_DECL std::vector<owned_tensor> format_pack(output_format f, const quantized_tensor& q, std::string_view prefix,
                                              const layout_request& r) {
     return visit_format(f, [&](auto t) -> std::vector<owned_tensor> {
         using T = decltype(t);
@@ -346,54 +428,42 @@ inline std::vector<owned_tensor> format_pack(output_format f, const quantized_te
     });
 }
 
-/// The scale dtype a repack into `f` writes when the user leaves it open: the format's
-/// repack_scale_dtype(model) where it has one, else F16 (what GPTQ and AWQ loaders expect).
-inline dtype repack_scale_dtype(output_format f, dtype model) noexcept {
+QFORGE_DECL dtype repack_scale_dtype(output_format f, dtype model) noexcept {
     return visit_format(f, [&](auto t) -> dtype {
         if constexpr (requires { decltype(t)::repack_scale_dtype(model); }) return decltype(t)::repack_scale_dtype(model);
         else return dtype::F16;
     });
 }
 
-/// The g_idx tensor suffix every module must carry once one module is act-order, for a
-/// format whose config states one actorder for all (compressed-tensors), else nullopt.
-inline std::optional<std::string_view> act_order_g_idx_suffix(output_format f) noexcept {
+QFORGE_DECL std::optional<std::string_view> act_order_g_idx_suffix(output_format f) noexcept {
     return visit_format(f, [&](auto t) -> std::optional<std::string_view> {
         if constexpr (requires { decltype(t)::act_order_g_idx; }) return decltype(t)::act_order_g_idx;
         else return std::nullopt;
     });
 }
 
-/// Where format `f` keeps each row's codes as one stream along K (its traits' packed_codes),
-/// k_stream::none for a format that does not: the word-level repack moves words between two
-/// formats with opposite streams.
-inline k_stream format_k_stream(output_format f) noexcept {
+QFORGE_DECL k_stream format_k_stream(output_format f) noexcept {
     return visit_format(f, [&](auto t) -> k_stream {
         if constexpr (requires { decltype(t)::packed_codes; }) return decltype(t)::packed_codes;
         else return k_stream::none;
     });
 }
 
-/// What format `f` subtracts from a zero point before storing it (its traits'
-/// stored_zero_offset: GPTQ v1 stores zero - 1), 0 for a format that stores the zero itself.
-inline int format_stored_zero_offset(output_format f) noexcept {
+QFORGE_DECL int format_stored_zero_offset(output_format f) noexcept {
     return visit_format(f, [&](auto t) -> int {
         if constexpr (requires { decltype(t)::stored_zero_offset; }) return decltype(t)::stored_zero_offset;
         else return 0;
     });
 }
 
-/// The width a requantization into `f` uses for `bits`-bit codes (the format's nearest_bits).
-inline int requantize_bits(output_format f, int bits) noexcept {
+QFORGE_DECL int requantize_bits(output_format f, int bits) noexcept {
     return visit_format(f, [&](auto t) -> int {
         if constexpr (requires { decltype(t)::nearest_bits(bits); }) return decltype(t)::nearest_bits(bits);
         else return bits;
     });
 }
 
-/// Whether a requantization into `f` of a `symmetric` tensor is symmetric: formats may force
-/// it (requantizes_symmetric: GPTQ v1) or forbid it (stores_zero_points: AWQ).
-inline bool requantize_symmetric(output_format f, bool symmetric) noexcept {
+QFORGE_DECL bool requantize_symmetric(output_format f, bool symmetric) noexcept {
     return visit_format(f, [&](auto t) -> bool {
         using T = decltype(t);
         if constexpr (requires { T::stores_zero_points; }) return false;
@@ -403,3 +473,4 @@ inline bool requantize_symmetric(output_format f, bool symmetric) noexcept {
 }
 
 }  // namespace qforge
+#endif

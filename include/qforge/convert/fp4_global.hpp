@@ -35,6 +35,7 @@
 
 #include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/plan.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/layout/nvfp4.hpp"
@@ -43,28 +44,13 @@ namespace qforge {
 
 /// The fused-group key of an output weight name ("<parent>.qkv", "<parent>.gate_up",
 /// "<parent>.w13", "<parent>.qkv_a"), or empty when the weight has no fused siblings.
-inline std::string fused_group_key(std::string_view name) {
-    static constexpr std::pair<std::string_view, std::string_view> members[] = {
-        {".q_proj.weight", "qkv"},        {".k_proj.weight", "qkv"},  {".v_proj.weight", "qkv"},
-        {".gate_proj.weight", "gate_up"}, {".up_proj.weight", "gate_up"},
-        {".w1.weight", "w13"},            {".w3.weight", "w13"},
-        {".q_a_proj.weight", "qkv_a"},    {".kv_a_proj_with_mqa.weight", "qkv_a"}};
-    for (const auto& [suffix, family] : members)
-        if (name.ends_with(suffix)) return std::string(name.substr(0, name.size() - suffix.size())) + "." + std::string(family);
-    return {};
-}
+QFORGE_DECL std::string fused_group_key(std::string_view name);
 
 namespace detail {
 
 /// amax |x| of rows [r0, r1) of the 2-D float view `v`, by the layout's vector reduction
 /// (NaN is ignored here and left to the quantizer, which refuses it).
-inline float rows_amax(const tensor_view& v, std::int64_t r0, std::int64_t r1) {
-    const std::int64_t k = v.shape.at(1);
-    const std::size_t row_bytes = static_cast<std::size_t>(k) * dtype_size(v.type);
-    const tensor_view rows{v.name, v.type, {r1 - r0, k},
-                           v.bytes.subspan(static_cast<std::size_t>(r0) * row_bytes, static_cast<std::size_t>(r1 - r0) * row_bytes)};
-    return nvfp4_layout::amax_of(rows);
-}
+QFORGE_DECL float rows_amax(const tensor_view& v, std::int64_t r0, std::int64_t r1);
 
 }  // namespace detail
 
@@ -138,3 +124,32 @@ private:
 };
 
 }  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL std::string fused_group_key(std::string_view name) {
+    static constexpr std::pair<std::string_view, std::string_view> members[] = {
+        {".q_proj.weight", "qkv"},        {".k_proj.weight", "qkv"},  {".v_proj.weight", "qkv"},
+        {".gate_proj.weight", "gate_up"}, {".up_proj.weight", "gate_up"},
+        {".w1.weight", "w13"},            {".w3.weight", "w13"},
+        {".q_a_proj.weight", "qkv_a"},    {".kv_a_proj_with_mqa.weight", "qkv_a"}};
+    for (const auto& [suffix, family] : members)
+        if (name.ends_with(suffix)) return std::string(name.substr(0, name.size() - suffix.size())) + "." + std::string(family);
+    return {};
+}
+
+namespace detail {
+
+QFORGE_DECL float rows_amax(const tensor_view& v, std::int64_t r0, std::int64_t r1) {
+    const std::int64_t k = v.shape.at(1);
+    const std::size_t row_bytes = static_cast<std::size_t>(k) * dtype_size(v.type);
+    const tensor_view rows{v.name, v.type, {r1 - r0, k},
+                           v.bytes.subspan(static_cast<std::size_t>(r0) * row_bytes, static_cast<std::size_t>(r1 - r0) * row_bytes)};
+    return nvfp4_layout::amax_of(rows);
+}
+
+}  // namespace detail
+}  // namespace qforge
+#endif

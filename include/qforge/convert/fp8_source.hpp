@@ -49,6 +49,7 @@
 #include "qforge/convert/gpt_oss_source.hpp"
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/plan.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
@@ -88,13 +89,72 @@ struct fp8_grid {
 };
 
 /// The scale shape `g` gives a [n, k] weight, and its block extent.
-inline shape_t fp8_scale_shape(const fp8_grid& g, std::int64_t n, std::int64_t k) {
+QFORGE_DECL shape_t fp8_scale_shape(const fp8_grid& g, std::int64_t n, std::int64_t k);
+
+QFORGE_DECL std::optional<fp8_grid> parse_block(const json* b, std::string& why);
+
+QFORGE_DECL void string_list(const json* v, const char* key, std::vector<std::string>& out, std::string& why);
+
+/// The grids a compressed-tensors config declares for float weights (empty: not an FP8 source).
+QFORGE_DECL std::vector<fp8_grid> ct_float_grids(const json& qc, std::string& why);
+
+}  // namespace detail
+
+namespace detail {
+
+/// The dense linears a source left in a float dtype: kept dense, as the source's authors chose.
+QFORGE_DECL void note_dense_linears(fp8_source& out);
+
+QFORGE_DECL bool is_gpt_oss_config(const json& config);
+
+}  // namespace detail
+
+/// gpt-oss's native checkpoint (`quant_method: "mxfp4"`, convert/gpt_oss_source.hpp): its MXFP4
+/// expert pairs become fused tensors decoded expert by expert; its bf16 linears (attention,
+/// router, embeddings, head: its `modules_to_not_convert`) are kept dense. Never throws.
+QFORGE_DECL fp8_source read_gpt_oss_source(const json& config, const std::string& config_file,
+                                      const std::vector<source_tensor>& tensors, const std::string& dir);
+
+/// Reads the FP8 facts of a checkpoint (config.json's quantization_config and the tensor
+/// headers). Never throws for a malformed source: every problem is a refusal. A checkpoint
+/// whose config declares no FP8 scheme gives kind none and its tensors unchanged.
+QFORGE_DECL fp8_source read_fp8_source(const json& config, const std::string& config_file,
+                                  const std::vector<source_tensor>& tensors, const std::string& dir = {});
+
+namespace detail {
+
+QFORGE_DECL const std::array<float, 256>& e4m3_table();
+
+QFORGE_DECL float stored_scale_value(const std::byte* p, dtype t) noexcept;
+
+}  // namespace detail
+
+/// The float32 values [rows, K] of the FP8 weight `w` under its scale tensor `scale`
+/// (described by `s`): w[r][c] = e4m3(code) * scale[r / block_rows][c / block_cols]. Refuses
+/// a NaN code or a non-finite scale naming `file`, the tensor and the element.
+QFORGE_DECL owned_tensor decode_fp8_weight(const tensor_view& w, const tensor_view& scale, const source_scale& s,
+                                      const std::string& file = {}, const std::string& scale_file = {});
+
+/// True when an FP8 source weight's codes and scales are already what `format` would store
+/// for scheme `s` (same grid, same scale dtype): the converter then copies them bit for bit
+/// instead of quantizing the decoded values again (issue 17: "FP8 source -> FP8 output with
+/// the same block grid is a copy of codes and scales").
+QFORGE_DECL bool fp8_copy_applies(const source_scale& src, output_format format, const quant_spec& s, std::int64_t cols);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace detail {
+
+QFORGE_DECL shape_t fp8_scale_shape(const fp8_grid& g, std::int64_t n, std::int64_t k) {
     if (g.strategy == "block") return {(n + g.bn - 1) / g.bn, (k + g.bk - 1) / g.bk};
     if (g.strategy == "channel") return {n, 1};
     return {1};
 }
 
-inline std::optional<fp8_grid> parse_block(const json* b, std::string& why) {
+QFORGE_DECL std::optional<fp8_grid> parse_block(const json* b, std::string& why) {
     if (!b || !b->is_array() || b->size() != 2 || !b->at(0).is_int() || !b->at(1).is_int() || b->at(0).as_int() <= 0 ||
         b->at(1).as_int() <= 0 || b->at(0).as_int() > (1 << 20) || b->at(1).as_int() > (1 << 20)) {
         why = "the block size must be two positive integers [rows, cols]";
@@ -103,7 +163,7 @@ inline std::optional<fp8_grid> parse_block(const json* b, std::string& why) {
     return fp8_grid{"block", b->at(0).as_int(), b->at(1).as_int()};
 }
 
-inline void string_list(const json* v, const char* key, std::vector<std::string>& out, std::string& why) {
+QFORGE_DECL void string_list(const json* v, const char* key, std::vector<std::string>& out, std::string& why) {
     if (!v || v->is_null()) return;
     if (!v->is_array()) {
         why = std::string("\"") + key + "\" must be a list of module names";
@@ -118,8 +178,7 @@ inline void string_list(const json* v, const char* key, std::vector<std::string>
     }
 }
 
-/// The grids a compressed-tensors config declares for float weights (empty: not an FP8 source).
-inline std::vector<fp8_grid> ct_float_grids(const json& qc, std::string& why) {
+QFORGE_DECL std::vector<fp8_grid> ct_float_grids(const json& qc, std::string& why) {
     std::vector<fp8_grid> grids;
     const json* groups = qc.find("config_groups");
     if (!groups || !groups->is_object()) return grids;
@@ -157,17 +216,12 @@ inline std::vector<fp8_grid> ct_float_grids(const json& qc, std::string& why) {
     return grids;
 }
 
-}  // namespace detail
-
-namespace detail {
-
-/// The dense linears a source left in a float dtype: kept dense, as the source's authors chose.
-inline void note_dense_linears(fp8_source& out) {
+QFORGE_DECL void note_dense_linears(fp8_source& out) {
     for (const source_tensor& t : out.tensors)
         if (!t.scale && t.shape.size() == 2 && t.name.ends_with(".weight") && is_floating(t.type)) out.kept_dense.push_back(t.name);
 }
 
-inline bool is_gpt_oss_config(const json& config) {
+QFORGE_DECL bool is_gpt_oss_config(const json& config) {
     const json* type = config.find("model_type");
     if (type && type->is_string() && type->as_string() == "gpt_oss") return true;
     const json* archs = config.find("architectures");
@@ -179,10 +233,7 @@ inline bool is_gpt_oss_config(const json& config) {
 
 }  // namespace detail
 
-/// gpt-oss's native checkpoint (`quant_method: "mxfp4"`, convert/gpt_oss_source.hpp): its MXFP4
-/// expert pairs become fused tensors decoded expert by expert; its bf16 linears (attention,
-/// router, embeddings, head: its `modules_to_not_convert`) are kept dense. Never throws.
-inline fp8_source read_gpt_oss_source(const json& config, const std::string& config_file,
+QFORGE_DECL fp8_source read_gpt_oss_source(const json& config, const std::string& config_file,
                                       const std::vector<source_tensor>& tensors, const std::string& dir) {
     fp8_source out;
     out.kind = fp8_source_kind::gpt_oss_mxfp4;
@@ -201,11 +252,8 @@ inline fp8_source read_gpt_oss_source(const json& config, const std::string& con
     return out;
 }
 
-/// Reads the FP8 facts of a checkpoint (config.json's quantization_config and the tensor
-/// headers). Never throws for a malformed source: every problem is a refusal. A checkpoint
-/// whose config declares no FP8 scheme gives kind none and its tensors unchanged.
-inline fp8_source read_fp8_source(const json& config, const std::string& config_file,
-                                  const std::vector<source_tensor>& tensors, const std::string& dir = {}) {
+QFORGE_DECL fp8_source read_fp8_source(const json& config, const std::string& config_file,
+                                  const std::vector<source_tensor>& tensors, const std::string& dir) {
     fp8_source out;
     out.tensors = tensors;
     const json* qc = config.is_object() ? config.find("quantization_config") : nullptr;
@@ -344,7 +392,7 @@ inline fp8_source read_fp8_source(const json& config, const std::string& config_
 
 namespace detail {
 
-inline const std::array<float, 256>& e4m3_table() {
+QFORGE_DECL const std::array<float, 256>& e4m3_table() {
     static const std::array<float, 256> t = [] {
         std::array<float, 256> v{};
         for (unsigned c = 0; c < 256; ++c) v[c] = e4m3_to_float(static_cast<std::uint8_t>(c));
@@ -353,7 +401,7 @@ inline const std::array<float, 256>& e4m3_table() {
     return t;
 }
 
-inline float stored_scale_value(const std::byte* p, dtype t) noexcept {
+QFORGE_DECL float stored_scale_value(const std::byte* p, dtype t) noexcept {
     std::uint16_t h;
     float f;
     switch (t) {
@@ -365,11 +413,8 @@ inline float stored_scale_value(const std::byte* p, dtype t) noexcept {
 
 }  // namespace detail
 
-/// The float32 values [rows, K] of the FP8 weight `w` under its scale tensor `scale`
-/// (described by `s`): w[r][c] = e4m3(code) * scale[r / block_rows][c / block_cols]. Refuses
-/// a NaN code or a non-finite scale naming `file`, the tensor and the element.
-inline owned_tensor decode_fp8_weight(const tensor_view& w, const tensor_view& scale, const source_scale& s,
-                                      const std::string& file = {}, const std::string& scale_file = {}) {
+QFORGE_DECL owned_tensor decode_fp8_weight(const tensor_view& w, const tensor_view& scale, const source_scale& s,
+                                      const std::string& file, const std::string& scale_file) {
     if (w.type != dtype::F8_E4M3 || w.rank() != 2)
         fail<format_error>(file, w.name, "expected a 2-D F8_E4M3 weight, got " + std::string(dtype_name(w.type)) + " " +
                                              shape_to_string(w.shape));
@@ -422,14 +467,11 @@ inline owned_tensor decode_fp8_weight(const tensor_view& w, const tensor_view& s
     return out;
 }
 
-/// True when an FP8 source weight's codes and scales are already what `format` would store
-/// for scheme `s` (same grid, same scale dtype): the converter then copies them bit for bit
-/// instead of quantizing the decoded values again (issue 17: "FP8 source -> FP8 output with
-/// the same block grid is a copy of codes and scales").
-inline bool fp8_copy_applies(const source_scale& src, output_format format, const quant_spec& s, std::int64_t cols) {
+QFORGE_DECL bool fp8_copy_applies(const source_scale& src, output_format format, const quant_spec& s, std::int64_t cols) {
     if (!is_float_format(format) || !s.scale_dtype || src.type != *s.scale_dtype) return false;
     const std::int64_t br = s.group_size > 0 ? s.group_size : 1, bc = s.group_size > 0 ? s.group_size : cols;
     return src.block_rows == br && src.block_cols == bc;
 }
 
 }  // namespace qforge
+#endif

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "qforge/convert/model_config.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
@@ -88,26 +89,130 @@ struct expert_piece {
 };
 
 /// The architectures with a known fused layout, as "model_type (ArchitectureClass)".
-inline std::string_view known_fused_expert_architectures() noexcept {
+QFORGE_DECL std::string_view known_fused_expert_architectures() noexcept;
+
+namespace detail {
+/// `c` describes model_type `type`, or lists the architecture class `arch`.
+QFORGE_DECL bool is_architecture(const model_config& c, std::string_view type, std::string_view arch);
+}  // namespace detail
+
+inline bool is_mixtral(const model_config& c) { return detail::is_architecture(c, "mixtral", "MixtralForCausalLM"); }
+
+/// The fused-expert layout of the model `c` describes, or nullopt (then `why` says so).
+QFORGE_DECL std::optional<fused_expert_layout> fused_expert_layout_for(const model_config& c, std::string& why);
+
+/// The per-expert names the loaders of model `c` read for the pieces of its fused experts:
+/// "<layer>.<block>.experts.<e>.<gate|up|down>". Mixtral's are its original names (see above);
+/// every other architecture keeps the fused tensor's block and the Qwen leaf names.
+struct expert_piece_names {
+    std::string_view block;  ///< the block loaders read ("block_sparse_moe"); empty: the fused tensor's own
+    std::string_view gate = "gate_proj", up = "up_proj", down = "down_proj";
+};
+
+QFORGE_DECL expert_piece_names expert_piece_names_for(const model_config& c);
+
+/// The per-expert intermediate size config.json gives (0 when absent), and its key: Mixtral's
+/// experts are its MLP (MixtralExperts: intermediate_dim = config.intermediate_size).
+QFORGE_DECL std::int64_t expert_intermediate_size(const model_config& c, std::string_view* key = nullptr);
+
+/// The name loaders read for a tensor that transformers v5 renames on load, and a v5 save
+/// leaves renamed: Mixtral's router `<L>.mlp.gate.weight` is `<L>.block_sparse_moe.gate.weight`
+/// (conversion_mapping.py "mixtral" WeightRenaming(".block_sparse_moe.gate", ".mlp.gate"); vLLM
+/// mixtral.py MixtralMoE builds it as `{prefix}.gate` under `block_sparse_moe`). Every other
+/// name, and every other architecture's, is returned unchanged.
+QFORGE_DECL std::string loader_tensor_name(std::string_view name, const model_config& c);
+
+namespace detail {
+
+enum class fused_part { gate_up, down, gate_up_bias, down_bias };
+
+/// Which fused tensor `name` is ("<p>.experts.gate_up_proj" ...), and its prefix "<p>.experts".
+QFORGE_DECL std::optional<fused_part> fused_part_of(std::string_view name, std::string& prefix);
+
+/// For a layout read in one orientation only ([E, H, 2I] / [E, I, H]): the config's sizes must
+/// be known and must not also fit the transposed shape (then which one the file holds is a guess).
+QFORGE_DECL bool one_orientation(const shape_t& shape, fused_part part, const model_config& c, std::string& why);
+
+/// Mixtral's fused experts are read in transformers' one orientation, gate_up [E, 2I, H] and
+/// down [E, H, I] (on disk as in memory: its conversion mapping has no Transpose), told from
+/// their transposes by config.json's hidden_size and intermediate_size (MixtralConfig always
+/// writes both). Without them, or in the transposed shape ([E, H, 2I] / [E, I, H], the [in, out]
+/// orientation of gpt-oss and Qwen3-VL files, e.g. a tool's re-save), which matrix is which
+/// would be a guess: refused. Where both orientations have one shape (H == 2I for gate_up,
+/// H == I for down) the file is read as transformers reads it, whose model is the reference.
+QFORGE_DECL bool mixtral_orientation(const shape_t& shape, fused_part part, const model_config& c, std::string& why);
+
+/// The prefix "<layer>.<block>.experts" the pieces of the fused tensor under `prefix` are named
+/// with: the fused tensor's own, or with the block the architecture's loaders read.
+QFORGE_DECL std::string piece_prefix(const std::string& prefix, const expert_piece_names& names);
+
+}  // namespace detail
+
+/// The most experts one fused tensor may hold (the largest released models have 384).
+inline constexpr std::int64_t max_fused_experts = 65536;
+
+/// True when `name` is a fused expert tensor (by name; the shape is checked by split_fused_experts).
+QFORGE_DECL bool is_fused_expert_tensor(std::string_view name);
+
+/// The per-expert pieces of the fused tensor `name` [shape], or an empty list and `why`.
+QFORGE_DECL std::vector<expert_piece> split_fused_experts(std::string_view name, const shape_t& shape,
+                                                     const model_config& c, std::string& why);
+
+/// Bytes of one expert's block [A, B] (or [N]) of the fused tensor `v`.
+QFORGE_DECL std::uint64_t expert_block_bytes(const tensor_view& v);
+
+/// Copies one cut out of the fused tensor `v` (its full [E, A, B] or [E, N] view) into an owned
+/// tensor `name` of `shape`, in the source dtype (bytes as they are: nothing is rounded).
+namespace detail {
+
+/// dst[r][k] = src[k * stride + first + r * step] for r < rows, k < cols, elements of type T:
+/// the transposed cut, in tiles so that both sides stay in cache (a [in, out] expert is read
+/// down its columns).
+template <class T>
+void gather_transposed(const std::byte* src, std::int64_t stride, std::int64_t first, std::int64_t step, std::int64_t rows,
+                       std::int64_t cols, std::byte* dst) noexcept {
+    constexpr std::int64_t tile = 32;
+    for (std::int64_t r0 = 0; r0 < rows; r0 += tile)
+        for (std::int64_t k0 = 0; k0 < cols; k0 += tile)
+            for (std::int64_t r = r0; r < std::min(rows, r0 + tile); ++r) {
+                const std::int64_t col = first + r * step;
+                for (std::int64_t k = k0; k < std::min(cols, k0 + tile); ++k) {
+                    T x;
+                    std::memcpy(&x, src + static_cast<std::size_t>(k * stride + col) * sizeof(T), sizeof(T));
+                    std::memcpy(dst + static_cast<std::size_t>(r * cols + k) * sizeof(T), &x, sizeof(T));
+                }
+            }
+}
+
+}  // namespace detail
+
+QFORGE_DECL owned_tensor gather_expert(const tensor_view& v, const expert_cut& cut, const std::string& name,
+                                  const shape_t& shape);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL std::string_view known_fused_expert_architectures() noexcept {
     return "qwen3_moe (Qwen3MoeForCausalLM) and qwen3_5_moe (Qwen3_5MoeForConditionalGeneration): [E, 2I, H] gate "
            "then up; mixtral (MixtralForCausalLM): [E, 2I, H] w1 then w3; gpt_oss (GptOssForCausalLM): [E, H, 2I] "
            "gate/up interleaved; qwen3_vl_moe (Qwen3VLMoeForConditionalGeneration): [E, H, 2I] gate then up";
 }
 
 namespace detail {
-/// `c` describes model_type `type`, or lists the architecture class `arch`.
-inline bool is_architecture(const model_config& c, std::string_view type, std::string_view arch) {
+
+QFORGE_DECL bool is_architecture(const model_config& c, std::string_view type, std::string_view arch) {
     if (c.model_type == type) return true;
     for (const auto& a : c.architectures)
         if (a == arch) return true;
     return false;
 }
+
 }  // namespace detail
 
-inline bool is_mixtral(const model_config& c) { return detail::is_architecture(c, "mixtral", "MixtralForCausalLM"); }
-
-/// The fused-expert layout of the model `c` describes, or nullopt (then `why` says so).
-inline std::optional<fused_expert_layout> fused_expert_layout_for(const model_config& c, std::string& why) {
+QFORGE_DECL std::optional<fused_expert_layout> fused_expert_layout_for(const model_config& c, std::string& why) {
     auto is = [&](std::string_view type, std::string_view arch) { return detail::is_architecture(c, type, arch); };
     if (is("qwen3_moe", "Qwen3MoeForCausalLM")) return fused_expert_layout::out_in_concat;
     if (is("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration") || is("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM"))
@@ -124,33 +229,18 @@ inline std::optional<fused_expert_layout> fused_expert_layout_for(const model_co
     return std::nullopt;
 }
 
-/// The per-expert names the loaders of model `c` read for the pieces of its fused experts:
-/// "<layer>.<block>.experts.<e>.<gate|up|down>". Mixtral's are its original names (see above);
-/// every other architecture keeps the fused tensor's block and the Qwen leaf names.
-struct expert_piece_names {
-    std::string_view block;  ///< the block loaders read ("block_sparse_moe"); empty: the fused tensor's own
-    std::string_view gate = "gate_proj", up = "up_proj", down = "down_proj";
-};
-
-inline expert_piece_names expert_piece_names_for(const model_config& c) {
+QFORGE_DECL expert_piece_names expert_piece_names_for(const model_config& c) {
     if (is_mixtral(c)) return {"block_sparse_moe", "w1", "w3", "w2"};
     return {};
 }
 
-/// The per-expert intermediate size config.json gives (0 when absent), and its key: Mixtral's
-/// experts are its MLP (MixtralExperts: intermediate_dim = config.intermediate_size).
-inline std::int64_t expert_intermediate_size(const model_config& c, std::string_view* key = nullptr) {
+QFORGE_DECL std::int64_t expert_intermediate_size(const model_config& c, std::string_view* key) {
     const bool mixtral = is_mixtral(c);
     if (key) *key = mixtral ? "intermediate_size" : "moe_intermediate_size";
     return mixtral ? c.intermediate_size : c.moe_intermediate_size;
 }
 
-/// The name loaders read for a tensor that transformers v5 renames on load, and a v5 save
-/// leaves renamed: Mixtral's router `<L>.mlp.gate.weight` is `<L>.block_sparse_moe.gate.weight`
-/// (conversion_mapping.py "mixtral" WeightRenaming(".block_sparse_moe.gate", ".mlp.gate"); vLLM
-/// mixtral.py MixtralMoE builds it as `{prefix}.gate` under `block_sparse_moe`). Every other
-/// name, and every other architecture's, is returned unchanged.
-inline std::string loader_tensor_name(std::string_view name, const model_config& c) {
+QFORGE_DECL std::string loader_tensor_name(std::string_view name, const model_config& c) {
     constexpr std::string_view v5_router = ".mlp.gate.weight";
     if (!is_mixtral(c) || !name.ends_with(v5_router)) return std::string(name);
     return std::string(name.substr(0, name.size() - v5_router.size())) + ".block_sparse_moe.gate.weight";
@@ -158,10 +248,7 @@ inline std::string loader_tensor_name(std::string_view name, const model_config&
 
 namespace detail {
 
-enum class fused_part { gate_up, down, gate_up_bias, down_bias };
-
-/// Which fused tensor `name` is ("<p>.experts.gate_up_proj" ...), and its prefix "<p>.experts".
-inline std::optional<fused_part> fused_part_of(std::string_view name, std::string& prefix) {
+QFORGE_DECL std::optional<fused_part> fused_part_of(std::string_view name, std::string& prefix) {
     static constexpr std::pair<std::string_view, fused_part> leaves[] = {
         {".experts.gate_up_proj", fused_part::gate_up},
         {".experts.down_proj", fused_part::down},
@@ -178,9 +265,7 @@ inline std::optional<fused_part> fused_part_of(std::string_view name, std::strin
     return std::nullopt;
 }
 
-/// For a layout read in one orientation only ([E, H, 2I] / [E, I, H]): the config's sizes must
-/// be known and must not also fit the transposed shape (then which one the file holds is a guess).
-inline bool one_orientation(const shape_t& shape, fused_part part, const model_config& c, std::string& why) {
+QFORGE_DECL bool one_orientation(const shape_t& shape, fused_part part, const model_config& c, std::string& why) {
     if (c.hidden_size <= 0 || c.moe_intermediate_size <= 0) {
         why = "config.json must give hidden_size and moe_intermediate_size to tell this layout's orientation";
         return false;
@@ -203,14 +288,7 @@ inline bool one_orientation(const shape_t& shape, fused_part part, const model_c
     return true;
 }
 
-/// Mixtral's fused experts are read in transformers' one orientation, gate_up [E, 2I, H] and
-/// down [E, H, I] (on disk as in memory: its conversion mapping has no Transpose), told from
-/// their transposes by config.json's hidden_size and intermediate_size (MixtralConfig always
-/// writes both). Without them, or in the transposed shape ([E, H, 2I] / [E, I, H], the [in, out]
-/// orientation of gpt-oss and Qwen3-VL files, e.g. a tool's re-save), which matrix is which
-/// would be a guess: refused. Where both orientations have one shape (H == 2I for gate_up,
-/// H == I for down) the file is read as transformers reads it, whose model is the reference.
-inline bool mixtral_orientation(const shape_t& shape, fused_part part, const model_config& c, std::string& why) {
+QFORGE_DECL bool mixtral_orientation(const shape_t& shape, fused_part part, const model_config& c, std::string& why) {
     if (c.hidden_size <= 0 || c.intermediate_size <= 0) {
         why = "config.json must give hidden_size and intermediate_size: Mixtral's fused experts are read as "
               "[E, 2I, H] / [E, H, I] (transformers MixtralExperts) and told from their transposes by them";
@@ -230,9 +308,7 @@ inline bool mixtral_orientation(const shape_t& shape, fused_part part, const mod
     return true;
 }
 
-/// The prefix "<layer>.<block>.experts" the pieces of the fused tensor under `prefix` are named
-/// with: the fused tensor's own, or with the block the architecture's loaders read.
-inline std::string piece_prefix(const std::string& prefix, const expert_piece_names& names) {
+QFORGE_DECL std::string piece_prefix(const std::string& prefix, const expert_piece_names& names) {
     if (names.block.empty()) return prefix;
     const std::string layer = prefix.substr(0, prefix.size() - std::string_view(".experts").size());
     const std::size_t dot = layer.rfind('.');
@@ -241,17 +317,12 @@ inline std::string piece_prefix(const std::string& prefix, const expert_piece_na
 
 }  // namespace detail
 
-/// The most experts one fused tensor may hold (the largest released models have 384).
-inline constexpr std::int64_t max_fused_experts = 65536;
-
-/// True when `name` is a fused expert tensor (by name; the shape is checked by split_fused_experts).
-inline bool is_fused_expert_tensor(std::string_view name) {
+QFORGE_DECL bool is_fused_expert_tensor(std::string_view name) {
     std::string prefix;
     return detail::fused_part_of(name, prefix).has_value();
 }
 
-/// The per-expert pieces of the fused tensor `name` [shape], or an empty list and `why`.
-inline std::vector<expert_piece> split_fused_experts(std::string_view name, const shape_t& shape,
+QFORGE_DECL std::vector<expert_piece> split_fused_experts(std::string_view name, const shape_t& shape,
                                                      const model_config& c, std::string& why) {
     std::string prefix;
     const auto part = detail::fused_part_of(name, prefix);
@@ -332,38 +403,12 @@ inline std::vector<expert_piece> split_fused_experts(std::string_view name, cons
     return out;
 }
 
-/// Bytes of one expert's block [A, B] (or [N]) of the fused tensor `v`.
-inline std::uint64_t expert_block_bytes(const tensor_view& v) {
+QFORGE_DECL std::uint64_t expert_block_bytes(const tensor_view& v) {
     if (v.shape.empty() || v.shape[0] <= 0) return 0;
     return static_cast<std::uint64_t>(checked_numel(v.shape, {}, v.name) / v.shape[0]) * dtype_size(v.type);
 }
 
-/// Copies one cut out of the fused tensor `v` (its full [E, A, B] or [E, N] view) into an owned
-/// tensor `name` of `shape`, in the source dtype (bytes as they are: nothing is rounded).
-namespace detail {
-
-/// dst[r][k] = src[k * stride + first + r * step] for r < rows, k < cols, elements of type T:
-/// the transposed cut, in tiles so that both sides stay in cache (a [in, out] expert is read
-/// down its columns).
-template <class T>
-void gather_transposed(const std::byte* src, std::int64_t stride, std::int64_t first, std::int64_t step, std::int64_t rows,
-                       std::int64_t cols, std::byte* dst) noexcept {
-    constexpr std::int64_t tile = 32;
-    for (std::int64_t r0 = 0; r0 < rows; r0 += tile)
-        for (std::int64_t k0 = 0; k0 < cols; k0 += tile)
-            for (std::int64_t r = r0; r < std::min(rows, r0 + tile); ++r) {
-                const std::int64_t col = first + r * step;
-                for (std::int64_t k = k0; k < std::min(cols, k0 + tile); ++k) {
-                    T x;
-                    std::memcpy(&x, src + static_cast<std::size_t>(k * stride + col) * sizeof(T), sizeof(T));
-                    std::memcpy(dst + static_cast<std::size_t>(r * cols + k) * sizeof(T), &x, sizeof(T));
-                }
-            }
-}
-
-}  // namespace detail
-
-inline owned_tensor gather_expert(const tensor_view& v, const expert_cut& cut, const std::string& name,
+QFORGE_DECL owned_tensor gather_expert(const tensor_view& v, const expert_cut& cut, const std::string& name,
                                   const shape_t& shape) {
     const std::size_t es = dtype_size(v.type);
     const bool bias = v.shape.size() == 2;
@@ -391,3 +436,4 @@ inline owned_tensor gather_expert(const tensor_view& v, const expert_cut& cut, c
 }
 
 }  // namespace qforge
+#endif

@@ -99,67 +99,25 @@ struct gpt_oss_mxfp4_result {
 };
 
 /// openai/gpt-oss-20b's quantization_config: quant_method mxfp4, every non-expert module dense.
-inline json gpt_oss_mxfp4_config() {
-    return json::object({{"modules_to_not_convert", json::array({"model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                                                  "model.embed_tokens", "lm_head"})},
-                         {"quant_method", "mxfp4"}});
-}
+QFORGE_DECL json gpt_oss_mxfp4_config();
 
 namespace detail {
 
 /// The fused expert weight a gpt-oss tensor name is ("gate_up_proj" or "down_proj"), or empty.
-inline std::string_view gpt_oss_expert_weight(std::string_view name) {
-    for (std::string_view w : {std::string_view("gate_up_proj"), std::string_view("down_proj")})
-        if (name.ends_with(w) && name.substr(0, name.size() - w.size()).ends_with(".mlp.experts."))
-            return w;
-    return {};
-}
+QFORGE_DECL std::string_view gpt_oss_expert_weight(std::string_view name);
 
 /// The expert's [N, K] matrix of a fused [E, K, N] ([in, out]) tensor: a transposed cut of all
 /// of its columns, in order (gate/up stay interleaved, as the native rows are).
 inline expert_cut gpt_oss_native_rows(std::int64_t expert) { return {expert, true, 0, 1}; }
 
 /// The outputs of fused expert weight `t` [E, K, N], or the reason it cannot be written.
-inline std::string gpt_oss_expert_outputs(const source_tensor& t, std::string_view weight, const model_config& cfg,
-                                          std::vector<planned_tensor>& out) {
-    if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32)
-        return "expert weights must be BF16, F16 or F32 to quantize, not " + std::string(dtype_name(t.type));
-    const std::int64_t H = cfg.hidden_size, I = cfg.intermediate_size, E = cfg.num_experts;
-    const shape_t want = weight == "gate_up_proj" ? shape_t{E, H, 2 * I} : shape_t{E, I, H};
-    if (t.shape != want)
-        return "expected " + shape_to_string(want) + " (num_local_experts, " +
-               (weight == "gate_up_proj" ? "hidden_size, 2 * intermediate_size" : "intermediate_size, hidden_size") +
-               " of config.json), got " + shape_to_string(t.shape);
-    const std::int64_t k = t.shape[1], n = t.shape[2];
-    if (k % mxfp4_group_size != 0)
-        return "MXFP4 groups 32 inputs: the input dimension " + std::to_string(k) + " is not a multiple of 32";
-    const std::string base = t.name;
-    out = {{base + "_blocks", dtype::U8, {E, n, k / mxfp4_group_size, mxfp4_group_bytes}},
-           {base + "_scales", dtype::U8, {E, n, k / mxfp4_group_size}}};
-    return {};
-}
+QFORGE_DECL std::string gpt_oss_expert_outputs(const source_tensor& t, std::string_view weight, const model_config& cfg,
+                                          std::vector<planned_tensor>& out);
 
 /// Why the source as a whole cannot be written so, or empty.
-inline std::string gpt_oss_source_refusal(const checkpoint_source& src, const model_config& cfg) {
-    if (!is_architecture(cfg, "gpt_oss", "GptOssForCausalLM"))
-        return "the native MXFP4 layout is gpt-oss's (model_type gpt_oss, GptOssForCausalLM), not model_type '" +
-               cfg.model_type + "'";
-    if (src.fp8().kind == fp8_source_kind::gpt_oss_mxfp4)
-        return "the checkpoint is already gpt-oss's native MXFP4 (quant_method mxfp4): it is what this conversion writes";
-    if (src.fp8().kind != fp8_source_kind::none || src.config().contains("quantization_config"))
-        return "the checkpoint is already quantized (config.json has a quantization_config); convert a bf16, fp16 or "
-               "fp32 gpt-oss";
-    if (cfg.hidden_size <= 0 || cfg.intermediate_size <= 0 || cfg.num_experts <= 0)
-        return "config.json needs hidden_size, intermediate_size and num_local_experts";
-    return {};
-}
+QFORGE_DECL std::string gpt_oss_source_refusal(const checkpoint_source& src, const model_config& cfg);
 
-inline std::vector<safetensors::tensor_spec> gpt_oss_output_specs(const gpt_oss_mxfp4_plan& p) {
-    std::vector<safetensors::tensor_spec> all;
-    for (const gpt_oss_mxfp4_item& it : p.items)
-        for (const planned_tensor& t : it.outputs) all.push_back({t.name, t.type, t.shape});
-    return all;
-}
+QFORGE_DECL std::vector<safetensors::tensor_spec> gpt_oss_output_specs(const gpt_oss_mxfp4_plan& p);
 
 /// One fused expert weight, expert by expert: its rows read with pread, quantized on the pool
 /// and appended to the blocks and scales tensors. Returns the SNR over all experts.
@@ -189,7 +147,75 @@ double write_gpt_oss_experts(const checkpoint_source& src, const gpt_oss_mxfp4_i
 
 /// What converting `src` to gpt-oss's native MXFP4 would write, and every reason it cannot.
 QFORGE_DECL gpt_oss_mxfp4_plan plan_gpt_oss_mxfp4(const checkpoint_source& src);
+
+/// Converts the float gpt-oss checkpoint `src_dir` into its native MXFP4 form in `dst_dir`
+/// (see the file comment).
+QFORGE_DECL gpt_oss_mxfp4_result convert_gpt_oss_mxfp4(const std::string& src_dir, const std::string& dst_dir,
+                                                       const gpt_oss_mxfp4_options& opt = {});
+
+}  // namespace qforge
+
 #if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL json gpt_oss_mxfp4_config() {
+    return json::object({{"modules_to_not_convert", json::array({"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                                  "model.embed_tokens", "lm_head"})},
+                         {"quant_method", "mxfp4"}});
+}
+
+namespace detail {
+
+QFORGE_DECL std::string_view gpt_oss_expert_weight(std::string_view name) {
+    for (std::string_view w : {std::string_view("gate_up_proj"), std::string_view("down_proj")})
+        if (name.ends_with(w) && name.substr(0, name.size() - w.size()).ends_with(".mlp.experts."))
+            return w;
+    return {};
+}
+
+QFORGE_DECL std::string gpt_oss_expert_outputs(const source_tensor& t, std::string_view weight, const model_config& cfg,
+                                          std::vector<planned_tensor>& out) {
+    if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32)
+        return "expert weights must be BF16, F16 or F32 to quantize, not " + std::string(dtype_name(t.type));
+    const std::int64_t H = cfg.hidden_size, I = cfg.intermediate_size, E = cfg.num_experts;
+    const shape_t want = weight == "gate_up_proj" ? shape_t{E, H, 2 * I} : shape_t{E, I, H};
+    if (t.shape != want)
+        return "expected " + shape_to_string(want) + " (num_local_experts, " +
+               (weight == "gate_up_proj" ? "hidden_size, 2 * intermediate_size" : "intermediate_size, hidden_size") +
+               " of config.json), got " + shape_to_string(t.shape);
+    const std::int64_t k = t.shape[1], n = t.shape[2];
+    if (k % mxfp4_group_size != 0)
+        return "MXFP4 groups 32 inputs: the input dimension " + std::to_string(k) + " is not a multiple of 32";
+    const std::string base = t.name;
+    out = {{base + "_blocks", dtype::U8, {E, n, k / mxfp4_group_size, mxfp4_group_bytes}},
+           {base + "_scales", dtype::U8, {E, n, k / mxfp4_group_size}}};
+    return {};
+}
+
+QFORGE_DECL std::string gpt_oss_source_refusal(const checkpoint_source& src, const model_config& cfg) {
+    if (!is_architecture(cfg, "gpt_oss", "GptOssForCausalLM"))
+        return "the native MXFP4 layout is gpt-oss's (model_type gpt_oss, GptOssForCausalLM), not model_type '" +
+               cfg.model_type + "'";
+    if (src.fp8().kind == fp8_source_kind::gpt_oss_mxfp4)
+        return "the checkpoint is already gpt-oss's native MXFP4 (quant_method mxfp4): it is what this conversion writes";
+    if (src.fp8().kind != fp8_source_kind::none || src.config().contains("quantization_config"))
+        return "the checkpoint is already quantized (config.json has a quantization_config); convert a bf16, fp16 or "
+               "fp32 gpt-oss";
+    if (cfg.hidden_size <= 0 || cfg.intermediate_size <= 0 || cfg.num_experts <= 0)
+        return "config.json needs hidden_size, intermediate_size and num_local_experts";
+    return {};
+}
+
+QFORGE_DECL std::vector<safetensors::tensor_spec> gpt_oss_output_specs(const gpt_oss_mxfp4_plan& p) {
+    std::vector<safetensors::tensor_spec> all;
+    for (const gpt_oss_mxfp4_item& it : p.items)
+        for (const planned_tensor& t : it.outputs) all.push_back({t.name, t.type, t.shape});
+    return all;
+}
+
+}  // namespace detail
+
 QFORGE_DECL gpt_oss_mxfp4_plan plan_gpt_oss_mxfp4(const checkpoint_source& src) {
     gpt_oss_mxfp4_plan p;
     const std::string config_file = src.dir() + "/config.json";
@@ -217,13 +243,7 @@ QFORGE_DECL gpt_oss_mxfp4_plan plan_gpt_oss_mxfp4(const checkpoint_source& src) 
     if (p.refusals.empty()) p.quantization_config = gpt_oss_mxfp4_config();
     return p;
 }
-#endif
 
-/// Converts the float gpt-oss checkpoint `src_dir` into its native MXFP4 form in `dst_dir`
-/// (see the file comment).
-QFORGE_DECL gpt_oss_mxfp4_result convert_gpt_oss_mxfp4(const std::string& src_dir, const std::string& dst_dir,
-                                                       const gpt_oss_mxfp4_options& opt = {});
-#if QFORGE_BODIES_HERE
 QFORGE_DECL gpt_oss_mxfp4_result convert_gpt_oss_mxfp4(const std::string& src_dir, const std::string& dst_dir,
                                                        const gpt_oss_mxfp4_options& opt) {
     if (io::path_exists(dst_dir) && !opt.overwrite)
@@ -262,6 +282,6 @@ QFORGE_DECL gpt_oss_mxfp4_result convert_gpt_oss_mxfp4(const std::string& src_di
     out.commit();
     return result;
 }
-#endif
 
 }  // namespace qforge
+#endif

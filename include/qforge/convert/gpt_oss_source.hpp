@@ -40,6 +40,7 @@
 
 #include "qforge/convert/fused_experts.hpp"
 #include "qforge/convert/plan.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/minifloat.hpp"
@@ -62,7 +63,53 @@ inline constexpr std::string_view mxfp4_blocks_suffix = "_blocks";
 inline constexpr std::string_view mxfp4_scales_suffix = "_scales";
 
 /// The reason blocks `b` with scales `s` (null: absent) cannot be read, or empty.
-inline std::string mxfp4_pair_refusal(const source_tensor& b, const source_tensor* s) {
+QFORGE_DECL std::string mxfp4_pair_refusal(const source_tensor& b, const source_tensor* s);
+
+}  // namespace detail
+
+/// The tensors of a gpt-oss native checkpoint with every MXFP4 pair replaced by its fused tensor
+/// (see above); `model` is the dtype its weights stand in (config torch_dtype) and `dir` prefixes
+/// the shard names in messages. Never throws: malformed input gives refusals.
+QFORGE_DECL gpt_oss_mxfp4_tensors read_gpt_oss_mxfp4(const std::vector<source_tensor>& in, dtype model, const std::string& dir);
+
+/// Decodes row `row` (K = groups * 32 values) of an MXFP4 [N, K/32, 16] block matrix into `out`:
+/// out[c] = e2m1(code c) * 2^(scale[c / 32] - 127), the low nibble of byte j being element 2j.
+/// Exact: an E2M1 value has two significant bits. Returns the first group with a value that is
+/// not finite (its scale is 0xFF, NaN, or the product overflows float32), or -1.
+QFORGE_DECL std::int64_t decode_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups, float* out);
+
+namespace detail {
+
+/// The 16 BF16 patterns of e2m1(code) * 2^(scale - 127). For scales 2..252 every nonzero value
+/// stays a normal BF16 (0.5 * 2^-125 to 6 * 2^125), so its pattern is the code's own with the
+/// exponent field raised by scale - 127; other scales (subnormal, overflowing, NaN) go through
+/// the float product. Exact either way: an E2M1 value has two significant bits.
+QFORGE_DECL void mxfp4_bf16_table(std::uint8_t scale, std::uint16_t lut[16]);
+
+}  // namespace detail
+
+/// decode_mxfp4_row into BF16 bit patterns, the dtype transformers decodes gpt-oss to (exact:
+/// two significant bits): each group's 16 values are made once (detail::mxfp4_bf16_table) and
+/// its 32 looked up. The same values and the same returned group as decode_mxfp4_row (a group
+/// is not finite when a value it holds decodes to infinity or NaN, which only scales 0xFD and
+/// up can do).
+QFORGE_DECL std::int64_t decode_mxfp4_row_bf16(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups,
+                                          std::uint16_t* out);
+
+/// The largest |value| of one MXFP4 row (K = groups * 32), read from its codes without decoding:
+/// E2M1 magnitudes order as their 3-bit codes, so each group's largest is its largest code's
+/// value times its scale, exactly decode_mxfp4_row's. -1 when a group's scale is 0xFD or more
+/// (its values may be infinite or NaN: decode_mxfp4_row names the group).
+QFORGE_DECL float mxfp4_row_abs_max(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace detail {
+
+QFORGE_DECL std::string mxfp4_pair_refusal(const source_tensor& b, const source_tensor* s) {
     if (b.type != dtype::U8 || b.shape.size() != 4 || b.shape[3] != mxfp4_group_bytes)
         return "MXFP4 blocks must be U8 [E, N, K/32, 16], got " + std::string(dtype_name(b.type)) + " " + shape_to_string(b.shape);
     for (const std::int64_t d : b.shape)
@@ -80,10 +127,7 @@ inline std::string mxfp4_pair_refusal(const source_tensor& b, const source_tenso
 
 }  // namespace detail
 
-/// The tensors of a gpt-oss native checkpoint with every MXFP4 pair replaced by its fused tensor
-/// (see above); `model` is the dtype its weights stand in (config torch_dtype) and `dir` prefixes
-/// the shard names in messages. Never throws: malformed input gives refusals.
-inline gpt_oss_mxfp4_tensors read_gpt_oss_mxfp4(const std::vector<source_tensor>& in, dtype model, const std::string& dir) {
+QFORGE_DECL gpt_oss_mxfp4_tensors read_gpt_oss_mxfp4(const std::vector<source_tensor>& in, dtype model, const std::string& dir) {
     gpt_oss_mxfp4_tensors out;
     std::map<std::string, const source_tensor*, std::less<>> by_name;
     for (const source_tensor& t : in) by_name.emplace(t.name, &t);
@@ -134,11 +178,7 @@ inline gpt_oss_mxfp4_tensors read_gpt_oss_mxfp4(const std::vector<source_tensor>
     return out;
 }
 
-/// Decodes row `row` (K = groups * 32 values) of an MXFP4 [N, K/32, 16] block matrix into `out`:
-/// out[c] = e2m1(code c) * 2^(scale[c / 32] - 127), the low nibble of byte j being element 2j.
-/// Exact: an E2M1 value has two significant bits. Returns the first group with a value that is
-/// not finite (its scale is 0xFF, NaN, or the product overflows float32), or -1.
-inline std::int64_t decode_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups, float* out) {
+QFORGE_DECL std::int64_t decode_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups, float* out) {
     std::int64_t bad = -1;
     for (std::int64_t g = 0; g < groups; ++g) {
         const float scale = e8m0_to_float(scales[g]);
@@ -157,11 +197,7 @@ inline std::int64_t decode_mxfp4_row(const std::uint8_t* blocks, const std::uint
 
 namespace detail {
 
-/// The 16 BF16 patterns of e2m1(code) * 2^(scale - 127). For scales 2..252 every nonzero value
-/// stays a normal BF16 (0.5 * 2^-125 to 6 * 2^125), so its pattern is the code's own with the
-/// exponent field raised by scale - 127; other scales (subnormal, overflowing, NaN) go through
-/// the float product. Exact either way: an E2M1 value has two significant bits.
-inline void mxfp4_bf16_table(std::uint8_t scale, std::uint16_t lut[16]) {
+QFORGE_DECL void mxfp4_bf16_table(std::uint8_t scale, std::uint16_t lut[16]) {
     static constexpr std::uint16_t unit[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};
     if (scale >= 2 && scale <= 252) {
         const auto shift = static_cast<std::uint16_t>((scale - 127) * 128);  // wraps for a lower scale, as intended
@@ -177,12 +213,7 @@ inline void mxfp4_bf16_table(std::uint8_t scale, std::uint16_t lut[16]) {
 
 }  // namespace detail
 
-/// decode_mxfp4_row into BF16 bit patterns, the dtype transformers decodes gpt-oss to (exact:
-/// two significant bits): each group's 16 values are made once (detail::mxfp4_bf16_table) and
-/// its 32 looked up. The same values and the same returned group as decode_mxfp4_row (a group
-/// is not finite when a value it holds decodes to infinity or NaN, which only scales 0xFD and
-/// up can do).
-inline std::int64_t decode_mxfp4_row_bf16(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups,
+QFORGE_DECL std::int64_t decode_mxfp4_row_bf16(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups,
                                           std::uint16_t* out) {
     std::int64_t bad = -1;
     for (std::int64_t g = 0; g < groups; ++g) {
@@ -201,11 +232,7 @@ inline std::int64_t decode_mxfp4_row_bf16(const std::uint8_t* blocks, const std:
     return bad;
 }
 
-/// The largest |value| of one MXFP4 row (K = groups * 32), read from its codes without decoding:
-/// E2M1 magnitudes order as their 3-bit codes, so each group's largest is its largest code's
-/// value times its scale, exactly decode_mxfp4_row's. -1 when a group's scale is 0xFD or more
-/// (its values may be infinite or NaN: decode_mxfp4_row names the group).
-inline float mxfp4_row_abs_max(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups) {
+QFORGE_DECL float mxfp4_row_abs_max(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups) {
     float top = 0.0f;
     for (std::int64_t g = 0; g < groups; ++g) {
         if (scales[g] > 252) return -1.0f;
@@ -223,3 +250,4 @@ inline float mxfp4_row_abs_max(const std::uint8_t* blocks, const std::uint8_t* s
 }
 
 }  // namespace qforge
+#endif

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "qforge/convert/gguf/name_map.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/gguf/imatrix.hpp"
 
@@ -35,57 +36,14 @@ struct expert_suffix {
 };
 
 /// "<prefix><e>.<rest>" with e a decimal number: e and rest.
-inline bool split_expert(std::string_view s, std::string_view prefix, std::int64_t& e, std::string_view& rest) {
-    if (!s.starts_with(prefix)) return false;
-    s.remove_prefix(prefix.size());
-    const auto dot = s.find('.');
-    if (dot == 0 || dot == std::string_view::npos || dot > 6) return false;
-    e = 0;
-    for (char c : s.substr(0, dot)) {
-        if (c < '0' || c > '9') return false;
-        e = e * 10 + (c - '0');
-    }
-    rest = s.substr(dot + 1);
-    return true;
-}
+QFORGE_DECL bool split_expert(std::string_view s, std::string_view prefix, std::int64_t& e, std::string_view& rest);
 
-inline std::optional<imatrix_location> moe_location(int layer, std::string_view rest) {
-    const std::string blk = "blk." + std::to_string(layer) + ".";
-    static constexpr expert_suffix experts[] = {
-        {"gate_proj.weight", "ffn_gate_exps.weight"}, {"up_proj.weight", "ffn_up_exps.weight"},
-        {"down_proj.weight", "ffn_down_exps.weight"}, {"w1.weight", "ffn_gate_exps.weight"},
-        {"w3.weight", "ffn_up_exps.weight"},          {"w2.weight", "ffn_down_exps.weight"}};
-    for (std::string_view prefix : {std::string_view("mlp.experts."), std::string_view("block_sparse_moe.experts.")}) {
-        std::int64_t e = 0;
-        std::string_view tail;
-        if (!split_expert(rest, prefix, e, tail)) continue;
-        for (const auto& x : experts)
-            if (tail == x.hf) return imatrix_location{blk + std::string(x.gguf), e};
-        return std::nullopt;
-    }
-    static constexpr expert_suffix shared[] = {{"gate_proj.weight", "ffn_gate_shexp.weight"},
-                                               {"up_proj.weight", "ffn_up_shexp.weight"},
-                                               {"down_proj.weight", "ffn_down_shexp.weight"}};
-    for (std::string_view prefix : {std::string_view("mlp.shared_expert."), std::string_view("mlp.shared_experts.")})
-        if (rest.starts_with(prefix))
-            for (const auto& x : shared)
-                if (rest.substr(prefix.size()) == x.hf) return imatrix_location{blk + std::string(x.gguf), -1};
-    if (rest == "mlp.gate.weight" || rest == "block_sparse_moe.gate.weight")
-        return imatrix_location{blk + "ffn_gate_inp.weight", -1};
-    return std::nullopt;
-}
+QFORGE_DECL std::optional<imatrix_location> moe_location(int layer, std::string_view rest);
 
 }  // namespace detail
 
 /// The imatrix entry of an HF weight name, or nothing for a tensor llama.cpp has no name for.
-inline std::optional<imatrix_location> imatrix_location_of(std::string_view hf_weight) {
-    // The permutation and head counts do not matter for names.
-    if (auto m = gguf::map_hf_name(hf_weight, gguf::hf_arch::qwen2, 1, 1)) return imatrix_location{m->gguf, -1};
-    int layer = -1;
-    std::string_view rest;
-    if (!gguf::detail::parse_layer(hf_weight, layer, rest)) return std::nullopt;
-    return detail::moe_location(layer, rest);
-}
+QFORGE_DECL std::optional<imatrix_location> imatrix_location_of(std::string_view hf_weight);
 
 /// THE imatrix lookup, for both converters: entries read from the file once and kept until
 /// another is asked for (the experts of one stacked entry come one after another in a
@@ -136,3 +94,62 @@ private:
 };
 
 }  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace detail {
+
+QFORGE_DECL bool split_expert(std::string_view s, std::string_view prefix, std::int64_t& e, std::string_view& rest) {
+    if (!s.starts_with(prefix)) return false;
+    s.remove_prefix(prefix.size());
+    const auto dot = s.find('.');
+    if (dot == 0 || dot == std::string_view::npos || dot > 6) return false;
+    e = 0;
+    for (char c : s.substr(0, dot)) {
+        if (c < '0' || c > '9') return false;
+        e = e * 10 + (c - '0');
+    }
+    rest = s.substr(dot + 1);
+    return true;
+}
+
+QFORGE_DECL std::optional<imatrix_location> moe_location(int layer, std::string_view rest) {
+    const std::string blk = "blk." + std::to_string(layer) + ".";
+    static constexpr expert_suffix experts[] = {
+        {"gate_proj.weight", "ffn_gate_exps.weight"}, {"up_proj.weight", "ffn_up_exps.weight"},
+        {"down_proj.weight", "ffn_down_exps.weight"}, {"w1.weight", "ffn_gate_exps.weight"},
+        {"w3.weight", "ffn_up_exps.weight"},          {"w2.weight", "ffn_down_exps.weight"}};
+    for (std::string_view prefix : {std::string_view("mlp.experts."), std::string_view("block_sparse_moe.experts.")}) {
+        std::int64_t e = 0;
+        std::string_view tail;
+        if (!split_expert(rest, prefix, e, tail)) continue;
+        for (const auto& x : experts)
+            if (tail == x.hf) return imatrix_location{blk + std::string(x.gguf), e};
+        return std::nullopt;
+    }
+    static constexpr expert_suffix shared[] = {{"gate_proj.weight", "ffn_gate_shexp.weight"},
+                                               {"up_proj.weight", "ffn_up_shexp.weight"},
+                                               {"down_proj.weight", "ffn_down_shexp.weight"}};
+    for (std::string_view prefix : {std::string_view("mlp.shared_expert."), std::string_view("mlp.shared_experts.")})
+        if (rest.starts_with(prefix))
+            for (const auto& x : shared)
+                if (rest.substr(prefix.size()) == x.hf) return imatrix_location{blk + std::string(x.gguf), -1};
+    if (rest == "mlp.gate.weight" || rest == "block_sparse_moe.gate.weight")
+        return imatrix_location{blk + "ffn_gate_inp.weight", -1};
+    return std::nullopt;
+}
+
+}  // namespace detail
+
+QFORGE_DECL std::optional<imatrix_location> imatrix_location_of(std::string_view hf_weight) {
+    // The permutation and head counts do not matter for names.
+    if (auto m = gguf::map_hf_name(hf_weight, gguf::hf_arch::qwen2, 1, 1)) return imatrix_location{m->gguf, -1};
+    int layer = -1;
+    std::string_view rest;
+    if (!gguf::detail::parse_layer(hf_weight, layer, rest)) return std::nullopt;
+    return detail::moe_location(layer, rest);
+}
+
+}  // namespace qforge
+#endif

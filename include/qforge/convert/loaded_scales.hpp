@@ -37,6 +37,7 @@
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/plan.hpp"
 #include "qforge/convert/repack_packed.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/tensor_source.hpp"
 #include "qforge/core/half.hpp"
 #include "qforge/core/tensor_view.hpp"
@@ -58,15 +59,7 @@ constexpr dtype vllm_params_dtype(std::optional<dtype> declared, dtype weights) 
 
 /// The same for a plan: its declared dtype (plan_conversion reads config.json), else the model
 /// dtype of its first quantized weight.
-inline dtype vllm_params_dtype(const plan& p) noexcept {
-    dtype weights = dtype::BF16;
-    for (const auto& it : p.items)
-        if (it.action == plan_action::quantize) {
-            weights = it.model_type();
-            break;
-        }
-    return vllm_params_dtype(p.declared_dtype, weights);
-}
+QFORGE_DECL dtype vllm_params_dtype(const plan& p) noexcept;
 
 /// The dtype vLLM holds `format`'s scales in when they are stored as `stored` and vLLM runs
 /// in `params`; nullopt when it keeps them bit for bit. Weight-only int formats only (GPTQ
@@ -82,7 +75,34 @@ constexpr std::optional<dtype> vllm_rounds_scales_to(output_format format, dtype
 
 /// `q` with every scale converted to `kept` as torch's copy_ converts it: the stored value
 /// widened to float (exact), then rounded to nearest even (float_to_bf16 / float_to_fp16).
-inline quantized_tensor with_scales_as(quantized_tensor q, dtype kept) {
+QFORGE_DECL quantized_tensor with_scales_as(quantized_tensor q, dtype kept);
+
+/// The SNR of `q` against `original` once its scales are held as `kept` (q by value: a layer
+/// read back only for this is moved, not copied), rows in parallel on `ex`.
+QFORGE_DECL double snr_db_as_loaded(const tensor_view& original, quantized_tensor q, dtype kept, const executor& ex = {});
+
+/// The same for a layer as written in `format` (`packed`: the tensors of `module`), read back
+/// with the format's reader, which takes codes, zeros and scales as they are.
+QFORGE_DECL double snr_db_as_loaded(const tensor_view& original, const std::vector<owned_tensor>& packed, const std::string& module,
+                               output_format format, const quant_spec& s, dtype kept, const executor& ex = {});
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL dtype vllm_params_dtype(const plan& p) noexcept {
+    dtype weights = dtype::BF16;
+    for (const auto& it : p.items)
+        if (it.action == plan_action::quantize) {
+            weights = it.model_type();
+            break;
+        }
+    return vllm_params_dtype(p.declared_dtype, weights);
+}
+
+QFORGE_DECL quantized_tensor with_scales_as(quantized_tensor q, dtype kept) {
     if (q.scale_dtype == kept) return q;
     for (auto& s : q.scales) {
         const float f = q.scale_dtype == dtype::BF16 ? bf16_to_float(s) : fp16_to_float(s);
@@ -92,16 +112,12 @@ inline quantized_tensor with_scales_as(quantized_tensor q, dtype kept) {
     return q;
 }
 
-/// The SNR of `q` against `original` once its scales are held as `kept` (q by value: a layer
-/// read back only for this is moved, not copied), rows in parallel on `ex`.
-inline double snr_db_as_loaded(const tensor_view& original, quantized_tensor q, dtype kept, const executor& ex = {}) {
+QFORGE_DECL double snr_db_as_loaded(const tensor_view& original, quantized_tensor q, dtype kept, const executor& ex) {
     return snr_db(original, with_scales_as(std::move(q), kept), ex);
 }
 
-/// The same for a layer as written in `format` (`packed`: the tensors of `module`), read back
-/// with the format's reader, which takes codes, zeros and scales as they are.
-inline double snr_db_as_loaded(const tensor_view& original, const std::vector<owned_tensor>& packed, const std::string& module,
-                               output_format format, const quant_spec& s, dtype kept, const executor& ex = {}) {
+QFORGE_DECL double snr_db_as_loaded(const tensor_view& original, const std::vector<owned_tensor>& packed, const std::string& module,
+                               output_format format, const quant_spec& s, dtype kept, const executor& ex) {
     std::map<std::string, tensor_view> views;
     for (const auto& t : packed) views.emplace(t.name, t.view());
     const tensor_source src = make_tensor_source(views, module);
@@ -118,3 +134,4 @@ inline double snr_db_as_loaded(const tensor_view& original, const std::vector<ow
 }
 
 }  // namespace qforge
+#endif

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/io/json.hpp"
 
@@ -16,18 +17,7 @@ namespace qforge {
 
 /// config.json's torch_dtype (or `dtype`, the newer transformers key), if it names a float
 /// dtype qforge knows.
-inline std::optional<dtype> declared_model_dtype(const json& config) {
-    if (!config.is_object()) return std::nullopt;
-    for (const char* key : {"torch_dtype", "dtype"}) {
-        const json* v = config.find(key);
-        if (!v || !v->is_string()) continue;
-        const std::string& s = v->as_string();
-        if (s == "bfloat16") return dtype::BF16;
-        if (s == "float16") return dtype::F16;
-        if (s == "float32") return dtype::F32;
-    }
-    return std::nullopt;
-}
+QFORGE_DECL std::optional<dtype> declared_model_dtype(const json& config);
 
 struct model_config {
     std::int64_t hidden_size = 0;
@@ -87,3 +77,23 @@ struct model_config {
 };
 
 }  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL std::optional<dtype> declared_model_dtype(const json& config) {
+    if (!config.is_object()) return std::nullopt;
+    for (const char* key : {"torch_dtype", "dtype"}) {
+        const json* v = config.find(key);
+        if (!v || !v->is_string()) continue;
+        const std::string& s = v->as_string();
+        if (s == "bfloat16") return dtype::BF16;
+        if (s == "float16") return dtype::F16;
+        if (s == "float32") return dtype::F32;
+    }
+    return std::nullopt;
+}
+
+}  // namespace qforge
+#endif

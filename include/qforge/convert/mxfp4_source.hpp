@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "qforge/convert/plan.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/json.hpp"
@@ -66,12 +67,36 @@ struct mxfp4_source {
 
 namespace detail {
 
-inline std::string mx_refusal(const std::string& file, const std::string& tensor, const std::string& why) {
+QFORGE_DECL std::string mx_refusal(const std::string& file, const std::string& tensor, const std::string& why);
+
+/// The refusal of one config group, or empty when its weights are MXFP4 as GGUF holds it.
+QFORGE_DECL std::string mxfp4_group_refusal(const std::string& name, const json& group, const std::string& top_format);
+
+/// The two tensors of packed weight <m>, checked; refusals appended.
+QFORGE_DECL std::optional<mxfp4_packed_weight> read_mxfp4_weight(const std::string& module, const source_tensor& packed,
+                                                             const source_tensor* scale, const std::string& dir,
+                                                             std::vector<std::string>& refusals);
+
+}  // namespace detail
+
+/// Reads the MXFP4 facts of a checkpoint (config.json's `quantization_config` and the tensor
+/// list); never throws: malformed input gives refusals. Not compressed-tensors, or no group in
+/// an FP4 pack format: present == false and `tensors` is the input.
+QFORGE_DECL mxfp4_source read_mxfp4_source(const json& config, const std::string& config_file, std::span<const source_tensor> in,
+                                      const std::string& dir);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace detail {
+
+QFORGE_DECL std::string mx_refusal(const std::string& file, const std::string& tensor, const std::string& why) {
     return file + ": " + tensor + ": " + why;
 }
 
-/// The refusal of one config group, or empty when its weights are MXFP4 as GGUF holds it.
-inline std::string mxfp4_group_refusal(const std::string& name, const json& group, const std::string& top_format) {
+QFORGE_DECL std::string mxfp4_group_refusal(const std::string& name, const json& group, const std::string& top_format) {
     if (!group.is_object()) return "config group " + name + " is not an object";
     const json* f = group.find("format");
     const std::string format = f && f->is_string() ? f->as_string() : top_format;
@@ -99,8 +124,7 @@ inline std::string mxfp4_group_refusal(const std::string& name, const json& grou
     return {};
 }
 
-/// The two tensors of packed weight <m>, checked; refusals appended.
-inline std::optional<mxfp4_packed_weight> read_mxfp4_weight(const std::string& module, const source_tensor& packed,
+QFORGE_DECL std::optional<mxfp4_packed_weight> read_mxfp4_weight(const std::string& module, const source_tensor& packed,
                                                              const source_tensor* scale, const std::string& dir,
                                                              std::vector<std::string>& refusals) {
     const std::string where = dir + "/" + packed.file;
@@ -129,10 +153,7 @@ inline std::optional<mxfp4_packed_weight> read_mxfp4_weight(const std::string& m
 
 }  // namespace detail
 
-/// Reads the MXFP4 facts of a checkpoint (config.json's `quantization_config` and the tensor
-/// list); never throws: malformed input gives refusals. Not compressed-tensors, or no group in
-/// an FP4 pack format: present == false and `tensors` is the input.
-inline mxfp4_source read_mxfp4_source(const json& config, const std::string& config_file, std::span<const source_tensor> in,
+QFORGE_DECL mxfp4_source read_mxfp4_source(const json& config, const std::string& config_file, std::span<const source_tensor> in,
                                       const std::string& dir) {
     mxfp4_source r;
     r.tensors.assign(in.begin(), in.end());
@@ -199,3 +220,4 @@ inline mxfp4_source read_mxfp4_source(const json& config, const std::string& con
 }
 
 }  // namespace qforge
+#endif

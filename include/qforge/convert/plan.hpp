@@ -192,9 +192,7 @@ struct plan {
 
 namespace detail {
 
-inline std::string refusal(const std::string& file, const std::string& tensor, const std::string& why) {
-    return format_error_message(file, tensor, why);
-}
+QFORGE_DECL std::string refusal(const std::string& file, const std::string& tensor, const std::string& why);
 
 }  // namespace detail
 
@@ -204,7 +202,24 @@ QFORGE_DECL plan make_plan(const std::vector<source_tensor>& sources, const mode
                            output_format format);
 
 namespace detail {
-inline std::string human_bytes(std::uint64_t b) {
+QFORGE_DECL std::string human_bytes(std::uint64_t b);
+}  // namespace detail
+
+/// The --dry-run output: one line per item (in -> out), the totals, then every refusal.
+QFORGE_DECL void print_plan(std::ostream& os, const plan& p);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace detail {
+
+QFORGE_DECL std::string refusal(const std::string& file, const std::string& tensor, const std::string& why) {
+    return format_error_message(file, tensor, why);
+}
+
+QFORGE_DECL std::string human_bytes(std::uint64_t b) {
     char buf[32];
     if (b >= (std::uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1 << 30));
     else if (b >= (std::uint64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1 << 20));
@@ -212,10 +227,10 @@ inline std::string human_bytes(std::uint64_t b) {
     else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
     return buf;
 }
+
 }  // namespace detail
 
-/// The --dry-run output: one line per item (in -> out), the totals, then every refusal.
-inline void print_plan(std::ostream& os, const plan& p) {
+QFORGE_DECL void print_plan(std::ostream& os, const plan& p) {
     os << "plan: " << p.items.size() << " tensors -> " << format_name(p.format) << "\n";
     std::size_t i = 0;
     for (const auto& it : p.items) {
@@ -261,6 +276,5 @@ inline void print_plan(std::ostream& os, const plan& p) {
 
 }  // namespace qforge
 
-#if QFORGE_BODIES_HERE
 #include "qforge/convert/detail/plan_steps.hpp"  // make_plan's body (and, header-only, format_name's)
 #endif

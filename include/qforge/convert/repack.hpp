@@ -25,6 +25,7 @@
 #include "qforge/convert/repack_fake_quant.hpp"
 #include "qforge/convert/repack_packed.hpp"
 #include "qforge/convert/repack_rules.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/regex.hpp"
 #include "qforge/core/tensor_source.hpp"
@@ -80,85 +81,35 @@ bool with_source(repack_source_format f, Fn&& fn) {
     return std::apply([&](auto... e) { return ((decltype(e)::id == f ? (fn(e), true) : false) || ...); }, source_table{});
 }
 
-inline std::string_view repack_source_format_name(repack_source_format f) noexcept {
-    std::string_view name = "?";
-    with_source(f, [&](auto e) { name = decltype(e)::traits::source_name; });
-    return name;
-}
+QFORGE_DECL std::string_view repack_source_format_name(repack_source_format f) noexcept;
 
 /// The tensors a module of `f` consists of (what the repack consumes; the rest is copied).
-inline std::vector<std::string> source_tensors(repack_source_format f) {
-    std::vector<std::string> out;
-    with_source(f, [&](auto e) {
-        for (std::string_view suffix : decltype(e)::traits::source_tensors) out.emplace_back(suffix);
-    });
-    return out;
-}
+QFORGE_DECL std::vector<std::string> source_tensors(repack_source_format f);
 
 /// Whether a module of `f` says its compressed-tensors packing (the traits'
 /// source_sets_packing), which a repack then keeps unless told otherwise.
-inline bool source_sets_packing(repack_source_format f) noexcept {
-    bool sets = false;
-    with_source(f, [&](auto e) {
-        if constexpr (requires { decltype(e)::traits::source_sets_packing; }) sets = decltype(e)::traits::source_sets_packing;
-    });
-    return sets;
-}
+QFORGE_DECL bool source_sets_packing(repack_source_format f) noexcept;
 
 /// Where a module of `f` keeps each row's codes as one stream along K (see k_stream).
-inline k_stream source_k_stream(repack_source_format f) noexcept {
-    k_stream k = k_stream::none;
-    with_source(f, [&](auto e) {
-        if constexpr (requires { decltype(e)::traits::packed_codes; }) k = decltype(e)::traits::packed_codes;
-    });
-    return k;
-}
+QFORGE_DECL k_stream source_k_stream(repack_source_format f) noexcept;
 
 /// Reads one module `<prefix>` of the input into qforge's quantized form, with no rounding.
-inline quantized_tensor read_quantized(const tensor_source& src, const std::string& prefix, const layer_scheme& s) {
-    quantized_tensor q;
-    if (with_source(s.format, [&](auto e) { q = decltype(e)::read(src, prefix, s); })) return q;
-    fail<unsupported_error>(src.file, prefix, "unknown source format");
-}
+QFORGE_DECL quantized_tensor read_quantized(const tensor_source& src, const std::string& prefix, const layer_scheme& s);
 
 /// The target layout's tensors for one prepared tensor (see repack_prepare).
-inline std::vector<owned_tensor> repack_pack(const quantized_tensor& q, const std::string& prefix, const repack_target& t) {
-    // Scales stay in the dtype repack_prepare gave them (compressed-tensors scales are stored
-    // in the request's checkpoint dtype); act-order is the tensor's own g_idx.
-    layout_request r{q.bits, q.scale_dtype, q.scale_dtype};
-    r.desc_act = !q.g_idx.empty();
-    r.packing = static_cast<int>(t.packing);
-    return format_pack(t.format, q, prefix, r);
-}
+QFORGE_DECL std::vector<owned_tensor> repack_pack(const quantized_tensor& q, const std::string& prefix, const repack_target& t);
 
 // ---------------------------------------------------------------------------------------------
 // Detecting the input's scheme from config.json `quantization_config` and its tensor names.
 
 namespace repack_detail {
 
-inline const json* find_any(const json& o, std::initializer_list<std::string_view> keys) {
-    for (std::string_view k : keys)
-        if (const json* v = o.find(k); v && !v->is_null()) return v;
-    return nullptr;
-}
+QFORGE_DECL const json* find_any(const json& o, std::initializer_list<std::string_view> keys);
 
-inline std::int64_t int_or(const json& o, std::initializer_list<std::string_view> keys, std::int64_t def) {
-    const json* v = find_any(o, keys);
-    return v ? v->as_int() : def;
-}
+QFORGE_DECL std::int64_t int_or(const json& o, std::initializer_list<std::string_view> keys, std::int64_t def);
 
 /// "0.18.0" -> true when the version is at least 0.18 (dense 3/5/6/7-bit packing).
-inline bool ct_version_dense(const json& qc) {
-    const json* v = qc.find("version");
-    if (!v || !v->is_string()) return false;
-    int major = 0, minor = 0;
-    const std::string& s = v->as_string();
-    std::size_t i = 0;
-    while (i < s.size() && s[i] >= '0' && s[i] <= '9') major = major * 10 + (s[i++] - '0');
-    if (i < s.size() && s[i] == '.') ++i;
-    while (i < s.size() && s[i] >= '0' && s[i] <= '9') minor = minor * 10 + (s[i++] - '0');
-    return major > 0 || minor >= 18;
-}
+QFORGE_DECL bool ct_version_dense(const json& qc);
 
 struct ct_group {
     std::vector<std::string> targets;
@@ -168,17 +119,7 @@ struct ct_group {
 
 /// compressed-tensors / vLLM target match: a full name, `re:` regex (anchored both ends, as
 /// qforge's rules do), or a class name ("Linear" matches every quantized linear here).
-inline bool ct_target_matches(const std::string& target, const std::string& module) {
-    if (target.rfind("re:", 0) == 0) {
-        try {
-            return regex(std::string_view(target).substr(3)).matches(module);
-        } catch (const regex_error&) {  // a config's pattern is input: refuse it as such
-            fail<format_error>("config.json", module, "target \"" + target + "\" is not a valid regular expression");
-        }
-    }
-    if (target == module) return true;
-    return target.find("Linear") != std::string::npos;
-}
+QFORGE_DECL bool ct_target_matches(const std::string& target, const std::string& module);
 
 }  // namespace repack_detail
 
@@ -214,8 +155,101 @@ struct repack_scheme {
 /// Reads `quantization_config` of config.json (`model_config`) and finds the quantized modules
 /// among `tensor_names`. Without a quantization_config, float weights with `weight_scale` and
 /// `weight_zero_point` are read as fake-quantized at `fake_bits` bits (0: refuse, bits unknown).
-inline repack_scheme detect_repack_scheme(const json& model_config, const std::vector<std::string>& tensor_names,
-                                          int fake_bits = 0) {
+QFORGE_DECL repack_scheme detect_repack_scheme(const json& model_config, const std::vector<std::string>& tensor_names,
+                                          int fake_bits = 0);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL std::string_view repack_source_format_name(repack_source_format f) noexcept {
+    std::string_view name = "?";
+    with_source(f, [&](auto e) { name = decltype(e)::traits::source_name; });
+    return name;
+}
+
+QFORGE_DECL std::vector<std::string> source_tensors(repack_source_format f) {
+    std::vector<std::string> out;
+    with_source(f, [&](auto e) {
+        for (std::string_view suffix : decltype(e)::traits::source_tensors) out.emplace_back(suffix);
+    });
+    return out;
+}
+
+QFORGE_DECL bool source_sets_packing(repack_source_format f) noexcept {
+    bool sets = false;
+    with_source(f, [&](auto e) {
+        if constexpr (requires { decltype(e)::traits::source_sets_packing; }) sets = decltype(e)::traits::source_sets_packing;
+    });
+    return sets;
+}
+
+QFORGE_DECL k_stream source_k_stream(repack_source_format f) noexcept {
+    k_stream k = k_stream::none;
+    with_source(f, [&](auto e) {
+        if constexpr (requires { decltype(e)::traits::packed_codes; }) k = decltype(e)::traits::packed_codes;
+    });
+    return k;
+}
+
+QFORGE_DECL quantized_tensor read_quantized(const tensor_source& src, const std::string& prefix, const layer_scheme& s) {
+    quantized_tensor q;
+    if (with_source(s.format, [&](auto e) { q = decltype(e)::read(src, prefix, s); })) return q;
+    fail<unsupported_error>(src.file, prefix, "unknown source format");
+}
+
+QFORGE_DECL std::vector<owned_tensor> repack_pack(const quantized_tensor& q, const std::string& prefix, const repack_target& t) {
+    // Scales stay in the dtype repack_prepare gave them (compressed-tensors scales are stored
+    // in the request's checkpoint dtype); act-order is the tensor's own g_idx.
+    layout_request r{q.bits, q.scale_dtype, q.scale_dtype};
+    r.desc_act = !q.g_idx.empty();
+    r.packing = static_cast<int>(t.packing);
+    return format_pack(t.format, q, prefix, r);
+}
+
+namespace repack_detail {
+
+QFORGE_DECL const json* find_any(const json& o, std::initializer_list<std::string_view> keys) {
+    for (std::string_view k : keys)
+        if (const json* v = o.find(k); v && !v->is_null()) return v;
+    return nullptr;
+}
+
+QFORGE_DECL std::int64_t int_or(const json& o, std::initializer_list<std::string_view> keys, std::int64_t def) {
+    const json* v = find_any(o, keys);
+    return v ? v->as_int() : def;
+}
+
+QFORGE_DECL bool ct_version_dense(const json& qc) {
+    const json* v = qc.find("version");
+    if (!v || !v->is_string()) return false;
+    int major = 0, minor = 0;
+    const std::string& s = v->as_string();
+    std::size_t i = 0;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') major = major * 10 + (s[i++] - '0');
+    if (i < s.size() && s[i] == '.') ++i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') minor = minor * 10 + (s[i++] - '0');
+    return major > 0 || minor >= 18;
+}
+
+QFORGE_DECL bool ct_target_matches(const std::string& target, const std::string& module) {
+    if (target.rfind("re:", 0) == 0) {
+        try {
+            return regex(std::string_view(target).substr(3)).matches(module);
+        } catch (const regex_error&) {  // a config's pattern is input: refuse it as such
+            fail<format_error>("config.json", module, "target \"" + target + "\" is not a valid regular expression");
+        }
+    }
+    if (target == module) return true;
+    return target.find("Linear") != std::string::npos;
+}
+
+}  // namespace repack_detail
+
+QFORGE_DECL repack_scheme detect_repack_scheme(const json& model_config, const std::vector<std::string>& tensor_names,
+                                          int fake_bits) {
     using namespace detail;
     using namespace repack_detail;
     repack_scheme r;
@@ -312,3 +346,4 @@ inline repack_scheme detect_repack_scheme(const json& model_config, const std::v
 }
 
 }  // namespace qforge
+#endif

@@ -83,14 +83,7 @@ struct repack_report {
 
 namespace repack_detail {
 
-inline std::optional<dtype> dtype_from_torch_name(const json* v) {
-    if (!v || !v->is_string()) return std::nullopt;
-    const std::string& s = v->as_string();
-    if (s == "bfloat16" || s == "torch.bfloat16") return dtype::BF16;
-    if (s == "float16" || s == "half" || s == "torch.float16") return dtype::F16;
-    if (s == "float32" || s == "float" || s == "torch.float32") return dtype::F32;
-    return std::nullopt;
-}
+QFORGE_DECL std::optional<dtype> dtype_from_torch_name(const json* v);
 
 /// An open quantized checkpoint: shards, config, detected scheme, and a tensor_source over it.
 struct open_checkpoint {
@@ -137,7 +130,63 @@ struct open_checkpoint {
     }
 };
 
-inline quant_options requant_options(const quantized_tensor& q, const repack_target& t) {
+QFORGE_DECL quant_options requant_options(const quantized_tensor& q, const repack_target& t);
+
+/// Dequantizes `q` and quantizes it again for `t`; the SNR is against q's decoded weights.
+QFORGE_DECL quantized_tensor requantize_for(const quantized_tensor& q, const repack_target& t, double& snr);
+
+/// One module into `out`. `info` receives the tensor without codes (for the config).
+QFORGE_DECL std::string repack_one(const tensor_source& src, const std::string& m, const layer_scheme& s, const repack_target& t,
+                              bool requantize, std::vector<owned_tensor>& out, quantized_tensor& info, repack_layer& layer);
+
+/// What the target's config is built from: the first quantized module's width, the target's
+/// scale dtype, whether every module carries act-order's g_idx, and the target's packing.
+QFORGE_DECL layout_request repack_config_request(const repack_target& t, const linear_entry& first, bool act_order);
+
+/// The target's quantization_config for the repacked modules.
+QFORGE_DECL json repack_quantization_config(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order,
+                                       json* gptq_side_file);
+
+/// The files the target writes beside config.json (GPTQ's quantize_config.json), or none.
+QFORGE_DECL std::vector<side_file> repack_side_files(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order);
+
+}  // namespace repack_detail
+
+/// Repacks the quantized checkpoint folder `src_dir` into `dst_dir` (see the top of the file).
+QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const std::string& dst_dir, const repack_options& opt);
+
+// ---------------------------------------------------------------------------------------------
+
+/// One module of two quantized checkpoints, decoded and compared.
+struct layer_comparison {
+    std::string module;
+    bool identical = false;          ///< every decoded weight has the same float bits
+    std::int64_t differing = 0;      ///< elements whose decoded value differs
+    double snr_db = std::numeric_limits<double>::infinity();  ///< B against A
+    std::string note;                ///< "missing in B", "shape differs", ...
+};
+
+/// Decodes every quantized module of `a_dir` and of `b_dir` (any supported formats) and
+/// compares them element by element, as a loader would decode them.
+QFORGE_DECL std::vector<layer_comparison> compare_quantized_checkpoints(const std::string& a_dir, const std::string& b_dir, int fake_bits = 0);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace repack_detail {
+
+QFORGE_DECL std::optional<dtype> dtype_from_torch_name(const json* v) {
+    if (!v || !v->is_string()) return std::nullopt;
+    const std::string& s = v->as_string();
+    if (s == "bfloat16" || s == "torch.bfloat16") return dtype::BF16;
+    if (s == "float16" || s == "half" || s == "torch.float16") return dtype::F16;
+    if (s == "float32" || s == "float" || s == "torch.float32") return dtype::F32;
+    return std::nullopt;
+}
+
+QFORGE_DECL quant_options requant_options(const quantized_tensor& q, const repack_target& t) {
     quant_options o;
     o.bits = q.bits;
     o.bits = requantize_bits(t.format, q.bits);
@@ -151,8 +200,7 @@ inline quant_options requant_options(const quantized_tensor& q, const repack_tar
     return o;
 }
 
-/// Dequantizes `q` and quantizes it again for `t`; the SNR is against q's decoded weights.
-inline quantized_tensor requantize_for(const quantized_tensor& q, const repack_target& t, double& snr) {
+QFORGE_DECL quantized_tensor requantize_for(const quantized_tensor& q, const repack_target& t, double& snr) {
     const std::vector<float> w = dequantize(q);
     tensor_view v{q.name, dtype::F32, {q.rows, q.cols},
                   std::span<const std::byte>(reinterpret_cast<const std::byte*>(w.data()), w.size() * sizeof(float))};
@@ -164,8 +212,7 @@ inline quantized_tensor requantize_for(const quantized_tensor& q, const repack_t
     return r;
 }
 
-/// One module into `out`. `info` receives the tensor without codes (for the config).
-inline std::string repack_one(const tensor_source& src, const std::string& m, const layer_scheme& s, const repack_target& t,
+QFORGE_DECL std::string repack_one(const tensor_source& src, const std::string& m, const layer_scheme& s, const repack_target& t,
                               bool requantize, std::vector<owned_tensor>& out, quantized_tensor& info, repack_layer& layer) {
     layer.module = m;
     if (repack_words(src, m, s, t, out, &info)) {  // info comes back prepared: no second read of the small tensors
@@ -191,17 +238,14 @@ inline std::string repack_one(const tensor_source& src, const std::string& m, co
     return layer.how;
 }
 
-/// What the target's config is built from: the first quantized module's width, the target's
-/// scale dtype, whether every module carries act-order's g_idx, and the target's packing.
-inline layout_request repack_config_request(const repack_target& t, const linear_entry& first, bool act_order) {
+QFORGE_DECL layout_request repack_config_request(const repack_target& t, const linear_entry& first, bool act_order) {
     layout_request r{first.bits, target_scale_dtype(t), target_scale_dtype(t)};
     r.desc_act = act_order;
     r.packing = static_cast<int>(t.packing);
     return r;
 }
 
-/// The target's quantization_config for the repacked modules.
-inline json repack_quantization_config(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order,
+QFORGE_DECL json repack_quantization_config(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order,
                                        json* gptq_side_file) {
     const linear_entry* first = nullptr;
     for (const auto& e : linears)
@@ -219,8 +263,7 @@ inline json repack_quantization_config(const repack_target& t, const std::vector
     return format_config(t.format, linears, r);
 }
 
-/// The files the target writes beside config.json (GPTQ's quantize_config.json), or none.
-inline std::vector<side_file> repack_side_files(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order) {
+QFORGE_DECL std::vector<side_file> repack_side_files(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order) {
     for (const auto& e : linears)
         if (e.quantized) return format_side_files(t.format, linears, repack_config_request(t, e, act_order));
     return {};
@@ -228,9 +271,6 @@ inline std::vector<side_file> repack_side_files(const repack_target& t, const st
 
 }  // namespace repack_detail
 
-/// Repacks the quantized checkpoint folder `src_dir` into `dst_dir` (see the top of the file).
-QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const std::string& dst_dir, const repack_options& opt);
-#if QFORGE_BODIES_HERE
 QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const std::string& dst_dir, const repack_options& opt) {
     using namespace detail;
     using namespace repack_detail;
@@ -355,22 +395,8 @@ QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const st
     dir.commit();
     return report;
 }
-#endif
 
-// ---------------------------------------------------------------------------------------------
-
-/// One module of two quantized checkpoints, decoded and compared.
-struct layer_comparison {
-    std::string module;
-    bool identical = false;          ///< every decoded weight has the same float bits
-    std::int64_t differing = 0;      ///< elements whose decoded value differs
-    double snr_db = std::numeric_limits<double>::infinity();  ///< B against A
-    std::string note;                ///< "missing in B", "shape differs", ...
-};
-
-/// Decodes every quantized module of `a_dir` and of `b_dir` (any supported formats) and
-/// compares them element by element, as a loader would decode them.
-inline std::vector<layer_comparison> compare_quantized_checkpoints(const std::string& a_dir, const std::string& b_dir, int fake_bits = 0) {
+QFORGE_DECL std::vector<layer_comparison> compare_quantized_checkpoints(const std::string& a_dir, const std::string& b_dir, int fake_bits) {
     repack_detail::open_checkpoint a(a_dir, fake_bits), b(b_dir, fake_bits);
     const tensor_source sa = a.source(), sb = b.source();
     const std::set<std::string> in_b(b.scheme.modules.begin(), b.scheme.modules.end());
@@ -406,3 +432,4 @@ inline std::vector<layer_comparison> compare_quantized_checkpoints(const std::st
 }
 
 }  // namespace qforge
+#endif

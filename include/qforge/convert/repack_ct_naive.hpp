@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/tensor_source.hpp"
 #include "qforge/layout/compressed_tensors.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
@@ -19,14 +20,36 @@ namespace qforge {
 
 namespace repack_detail {
 
-inline std::int64_t ct_groups(std::int64_t K, std::int64_t group_size) noexcept {
+QFORGE_DECL std::int64_t ct_groups(std::int64_t K, std::int64_t group_size) noexcept;
+
+}  // namespace repack_detail
+
+/// Reads `<prefix>.weight` (I8 [N, K]), `weight_scale`, `weight_zero_point`, `weight_g_idx`.
+QFORGE_DECL quantized_tensor read_ct_naive(const tensor_source& src, const std::string& prefix, const ct_weight_args& args);
+
+/// compressed-tensors `naive-quantized` as a repack source (convert/repack.hpp's source table).
+struct ct_naive_source_traits {
+    static constexpr std::string_view source_name = "compressed-tensors naive-quantized";
+    static constexpr std::array<std::string_view, 4> source_tensors{".weight", ".weight_scale", ".weight_zero_point", ".weight_g_idx"};
+    static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const ct_weight_args& a) {
+        return read_ct_naive(src, prefix, a);
+    }
+};
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace repack_detail {
+
+QFORGE_DECL std::int64_t ct_groups(std::int64_t K, std::int64_t group_size) noexcept {
     return group_size > 0 ? (K + group_size - 1) / group_size : 1;
 }
 
 }  // namespace repack_detail
 
-/// Reads `<prefix>.weight` (I8 [N, K]), `weight_scale`, `weight_zero_point`, `weight_g_idx`.
-inline quantized_tensor read_ct_naive(const tensor_source& src, const std::string& prefix, const ct_weight_args& args) {
+QFORGE_DECL quantized_tensor read_ct_naive(const tensor_source& src, const std::string& prefix, const ct_weight_args& args) {
     using namespace detail;
     using namespace repack_detail;
     const tensor_view& w = src.require(prefix + ".weight");
@@ -68,13 +91,5 @@ inline quantized_tensor read_ct_naive(const tensor_source& src, const std::strin
     return q;
 }
 
-/// compressed-tensors `naive-quantized` as a repack source (convert/repack.hpp's source table).
-struct ct_naive_source_traits {
-    static constexpr std::string_view source_name = "compressed-tensors naive-quantized";
-    static constexpr std::array<std::string_view, 4> source_tensors{".weight", ".weight_scale", ".weight_zero_point", ".weight_g_idx"};
-    static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const ct_weight_args& a) {
-        return read_ct_naive(src, prefix, a);
-    }
-};
-
 }  // namespace qforge
+#endif

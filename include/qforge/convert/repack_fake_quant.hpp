@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/tensor_source.hpp"
 #include "qforge/layout/compressed_tensors.hpp"  // ct_weight_args
 #include "qforge/layout/layout_traits.hpp"
@@ -31,19 +32,66 @@ struct fake_quant_options {
 };
 
 namespace repack_detail {
-inline std::string fmt_double(double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.9g", v);
-    return buf;
-}
+QFORGE_DECL std::string fmt_double(double v);
 }  // namespace repack_detail
 
 /// Recovers codes from `weight` [N, K] given `scale` and `zero_point` [N, G] (or [N] per
 /// channel). Throws unsupported_error for a non-integer zero point, an off-grid weight (naming
 /// the worst group and its deviation) or a scale dtype other than the weight's.
-inline quantized_tensor read_fake_quant(const tensor_view& weight, const tensor_view& scale,
+QFORGE_DECL quantized_tensor read_fake_quant(const tensor_view& weight, const tensor_view& scale,
                                         const tensor_view& zero_point, const fake_quant_options& opt,
-                                        const std::string& file = {}) {
+                                        const std::string& file = {});
+
+/// The same, looking up `<prefix>.weight`, `<prefix>.weight_scale`, `<prefix>.weight_zero_point`.
+QFORGE_DECL quantized_tensor read_fake_quant(const tensor_source& src, const std::string& prefix, const fake_quant_options& opt);
+
+/// Fake-quantized float weights as a repack source (convert/repack.hpp's source table): QAT
+/// exports, and compressed-tensors frozen / `dense` checkpoints (signed zero points, whose
+/// config group `ct` says the symmetry).
+struct fake_quant_source_traits {
+    static constexpr std::string_view source_name = "fake-quantized (QAT)";
+    static constexpr std::array<std::string_view, 4> source_tensors{".weight", ".weight_scale", ".weight_zero_point", ".weight_g_idx"};
+
+    static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const fake_quant_options& fake,
+                                        const ct_weight_args& ct) {
+        const tensor_view& w = src.require(prefix + ".weight");
+        const tensor_view& sc = src.require(prefix + ".weight_scale");
+        const tensor_view* zp = src.optional(prefix + ".weight_zero_point");
+        quantized_tensor q;
+        if (zp) {
+            q = read_fake_quant(w, sc, *zp, fake, src.file);
+        } else if (fake.signed_zero_point && ct.symmetric) {
+            // compressed-tensors symmetric: no zero point tensor, the signed zero is 0.
+            const std::vector<std::int8_t> zeros(static_cast<std::size_t>(checked_numel(sc.shape, src.file, sc.name)), 0);
+            owned_tensor z = detail::make_tensor(prefix + ".weight_zero_point", dtype::I8, sc.shape, zeros);
+            q = read_fake_quant(w, sc, z.view(), fake, src.file);
+            q.symmetric = true;
+        } else {
+            fail<format_error>(src.file, prefix + ".weight_zero_point", "tensor is missing");
+        }
+        q.name = prefix;
+        return q;
+    }
+};
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace repack_detail {
+
+QFORGE_DECL std::string fmt_double(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return buf;
+}
+
+}  // namespace repack_detail
+
+QFORGE_DECL quantized_tensor read_fake_quant(const tensor_view& weight, const tensor_view& scale,
+                                        const tensor_view& zero_point, const fake_quant_options& opt,
+                                        const std::string& file) {
     using namespace detail;
     using namespace repack_detail;
     const std::string& name = weight.name;
@@ -138,39 +186,10 @@ inline quantized_tensor read_fake_quant(const tensor_view& weight, const tensor_
     return q;
 }
 
-/// The same, looking up `<prefix>.weight`, `<prefix>.weight_scale`, `<prefix>.weight_zero_point`.
-inline quantized_tensor read_fake_quant(const tensor_source& src, const std::string& prefix, const fake_quant_options& opt) {
+QFORGE_DECL quantized_tensor read_fake_quant(const tensor_source& src, const std::string& prefix, const fake_quant_options& opt) {
     return read_fake_quant(src.require(prefix + ".weight"), src.require(prefix + ".weight_scale"),
                            src.require(prefix + ".weight_zero_point"), opt, src.file);
 }
 
-/// Fake-quantized float weights as a repack source (convert/repack.hpp's source table): QAT
-/// exports, and compressed-tensors frozen / `dense` checkpoints (signed zero points, whose
-/// config group `ct` says the symmetry).
-struct fake_quant_source_traits {
-    static constexpr std::string_view source_name = "fake-quantized (QAT)";
-    static constexpr std::array<std::string_view, 4> source_tensors{".weight", ".weight_scale", ".weight_zero_point", ".weight_g_idx"};
-
-    static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const fake_quant_options& fake,
-                                        const ct_weight_args& ct) {
-        const tensor_view& w = src.require(prefix + ".weight");
-        const tensor_view& sc = src.require(prefix + ".weight_scale");
-        const tensor_view* zp = src.optional(prefix + ".weight_zero_point");
-        quantized_tensor q;
-        if (zp) {
-            q = read_fake_quant(w, sc, *zp, fake, src.file);
-        } else if (fake.signed_zero_point && ct.symmetric) {
-            // compressed-tensors symmetric: no zero point tensor, the signed zero is 0.
-            const std::vector<std::int8_t> zeros(static_cast<std::size_t>(checked_numel(sc.shape, src.file, sc.name)), 0);
-            owned_tensor z = detail::make_tensor(prefix + ".weight_zero_point", dtype::I8, sc.shape, zeros);
-            q = read_fake_quant(w, sc, z.view(), fake, src.file);
-            q.symmetric = true;
-        } else {
-            fail<format_error>(src.file, prefix + ".weight_zero_point", "tensor is missing");
-        }
-        q.name = prefix;
-        return q;
-    }
-};
-
 }  // namespace qforge
+#endif

@@ -16,6 +16,7 @@
 #include "qforge/convert/format.hpp"
 #include "qforge/convert/repack_fake_quant.hpp"  // fmt_double
 #include "qforge/convert/repack_packed.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
@@ -34,13 +35,32 @@ struct repack_target {
 };
 
 /// The scale dtype a target writes for tensors of a checkpoint.
-inline dtype target_scale_dtype(const repack_target& t) noexcept {
-    return t.scale_dtype ? *t.scale_dtype : repack_scale_dtype(t.format, t.model_dtype);
-}
+QFORGE_DECL dtype target_scale_dtype(const repack_target& t) noexcept;
 
 /// Converts every scale pattern to `to` if each converts exactly (the decoded weights cannot
 /// change); otherwise returns the reason, naming the first scale that does not.
-inline std::optional<std::string> convert_scales_exactly(quantized_tensor& q, dtype to) {
+QFORGE_DECL std::optional<std::string> convert_scales_exactly(quantized_tensor& q, dtype to);
+
+/// Why `target` cannot hold `q` exactly (after its scales are converted), or nullopt.
+/// Shape rules are the layout layer's (convert/format.hpp `format_refusal`); the value rules
+/// (zero points, act-order, bits, symmetry) are checked here on the data itself.
+QFORGE_DECL std::optional<std::string> repack_refusal(const quantized_tensor& q, const repack_target& t);
+
+/// The tensor as the target will store it: scales in the target's dtype, an identity g_idx
+/// dropped. Throws unsupported_error with the reason when the target cannot hold it exactly.
+QFORGE_DECL quantized_tensor repack_prepare(quantized_tensor q, const repack_target& t, const std::string& file = {});
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL dtype target_scale_dtype(const repack_target& t) noexcept {
+    return t.scale_dtype ? *t.scale_dtype : repack_scale_dtype(t.format, t.model_dtype);
+}
+
+QFORGE_DECL std::optional<std::string> convert_scales_exactly(quantized_tensor& q, dtype to) {
     if (q.scale_dtype == to) return std::nullopt;
     if (to != dtype::F16 && to != dtype::BF16) return "scales can be written as F16 or BF16 only";
     std::vector<std::uint16_t> out(q.scales.size());
@@ -58,10 +78,7 @@ inline std::optional<std::string> convert_scales_exactly(quantized_tensor& q, dt
     return std::nullopt;
 }
 
-/// Why `target` cannot hold `q` exactly (after its scales are converted), or nullopt.
-/// Shape rules are the layout layer's (convert/format.hpp `format_refusal`); the value rules
-/// (zero points, act-order, bits, symmetry) are checked here on the data itself.
-inline std::optional<std::string> repack_refusal(const quantized_tensor& q, const repack_target& t) {
+QFORGE_DECL std::optional<std::string> repack_refusal(const quantized_tensor& q, const repack_target& t) {
     const std::string fmt(format_name(t.format));
     if (auto why = format_codes_refusal(t.format, q)) return why;
     quant_spec s;
@@ -74,9 +91,7 @@ inline std::optional<std::string> repack_refusal(const quantized_tensor& q, cons
     return std::nullopt;
 }
 
-/// The tensor as the target will store it: scales in the target's dtype, an identity g_idx
-/// dropped. Throws unsupported_error with the reason when the target cannot hold it exactly.
-inline quantized_tensor repack_prepare(quantized_tensor q, const repack_target& t, const std::string& file = {}) {
+QFORGE_DECL quantized_tensor repack_prepare(quantized_tensor q, const repack_target& t, const std::string& file) {
     if (!q.g_idx.empty() && detail::g_idx_is_contiguous(q)) q.g_idx.clear();
     if (auto why = convert_scales_exactly(q, target_scale_dtype(t)))
         fail<unsupported_error>(file, q.name, std::string(format_name(t.format)) + ": " + *why);
@@ -85,3 +100,4 @@ inline quantized_tensor repack_prepare(quantized_tensor q, const repack_target& 
 }
 
 }  // namespace qforge
+#endif

@@ -27,6 +27,7 @@
 #include "qforge/convert/repack.hpp"
 #include "qforge/convert/repack_packed.hpp"
 #include "qforge/convert/repack_rules.hpp"
+#include "qforge/core/config.hpp"
 #include "qforge/layout/packing.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/simd/family.hpp"
@@ -48,23 +49,15 @@ inline const simd::transpose_kernels& transposes() { return simd::kernels_of<sim
 
 /// dst[c][r] = src[r][c] for a rows x cols matrix of 32-bit words (dst 4-byte aligned): through
 /// the cache when small, streamed when large.
-inline void transpose_words(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
-    transposes().words(src, rows, cols, dst);
-}
+QFORGE_DECL void transpose_words(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst);
 
 /// dst[c][r] = pattern (r, c) of the rows x cols matrix of 16-bit patterns at `src` (any alignment).
-inline void transpose_u16(const std::byte* src, std::int64_t rows, std::int64_t cols, std::uint16_t* dst) {
-    transposes().patterns16(src, rows, cols, dst);
-}
+QFORGE_DECL void transpose_u16(const std::byte* src, std::int64_t rows, std::int64_t cols, std::uint16_t* dst);
 
 // The names tests/repack checks each path by: the tiled and streamed transposes of the active
 // ISA, the streamed one of the scalar definition (once SSE2, the portable path) and of AVX2.
-inline void transpose_words_tiled(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
-    transposes().words_tiled(src, rows, cols, dst);
-}
-inline void transpose_words_stream_sse2(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
-    simd::kernels_of<simd::transpose_kernels>(simd::isa::scalar).words_streamed(src, rows, cols, dst);
-}
+QFORGE_DECL void transpose_words_tiled(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst);
+QFORGE_DECL void transpose_words_stream_sse2(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst);
 #if QFORGE_REPACK_AVX2
 inline void transpose_words_stream_avx2(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
     simd::kernels_of<simd::transpose_kernels>(simd::isa::avx2).words_streamed(src, rows, cols, dst);
@@ -72,28 +65,15 @@ inline void transpose_words_stream_avx2(const std::uint32_t* src, std::int64_t r
 #endif
 
 /// Whether the repack transposes with the AVX2 kernels (which AVX-512 runs too).
-inline bool repack_use_avx2() {
-    const simd::isa i = simd::active_isa();
-    return i == simd::isa::avx2 || i == simd::isa::avx512;
-}
+QFORGE_DECL bool repack_use_avx2();
 
 /// Writes the transpose of `v` into `out`, reusing its storage (a converter repacking layer
 /// after layer of one shape allocates the big buffer once).
-inline void transposed_words(const tensor_view& v, std::string name, std::int64_t rows, std::int64_t cols,
-                             const std::string& file, owned_tensor& out) {
-    const detail::word_span w = detail::words_of(v, {rows, cols}, file);
-    out.name = std::move(name);
-    out.type = dtype::I32;
-    out.shape = {cols, rows};
-    out.bytes.resize(static_cast<std::size_t>(rows * cols) * 4);
-    transposes().words(w.data(), rows, cols, reinterpret_cast<std::uint32_t*>(out.bytes.data()));
-}
+QFORGE_DECL void transposed_words(const tensor_view& v, std::string name, std::int64_t rows, std::int64_t cols,
+                             const std::string& file, owned_tensor& out);
 
 /// Keeps out[0] (the big packed tensor, reused) and drops the rest.
-inline void reset_outputs(std::vector<owned_tensor>& out) {
-    if (out.empty()) out.emplace_back();
-    out.resize(1);
-}
+QFORGE_DECL void reset_outputs(std::vector<owned_tensor>& out);
 
 // ---------------------------------------------------------------------------------------------
 // The fast path: 2, 4 and 8 bits with whole words along N and K, the common case. It reads the
@@ -108,66 +88,25 @@ inline constexpr std::int64_t fast_dim_limit = std::int64_t{1} << 40;
 
 /// The element count of `shape`, or -1 when a dimension is negative or the count would pass
 /// 2^62 (no overflow on hostile shapes).
-inline std::int64_t safe_numel(const shape_t& shape) noexcept {
-    std::int64_t n = 1;
-    for (std::int64_t d : shape) {
-        if (d < 0 || (d > 0 && n > (std::int64_t{1} << 62) / d)) return -1;
-        n *= d;
-    }
-    return n;
-}
+QFORGE_DECL std::int64_t safe_numel(const shape_t& shape) noexcept;
 
 /// Grows `bytes` to n bytes. A buffer of many megabytes is new storage offered to the kernel
 /// for transparent huge pages before its first touch (Linux, THP in "madvise" mode): the
 /// transpose writes one line to each of hundreds of 4 KB pages per pass, and with 2 MB pages
 /// those writes stop missing the TLB (GPTQ -> compressed-tensors transpose about 10% faster
 /// on Zen 4). Only where the pages come from changes, never the bytes.
-inline void grow_buffer(std::vector<std::byte>& bytes, std::size_t n) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    constexpr std::uintptr_t huge = std::uintptr_t{1} << 21;
-    if (n >= 2 * huge && bytes.capacity() < n) {
-        std::vector<std::byte> fresh;
-        fresh.reserve(n);
-        const auto lo = reinterpret_cast<std::uintptr_t>(fresh.data());
-        const std::uintptr_t a = (lo + huge - 1) & ~(huge - 1), b = (lo + n) & ~(huge - 1);
-        if (b > a) (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE);  // advice only: failure is harmless
-        fresh.resize(n);
-        bytes = std::move(fresh);
-        return;
-    }
-#endif
-    bytes.resize(n);
-}
+QFORGE_DECL void grow_buffer(std::vector<std::byte>& bytes, std::size_t n);
 
 /// `out[i]` as a tensor of `type` and `shape`, its storage kept (no allocation, and no zero
 /// fill when the size is unchanged: every byte is written by the caller).
-inline std::byte* reuse_slot(std::vector<owned_tensor>& out, std::size_t i, std::string name, dtype type, shape_t shape) {
-    if (out.size() <= i) out.resize(i + 1);
-    owned_tensor& o = out[i];
-    const std::int64_t n = safe_numel(shape);  // the callers' shapes are bounded by their inputs'
-    o.name = std::move(name);
-    o.type = type;
-    o.shape = std::move(shape);
-    grow_buffer(o.bytes, static_cast<std::size_t>(n) * dtype_size(type));
-    return o.bytes.data();
-}
+QFORGE_DECL std::byte* reuse_slot(std::vector<owned_tensor>& out, std::size_t i, std::string name, dtype type, shape_t shape);
 
 inline std::uint32_t* word_ptr(std::byte* p) noexcept { return reinterpret_cast<std::uint32_t*>(p); }
 
 /// An I32 tensor of exactly `shape` whose bytes can be read in place as words, else nullptr.
-inline const std::uint32_t* aligned_words(const tensor_view* t, const shape_t& shape) noexcept {
-    if (!t || t->type != dtype::I32 || t->shape != shape) return nullptr;
-    const std::int64_t n = safe_numel(shape);
-    if (n < 0 || t->bytes.size() != static_cast<std::size_t>(n) * 4 || reinterpret_cast<std::uintptr_t>(t->bytes.data()) % 4 != 0)
-        return nullptr;
-    return reinterpret_cast<const std::uint32_t*>(t->bytes.data());
-}
+QFORGE_DECL const std::uint32_t* aligned_words(const tensor_view* t, const shape_t& shape) noexcept;
 
-inline bool is_scale_tensor(const tensor_view* t, const shape_t& shape) noexcept {
-    const std::int64_t n = safe_numel(shape);
-    return t && (t->type == dtype::F16 || t->type == dtype::BF16) && t->shape == shape && n >= 0 &&
-           t->bytes.size() == static_cast<std::size_t>(n) * 2;
-}
+QFORGE_DECL bool is_scale_tensor(const tensor_view* t, const shape_t& shape) noexcept;
 
 /// The b-bit fields of a word (b divides 32): a 1 in each field, and each field's top bit.
 struct word_fields {
@@ -188,7 +127,140 @@ struct word_fields {
 
 /// An optional g_idx tensor as read_g_idx_i32 / ct_read_g_idx read it (an identity map
 /// dropped); false where they would throw.
-inline bool quiet_g_idx(const tensor_view* t, std::int64_t K, std::int64_t group_size, std::int64_t G, std::vector<std::int32_t>& g) {
+QFORGE_DECL bool quiet_g_idx(const tensor_view* t, std::int64_t K, std::int64_t group_size, std::int64_t G, std::vector<std::int32_t>& g);
+
+/// Converts n 16-bit scale patterns in place from `from` to `to` as convert_scales_exactly
+/// does; false (some scale does not convert exactly) leaves the refusal to the general path.
+QFORGE_DECL bool convert_patterns_exactly(std::uint16_t* p, std::size_t n, dtype from, dtype to) noexcept;
+
+/// The shape of the layer as the rules see it (no codes, scales or zeros: the value checks
+/// the rules make on those are made on the words by the callers).
+QFORGE_DECL quantized_tensor layer_shape(const std::string& prefix, int b, std::int64_t N, std::int64_t K, std::int64_t group_size, bool sym,
+                                    dtype scale_dtype, std::vector<std::int32_t> g_idx);
+
+/// GPTQ qweight/qzeros/scales/g_idx -> compressed-tensors, on words. See read_gptq for what
+/// each check mirrors.
+QFORGE_DECL bool fast_gptq_to_ct(const tensor_source& src, const std::string& prefix, const gptq_args& a, const repack_target& t,
+                            std::vector<owned_tensor>& out, quantized_tensor* info = nullptr);
+
+/// compressed-tensors weight_packed/weight_shape/weight_scale/weight_zero_point/weight_g_idx
+/// -> GPTQ, on words. See read_ct_packed (layout/compressed_tensors.hpp) for what each check mirrors.
+QFORGE_DECL bool fast_ct_to_gptq(const tensor_source& src, const std::string& prefix, const ct_weight_args& a, const repack_target& t,
+                            std::vector<owned_tensor>& out, quantized_tensor* info = nullptr);
+
+}  // namespace repack_detail
+
+/// The GPTQ <-> compressed-tensors repack done on words into `out` (whose tensors' storage is
+/// reused); false when this pair (or shape) has no word-level path and the caller should use
+/// read_quantized + repack_pack. `info`, when given, receives the prepared tensor without its
+/// codes (bits, shape, group, symmetry, scale dtype, g_idx; scales and zeros may be empty).
+QFORGE_DECL bool repack_words(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
+                         std::vector<owned_tensor>& out, quantized_tensor* info = nullptr);
+
+/// One module of the input in the target layout: the word-level path where it exists, else
+/// read -> prepare -> pack. Refusals are unsupported_error, thrown before anything is returned.
+/// `out` may hold the previous module's tensors: their storage is reused where it can be.
+QFORGE_DECL void repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
+                          std::vector<owned_tensor>& out);
+
+QFORGE_DECL std::vector<owned_tensor> repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s,
+                                               const repack_target& t);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace repack_detail {
+
+QFORGE_DECL void transpose_words(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
+    transposes().words(src, rows, cols, dst);
+}
+
+QFORGE_DECL void transpose_u16(const std::byte* src, std::int64_t rows, std::int64_t cols, std::uint16_t* dst) {
+    transposes().patterns16(src, rows, cols, dst);
+}
+
+QFORGE_DECL void transpose_words_tiled(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
+    transposes().words_tiled(src, rows, cols, dst);
+}
+
+QFORGE_DECL void transpose_words_stream_sse2(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
+    simd::kernels_of<simd::transpose_kernels>(simd::isa::scalar).words_streamed(src, rows, cols, dst);
+}
+
+QFORGE_DECL bool repack_use_avx2() {
+    const simd::isa i = simd::active_isa();
+    return i == simd::isa::avx2 || i == simd::isa::avx512;
+}
+
+QFORGE_DECL void transposed_words(const tensor_view& v, std::string name, std::int64_t rows, std::int64_t cols,
+                             const std::string& file, owned_tensor& out) {
+    const detail::word_span w = detail::words_of(v, {rows, cols}, file);
+    out.name = std::move(name);
+    out.type = dtype::I32;
+    out.shape = {cols, rows};
+    out.bytes.resize(static_cast<std::size_t>(rows * cols) * 4);
+    transposes().words(w.data(), rows, cols, reinterpret_cast<std::uint32_t*>(out.bytes.data()));
+}
+
+QFORGE_DECL void reset_outputs(std::vector<owned_tensor>& out) {
+    if (out.empty()) out.emplace_back();
+    out.resize(1);
+}
+
+QFORGE_DECL std::int64_t safe_numel(const shape_t& shape) noexcept {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) {
+        if (d < 0 || (d > 0 && n > (std::int64_t{1} << 62) / d)) return -1;
+        n *= d;
+    }
+    return n;
+}
+
+QFORGE_DECL void grow_buffer(std::vector<std::byte>& bytes, std::size_t n) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    constexpr std::uintptr_t huge = std::uintptr_t{1} << 21;
+    if (n >= 2 * huge && bytes.capacity() < n) {
+        std::vector<std::byte> fresh;
+        fresh.reserve(n);
+        const auto lo = reinterpret_cast<std::uintptr_t>(fresh.data());
+        const std::uintptr_t a = (lo + huge - 1) & ~(huge - 1), b = (lo + n) & ~(huge - 1);
+        if (b > a) (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE);  // advice only: failure is harmless
+        fresh.resize(n);
+        bytes = std::move(fresh);
+        return;
+    }
+#endif
+    bytes.resize(n);
+}
+
+QFORGE_DECL std::byte* reuse_slot(std::vector<owned_tensor>& out, std::size_t i, std::string name, dtype type, shape_t shape) {
+    if (out.size() <= i) out.resize(i + 1);
+    owned_tensor& o = out[i];
+    const std::int64_t n = safe_numel(shape);  // the callers' shapes are bounded by their inputs'
+    o.name = std::move(name);
+    o.type = type;
+    o.shape = std::move(shape);
+    grow_buffer(o.bytes, static_cast<std::size_t>(n) * dtype_size(type));
+    return o.bytes.data();
+}
+
+QFORGE_DECL const std::uint32_t* aligned_words(const tensor_view* t, const shape_t& shape) noexcept {
+    if (!t || t->type != dtype::I32 || t->shape != shape) return nullptr;
+    const std::int64_t n = safe_numel(shape);
+    if (n < 0 || t->bytes.size() != static_cast<std::size_t>(n) * 4 || reinterpret_cast<std::uintptr_t>(t->bytes.data()) % 4 != 0)
+        return nullptr;
+    return reinterpret_cast<const std::uint32_t*>(t->bytes.data());
+}
+
+QFORGE_DECL bool is_scale_tensor(const tensor_view* t, const shape_t& shape) noexcept {
+    const std::int64_t n = safe_numel(shape);
+    return t && (t->type == dtype::F16 || t->type == dtype::BF16) && t->shape == shape && n >= 0 &&
+           t->bytes.size() == static_cast<std::size_t>(n) * 2;
+}
+
+QFORGE_DECL bool quiet_g_idx(const tensor_view* t, std::int64_t K, std::int64_t group_size, std::int64_t G, std::vector<std::int32_t>& g) {
     g.clear();
     if (!t) return true;
     if (t->shape != shape_t{K} || !detail::is_integer_dtype(t->type) || t->bytes.size() != static_cast<std::size_t>(K) * dtype_size(t->type))
@@ -205,9 +277,7 @@ inline bool quiet_g_idx(const tensor_view* t, std::int64_t K, std::int64_t group
     return true;
 }
 
-/// Converts n 16-bit scale patterns in place from `from` to `to` as convert_scales_exactly
-/// does; false (some scale does not convert exactly) leaves the refusal to the general path.
-inline bool convert_patterns_exactly(std::uint16_t* p, std::size_t n, dtype from, dtype to) noexcept {
+QFORGE_DECL bool convert_patterns_exactly(std::uint16_t* p, std::size_t n, dtype from, dtype to) noexcept {
     if (from == to) return true;
     for (std::size_t i = 0; i < n; ++i) {
         const float v = detail::scale_of_pattern(p[i], from);
@@ -219,18 +289,14 @@ inline bool convert_patterns_exactly(std::uint16_t* p, std::size_t n, dtype from
     return true;
 }
 
-/// The shape of the layer as the rules see it (no codes, scales or zeros: the value checks
-/// the rules make on those are made on the words by the callers).
-inline quantized_tensor layer_shape(const std::string& prefix, int b, std::int64_t N, std::int64_t K, std::int64_t group_size, bool sym,
+QFORGE_DECL quantized_tensor layer_shape(const std::string& prefix, int b, std::int64_t N, std::int64_t K, std::int64_t group_size, bool sym,
                                     dtype scale_dtype, std::vector<std::int32_t> g_idx) {
     return quantized_tensor::with_header(prefix, b, N, K, group_size, sym, scale_dtype, quantized_tensor::storage::none,
                                          std::move(g_idx));
 }
 
-/// GPTQ qweight/qzeros/scales/g_idx -> compressed-tensors, on words. See read_gptq for what
-/// each check mirrors.
-inline bool fast_gptq_to_ct(const tensor_source& src, const std::string& prefix, const gptq_args& a, const repack_target& t,
-                            std::vector<owned_tensor>& out, quantized_tensor* info = nullptr) {
+QFORGE_DECL bool fast_gptq_to_ct(const tensor_source& src, const std::string& prefix, const gptq_args& a, const repack_target& t,
+                            std::vector<owned_tensor>& out, quantized_tensor* info) {
     const int b = a.bits;
     if (b != 2 && b != 4 && b != 8) return false;
     const tensor_view* qw = src.optional(prefix + ".qweight");
@@ -284,10 +350,8 @@ inline bool fast_gptq_to_ct(const tensor_source& src, const std::string& prefix,
     return true;
 }
 
-/// compressed-tensors weight_packed/weight_shape/weight_scale/weight_zero_point/weight_g_idx
-/// -> GPTQ, on words. See read_ct_packed (layout/compressed_tensors.hpp) for what each check mirrors.
-inline bool fast_ct_to_gptq(const tensor_source& src, const std::string& prefix, const ct_weight_args& a, const repack_target& t,
-                            std::vector<owned_tensor>& out, quantized_tensor* info = nullptr) {
+QFORGE_DECL bool fast_ct_to_gptq(const tensor_source& src, const std::string& prefix, const ct_weight_args& a, const repack_target& t,
+                            std::vector<owned_tensor>& out, quantized_tensor* info) {
     const int b = a.bits;
     if (b != 2 && b != 4 && b != 8) return false;
     const tensor_view* ws = src.optional(prefix + ".weight_shape");
@@ -337,12 +401,8 @@ inline bool fast_ct_to_gptq(const tensor_source& src, const std::string& prefix,
 
 }  // namespace repack_detail
 
-/// The GPTQ <-> compressed-tensors repack done on words into `out` (whose tensors' storage is
-/// reused); false when this pair (or shape) has no word-level path and the caller should use
-/// read_quantized + repack_pack. `info`, when given, receives the prepared tensor without its
-/// codes (bits, shape, group, symmetry, scale dtype, g_idx; scales and zeros may be empty).
-inline bool repack_words(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
-                         std::vector<owned_tensor>& out, quantized_tensor* info = nullptr) {
+QFORGE_DECL bool repack_words(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
+                         std::vector<owned_tensor>& out, quantized_tensor* info) {
     using namespace detail;
     using namespace repack_detail;
     // Down columns (GPTQ qweight) -> along rows (compressed-tensors weight_packed), and back.
@@ -401,17 +461,14 @@ inline bool repack_words(const tensor_source& src, const std::string& prefix, co
     return false;
 }
 
-/// One module of the input in the target layout: the word-level path where it exists, else
-/// read -> prepare -> pack. Refusals are unsupported_error, thrown before anything is returned.
-/// `out` may hold the previous module's tensors: their storage is reused where it can be.
-inline void repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
+QFORGE_DECL void repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
                           std::vector<owned_tensor>& out) {
     if (repack_words(src, prefix, s, t, out)) return;
     quantized_tensor q = repack_prepare(read_quantized(src, prefix, s), t, src.file);
     out = repack_pack(q, prefix, t);
 }
 
-inline std::vector<owned_tensor> repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s,
+QFORGE_DECL std::vector<owned_tensor> repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s,
                                                const repack_target& t) {
     std::vector<owned_tensor> out;
     repack_module(src, prefix, s, t, out);
@@ -419,3 +476,4 @@ inline std::vector<owned_tensor> repack_module(const tensor_source& src, const s
 }
 
 }  // namespace qforge
+#endif

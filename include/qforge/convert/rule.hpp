@@ -22,6 +22,7 @@
 #include <variant>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/regex.hpp"
@@ -36,24 +37,9 @@ namespace qforge {
 /// fixed = the seed exporter without search (amax * 0.875 / 2^(b-1)).
 enum class scale_method { minmax, absmax, search, mse, lsq, fixed };
 
-inline std::string_view scale_method_name(scale_method m) noexcept {
-    switch (m) {
-        case scale_method::minmax: return "minmax";
-        case scale_method::absmax: return "absmax";
-        case scale_method::search: return "search";
-        case scale_method::mse: return "mse";
-        case scale_method::lsq: return "lsq";
-        case scale_method::fixed: return "fixed";
-    }
-    return "?";
-}
+QFORGE_DECL std::string_view scale_method_name(scale_method m) noexcept;
 
-inline std::optional<scale_method> parse_scale_method(std::string_view s) noexcept {
-    for (auto m : {scale_method::minmax, scale_method::absmax, scale_method::search, scale_method::mse, scale_method::lsq,
-                   scale_method::fixed})
-        if (scale_method_name(m) == s) return m;
-    return std::nullopt;
-}
+QFORGE_DECL std::optional<scale_method> parse_scale_method(std::string_view s) noexcept;
 
 /// One quantization grid. group_size -1 means one group per row (per channel).
 struct quant_spec {
@@ -71,25 +57,10 @@ struct quant_spec {
 };
 
 /// "4b g128 sym minmax" - used in plans, reports and error messages.
-inline std::string scheme_to_string(const quant_spec& s) {
-    std::string out = std::to_string(s.bits) + "b ";
-    out += s.group_size > 0 ? "g" + std::to_string(s.group_size) : std::string("per-channel");
-    out += s.symmetric ? " sym " : " asym ";
-    out += scale_method_name(s.scale);
-    if (s.scale_dtype) {
-        out += ' ';
-        out += dtype_name(*s.scale_dtype);
-    }
-    return out;
-}
+QFORGE_DECL std::string scheme_to_string(const quant_spec& s);
 
 /// The module a tensor belongs to: its name without a trailing ".weight" or ".bias".
-inline std::string_view module_of(std::string_view tensor) noexcept {
-    for (std::string_view suffix : {std::string_view(".weight"), std::string_view(".bias")})
-        if (tensor.size() > suffix.size() && tensor.ends_with(suffix))
-            return tensor.substr(0, tensor.size() - suffix.size());
-    return tensor;
-}
+QFORGE_DECL std::string_view module_of(std::string_view tensor) noexcept;
 
 /// Selects tensors by exact name, dotted suffix or `re:` regex (see the file comment).
 class selector {
@@ -234,22 +205,13 @@ enum class default_decision {
 };
 
 /// True when `name` lies inside a numbered decoder block ("...layers.3.", "...h.3.", "...blocks.3.").
-inline bool in_decoder_block(std::string_view name) {
-    static const regex block(R"((^|.*\.)(layers|h|blocks|block|layer)\.[0-9]+\..*)");
-    return block.matches(name);
-}
+QFORGE_DECL bool in_decoder_block(std::string_view name);
 
 /// An MoE routing linear, kept dense by every format and listed where the format lists dense
 /// modules: a router (`mlp.gate` of Qwen-MoE, `block_sparse_moe.gate` of Mixtral, gpt-oss'
 /// `mlp.router`) whose rows equal the expert count, or a shared-expert gate [1, H]
 /// (`mlp.shared_expert_gate`, transformers qwen2_moe `nn.Linear(hidden_size, 1)`).
-inline bool is_router(std::string_view name, const shape_t& shape, std::int64_t num_experts) {
-    if (shape.size() != 2 || !name.ends_with(".weight")) return false;
-    const std::string_view module = module_of(name);
-    const std::string_view leaf = module.substr(module.rfind('.') == std::string_view::npos ? 0 : module.rfind('.') + 1);
-    if (leaf == "shared_expert_gate") return shape[0] == 1;
-    return (leaf == "gate" || leaf == "router") && num_experts > 0 && shape[0] == num_experts;
-}
+QFORGE_DECL bool is_router(std::string_view name, const shape_t& shape, std::int64_t num_experts);
 
 /// The defaults for Llama-, Qwen- and Mistral-style checkpoints: the weights of the linears in
 /// decoder blocks are quantized; embeddings, norms, biases, MoE routers (is_router) and lm_head
@@ -257,7 +219,67 @@ inline bool is_router(std::string_view name, const shape_t& shape, std::int64_t 
 /// tensor: uncovered, so the plan refuses it unless a rule keeps it on purpose (fused experts of
 /// a known layout never get here: the plan cuts them per expert first). `num_experts` is 0 for
 /// dense models.
-inline default_decision default_action(std::string_view name, dtype type, const shape_t& shape,
+QFORGE_DECL default_decision default_action(std::string_view name, dtype type, const shape_t& shape,
+                                       std::int64_t num_experts);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL std::string_view scale_method_name(scale_method m) noexcept {
+    switch (m) {
+        case scale_method::minmax: return "minmax";
+        case scale_method::absmax: return "absmax";
+        case scale_method::search: return "search";
+        case scale_method::mse: return "mse";
+        case scale_method::lsq: return "lsq";
+        case scale_method::fixed: return "fixed";
+    }
+    return "?";
+}
+
+QFORGE_DECL std::optional<scale_method> parse_scale_method(std::string_view s) noexcept {
+    for (auto m : {scale_method::minmax, scale_method::absmax, scale_method::search, scale_method::mse, scale_method::lsq,
+                   scale_method::fixed})
+        if (scale_method_name(m) == s) return m;
+    return std::nullopt;
+}
+
+QFORGE_DECL std::string scheme_to_string(const quant_spec& s) {
+    std::string out = std::to_string(s.bits) + "b ";
+    out += s.group_size > 0 ? "g" + std::to_string(s.group_size) : std::string("per-channel");
+    out += s.symmetric ? " sym " : " asym ";
+    out += scale_method_name(s.scale);
+    if (s.scale_dtype) {
+        out += ' ';
+        out += dtype_name(*s.scale_dtype);
+    }
+    return out;
+}
+
+QFORGE_DECL std::string_view module_of(std::string_view tensor) noexcept {
+    for (std::string_view suffix : {std::string_view(".weight"), std::string_view(".bias")})
+        if (tensor.size() > suffix.size() && tensor.ends_with(suffix))
+            return tensor.substr(0, tensor.size() - suffix.size());
+    return tensor;
+}
+
+QFORGE_DECL bool in_decoder_block(std::string_view name) {
+    static const regex block(R"((^|.*\.)(layers|h|blocks|block|layer)\.[0-9]+\..*)");
+    return block.matches(name);
+}
+
+QFORGE_DECL bool is_router(std::string_view name, const shape_t& shape, std::int64_t num_experts) {
+    if (shape.size() != 2 || !name.ends_with(".weight")) return false;
+    const std::string_view module = module_of(name);
+    const std::string_view leaf = module.substr(module.rfind('.') == std::string_view::npos ? 0 : module.rfind('.') + 1);
+    if (leaf == "shared_expert_gate") return shape[0] == 1;
+    return (leaf == "gate" || leaf == "router") && num_experts > 0 && shape[0] == num_experts;
+}
+
+QFORGE_DECL default_decision default_action(std::string_view name, dtype type, const shape_t& shape,
                                        std::int64_t num_experts) {
     if (!is_floating(type)) return default_decision::keep;
     if (shape.size() >= 3) return default_decision::uncovered;
@@ -273,3 +295,4 @@ inline default_decision default_action(std::string_view name, dtype type, const 
 }
 
 }  // namespace qforge
+#endif

@@ -71,14 +71,87 @@ private:
 namespace detail {
 
 /// vLLM's parallel linear of a module: column (N split) or row (K split).
-inline bool is_row_parallel(std::string_view module) {
+QFORGE_DECL bool is_row_parallel(std::string_view module);
+
+/// The fused partition a column-parallel module belongs to: (vLLM name, its parts).
+QFORGE_DECL std::optional<std::pair<std::string, std::vector<std::string_view>>> fused_of(std::string_view module);
+
+/// vLLM pads the vocabulary of ParallelLMHead to a multiple of 64
+/// (vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE, pad_vocab_size) before splitting it.
+inline std::int64_t padded_vocab(std::int64_t v) { return (v + 63) / 64 * 64; }
+
+inline std::string num(std::int64_t v) { return std::to_string(v); }
+
+}  // namespace detail
+
+/// The vLLM rules for one rank's partition [n x k] of a linear quantized with `s` in `f`
+/// (`parts_n`: each fused part's N on this rank; `k_full`: the unsplit K).
+QFORGE_DECL std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quant_spec& s, std::int64_t n,
+                                                     std::int64_t k, std::int64_t k_full,
+                                                     std::span<const std::int64_t> parts_n, bool row_parallel);
+
+/// Why vLLM refuses the whole config before any shape is looked at, or nullopt: the format's
+/// vllm_config_refusal (GPTQ: AutoGPTQConfig.TYPE_MAP; AWQ: AutoAWQConfig.TYPE_MAP).
+QFORGE_DECL std::optional<std::string> vllm_config_refusal(output_format f, const quant_spec& s);
+
+/// The serving check: every quantized linear of `p` at every degree in `tps`.
+QFORGE_DECL serving_report check_serving(const plan& p, const model_config& cfg, std::span<const int> tps);
+
+/// llama.cpp / vLLM GGUF: a row-parallel shard must hold whole quant blocks along K (32 weights
+/// for Q4_0/Q8_0, 256 for the K-quants; ggml.c type_traits blck_size).
+QFORGE_DECL std::optional<std::string> gguf_shard_refusal(std::int64_t k, std::int64_t block, int tp);
+
+/// The --dry-run table: one line per linear and degree that some engine refuses, then a
+/// summary per degree (which vLLM targets load it, with which kernel).
+/// Blocks whose linear fails the same way are one line ("model.layers.0.mlp.down_proj and 4
+/// more like it").
+QFORGE_DECL void print_serving(std::ostream& os, const serving_report& r);
+
+namespace detail {
+
+/// gpt-oss's experts written one expert at a time (convert/fused_experts.hpp cuts the fused
+/// [E, H, 2I] tensors into `<L>.mlp.experts.<e>.gate_proj/up_proj/down_proj`), which neither
+/// engine that serves gpt-oss reads back:
+///  - vLLM model_executor/models/gpt_oss.py (@1ad84fea, 2026-07): GptOssModel.load_weights
+///    sends every quant_method but "mxfp4" and "quark" (and an unquantized model) to
+///    _load_weights_other, which loads experts only as the fused `.w13_weight` / `.w2_weight`
+///    that GptOssForCausalLM.hf_to_vllm_mapper makes of `experts.gate_up_proj` / `down_proj`
+///    (sliced per rank, then copied whole); any name not in params_dict is skipped
+///    (`if name not in params_dict: continue`), and model_loader/default_loader.py tracks
+///    missing weights only for an unquantized model, so a quantized model loads with its
+///    experts never written. get_expert_mapping is "only used for quark".
+///  - transformers: conversion_mapping.py has no gpt_oss rule that gathers per-expert names
+///    into GptOssExperts' fused parameters (qwen2_moe's MergeModulelist + Concatenate has no
+///    gpt_oss twin), and quantizer_compressed_tensors.py update_weight_conversions only
+///    extends a model's existing expert converters, so they load as unexpected keys and the
+///    fused experts stay at their initialization.
+QFORGE_DECL std::string gpt_oss_per_expert_warning();
+
+}  // namespace detail
+
+/// What loaders will do differently from what the plan writes, one sentence per fact, each
+/// naming the engine and the loader rule. Empty for a checkpoint every engine it names reads as
+/// written. `require_w4a8`: the plan is the w4a8-cpu preset's (vLLM CPU W4A8 is the point).
+QFORGE_DECL std::vector<std::string> loader_warnings(const plan& p, const model_config& cfg, bool require_w4a8 = false);
+
+/// Refusals for a plan that must load in vLLM CPU's W4A8 kernel (the w4a8-cpu preset): every
+/// linear the CPU kernel cannot take at tp 1, with the engine and the reason.
+QFORGE_DECL std::vector<std::string> w4a8_cpu_refusals(const plan& p, const model_config& cfg);
+
+}  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+namespace detail {
+
+QFORGE_DECL bool is_row_parallel(std::string_view module) {
     const std::string_view leaf = split_leaf(module).second;
     return leaf == "o_proj" || leaf == "down_proj" || leaf == "dense" || leaf == "out_proj" || leaf == "w2" ||
            leaf == "c_proj" || leaf == "dense_4h_to_h";
 }
 
-/// The fused partition a column-parallel module belongs to: (vLLM name, its parts).
-inline std::optional<std::pair<std::string, std::vector<std::string_view>>> fused_of(std::string_view module) {
+QFORGE_DECL std::optional<std::pair<std::string, std::vector<std::string_view>>> fused_of(std::string_view module) {
     const auto [parent, leaf] = split_leaf(module);
     for (const fused_set& s : default_fused_sets())
         for (std::string_view part : s.parts)
@@ -154,12 +227,6 @@ inline std::string_view cpu_loads_text(output_format f) {
     });
 }
 
-/// vLLM pads the vocabulary of ParallelLMHead to a multiple of 64
-/// (vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE, pad_vocab_size) before splitting it.
-inline std::int64_t padded_vocab(std::int64_t v) { return (v + 63) / 64 * 64; }
-
-inline std::string num(std::int64_t v) { return std::to_string(v); }
-
 /// A module's name with its block and expert numbers replaced by N: the key that groups the
 /// same linear of every block in messages.
 inline std::string numbered_as_n(std::string_view module) {
@@ -169,9 +236,7 @@ inline std::string numbered_as_n(std::string_view module) {
 
 }  // namespace detail
 
-/// The vLLM rules for one rank's partition [n x k] of a linear quantized with `s` in `f`
-/// (`parts_n`: each fused part's N on this rank; `k_full`: the unsplit K).
-inline std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quant_spec& s, std::int64_t n,
+QFORGE_DECL std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quant_spec& s, std::int64_t n,
                                                      std::int64_t k, std::int64_t k_full,
                                                      std::span<const std::int64_t> parts_n, bool row_parallel) {
     std::vector<kernel_verdict> out;
@@ -234,9 +299,7 @@ inline std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quan
     return out;
 }
 
-/// Why vLLM refuses the whole config before any shape is looked at, or nullopt: the format's
-/// vllm_config_refusal (GPTQ: AutoGPTQConfig.TYPE_MAP; AWQ: AutoAWQConfig.TYPE_MAP).
-inline std::optional<std::string> vllm_config_refusal(output_format f, const quant_spec& s) {
+QFORGE_DECL std::optional<std::string> vllm_config_refusal(output_format f, const quant_spec& s) {
     return visit_format(f, [&](auto t) -> std::optional<std::string> {
         const layout_scheme ls{s.bits, s.group_size, s.symmetric, s.scale_dtype};
         if constexpr (requires { decltype(t)::vllm_config_refusal(ls); }) return decltype(t)::vllm_config_refusal(ls);
@@ -244,9 +307,6 @@ inline std::optional<std::string> vllm_config_refusal(output_format f, const qua
     });
 }
 
-/// The serving check: every quantized linear of `p` at every degree in `tps`.
-QFORGE_DECL serving_report check_serving(const plan& p, const model_config& cfg, std::span<const int> tps);
-#if QFORGE_BODIES_HERE
 QFORGE_DECL serving_report check_serving(const plan& p, const model_config& cfg, std::span<const int> tps) {
     serving_report r;
     r.format = p.format;
@@ -330,22 +390,15 @@ QFORGE_DECL serving_report check_serving(const plan& p, const model_config& cfg,
     }
     return r;
 }
-#endif
 
-/// llama.cpp / vLLM GGUF: a row-parallel shard must hold whole quant blocks along K (32 weights
-/// for Q4_0/Q8_0, 256 for the K-quants; ggml.c type_traits blck_size).
-inline std::optional<std::string> gguf_shard_refusal(std::int64_t k, std::int64_t block, int tp) {
+QFORGE_DECL std::optional<std::string> gguf_shard_refusal(std::int64_t k, std::int64_t block, int tp) {
     if (k % tp != 0) return "K " + detail::num(k) + " does not split into " + detail::num(tp) + " ranks";
     if ((k / tp) % block != 0)
         return "K per rank " + detail::num(k / tp) + " is not a multiple of the " + detail::num(block) + "-weight block";
     return std::nullopt;
 }
 
-/// The --dry-run table: one line per linear and degree that some engine refuses, then a
-/// summary per degree (which vLLM targets load it, with which kernel).
-/// Blocks whose linear fails the same way are one line ("model.layers.0.mlp.down_proj and 4
-/// more like it").
-inline void print_serving(std::ostream& os, const serving_report& r) {
+QFORGE_DECL void print_serving(std::ostream& os, const serving_report& r) {
     for (const auto& line : r.config_refusals) os << "serving: " << line << "\n";
     struct line {
         int tp;
@@ -398,23 +451,7 @@ inline std::string w4a8_on_fp16_warning(dtype model) {
            "weights are then rounded to bf16), or export with --preset gptq-w4g128 for an fp16 GPU/CPU W4A16 checkpoint";
 }
 
-/// gpt-oss's experts written one expert at a time (convert/fused_experts.hpp cuts the fused
-/// [E, H, 2I] tensors into `<L>.mlp.experts.<e>.gate_proj/up_proj/down_proj`), which neither
-/// engine that serves gpt-oss reads back:
-///  - vLLM model_executor/models/gpt_oss.py (@1ad84fea, 2026-07): GptOssModel.load_weights
-///    sends every quant_method but "mxfp4" and "quark" (and an unquantized model) to
-///    _load_weights_other, which loads experts only as the fused `.w13_weight` / `.w2_weight`
-///    that GptOssForCausalLM.hf_to_vllm_mapper makes of `experts.gate_up_proj` / `down_proj`
-///    (sliced per rank, then copied whole); any name not in params_dict is skipped
-///    (`if name not in params_dict: continue`), and model_loader/default_loader.py tracks
-///    missing weights only for an unquantized model, so a quantized model loads with its
-///    experts never written. get_expert_mapping is "only used for quark".
-///  - transformers: conversion_mapping.py has no gpt_oss rule that gathers per-expert names
-///    into GptOssExperts' fused parameters (qwen2_moe's MergeModulelist + Concatenate has no
-///    gpt_oss twin), and quantizer_compressed_tensors.py update_weight_conversions only
-///    extends a model's existing expert converters, so they load as unexpected keys and the
-///    fused experts stay at their initialization.
-inline std::string gpt_oss_per_expert_warning() {
+QFORGE_DECL std::string gpt_oss_per_expert_warning() {
     return "no engine loads gpt-oss experts written per expert (<layer>.mlp.experts.<e>.gate_proj/up_proj/down_proj), "
            "as this checkpoint writes them: vLLM's gpt-oss loader (model_executor/models/gpt_oss.py "
            "_load_weights_other) reads its experts only as the fused experts.gate_up_proj / down_proj and skips "
@@ -425,10 +462,7 @@ inline std::string gpt_oss_per_expert_warning() {
 
 }  // namespace detail
 
-/// What loaders will do differently from what the plan writes, one sentence per fact, each
-/// naming the engine and the loader rule. Empty for a checkpoint every engine it names reads as
-/// written. `require_w4a8`: the plan is the w4a8-cpu preset's (vLLM CPU W4A8 is the point).
-inline std::vector<std::string> loader_warnings(const plan& p, const model_config& cfg, bool require_w4a8 = false) {
+QFORGE_DECL std::vector<std::string> loader_warnings(const plan& p, const model_config& cfg, bool require_w4a8) {
     std::vector<std::string> w;
     const bool gpt_oss_cut =
         cfg.model_type == "gpt_oss" && std::any_of(p.items.begin(), p.items.end(), [](const plan_item& it) { return it.cut.has_value(); });
@@ -486,9 +520,7 @@ inline std::vector<std::string> loader_warnings(const plan& p, const model_confi
     return w;
 }
 
-/// Refusals for a plan that must load in vLLM CPU's W4A8 kernel (the w4a8-cpu preset): every
-/// linear the CPU kernel cannot take at tp 1, with the engine and the reason.
-inline std::vector<std::string> w4a8_cpu_refusals(const plan& p, const model_config& cfg) {
+QFORGE_DECL std::vector<std::string> w4a8_cpu_refusals(const plan& p, const model_config& cfg) {
     std::vector<std::string> out;
     const int one = 1;
     const serving_report r = check_serving(p, cfg, std::span<const int>(&one, 1));
@@ -507,3 +539,4 @@ inline std::vector<std::string> w4a8_cpu_refusals(const plan& p, const model_con
 }
 
 }  // namespace qforge
+#endif

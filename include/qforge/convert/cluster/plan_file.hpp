@@ -92,19 +92,9 @@ private:
 };
 
 /// "<parent>/.<name>.qforge-staging": where plan, workers and finalize meet.
-inline std::string staging_dir(std::string destination) {
-    while (destination.size() > 1 && destination.back() == '/') destination.pop_back();
-    const auto slash = destination.rfind('/');
-    const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "" : destination.substr(0, slash);
-    const std::string base = slash == std::string::npos ? destination : destination.substr(slash + 1);
-    return parent + "/." + base + ".qforge-staging";
-}
+QFORGE_DECL std::string staging_dir(std::string destination);
 
-inline std::string unit_record_path(const std::string& staging, std::size_t unit) {
-    char buf[48];
-    std::snprintf(buf, sizeof buf, "/units/unit-%05zu.json", unit);
-    return staging + buf;
-}
+QFORGE_DECL std::string unit_record_path(const std::string& staging, std::size_t unit);
 
 /// A contiguous range of plan items, converted by one worker.
 struct work_unit {
@@ -114,25 +104,7 @@ struct work_unit {
 
 /// Splits items of the given costs into `n` contiguous units of about equal cost (cut where the
 /// running sum crosses k/n of the total; a unit may be empty when one item outweighs a share).
-inline std::vector<work_unit> split_costs(const std::vector<std::uint64_t>& cost, std::size_t n) {
-    if (n == 0) fail<unsupported_error>({}, {}, "a cluster plan needs at least one work unit");
-    long double total = 0;
-    for (std::uint64_t c : cost) total += static_cast<long double>(c);
-    std::vector<work_unit> units(n);
-    std::size_t i = 0;
-    long double running = 0;
-    for (std::size_t u = 0; u < n; ++u) {
-        units[u].begin = i;
-        const long double target = total * static_cast<long double>(u + 1) / static_cast<long double>(n);
-        // Take the next item while that brings the running sum closer to this unit's target.
-        while (i < cost.size() && (u + 1 == n || running + static_cast<long double>(cost[i]) / 2 <= target)) {
-            running += static_cast<long double>(cost[i]);
-            units[u].cost += cost[i++];
-        }
-        units[u].end = i;
-    }
-    return units;
-}
+QFORGE_DECL std::vector<work_unit> split_costs(const std::vector<std::uint64_t>& cost, std::size_t n);
 
 /// plan.json, as read back by workers and finalize.
 struct plan_summary {
@@ -229,22 +201,14 @@ struct plan_summary {
     }
 };
 
-inline plan_summary read_plan(const std::string& destination) {
-    const std::string path = staging_dir(destination) + "/plan.json";
-    if (!io::path_exists(path))
-        fail<io_error>(path, {}, "no cluster plan for " + destination + " (run `qforge-convert plan SRC " + destination + "` first)");
-    return plan_summary::from_json(io::read_json_file(path), path);
-}
+QFORGE_DECL plan_summary read_plan(const std::string& destination);
 
 /// Checks that the options can run on a cluster (refused before anything is written). Every
 /// option runs today; activation scaling too: its folds are decided per decoder layer from the
 /// weights and the imatrix, and plan reads no tensor data, so each worker unit searches them
 /// again (deterministic: the same scales as one process) before converting its items, and
 /// finalize once more for the report. That costs one layer search per unit, not per tensor.
-inline void check_cluster_options(const convert_options& opt, const std::string& src_dir) {
-    (void)opt;
-    (void)src_dir;
-}
+QFORGE_DECL void check_cluster_options(const convert_options& opt, const std::string& src_dir);
 
 /// `plan`: resolves the rules against the source headers, refuses what convert() refuses, and
 /// writes the staging folder (plan.json, tensors.json, pre-sized shards, units/). An existing
@@ -256,5 +220,56 @@ QFORGE_DECL plan_summary make_plan(const std::string& src_dir, const std::string
 }  // namespace qforge::cluster
 
 #if QFORGE_BODIES_HERE
+
+namespace qforge::cluster {
+
+QFORGE_DECL std::string staging_dir(std::string destination) {
+    while (destination.size() > 1 && destination.back() == '/') destination.pop_back();
+    const auto slash = destination.rfind('/');
+    const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "" : destination.substr(0, slash);
+    const std::string base = slash == std::string::npos ? destination : destination.substr(slash + 1);
+    return parent + "/." + base + ".qforge-staging";
+}
+
+QFORGE_DECL std::string unit_record_path(const std::string& staging, std::size_t unit) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "/units/unit-%05zu.json", unit);
+    return staging + buf;
+}
+
+QFORGE_DECL std::vector<work_unit> split_costs(const std::vector<std::uint64_t>& cost, std::size_t n) {
+    if (n == 0) fail<unsupported_error>({}, {}, "a cluster plan needs at least one work unit");
+    long double total = 0;
+    for (std::uint64_t c : cost) total += static_cast<long double>(c);
+    std::vector<work_unit> units(n);
+    std::size_t i = 0;
+    long double running = 0;
+    for (std::size_t u = 0; u < n; ++u) {
+        units[u].begin = i;
+        const long double target = total * static_cast<long double>(u + 1) / static_cast<long double>(n);
+        // Take the next item while that brings the running sum closer to this unit's target.
+        while (i < cost.size() && (u + 1 == n || running + static_cast<long double>(cost[i]) / 2 <= target)) {
+            running += static_cast<long double>(cost[i]);
+            units[u].cost += cost[i++];
+        }
+        units[u].end = i;
+    }
+    return units;
+}
+
+QFORGE_DECL plan_summary read_plan(const std::string& destination) {
+    const std::string path = staging_dir(destination) + "/plan.json";
+    if (!io::path_exists(path))
+        fail<io_error>(path, {}, "no cluster plan for " + destination + " (run `qforge-convert plan SRC " + destination + "` first)");
+    return plan_summary::from_json(io::read_json_file(path), path);
+}
+
+QFORGE_DECL void check_cluster_options(const convert_options& opt, const std::string& src_dir) {
+    (void)opt;
+    (void)src_dir;
+}
+
+}  // namespace qforge::cluster
+
 #include "qforge/convert/cluster/detail/plan_file.hpp"
 #endif

@@ -28,17 +28,46 @@ namespace qforge::cluster {
 
 /// The units worker `worker` of `workers` converts: the contiguous block
 /// [worker * U / workers, (worker + 1) * U / workers) of the plan's U units.
-inline std::pair<std::size_t, std::size_t> units_of_worker(std::size_t worker, std::size_t workers, std::size_t units) {
-    if (workers == 0 || worker >= workers)
-        fail<unsupported_error>({}, {}, "worker " + std::to_string(worker) + " of " + std::to_string(workers) + " does not exist");
-    return {worker * units / workers, (worker + 1) * units / workers};
-}
+QFORGE_DECL std::pair<std::size_t, std::size_t> units_of_worker(std::size_t worker, std::size_t workers, std::size_t units);
 
 /// Which worker this process is: `unit` when given, else SLURM_ARRAY_TASK_ID (a Slurm job
 /// array), else JOB_COMPLETION_INDEX (a Kubernetes Indexed Job). The count is `of` when given,
 /// else QFORGE_WORKERS, else the plan's unit count: not SLURM_ARRAY_TASK_COUNT, which is 1 for
 /// a task resubmitted alone (sbatch --array=5), while its index still names unit 5.
-inline std::pair<std::size_t, std::size_t> worker_from_environment(std::optional<std::size_t> unit, std::optional<std::size_t> of,
+QFORGE_DECL std::pair<std::size_t, std::size_t> worker_from_environment(std::optional<std::size_t> unit, std::optional<std::size_t> of,
+                                                                   std::size_t plan_units);
+
+/// Whether `r` is a record of unit `u` of this plan (its fingerprint and item range).
+QFORGE_DECL bool record_matches(const plan_summary& s, std::size_t u, const json& r) noexcept;
+
+/// Whether unit `u`'s record is there, parses, and belongs to this plan.
+QFORGE_DECL bool unit_recorded(const plan_summary& s, std::size_t u);
+
+/// A GGUF plan has its own worker and finalize (convert/cluster/gguf.hpp).
+QFORGE_DECL void check_not_gguf(const plan_summary& s);
+
+struct work_report {
+    std::vector<std::size_t> converted;  ///< units converted now
+    std::vector<std::size_t> skipped;    ///< units already recorded
+};
+
+/// Converts the units of worker `worker` of `workers` (0: as many workers as units) of the plan
+/// for `dst_dir`; `opt` must be the options the plan was made with (threads may differ).
+QFORGE_DECL work_report work(const std::string& dst_dir, std::size_t worker, std::size_t workers, const convert_options& opt);
+
+}  // namespace qforge::cluster
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge::cluster {
+
+QFORGE_DECL std::pair<std::size_t, std::size_t> units_of_worker(std::size_t worker, std::size_t workers, std::size_t units) {
+    if (workers == 0 || worker >= workers)
+        fail<unsupported_error>({}, {}, "worker " + std::to_string(worker) + " of " + std::to_string(workers) + " does not exist");
+    return {worker * units / workers, (worker + 1) * units / workers};
+}
+
+QFORGE_DECL std::pair<std::size_t, std::size_t> worker_from_environment(std::optional<std::size_t> unit, std::optional<std::size_t> of,
                                                                    std::size_t plan_units) {
     auto number = [](const char* var) -> std::optional<std::size_t> {
         const char* v = std::getenv(var);
@@ -58,8 +87,7 @@ inline std::pair<std::size_t, std::size_t> worker_from_environment(std::optional
     return {*unit, *of};
 }
 
-/// Whether `r` is a record of unit `u` of this plan (its fingerprint and item range).
-inline bool record_matches(const plan_summary& s, std::size_t u, const json& r) noexcept {
+QFORGE_DECL bool record_matches(const plan_summary& s, std::size_t u, const json& r) noexcept {
     try {
         return u < s.units.size() && r.at("fingerprint").as_string() == s.fingerprint && r.at("unit").as_int() >= 0 &&
                static_cast<std::size_t>(r.at("unit").as_int()) == u && r.at("items").size() == 2 &&
@@ -71,8 +99,7 @@ inline bool record_matches(const plan_summary& s, std::size_t u, const json& r) 
     }
 }
 
-/// Whether unit `u`'s record is there, parses, and belongs to this plan.
-inline bool unit_recorded(const plan_summary& s, std::size_t u) {
+QFORGE_DECL bool unit_recorded(const plan_summary& s, std::size_t u) {
     const std::string path = unit_record_path(s.staging, u);
     if (!io::path_exists(path)) return false;
     try {
@@ -82,24 +109,13 @@ inline bool unit_recorded(const plan_summary& s, std::size_t u) {
     }
 }
 
-/// A GGUF plan has its own worker and finalize (convert/cluster/gguf.hpp).
-inline void check_not_gguf(const plan_summary& s) {
+QFORGE_DECL void check_not_gguf(const plan_summary& s) {
     if (s.format == "gguf")
         fail<unsupported_error>(s.staging + "/plan.json", {}, "this is a GGUF plan: run its workers and finalize with the GGUF options "
                                                               "(cluster::work_gguf, cluster::finalize_gguf)");
 }
 
-struct work_report {
-    std::vector<std::size_t> converted;  ///< units converted now
-    std::vector<std::size_t> skipped;    ///< units already recorded
-};
-
-/// Converts the units of worker `worker` of `workers` (0: as many workers as units) of the plan
-/// for `dst_dir`; `opt` must be the options the plan was made with (threads may differ).
-QFORGE_DECL work_report work(const std::string& dst_dir, std::size_t worker, std::size_t workers, const convert_options& opt);
-
 }  // namespace qforge::cluster
 
-#if QFORGE_BODIES_HERE
 #include "qforge/convert/cluster/detail/work.hpp"
 #endif

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/gguf/reader.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
@@ -19,7 +20,15 @@ namespace qforge::gguf {
 
 /// Tensor `t` of `r` as floats; an unsupported_error naming the file and tensor for a type
 /// qforge cannot decode, the reader's io_error when its bytes cannot be read.
-inline std::vector<float> read_f32(const reader& r, const tensor_entry& t) {
+QFORGE_DECL std::vector<float> read_f32(const reader& r, const tensor_entry& t);
+
+}  // namespace qforge::gguf
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge::gguf {
+
+QFORGE_DECL std::vector<float> read_f32(const reader& r, const tensor_entry& t) {
     if (!can_quantize(t.type))
         fail<unsupported_error>(r.path(), t.name, "cannot decode GGUF type " + std::string(type_name(t.type)));
     if (t.numel() == 0) return {};
@@ -32,3 +41,4 @@ inline std::vector<float> read_f32(const reader& r, const tensor_entry& t) {
 }
 
 }  // namespace qforge::gguf
+#endif

@@ -26,6 +26,8 @@
 #include <string>
 #include <string_view>
 
+#include "qforge/core/config.hpp"
+
 namespace qforge::gguf {
 
 /// The source architectures: llama (also mistral), qwen2, qwen3, and the MoE ones: mixtral
@@ -47,7 +49,30 @@ struct mapped_name {
 };
 
 namespace detail {
-inline bool parse_layer(std::string_view name, int& layer, std::string_view& rest) {
+QFORGE_DECL bool parse_layer(std::string_view name, int& layer, std::string_view& rest);
+
+/// MoE FFN tensors (LC gguf-py/gguf/tensor_mapping.py FFN_GATE_INP, FFN_{GATE,UP,DOWN}_EXP):
+/// the router and each expert's slice of the stacked ffn_{gate,up,down}_exps tensors, as
+/// convert_hf_to_gguf.py stacks them (LlamaModel for Mixtral's w1/w3/w2, Qwen2MoeModel for
+/// Qwen3-MoE's gate_proj/up_proj/down_proj, GptOssModel for gpt-oss's, biases too), expert e
+/// at index e of ne[2] (of ne[1] for a bias).
+QFORGE_DECL std::optional<mapped_name> map_moe_ffn(std::string_view rest, hf_arch arch, int layer);
+}  // namespace detail
+
+/// The GGUF name of an HF tensor, or nothing for a tensor llama.cpp does not know.
+QFORGE_DECL std::optional<mapped_name> map_hf_name(std::string_view hf, hf_arch arch, int n_head, int n_head_kv);
+
+/// Source row of output row r under the Q/K permutation of a tensor with `rows` rows.
+QFORGE_DECL std::int64_t permuted_source_row(std::int64_t r, std::int64_t rows, int n_heads) noexcept;
+
+}  // namespace qforge::gguf
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge::gguf {
+namespace detail {
+
+QFORGE_DECL bool parse_layer(std::string_view name, int& layer, std::string_view& rest) {
     constexpr std::string_view prefix = "model.layers.";
     if (!name.starts_with(prefix)) return false;
     name.remove_prefix(prefix.size());
@@ -63,12 +88,7 @@ inline bool parse_layer(std::string_view name, int& layer, std::string_view& res
     return true;
 }
 
-/// MoE FFN tensors (LC gguf-py/gguf/tensor_mapping.py FFN_GATE_INP, FFN_{GATE,UP,DOWN}_EXP):
-/// the router and each expert's slice of the stacked ffn_{gate,up,down}_exps tensors, as
-/// convert_hf_to_gguf.py stacks them (LlamaModel for Mixtral's w1/w3/w2, Qwen2MoeModel for
-/// Qwen3-MoE's gate_proj/up_proj/down_proj, GptOssModel for gpt-oss's, biases too), expert e
-/// at index e of ne[2] (of ne[1] for a bias).
-inline std::optional<mapped_name> map_moe_ffn(std::string_view rest, hf_arch arch, int layer) {
+QFORGE_DECL std::optional<mapped_name> map_moe_ffn(std::string_view rest, hf_arch arch, int layer) {
     const std::string blk = "blk." + std::to_string(layer) + ".";
     const std::string_view moe = arch == hf_arch::mixtral ? "block_sparse_moe." : "mlp.";
     if (!rest.starts_with(moe)) return std::nullopt;
@@ -103,10 +123,10 @@ inline std::optional<mapped_name> map_moe_ffn(std::string_view rest, hf_arch arc
         if (rest == x.hf) return mapped_name{blk + std::string(x.gguf), layer, 0, e};
     return std::nullopt;
 }
+
 }  // namespace detail
 
-/// The GGUF name of an HF tensor, or nothing for a tensor llama.cpp does not know.
-inline std::optional<mapped_name> map_hf_name(std::string_view hf, hf_arch arch, int n_head, int n_head_kv) {
+QFORGE_DECL std::optional<mapped_name> map_hf_name(std::string_view hf, hf_arch arch, int n_head, int n_head_kv) {
     if (hf == "model.embed_tokens.weight") return mapped_name{"token_embd.weight"};
     if (hf == "model.norm.weight") return mapped_name{"output_norm.weight"};
     if (hf == "lm_head.weight") return mapped_name{"output.weight"};
@@ -155,8 +175,7 @@ inline std::optional<mapped_name> map_hf_name(std::string_view hf, hf_arch arch,
     return std::nullopt;
 }
 
-/// Source row of output row r under the Q/K permutation of a tensor with `rows` rows.
-inline std::int64_t permuted_source_row(std::int64_t r, std::int64_t rows, int n_heads) noexcept {
+QFORGE_DECL std::int64_t permuted_source_row(std::int64_t r, std::int64_t rows, int n_heads) noexcept {
     const std::int64_t hd = rows / n_heads;
     const std::int64_t h = r / hd, within = r % hd;
     const std::int64_t i = within / 2, j = within % 2;
@@ -164,3 +183,4 @@ inline std::int64_t permuted_source_row(std::int64_t r, std::int64_t rows, int n
 }
 
 }  // namespace qforge::gguf
+#endif

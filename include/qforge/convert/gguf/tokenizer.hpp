@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/gguf/reader.hpp"
@@ -32,7 +33,40 @@ struct pre_tokenizer_name {
 /// Every pre-tokenizer name of LC src/llama-vocab.cpp llama_vocab::impl::load's tokenizer_pre
 /// comparisons: those of b4753 (in_b4753), then the ones added up to 00ad355e. b4753's list is
 /// a subset of the newer one, so a file with an in_b4753 name loads in every llama.cpp since.
-inline std::span<const pre_tokenizer_name> llama_pre_tokenizers() noexcept {
+QFORGE_DECL std::span<const pre_tokenizer_name> llama_pre_tokenizers() noexcept;
+
+namespace detail {
+/// Lower case without '-', '_', '.': "GPT2" and "gpt_2" both become "gpt2", as "gpt-2" does.
+QFORGE_DECL std::string loose_name(std::string_view s);
+}  // namespace detail
+
+/// Refuses a pre-tokenizer name llama.cpp would refuse at load time, naming the closest known
+/// one (gpt2 -> gpt-2) and listing every name. `file` is where the name comes from.
+QFORGE_DECL void check_pre_tokenizer(std::string_view name, const std::string& file);
+
+/// Every tokenizer.* key of a template GGUF, in its order.
+QFORGE_DECL kv_list tokenizer_from_gguf(const std::string& path);
+
+namespace detail {
+
+QFORGE_DECL bool is_byte_level(const json* node);
+
+QFORGE_DECL std::optional<std::uint32_t> config_id(const json& cfg, const char* key);
+
+}  // namespace detail
+
+/// tokenizer.* keys converted from a byte-level BPE tokenizer.json. `config` is config.json
+/// (vocab_size, bos/eos/pad ids); `tokenizer_config` may be null (add_bos_token/add_eos_token).
+QFORGE_DECL kv_list tokenizer_from_json(const std::string& path, const std::string& pre_tokenizer, const json& config,
+                                   const json* tokenizer_config);
+
+}  // namespace qforge::gguf
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge::gguf {
+
+QFORGE_DECL std::span<const pre_tokenizer_name> llama_pre_tokenizers() noexcept {
     static constexpr pre_tokenizer_name names[] = {
         {"default", true}, {"llama3", true}, {"llama-v3", true}, {"llama-bpe", true}, {"falcon3", true},
         {"deepseek-llm", true}, {"deepseek-coder", true}, {"deepseek-v3", true}, {"falcon", true}, {"mpt", true},
@@ -59,8 +93,8 @@ inline std::span<const pre_tokenizer_name> llama_pre_tokenizers() noexcept {
 }
 
 namespace detail {
-/// Lower case without '-', '_', '.': "GPT2" and "gpt_2" both become "gpt2", as "gpt-2" does.
-inline std::string loose_name(std::string_view s) {
+
+QFORGE_DECL std::string loose_name(std::string_view s) {
     std::string out;
     for (char c : s) {
         if (c == '-' || c == '_' || c == '.') continue;
@@ -68,11 +102,10 @@ inline std::string loose_name(std::string_view s) {
     }
     return out;
 }
+
 }  // namespace detail
 
-/// Refuses a pre-tokenizer name llama.cpp would refuse at load time, naming the closest known
-/// one (gpt2 -> gpt-2) and listing every name. `file` is where the name comes from.
-inline void check_pre_tokenizer(std::string_view name, const std::string& file) {
+QFORGE_DECL void check_pre_tokenizer(std::string_view name, const std::string& file) {
     std::string list, close;
     for (const auto& n : llama_pre_tokenizers()) {
         if (n.name == name) return;
@@ -85,8 +118,7 @@ inline void check_pre_tokenizer(std::string_view name, const std::string& file) 
                                           " Known names: " + list);
 }
 
-/// Every tokenizer.* key of a template GGUF, in its order.
-inline kv_list tokenizer_from_gguf(const std::string& path) {
+QFORGE_DECL kv_list tokenizer_from_gguf(const std::string& path) {
     const reader r(path);
     kv_list out;
     for (const auto& [k, v] : r.metadata())
@@ -103,7 +135,7 @@ inline kv_list tokenizer_from_gguf(const std::string& path) {
 
 namespace detail {
 
-inline bool is_byte_level(const json* node) {
+QFORGE_DECL bool is_byte_level(const json* node) {
     if (!node || !node->is_object()) return false;
     const json* type = node->find("type");
     if (type && type->is_string() && type->as_string() == "ByteLevel") return true;
@@ -114,7 +146,7 @@ inline bool is_byte_level(const json* node) {
     return false;
 }
 
-inline std::optional<std::uint32_t> config_id(const json& cfg, const char* key) {
+QFORGE_DECL std::optional<std::uint32_t> config_id(const json& cfg, const char* key) {
     const json* v = cfg.find(key);
     if (!v || !v->is_int() || v->as_int() < 0 || v->as_int() > 0xFFFFFFFF) return std::nullopt;
     return static_cast<std::uint32_t>(v->as_int());
@@ -122,9 +154,7 @@ inline std::optional<std::uint32_t> config_id(const json& cfg, const char* key) 
 
 }  // namespace detail
 
-/// tokenizer.* keys converted from a byte-level BPE tokenizer.json. `config` is config.json
-/// (vocab_size, bos/eos/pad ids); `tokenizer_config` may be null (add_bos_token/add_eos_token).
-inline kv_list tokenizer_from_json(const std::string& path, const std::string& pre_tokenizer, const json& config,
+QFORGE_DECL kv_list tokenizer_from_json(const std::string& path, const std::string& pre_tokenizer, const json& config,
                                    const json* tokenizer_config) {
     if (pre_tokenizer.empty())
         fail<unsupported_error>(path, "", "converting tokenizer.json needs the llama.cpp pre-tokenizer name (e.g. llama-bpe, qwen2)");
@@ -217,3 +247,4 @@ inline kv_list tokenizer_from_json(const std::string& path, const std::string& p
 }
 
 }  // namespace qforge::gguf
+#endif

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/regex.hpp"
 #include "qforge/layout/gguf/blocks.hpp"
@@ -41,34 +42,7 @@ struct file_type {
 };
 
 /// Presets and plain types accepted by --type (case-insensitive).
-inline std::optional<file_type> parse_file_type(std::string_view s) {
-    struct row {
-        std::string_view name;
-        ggml_type base;
-        std::uint32_t ftype;
-    };
-    static constexpr row rows[] = {
-        {"F32", ggml_type::f32, 0},     {"F16", ggml_type::f16, 1},     {"BF16", ggml_type::bf16, 32},
-        {"Q4_0", ggml_type::q4_0, 2},   {"Q4_1", ggml_type::q4_1, 3},   {"Q8_0", ggml_type::q8_0, 7},
-        {"Q5_0", ggml_type::q5_0, 8},   {"Q5_1", ggml_type::q5_1, 9},   {"Q2_K", ggml_type::q2_k, 10},
-        {"Q3_K_S", ggml_type::q3_k, 11}, {"Q3_K_M", ggml_type::q3_k, 12}, {"Q3_K_L", ggml_type::q3_k, 13},
-        {"Q4_K_S", ggml_type::q4_k, 14}, {"Q4_K_M", ggml_type::q4_k, 15}, {"Q5_K_S", ggml_type::q5_k, 16},
-        {"Q5_K_M", ggml_type::q5_k, 17}, {"Q6_K", ggml_type::q6_k, 18},
-        {"IQ4_NL", ggml_type::iq4_nl, 25},
-        {"MXFP4_MOE", ggml_type::mxfp4, 38},  // see mxfp4_moe_type
-    };
-    // llama-quantize's aliases (LC examples/quantize/quantize.cpp QUANT_OPTIONS: "alias for Q4_K_M")
-    static constexpr std::pair<std::string_view, std::string_view> aliases[] = {
-        {"Q3_K", "Q3_K_M"}, {"Q4_K", "Q4_K_M"}, {"Q5_K", "Q5_K_M"}};
-    std::string up(s);
-    for (auto& c : up)
-        if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-    for (const auto& [alias, name] : aliases)
-        if (up == alias) up = name;
-    for (const auto& r : rows)
-        if (up == r.name) return file_type{std::string(r.name), r.base, r.ftype};
-    return std::nullopt;
-}
+QFORGE_DECL std::optional<file_type> parse_file_type(std::string_view s);
 
 /// A user override: tensors whose GGUF name equals `pattern`, or (is_regex) fully matches it.
 struct type_override {
@@ -79,21 +53,7 @@ struct type_override {
 
 /// Parses a command-line override: "NAME=TYPE" (exact GGUF tensor name) or "re:REGEX=TYPE"
 /// (the regex must match the whole name), TYPE a ggml type name such as Q6_K or F16.
-inline type_override parse_override(std::string_view spec) {
-    const auto eq = spec.rfind('=');
-    if (eq == std::string_view::npos || eq == 0 || eq + 1 == spec.size())
-        fail<unsupported_error>("", "", "override '" + std::string(spec) + "' is not NAME=TYPE or re:REGEX=TYPE");
-    const auto type = type_from_name(spec.substr(eq + 1));
-    if (!type) fail<unsupported_error>("", "", "override '" + std::string(spec) + "': unknown GGUF type");
-    type_override o;
-    o.type = *type;
-    o.pattern = std::string(spec.substr(0, eq));
-    if (o.pattern.starts_with("re:")) {
-        o.is_regex = true;
-        o.pattern.erase(0, 3);
-    }
-    return o;
-}
+QFORGE_DECL type_override parse_override(std::string_view spec);
 
 /// LLAMA_FTYPE_MOSTLY_MXFP4_MOE (38; LC tools/quantize/quantize.cpp QUANT_OPTIONS "MXFP4_MOE"):
 /// llama-quant.cpp llama_tensor_get_type_impl gives the output head Q8_0 (`if (ftype ==
@@ -128,20 +88,12 @@ struct mix_model {
 /// llama.cpp's model.type == LLM_TYPE_70B (LC src/llama-model.cpp load_hparams): for llama an
 /// 80-layer GQA model that is not an 8-expert one, for qwen2 any 80-layer model; qwen3 and
 /// qwen3moe have no 70B type (their switches stop at 64 and 94 layers with other types).
-inline bool llama_model_is_70b(const mix_model& m) {
-    if (m.arch == "llama") return m.n_expert != 8 && m.n_layer == 80 && m.n_head != m.n_head_kv;
-    if (m.arch == "qwen2") return m.n_layer == 80;
-    if (m.arch == "qwen3" || m.arch == "qwen3moe") return false;
-    if (m.arch == "gpt-oss") return false;  // LC src/models/openai-moe.cpp: 24 layers 20B, 36 layers 120B, no 70B
-    fail<unsupported_error>("", "", "the llama-quantize mixes are not modelled for architecture \"" + m.arch + "\"");
-}
+QFORGE_DECL bool llama_model_is_70b(const mix_model& m);
 
 namespace detail {
 
 /// llama-quant.cpp use_more_bits: the first and last eighth of layers and every third between.
-inline bool use_more_bits(int i_layer, int n_layers) noexcept {
-    return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
-}
+QFORGE_DECL bool use_more_bits(int i_layer, int n_layers) noexcept;
 
 inline bool has(std::string_view s, std::string_view t) noexcept { return s.find(t) != std::string_view::npos; }
 
@@ -154,7 +106,98 @@ inline constexpr std::uint32_t q4_0 = 2, q8_0 = 7, q5_0 = 8, q2_k = 10, q3_k_s =
 /// attn_v: `layer` is llama-quantize's i_attention_wv, which equals the block index because its
 /// tensors are visited sorted by block (llama-model-loader.h weight_name_comparer) and every
 /// block of these architectures has one attn_v; n_attention_wv is then n_layer.
-inline ggml_type attn_v_type(std::uint32_t f, ggml_type t, int layer, const mix_model& m) {
+QFORGE_DECL ggml_type attn_v_type(std::uint32_t f, ggml_type t, int layer, const mix_model& m);
+
+/// ffn_down: `layer` is i_ffn_down (the block index for the same reason; MoE models parse it
+/// from the name) and n_ffn_down is n_layer. No architecture here is Falcon.
+QFORGE_DECL ggml_type ffn_down_type(std::uint32_t f, ggml_type t, int layer, const mix_model& m);
+
+QFORGE_DECL ggml_type attn_output_type(std::uint32_t f, ggml_type t, const mix_model& m);
+
+/// The mix's type for a 2-D/3-D weight before overrides and fallbacks (llama_tensor_get_type up
+/// to its shape check). `ne0` is the row length, `layer` the block index (-1 for globals).
+QFORGE_DECL ggml_type mix_type(const file_type& ft, std::string_view name, std::int64_t ne0, int layer, const mix_model& m);
+
+/// llama-quant.cpp's fallback when ne[0] does not divide the block: the K-quant ladder, or
+/// nothing (llama-quantize stops: "Unsupported tensor size encountered").
+QFORGE_DECL std::optional<ggml_type> fallback_for(ggml_type t) noexcept;
+
+QFORGE_DECL std::string fallback_text(std::int64_t ne0, ggml_type from, ggml_type to, bool refused_by_llama);
+
+}  // namespace detail
+
+/// Chooses the type of one tensor. `ne0` is the row length (GGUF ne[0]); `n_dims` its rank;
+/// `layer` the block index (-1 for global tensors); `model` what llama-quantize would know.
+QFORGE_DECL type_decision choose_type(const file_type& ft, const std::vector<type_override>& overrides,
+                                 const std::string& gguf_name, int n_dims, std::int64_t ne0, int layer,
+                                 const mix_model& model);
+
+}  // namespace qforge::gguf
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge::gguf {
+
+QFORGE_DECL std::optional<file_type> parse_file_type(std::string_view s) {
+    struct row {
+        std::string_view name;
+        ggml_type base;
+        std::uint32_t ftype;
+    };
+    static constexpr row rows[] = {
+        {"F32", ggml_type::f32, 0},     {"F16", ggml_type::f16, 1},     {"BF16", ggml_type::bf16, 32},
+        {"Q4_0", ggml_type::q4_0, 2},   {"Q4_1", ggml_type::q4_1, 3},   {"Q8_0", ggml_type::q8_0, 7},
+        {"Q5_0", ggml_type::q5_0, 8},   {"Q5_1", ggml_type::q5_1, 9},   {"Q2_K", ggml_type::q2_k, 10},
+        {"Q3_K_S", ggml_type::q3_k, 11}, {"Q3_K_M", ggml_type::q3_k, 12}, {"Q3_K_L", ggml_type::q3_k, 13},
+        {"Q4_K_S", ggml_type::q4_k, 14}, {"Q4_K_M", ggml_type::q4_k, 15}, {"Q5_K_S", ggml_type::q5_k, 16},
+        {"Q5_K_M", ggml_type::q5_k, 17}, {"Q6_K", ggml_type::q6_k, 18},
+        {"IQ4_NL", ggml_type::iq4_nl, 25},
+        {"MXFP4_MOE", ggml_type::mxfp4, 38},  // see mxfp4_moe_type
+    };
+    // llama-quantize's aliases (LC examples/quantize/quantize.cpp QUANT_OPTIONS: "alias for Q4_K_M")
+    static constexpr std::pair<std::string_view, std::string_view> aliases[] = {
+        {"Q3_K", "Q3_K_M"}, {"Q4_K", "Q4_K_M"}, {"Q5_K", "Q5_K_M"}};
+    std::string up(s);
+    for (auto& c : up)
+        if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    for (const auto& [alias, name] : aliases)
+        if (up == alias) up = name;
+    for (const auto& r : rows)
+        if (up == r.name) return file_type{std::string(r.name), r.base, r.ftype};
+    return std::nullopt;
+}
+
+QFORGE_DECL type_override parse_override(std::string_view spec) {
+    const auto eq = spec.rfind('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == spec.size())
+        fail<unsupported_error>("", "", "override '" + std::string(spec) + "' is not NAME=TYPE or re:REGEX=TYPE");
+    const auto type = type_from_name(spec.substr(eq + 1));
+    if (!type) fail<unsupported_error>("", "", "override '" + std::string(spec) + "': unknown GGUF type");
+    type_override o;
+    o.type = *type;
+    o.pattern = std::string(spec.substr(0, eq));
+    if (o.pattern.starts_with("re:")) {
+        o.is_regex = true;
+        o.pattern.erase(0, 3);
+    }
+    return o;
+}
+
+QFORGE_DECL bool llama_model_is_70b(const mix_model& m) {
+    if (m.arch == "llama") return m.n_expert != 8 && m.n_layer == 80 && m.n_head != m.n_head_kv;
+    if (m.arch == "qwen2") return m.n_layer == 80;
+    if (m.arch == "qwen3" || m.arch == "qwen3moe") return false;
+    if (m.arch == "gpt-oss") return false;  // LC src/models/openai-moe.cpp: 24 layers 20B, 36 layers 120B, no 70B
+    fail<unsupported_error>("", "", "the llama-quantize mixes are not modelled for architecture \"" + m.arch + "\"");
+}
+
+namespace detail {
+
+QFORGE_DECL bool use_more_bits(int i_layer, int n_layers) noexcept {
+    return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
+}
+
+QFORGE_DECL ggml_type attn_v_type(std::uint32_t f, ggml_type t, int layer, const mix_model& m) {
     const int gqa = m.n_gqa();
     if (f == ftype::q2_k) t = gqa >= 4 ? ggml_type::q4_k : ggml_type::q3_k;
     else if (f == ftype::q3_k_m) t = layer < 2 ? ggml_type::q5_k : ggml_type::q4_k;
@@ -167,9 +210,7 @@ inline ggml_type attn_v_type(std::uint32_t f, ggml_type t, int layer, const mix_
     return t;
 }
 
-/// ffn_down: `layer` is i_ffn_down (the block index for the same reason; MoE models parse it
-/// from the name) and n_ffn_down is n_layer. No architecture here is Falcon.
-inline ggml_type ffn_down_type(std::uint32_t f, ggml_type t, int layer, const mix_model& m) {
+QFORGE_DECL ggml_type ffn_down_type(std::uint32_t f, ggml_type t, int layer, const mix_model& m) {
     const int n = m.n_layer;
     if (f == ftype::q2_k) return ggml_type::q3_k;
     if (f == ftype::q3_k_m) return layer < n / 16 ? ggml_type::q5_k : ggml_type::q4_k;
@@ -183,7 +224,7 @@ inline ggml_type ffn_down_type(std::uint32_t f, ggml_type t, int layer, const mi
     return t;
 }
 
-inline ggml_type attn_output_type(std::uint32_t f, ggml_type t, const mix_model& m) {
+QFORGE_DECL ggml_type attn_output_type(std::uint32_t f, ggml_type t, const mix_model& m) {
     if (m.n_expert == 8) {
         const bool bumped = f == ftype::q2_k || f == ftype::q3_k_s || f == ftype::q3_k_m || f == ftype::iq4_nl ||
                             f == ftype::q4_k_s || f == ftype::q4_k_m;
@@ -195,9 +236,7 @@ inline ggml_type attn_output_type(std::uint32_t f, ggml_type t, const mix_model&
     return t;
 }
 
-/// The mix's type for a 2-D/3-D weight before overrides and fallbacks (llama_tensor_get_type up
-/// to its shape check). `ne0` is the row length, `layer` the block index (-1 for globals).
-inline ggml_type mix_type(const file_type& ft, std::string_view name, std::int64_t ne0, int layer, const mix_model& m) {
+QFORGE_DECL ggml_type mix_type(const file_type& ft, std::string_view name, std::int64_t ne0, int layer, const mix_model& m) {
     const ggml_type base = ft.base;
     // ggml_is_quantized(default_type) is false for F32/F16/BF16: no mix at all
     if (base == ggml_type::f32 || base == ggml_type::f16 || base == ggml_type::bf16) return base;
@@ -214,9 +253,7 @@ inline ggml_type mix_type(const file_type& ft, std::string_view name, std::int64
     return base;  // attn_q, ffn_gate, ffn_up: only the IQ3 mixes change them
 }
 
-/// llama-quant.cpp's fallback when ne[0] does not divide the block: the K-quant ladder, or
-/// nothing (llama-quantize stops: "Unsupported tensor size encountered").
-inline std::optional<ggml_type> fallback_for(ggml_type t) noexcept {
+QFORGE_DECL std::optional<ggml_type> fallback_for(ggml_type t) noexcept {
     switch (t) {
         case ggml_type::q2_k: case ggml_type::q3_k: return ggml_type::iq4_nl;
         case ggml_type::q4_k: return ggml_type::q5_0;
@@ -226,7 +263,7 @@ inline std::optional<ggml_type> fallback_for(ggml_type t) noexcept {
     }
 }
 
-inline std::string fallback_text(std::int64_t ne0, ggml_type from, ggml_type to, bool refused_by_llama) {
+QFORGE_DECL std::string fallback_text(std::int64_t ne0, ggml_type from, ggml_type to, bool refused_by_llama) {
     std::string s = "row length " + std::to_string(ne0) + " is not a multiple of the " + std::string(type_name(from)) +
                     " block (" + std::to_string(traits_of(from).block_elems) + "): " + std::string(type_name(to));
     if (refused_by_llama) s += " (llama-quantize has no fallback here and refuses the tensor)";
@@ -235,9 +272,7 @@ inline std::string fallback_text(std::int64_t ne0, ggml_type from, ggml_type to,
 
 }  // namespace detail
 
-/// Chooses the type of one tensor. `ne0` is the row length (GGUF ne[0]); `n_dims` its rank;
-/// `layer` the block index (-1 for global tensors); `model` what llama-quantize would know.
-inline type_decision choose_type(const file_type& ft, const std::vector<type_override>& overrides,
+QFORGE_DECL type_decision choose_type(const file_type& ft, const std::vector<type_override>& overrides,
                                  const std::string& gguf_name, int n_dims, std::int64_t ne0, int layer,
                                  const mix_model& model) {
     type_decision d;
@@ -281,3 +316,4 @@ inline type_decision choose_type(const file_type& ft, const std::vector<type_ove
 }
 
 }  // namespace qforge::gguf
+#endif
