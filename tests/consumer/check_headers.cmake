@@ -1,5 +1,6 @@
 # Structural checks over include/qforge (every .hpp and .ipp):
-#  - the umbrella header qforge.hpp includes every public (non-detail) header;
+#  - the umbrella header qforge.hpp includes every public (non-detail) header, itself or through
+#    base.hpp (the layers below convert/);
 #  - every .hpp starts its body with #pragma once (an .ipp is included once per ISA on purpose);
 #  - includes point down only. The layers, each allowed to include itself and what is listed:
 #        core    -> (nothing)
@@ -31,6 +32,11 @@ set(layers core simd quant layout io convert)
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/qforge/*.hpp ${INCLUDE_DIR}/qforge/*.ipp)
 list(SORT headers)
 file(READ ${INCLUDE_DIR}/qforge/qforge.hpp umbrella)
+# The umbrella lists the converters' headers and includes base.hpp, which lists the lower layers'.
+if(EXISTS ${INCLUDE_DIR}/qforge/base.hpp)
+  file(READ ${INCLUDE_DIR}/qforge/base.hpp base)
+  string(APPEND umbrella "${base}")
+endif()
 set(problems "")
 foreach(h IN LISTS headers)
   file(READ ${INCLUDE_DIR}/${h} text)

@@ -122,7 +122,7 @@ QFORGE_DECL void demo_moe_config(json& cfg, const demo_options& o);
 /// are in gpt_oss's [E, K, N] ([in, out]) order, each expert's [N, K] rows quantized as
 /// compressed-tensors' MXFP4 (layout/mxfp4.hpp), whose packed bytes are gpt-oss's blocks.
 QFORGE_DECL void demo_mxfp4_experts(const std::vector<std::uint16_t>& w, const shape_t& blocks_shape, std::vector<std::byte>& blocks,
-                               std::vector<std::byte>& scales);
+                                    std::vector<std::byte>& scales);
 
 }  // namespace detail
 
@@ -249,7 +249,7 @@ QFORGE_DECL void demo_moe_config(json& cfg, const demo_options& o) {
 }
 
 QFORGE_DECL void demo_mxfp4_experts(const std::vector<std::uint16_t>& w, const shape_t& blocks_shape, std::vector<std::byte>& blocks,
-                               std::vector<std::byte>& scales) {
+                                    std::vector<std::byte>& scales) {
     const std::int64_t E = blocks_shape[0], N = blocks_shape[1], K = blocks_shape[2] * 32;
     blocks.clear();
     scales.clear();

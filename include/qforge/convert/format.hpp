@@ -168,7 +168,7 @@ QFORGE_DECL std::optional<std::string> integer_grid_refusal(std::int64_t cols, c
 /// Why `format` cannot hold a [rows x cols] weight quantized with `s` (s.scale_dtype
 /// resolved), or nullopt when it can. `checkpoint` is the source weight's dtype.
 QFORGE_DECL std::optional<std::string> format_refusal(output_format f, std::int64_t rows, std::int64_t cols,
-                                                 const quant_spec& s, dtype checkpoint);
+                                                      const quant_spec& s, dtype checkpoint);
 
 /// Runs `fn(layout)` with the integer layout object of `r`'s format (layout/layout_traits.hpp
 /// layout_request: bits, scale dtype, checkpoint dtype, act-order). A float format has none.
@@ -191,7 +191,7 @@ decltype(auto) with_layout(output_format f, int bits, dtype scale_dtype, dtype c
 
 /// The tensors one quantized linear `<module>.weight` [rows x cols] becomes.
 QFORGE_DECL std::vector<planned_tensor> format_tensors(output_format f, std::string_view module, std::int64_t rows,
-                                                  std::int64_t cols, const quant_spec& s, dtype checkpoint);
+                                                       std::int64_t cols, const quant_spec& s, dtype checkpoint);
 
 /// The `quantization_config` of format `f` for the model's `linears`, built from `main` (the
 /// first quantized layer's scheme, scale dtype resolved; formats that state one scheme take
@@ -200,7 +200,7 @@ QFORGE_DECL json format_config(output_format f, std::span<const linear_entry> li
 
 /// The files format `f` writes beside config.json (GPTQ's quantize_config.json), or none.
 QFORGE_DECL std::vector<side_file> format_side_files(output_format f, std::span<const linear_entry> linears,
-                                                const layout_request& main);
+                                                     const layout_request& main);
 
 // ---- what a repack (convert/repack*.hpp) asks: codes moved, not recomputed ----------------
 // Each rule below is a member of the format's traits where the format has one, with the
@@ -213,7 +213,7 @@ QFORGE_DECL std::optional<std::string> format_codes_refusal(output_format f, con
 /// The tensors of the prepared tensor `q` in format `f`: the format's own pack(q, prefix, r)
 /// where it has one (compressed-tensors adds act-order's weight_g_idx), else its layout's.
 QFORGE_DECL std::vector<owned_tensor> format_pack(output_format f, const quantized_tensor& q, std::string_view prefix,
-                                             const layout_request& r);
+                                                  const layout_request& r);
 
 /// The scale dtype a repack into `f` writes when the user leaves it open: the format's
 /// repack_scale_dtype(model) where it has one, else F16 (what GPTQ and AWQ loaders expect).
@@ -369,7 +369,7 @@ QFORGE_DECL std::optional<std::string> integer_grid_refusal(std::int64_t cols, c
 }  // namespace detail
 
 QFORGE_DECL std::optional<std::string> format_refusal(output_format f, std::int64_t rows, std::int64_t cols,
-                                                 const quant_spec& s, dtype checkpoint) {
+                                                      const quant_spec& s, dtype checkpoint) {
     return visit_format(f, [&](auto t) -> std::optional<std::string> {
         using T = decltype(t);
         std::optional<std::string> why;
@@ -381,7 +381,7 @@ QFORGE_DECL std::optional<std::string> format_refusal(output_format f, std::int6
 }
 
 QFORGE_DECL std::vector<planned_tensor> format_tensors(output_format f, std::string_view module, std::int64_t rows,
-                                                  std::int64_t cols, const quant_spec& s, dtype checkpoint) {
+                                                       std::int64_t cols, const quant_spec& s, dtype checkpoint) {
     quant_spec resolved = s;
     resolved.scale_dtype = s.scale_dtype.value_or(default_scale_dtype(f, checkpoint));
     const layout_request r = layout_request_for(resolved, checkpoint, checkpoint);
@@ -401,7 +401,7 @@ QFORGE_DECL json format_config(output_format f, std::span<const linear_entry> li
 }
 
 QFORGE_DECL std::vector<side_file> format_side_files(output_format f, std::span<const linear_entry> linears,
-                                                const layout_request& main) {
+                                                     const layout_request& main) {
     return visit_format(f, [&](auto t) { return decltype(t)::side_files(linears, main); });
 }
 
@@ -417,7 +417,7 @@ QFORGE_DECL std::optional<std::string> format_codes_refusal(output_format f, con
 }
 
 QFORGE_DECL std::vector<owned_tensor> format_pack(output_format f, const quantized_tensor& q, std::string_view prefix,
-                                             const layout_request& r) {
+                                                  const layout_request& r) {
     return visit_format(f, [&](auto t) -> std::vector<owned_tensor> {
         using T = decltype(t);
         if constexpr (T::codes != code_kind::integer)

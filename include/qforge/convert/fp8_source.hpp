@@ -113,13 +113,13 @@ QFORGE_DECL bool is_gpt_oss_config(const json& config);
 /// expert pairs become fused tensors decoded expert by expert; its bf16 linears (attention,
 /// router, embeddings, head: its `modules_to_not_convert`) are kept dense. Never throws.
 QFORGE_DECL fp8_source read_gpt_oss_source(const json& config, const std::string& config_file,
-                                      const std::vector<source_tensor>& tensors, const std::string& dir);
+                                           const std::vector<source_tensor>& tensors, const std::string& dir);
 
 /// Reads the FP8 facts of a checkpoint (config.json's quantization_config and the tensor
 /// headers). Never throws for a malformed source: every problem is a refusal. A checkpoint
 /// whose config declares no FP8 scheme gives kind none and its tensors unchanged.
 QFORGE_DECL fp8_source read_fp8_source(const json& config, const std::string& config_file,
-                                  const std::vector<source_tensor>& tensors, const std::string& dir = {});
+                                       const std::vector<source_tensor>& tensors, const std::string& dir = {});
 
 namespace detail {
 
@@ -133,7 +133,7 @@ QFORGE_DECL float stored_scale_value(const std::byte* p, dtype t) noexcept;
 /// (described by `s`): w[r][c] = e4m3(code) * scale[r / block_rows][c / block_cols]. Refuses
 /// a NaN code or a non-finite scale naming `file`, the tensor and the element.
 QFORGE_DECL owned_tensor decode_fp8_weight(const tensor_view& w, const tensor_view& scale, const source_scale& s,
-                                      const std::string& file = {}, const std::string& scale_file = {});
+                                           const std::string& file = {}, const std::string& scale_file = {});
 
 /// True when an FP8 source weight's codes and scales are already what `format` would store
 /// for scheme `s` (same grid, same scale dtype): the converter then copies them bit for bit
@@ -234,7 +234,7 @@ QFORGE_DECL bool is_gpt_oss_config(const json& config) {
 }  // namespace detail
 
 QFORGE_DECL fp8_source read_gpt_oss_source(const json& config, const std::string& config_file,
-                                      const std::vector<source_tensor>& tensors, const std::string& dir) {
+                                           const std::vector<source_tensor>& tensors, const std::string& dir) {
     fp8_source out;
     out.kind = fp8_source_kind::gpt_oss_mxfp4;
     auto refuse = [&](const std::string& why) { out.refusals.push_back(detail::format_error_message(config_file, {}, why)); };
@@ -253,7 +253,7 @@ QFORGE_DECL fp8_source read_gpt_oss_source(const json& config, const std::string
 }
 
 QFORGE_DECL fp8_source read_fp8_source(const json& config, const std::string& config_file,
-                                  const std::vector<source_tensor>& tensors, const std::string& dir) {
+                                       const std::vector<source_tensor>& tensors, const std::string& dir) {
     fp8_source out;
     out.tensors = tensors;
     const json* qc = config.is_object() ? config.find("quantization_config") : nullptr;
@@ -414,7 +414,7 @@ QFORGE_DECL float stored_scale_value(const std::byte* p, dtype t) noexcept {
 }  // namespace detail
 
 QFORGE_DECL owned_tensor decode_fp8_weight(const tensor_view& w, const tensor_view& scale, const source_scale& s,
-                                      const std::string& file, const std::string& scale_file) {
+                                           const std::string& file, const std::string& scale_file) {
     if (w.type != dtype::F8_E4M3 || w.rank() != 2)
         fail<format_error>(file, w.name, "expected a 2-D F8_E4M3 weight, got " + std::string(dtype_name(w.type)) + " " +
                                              shape_to_string(w.shape));

@@ -156,7 +156,7 @@ QFORGE_DECL bool is_fused_expert_tensor(std::string_view name);
 
 /// The per-expert pieces of the fused tensor `name` [shape], or an empty list and `why`.
 QFORGE_DECL std::vector<expert_piece> split_fused_experts(std::string_view name, const shape_t& shape,
-                                                     const model_config& c, std::string& why);
+                                                          const model_config& c, std::string& why);
 
 /// Bytes of one expert's block [A, B] (or [N]) of the fused tensor `v`.
 QFORGE_DECL std::uint64_t expert_block_bytes(const tensor_view& v);
@@ -187,7 +187,7 @@ void gather_transposed(const std::byte* src, std::int64_t stride, std::int64_t f
 }  // namespace detail
 
 QFORGE_DECL owned_tensor gather_expert(const tensor_view& v, const expert_cut& cut, const std::string& name,
-                                  const shape_t& shape);
+                                       const shape_t& shape);
 
 }  // namespace qforge
 
@@ -323,7 +323,7 @@ QFORGE_DECL bool is_fused_expert_tensor(std::string_view name) {
 }
 
 QFORGE_DECL std::vector<expert_piece> split_fused_experts(std::string_view name, const shape_t& shape,
-                                                     const model_config& c, std::string& why) {
+                                                          const model_config& c, std::string& why) {
     std::string prefix;
     const auto part = detail::fused_part_of(name, prefix);
     if (!part) {
@@ -409,7 +409,7 @@ QFORGE_DECL std::uint64_t expert_block_bytes(const tensor_view& v) {
 }
 
 QFORGE_DECL owned_tensor gather_expert(const tensor_view& v, const expert_cut& cut, const std::string& name,
-                                  const shape_t& shape) {
+                                       const shape_t& shape) {
     const std::size_t es = dtype_size(v.type);
     const bool bias = v.shape.size() == 2;
     const std::int64_t A = v.shape.at(1), B = bias ? 1 : v.shape.at(2);

@@ -112,7 +112,7 @@ inline expert_cut gpt_oss_native_rows(std::int64_t expert) { return {expert, tru
 
 /// The outputs of fused expert weight `t` [E, K, N], or the reason it cannot be written.
 QFORGE_DECL std::string gpt_oss_expert_outputs(const source_tensor& t, std::string_view weight, const model_config& cfg,
-                                          std::vector<planned_tensor>& out);
+                                               std::vector<planned_tensor>& out);
 
 /// Why the source as a whole cannot be written so, or empty.
 QFORGE_DECL std::string gpt_oss_source_refusal(const checkpoint_source& src, const model_config& cfg);
@@ -175,7 +175,7 @@ QFORGE_DECL std::string_view gpt_oss_expert_weight(std::string_view name) {
 }
 
 QFORGE_DECL std::string gpt_oss_expert_outputs(const source_tensor& t, std::string_view weight, const model_config& cfg,
-                                          std::vector<planned_tensor>& out) {
+                                               std::vector<planned_tensor>& out) {
     if (t.type != dtype::BF16 && t.type != dtype::F16 && t.type != dtype::F32)
         return "expert weights must be BF16, F16 or F32 to quantize, not " + std::string(dtype_name(t.type));
     const std::int64_t H = cfg.hidden_size, I = cfg.intermediate_size, E = cfg.num_experts;

@@ -94,7 +94,7 @@ QFORGE_DECL void mxfp4_bf16_table(std::uint8_t scale, std::uint16_t lut[16]);
 /// is not finite when a value it holds decodes to infinity or NaN, which only scales 0xFD and
 /// up can do).
 QFORGE_DECL std::int64_t decode_mxfp4_row_bf16(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups,
-                                          std::uint16_t* out);
+                                               std::uint16_t* out);
 
 /// The largest |value| of one MXFP4 row (K = groups * 32), read from its codes without decoding:
 /// E2M1 magnitudes order as their 3-bit codes, so each group's largest is its largest code's
@@ -214,7 +214,7 @@ QFORGE_DECL void mxfp4_bf16_table(std::uint8_t scale, std::uint16_t lut[16]) {
 }  // namespace detail
 
 QFORGE_DECL std::int64_t decode_mxfp4_row_bf16(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t groups,
-                                          std::uint16_t* out) {
+                                               std::uint16_t* out) {
     std::int64_t bad = -1;
     for (std::int64_t g = 0; g < groups; ++g) {
         std::uint16_t lut[16];

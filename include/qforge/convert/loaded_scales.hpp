@@ -84,7 +84,7 @@ QFORGE_DECL double snr_db_as_loaded(const tensor_view& original, quantized_tenso
 /// The same for a layer as written in `format` (`packed`: the tensors of `module`), read back
 /// with the format's reader, which takes codes, zeros and scales as they are.
 QFORGE_DECL double snr_db_as_loaded(const tensor_view& original, const std::vector<owned_tensor>& packed, const std::string& module,
-                               output_format format, const quant_spec& s, dtype kept, const executor& ex = {});
+                                    output_format format, const quant_spec& s, dtype kept, const executor& ex = {});
 
 }  // namespace qforge
 
@@ -117,7 +117,7 @@ QFORGE_DECL double snr_db_as_loaded(const tensor_view& original, quantized_tenso
 }
 
 QFORGE_DECL double snr_db_as_loaded(const tensor_view& original, const std::vector<owned_tensor>& packed, const std::string& module,
-                               output_format format, const quant_spec& s, dtype kept, const executor& ex) {
+                                    output_format format, const quant_spec& s, dtype kept, const executor& ex) {
     std::map<std::string, tensor_view> views;
     for (const auto& t : packed) views.emplace(t.name, t.view());
     const tensor_source src = make_tensor_source(views, module);

@@ -83,7 +83,7 @@ QFORGE_DECL std::optional<mxfp4_packed_weight> read_mxfp4_weight(const std::stri
 /// list); never throws: malformed input gives refusals. Not compressed-tensors, or no group in
 /// an FP4 pack format: present == false and `tensors` is the input.
 QFORGE_DECL mxfp4_source read_mxfp4_source(const json& config, const std::string& config_file, std::span<const source_tensor> in,
-                                      const std::string& dir);
+                                           const std::string& dir);
 
 }  // namespace qforge
 
@@ -154,7 +154,7 @@ QFORGE_DECL std::optional<mxfp4_packed_weight> read_mxfp4_weight(const std::stri
 }  // namespace detail
 
 QFORGE_DECL mxfp4_source read_mxfp4_source(const json& config, const std::string& config_file, std::span<const source_tensor> in,
-                                      const std::string& dir) {
+                                           const std::string& dir) {
     mxfp4_source r;
     r.tensors.assign(in.begin(), in.end());
     const json* qc = config.is_object() ? config.find("quantization_config") : nullptr;

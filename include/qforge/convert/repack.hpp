@@ -156,7 +156,7 @@ struct repack_scheme {
 /// among `tensor_names`. Without a quantization_config, float weights with `weight_scale` and
 /// `weight_zero_point` are read as fake-quantized at `fake_bits` bits (0: refuse, bits unknown).
 QFORGE_DECL repack_scheme detect_repack_scheme(const json& model_config, const std::vector<std::string>& tensor_names,
-                                          int fake_bits = 0);
+                                               int fake_bits = 0);
 
 }  // namespace qforge
 
@@ -249,7 +249,7 @@ QFORGE_DECL bool ct_target_matches(const std::string& target, const std::string&
 }  // namespace repack_detail
 
 QFORGE_DECL repack_scheme detect_repack_scheme(const json& model_config, const std::vector<std::string>& tensor_names,
-                                          int fake_bits) {
+                                               int fake_bits) {
     using namespace detail;
     using namespace repack_detail;
     repack_scheme r;

@@ -137,7 +137,7 @@ QFORGE_DECL quantized_tensor requantize_for(const quantized_tensor& q, const rep
 
 /// One module into `out`. `info` receives the tensor without codes (for the config).
 QFORGE_DECL std::string repack_one(const tensor_source& src, const std::string& m, const layer_scheme& s, const repack_target& t,
-                              bool requantize, std::vector<owned_tensor>& out, quantized_tensor& info, repack_layer& layer);
+                                   bool requantize, std::vector<owned_tensor>& out, quantized_tensor& info, repack_layer& layer);
 
 /// What the target's config is built from: the first quantized module's width, the target's
 /// scale dtype, whether every module carries act-order's g_idx, and the target's packing.
@@ -145,7 +145,7 @@ QFORGE_DECL layout_request repack_config_request(const repack_target& t, const l
 
 /// The target's quantization_config for the repacked modules.
 QFORGE_DECL json repack_quantization_config(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order,
-                                       json* gptq_side_file);
+                                            json* gptq_side_file);
 
 /// The files the target writes beside config.json (GPTQ's quantize_config.json), or none.
 QFORGE_DECL std::vector<side_file> repack_side_files(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order);
@@ -213,7 +213,7 @@ QFORGE_DECL quantized_tensor requantize_for(const quantized_tensor& q, const rep
 }
 
 QFORGE_DECL std::string repack_one(const tensor_source& src, const std::string& m, const layer_scheme& s, const repack_target& t,
-                              bool requantize, std::vector<owned_tensor>& out, quantized_tensor& info, repack_layer& layer) {
+                                   bool requantize, std::vector<owned_tensor>& out, quantized_tensor& info, repack_layer& layer) {
     layer.module = m;
     if (repack_words(src, m, s, t, out, &info)) {  // info comes back prepared: no second read of the small tensors
         layer.how = "words";
@@ -246,7 +246,7 @@ QFORGE_DECL layout_request repack_config_request(const repack_target& t, const l
 }
 
 QFORGE_DECL json repack_quantization_config(const repack_target& t, const std::vector<linear_entry>& linears, bool act_order,
-                                       json* gptq_side_file) {
+                                            json* gptq_side_file) {
     const linear_entry* first = nullptr;
     for (const auto& e : linears)
         if (e.quantized) {

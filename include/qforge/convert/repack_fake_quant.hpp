@@ -39,8 +39,8 @@ QFORGE_DECL std::string fmt_double(double v);
 /// channel). Throws unsupported_error for a non-integer zero point, an off-grid weight (naming
 /// the worst group and its deviation) or a scale dtype other than the weight's.
 QFORGE_DECL quantized_tensor read_fake_quant(const tensor_view& weight, const tensor_view& scale,
-                                        const tensor_view& zero_point, const fake_quant_options& opt,
-                                        const std::string& file = {});
+                                             const tensor_view& zero_point, const fake_quant_options& opt,
+                                             const std::string& file = {});
 
 /// The same, looking up `<prefix>.weight`, `<prefix>.weight_scale`, `<prefix>.weight_zero_point`.
 QFORGE_DECL quantized_tensor read_fake_quant(const tensor_source& src, const std::string& prefix, const fake_quant_options& opt);
@@ -90,8 +90,8 @@ QFORGE_DECL std::string fmt_double(double v) {
 }  // namespace repack_detail
 
 QFORGE_DECL quantized_tensor read_fake_quant(const tensor_view& weight, const tensor_view& scale,
-                                        const tensor_view& zero_point, const fake_quant_options& opt,
-                                        const std::string& file) {
+                                             const tensor_view& zero_point, const fake_quant_options& opt,
+                                             const std::string& file) {
     using namespace detail;
     using namespace repack_detail;
     const std::string& name = weight.name;

@@ -70,7 +70,7 @@ QFORGE_DECL bool repack_use_avx2();
 /// Writes the transpose of `v` into `out`, reusing its storage (a converter repacking layer
 /// after layer of one shape allocates the big buffer once).
 QFORGE_DECL void transposed_words(const tensor_view& v, std::string name, std::int64_t rows, std::int64_t cols,
-                             const std::string& file, owned_tensor& out);
+                                  const std::string& file, owned_tensor& out);
 
 /// Keeps out[0] (the big packed tensor, reused) and drops the rest.
 QFORGE_DECL void reset_outputs(std::vector<owned_tensor>& out);
@@ -136,17 +136,17 @@ QFORGE_DECL bool convert_patterns_exactly(std::uint16_t* p, std::size_t n, dtype
 /// The shape of the layer as the rules see it (no codes, scales or zeros: the value checks
 /// the rules make on those are made on the words by the callers).
 QFORGE_DECL quantized_tensor layer_shape(const std::string& prefix, int b, std::int64_t N, std::int64_t K, std::int64_t group_size, bool sym,
-                                    dtype scale_dtype, std::vector<std::int32_t> g_idx);
+                                         dtype scale_dtype, std::vector<std::int32_t> g_idx);
 
 /// GPTQ qweight/qzeros/scales/g_idx -> compressed-tensors, on words. See read_gptq for what
 /// each check mirrors.
 QFORGE_DECL bool fast_gptq_to_ct(const tensor_source& src, const std::string& prefix, const gptq_args& a, const repack_target& t,
-                            std::vector<owned_tensor>& out, quantized_tensor* info = nullptr);
+                                 std::vector<owned_tensor>& out, quantized_tensor* info = nullptr);
 
 /// compressed-tensors weight_packed/weight_shape/weight_scale/weight_zero_point/weight_g_idx
 /// -> GPTQ, on words. See read_ct_packed (layout/compressed_tensors.hpp) for what each check mirrors.
 QFORGE_DECL bool fast_ct_to_gptq(const tensor_source& src, const std::string& prefix, const ct_weight_args& a, const repack_target& t,
-                            std::vector<owned_tensor>& out, quantized_tensor* info = nullptr);
+                                 std::vector<owned_tensor>& out, quantized_tensor* info = nullptr);
 
 }  // namespace repack_detail
 
@@ -155,16 +155,16 @@ QFORGE_DECL bool fast_ct_to_gptq(const tensor_source& src, const std::string& pr
 /// read_quantized + repack_pack. `info`, when given, receives the prepared tensor without its
 /// codes (bits, shape, group, symmetry, scale dtype, g_idx; scales and zeros may be empty).
 QFORGE_DECL bool repack_words(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
-                         std::vector<owned_tensor>& out, quantized_tensor* info = nullptr);
+                              std::vector<owned_tensor>& out, quantized_tensor* info = nullptr);
 
 /// One module of the input in the target layout: the word-level path where it exists, else
 /// read -> prepare -> pack. Refusals are unsupported_error, thrown before anything is returned.
 /// `out` may hold the previous module's tensors: their storage is reused where it can be.
 QFORGE_DECL void repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
-                          std::vector<owned_tensor>& out);
+                               std::vector<owned_tensor>& out);
 
 QFORGE_DECL std::vector<owned_tensor> repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s,
-                                               const repack_target& t);
+                                                    const repack_target& t);
 
 }  // namespace qforge
 
@@ -195,7 +195,7 @@ QFORGE_DECL bool repack_use_avx2() {
 }
 
 QFORGE_DECL void transposed_words(const tensor_view& v, std::string name, std::int64_t rows, std::int64_t cols,
-                             const std::string& file, owned_tensor& out) {
+                                  const std::string& file, owned_tensor& out) {
     const detail::word_span w = detail::words_of(v, {rows, cols}, file);
     out.name = std::move(name);
     out.type = dtype::I32;
@@ -290,13 +290,13 @@ QFORGE_DECL bool convert_patterns_exactly(std::uint16_t* p, std::size_t n, dtype
 }
 
 QFORGE_DECL quantized_tensor layer_shape(const std::string& prefix, int b, std::int64_t N, std::int64_t K, std::int64_t group_size, bool sym,
-                                    dtype scale_dtype, std::vector<std::int32_t> g_idx) {
+                                         dtype scale_dtype, std::vector<std::int32_t> g_idx) {
     return quantized_tensor::with_header(prefix, b, N, K, group_size, sym, scale_dtype, quantized_tensor::storage::none,
                                          std::move(g_idx));
 }
 
 QFORGE_DECL bool fast_gptq_to_ct(const tensor_source& src, const std::string& prefix, const gptq_args& a, const repack_target& t,
-                            std::vector<owned_tensor>& out, quantized_tensor* info) {
+                                 std::vector<owned_tensor>& out, quantized_tensor* info) {
     const int b = a.bits;
     if (b != 2 && b != 4 && b != 8) return false;
     const tensor_view* qw = src.optional(prefix + ".qweight");
@@ -351,7 +351,7 @@ QFORGE_DECL bool fast_gptq_to_ct(const tensor_source& src, const std::string& pr
 }
 
 QFORGE_DECL bool fast_ct_to_gptq(const tensor_source& src, const std::string& prefix, const ct_weight_args& a, const repack_target& t,
-                            std::vector<owned_tensor>& out, quantized_tensor* info) {
+                                 std::vector<owned_tensor>& out, quantized_tensor* info) {
     const int b = a.bits;
     if (b != 2 && b != 4 && b != 8) return false;
     const tensor_view* ws = src.optional(prefix + ".weight_shape");
@@ -402,7 +402,7 @@ QFORGE_DECL bool fast_ct_to_gptq(const tensor_source& src, const std::string& pr
 }  // namespace repack_detail
 
 QFORGE_DECL bool repack_words(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
-                         std::vector<owned_tensor>& out, quantized_tensor* info) {
+                              std::vector<owned_tensor>& out, quantized_tensor* info) {
     using namespace detail;
     using namespace repack_detail;
     // Down columns (GPTQ qweight) -> along rows (compressed-tensors weight_packed), and back.
@@ -462,14 +462,14 @@ QFORGE_DECL bool repack_words(const tensor_source& src, const std::string& prefi
 }
 
 QFORGE_DECL void repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s, const repack_target& t,
-                          std::vector<owned_tensor>& out) {
+                               std::vector<owned_tensor>& out) {
     if (repack_words(src, prefix, s, t, out)) return;
     quantized_tensor q = repack_prepare(read_quantized(src, prefix, s), t, src.file);
     out = repack_pack(q, prefix, t);
 }
 
 QFORGE_DECL std::vector<owned_tensor> repack_module(const tensor_source& src, const std::string& prefix, const layer_scheme& s,
-                                               const repack_target& t) {
+                                                    const repack_target& t) {
     std::vector<owned_tensor> out;
     repack_module(src, prefix, s, t, out);
     return out;

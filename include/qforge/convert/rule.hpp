@@ -220,7 +220,7 @@ QFORGE_DECL bool is_router(std::string_view name, const shape_t& shape, std::int
 /// a known layout never get here: the plan cuts them per expert first). `num_experts` is 0 for
 /// dense models.
 QFORGE_DECL default_decision default_action(std::string_view name, dtype type, const shape_t& shape,
-                                       std::int64_t num_experts);
+                                            std::int64_t num_experts);
 
 }  // namespace qforge
 
@@ -280,7 +280,7 @@ QFORGE_DECL bool is_router(std::string_view name, const shape_t& shape, std::int
 }
 
 QFORGE_DECL default_decision default_action(std::string_view name, dtype type, const shape_t& shape,
-                                       std::int64_t num_experts) {
+                                            std::int64_t num_experts) {
     if (!is_floating(type)) return default_decision::keep;
     if (shape.size() >= 3) return default_decision::uncovered;
     if (shape.size() != 2 || !name.ends_with(".weight")) return default_decision::keep;

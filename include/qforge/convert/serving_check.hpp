@@ -87,8 +87,8 @@ inline std::string num(std::int64_t v) { return std::to_string(v); }
 /// The vLLM rules for one rank's partition [n x k] of a linear quantized with `s` in `f`
 /// (`parts_n`: each fused part's N on this rank; `k_full`: the unsplit K).
 QFORGE_DECL std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quant_spec& s, std::int64_t n,
-                                                     std::int64_t k, std::int64_t k_full,
-                                                     std::span<const std::int64_t> parts_n, bool row_parallel);
+                                                          std::int64_t k, std::int64_t k_full,
+                                                          std::span<const std::int64_t> parts_n, bool row_parallel);
 
 /// Why vLLM refuses the whole config before any shape is looked at, or nullopt: the format's
 /// vllm_config_refusal (GPTQ: AutoGPTQConfig.TYPE_MAP; AWQ: AutoAWQConfig.TYPE_MAP).
@@ -237,8 +237,8 @@ inline std::string numbered_as_n(std::string_view module) {
 }  // namespace detail
 
 QFORGE_DECL std::vector<kernel_verdict> vllm_kernel_rules(output_format f, const quant_spec& s, std::int64_t n,
-                                                     std::int64_t k, std::int64_t k_full,
-                                                     std::span<const std::int64_t> parts_n, bool row_parallel) {
+                                                          std::int64_t k, std::int64_t k_full,
+                                                          std::span<const std::int64_t> parts_n, bool row_parallel) {
     std::vector<kernel_verdict> out;
     const std::int64_t g = s.group_size > 0 && s.group_size < k_full ? s.group_size : -1;
     const std::int64_t unit = detail::pack_unit(f, s.bits);

@@ -11,13 +11,16 @@
 //         #include "qforge/qforge.hpp"
 // The other TUs then see only the declarations of those functions (marked QFORGE_DECL) and
 // link against the one definition; nor do they compile the SIMD kernels (simd/*_kernels.hpp),
-// which they reach only through the kernel tables. Templates, small inline helpers and
-// everything in detail/ stay in the headers in both modes; the bytes written and every message
-// are the same.
+// which they reach only through the kernel tables. Every non-template function of convert/ and
+// io/ that is not a one-liner (and core/json_value.hpp's) is such a function: its header
+// declares it where it was and keeps its body in a section at its end, under the macro below
+// that says whether this TU compiles it. Templates, one-line and class-body helpers, the
+// maths of quant/ and layout/ (whose inlining into the kernels must not change) stay in the
+// headers in both modes; the bytes written and every message are the same.
 //
 // The one TU may also be two, which a parallel build compiles at once: one defines
-// QFORGE_IMPLEMENTATION_BASE and includes core/regex.hpp and the simd/*_kernels.hpp headers
-// (the lower layers' part: all a program needs that quantizes without calling the converters),
+// QFORGE_IMPLEMENTATION_BASE and includes qforge/base.hpp (the lower layers' part: all a
+// program needs that quantizes, reads or writes without calling the converters),
 // the other defines QFORGE_IMPLEMENTATION_ENTRY_POINTS and includes qforge/qforge.hpp.
 #pragma once
 
@@ -30,8 +33,8 @@
 
 /// QFORGE_DECL: the linkage of a separately compilable function (inline when header-only).
 /// QFORGE_BODIES_HERE: 1 when this TU compiles the bodies of the converter layer's functions.
-/// QFORGE_BASE_BODIES_HERE: 1 when this TU compiles those of core/ (regex) and simd/ (the
-/// kernels and their tables).
+/// QFORGE_BASE_BODIES_HERE: 1 when this TU compiles those of core/ (regex, json), simd/ (the
+/// kernels and their tables) and io/.
 #if defined(QFORGE_SEPARATE_COMPILATION)
 #define QFORGE_DECL
 #if defined(QFORGE_IMPLEMENTATION) || defined(QFORGE_IMPLEMENTATION_ENTRY_POINTS)

@@ -23,6 +23,7 @@
 #include <variant>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 
 namespace qforge {
@@ -178,33 +179,42 @@ private:
     std::variant<std::monostate, bool, std::int64_t, double, std::string, array_t, object_t> v_;
 };
 
+QFORGE_DECL bool operator==(const json_member& a, const json_member& b);
 
-inline json json::object(std::initializer_list<json_member> members) {
+QFORGE_DECL bool operator==(const json& a, const json& b);
+
+}  // namespace qforge
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL json json::object(std::initializer_list<json_member> members) {
     return json(object_t(members));
 }
 
-inline const json* json::find(std::string_view key) const noexcept {
+QFORGE_DECL const json* json::find(std::string_view key) const noexcept {
     if (const auto* o = std::get_if<object_t>(&v_))
         for (const auto& m : *o)
             if (m.key == key) return &m.value;
     return nullptr;
 }
 
-inline json* json::find(std::string_view key) noexcept {
+QFORGE_DECL json* json::find(std::string_view key) noexcept {
     return const_cast<json*>(std::as_const(*this).find(key));
 }
 
-inline const json& json::at(std::string_view key) const {
+QFORGE_DECL const json& json::at(std::string_view key) const {
     (void)as_object();  // a non-object is a type error, not a missing key
     if (const json* found = find(key)) return *found;
     fail<format_error>({}, {}, "JSON object has no key \"" + std::string(key) + "\"");
 }
 
-inline json& json::at(std::string_view key) {
+QFORGE_DECL json& json::at(std::string_view key) {
     return const_cast<json&>(std::as_const(*this).at(key));
 }
 
-inline json& json::operator[](std::string_view key) {
+QFORGE_DECL json& json::operator[](std::string_view key) {
     if (is_null()) v_ = object_t{};
     if (json* found = find(key)) return *found;
     auto& o = as_object();
@@ -212,13 +222,13 @@ inline json& json::operator[](std::string_view key) {
     return o.back().value;
 }
 
-inline json& json::set(std::string_view key, json value) {
+QFORGE_DECL json& json::set(std::string_view key, json value) {
     json& slot = (*this)[key];
     slot = std::move(value);
     return slot;
 }
 
-inline bool json::erase(std::string_view key) {
+QFORGE_DECL bool json::erase(std::string_view key) {
     auto& o = as_object();
     for (auto it = o.begin(); it != o.end(); ++it)
         if (it->key == key) {
@@ -228,7 +238,7 @@ inline bool json::erase(std::string_view key) {
     return false;
 }
 
-inline const json& json::at(std::size_t i) const {
+QFORGE_DECL const json& json::at(std::size_t i) const {
     const auto& a = as_array();
     if (i >= a.size())
         fail<format_error>({}, {}, "JSON array index " + std::to_string(i) +
@@ -236,24 +246,24 @@ inline const json& json::at(std::size_t i) const {
     return a[i];
 }
 
-inline json& json::push_back(json value) {
+QFORGE_DECL json& json::push_back(json value) {
     if (is_null()) v_ = array_t{};
     auto& a = as_array();
     a.push_back(std::move(value));
     return a.back();
 }
 
-inline std::size_t json::size() const noexcept {
+QFORGE_DECL std::size_t json::size() const noexcept {
     if (const auto* a = std::get_if<array_t>(&v_)) return a->size();
     if (const auto* o = std::get_if<object_t>(&v_)) return o->size();
     return 0;
 }
 
-inline bool operator==(const json_member& a, const json_member& b) {
+QFORGE_DECL bool operator==(const json_member& a, const json_member& b) {
     return a.key == b.key && a.value == b.value;
 }
 
-inline bool operator==(const json& a, const json& b) { return a.v_ == b.v_; }
+QFORGE_DECL bool operator==(const json& a, const json& b) { return a.v_ == b.v_; }
 
 }  // namespace qforge
-
+#endif

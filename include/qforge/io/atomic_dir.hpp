@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/detail/file_ops.hpp"
 #include "qforge/io/file.hpp"
@@ -36,39 +37,10 @@ namespace qforge::io {
 namespace detail {
 
 /// A name for a sibling of `base` that does not exist yet: ".<base>.<tag>-XXXXXX".
-inline std::string fresh_sibling_name(const std::string& parent, const std::string& base, std::string_view tag) {
-    static std::atomic<std::uint64_t> counter{0};
-    constexpr char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-    for (;;) {
-        std::uint64_t x = static_cast<std::uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull ^
-                          static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                          (counter.fetch_add(1) * 0xBF58476D1CE4E5B9ull);
-        std::string suffix;
-        for (int k = 0; k < 6; ++k, x /= 36) suffix += alphabet[x % 36];
-        std::string candidate = parent + "/." + base + "." + std::string(tag) + "-" + suffix;
-        if (!path_exists(candidate)) return candidate;
-    }
-}
+QFORGE_DECL std::string fresh_sibling_name(const std::string& parent, const std::string& base, std::string_view tag);
 
 /// fsync of every file and folder under `path` (and `path` itself).
-inline void sync_tree(const std::string& path) {
-    for (const std::string& name : list_directory(path)) {
-        const std::string p = path + "/" + name;
-        struct stat st {};
-        if (::lstat(p.c_str(), &st) != 0) fail_errno(p, "cannot stat", errno);
-        if (S_ISDIR(st.st_mode)) {
-            sync_tree(p);
-        } else if (S_ISREG(st.st_mode)) {
-            int fd;
-            do fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-            while (fd < 0 && errno == EINTR);
-            if (fd < 0) fail_errno(p, "cannot open to fsync", errno);
-            unique_fd guard(fd);
-            if (sys_fsync(fd) != 0) fail_errno(p, "fsync failed", errno);
-        }
-    }
-    sync_directory(path);
-}
+QFORGE_DECL void sync_tree(const std::string& path);
 
 }  // namespace detail
 
@@ -158,3 +130,45 @@ private:
 };
 
 }  // namespace qforge::io
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::io {
+namespace detail {
+
+QFORGE_DECL std::string fresh_sibling_name(const std::string& parent, const std::string& base, std::string_view tag) {
+    static std::atomic<std::uint64_t> counter{0};
+    constexpr char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    for (;;) {
+        std::uint64_t x = static_cast<std::uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull ^
+                          static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                          (counter.fetch_add(1) * 0xBF58476D1CE4E5B9ull);
+        std::string suffix;
+        for (int k = 0; k < 6; ++k, x /= 36) suffix += alphabet[x % 36];
+        std::string candidate = parent + "/." + base + "." + std::string(tag) + "-" + suffix;
+        if (!path_exists(candidate)) return candidate;
+    }
+}
+
+QFORGE_DECL void sync_tree(const std::string& path) {
+    for (const std::string& name : list_directory(path)) {
+        const std::string p = path + "/" + name;
+        struct stat st {};
+        if (::lstat(p.c_str(), &st) != 0) fail_errno(p, "cannot stat", errno);
+        if (S_ISDIR(st.st_mode)) {
+            sync_tree(p);
+        } else if (S_ISREG(st.st_mode)) {
+            int fd;
+            do fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+            while (fd < 0 && errno == EINTR);
+            if (fd < 0) fail_errno(p, "cannot open to fsync", errno);
+            unique_fd guard(fd);
+            if (sys_fsync(fd) != 0) fail_errno(p, "fsync failed", errno);
+        }
+    }
+    sync_directory(path);
+}
+
+}  // namespace detail
+}  // namespace qforge::io
+#endif

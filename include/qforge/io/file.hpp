@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/detail/file_ops.hpp"
 
@@ -67,12 +68,7 @@ private:
 };
 
 /// Size of an open file, via fstat.
-inline std::uint64_t file_size_of(int fd, const std::string& path) {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) fail_errno(path, "fstat failed", errno);
-    if (!S_ISREG(st.st_mode)) fail<io_error>(path, {}, "not a regular file");
-    return static_cast<std::uint64_t>(st.st_size);
-}
+QFORGE_DECL std::uint64_t file_size_of(int fd, const std::string& path);
 
 /// A file opened read-only; reads are positional (pread), so one object can serve threads.
 class input_file {
@@ -121,33 +117,13 @@ private:
 
 /// Writes all of `bytes` at `offset` of the open file `fd` (named `path` in errors), through the
 /// fault-injectable system call so tests can fail it; retries on EINTR and short writes.
-inline void write_at(int fd, const std::string& path, std::span<const std::byte> bytes, std::uint64_t offset) {
-    for (std::size_t done = 0; done < bytes.size();) {
-        const ssize_t n = detail::sys_pwrite(fd, bytes.data() + done, std::min<std::size_t>(bytes.size() - done, 1u << 30),
-                                             static_cast<off_t>(offset + done));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            fail_errno(path, "write failed", errno);
-        }
-        done += static_cast<std::size_t>(n);
-    }
-}
+QFORGE_DECL void write_at(int fd, const std::string& path, std::span<const std::byte> bytes, std::uint64_t offset);
 
 /// fsync of the open file `fd` (named `path` in errors).
-inline void sync_file(int fd, const std::string& path) {
-    if (detail::sys_fsync(fd) != 0) fail_errno(path, "fsync failed", errno);
-}
+QFORGE_DECL void sync_file(int fd, const std::string& path);
 
 /// Whole-file read, refusing files over `max_bytes` before allocating (limit_error).
-inline std::string read_file(const std::string& path, std::uint64_t max_bytes = std::uint64_t{1} << 30) {
-    input_file in(path);
-    if (in.size() > max_bytes)
-        fail<limit_error>(path, {}, "file of " + std::to_string(in.size()) +
-                                        " bytes exceeds the limit of " + std::to_string(max_bytes));
-    std::string text(static_cast<std::size_t>(in.size()), '\0');
-    in.read_at(0, std::as_writable_bytes(std::span<char>(text)));
-    return text;
-}
+QFORGE_DECL std::string read_file(const std::string& path, std::uint64_t max_bytes = std::uint64_t{1} << 30);
 
 /// An output file. Writes loop over short writes and EINTR. The destructor closes without
 /// reporting; call close() to learn about errors.
@@ -208,18 +184,89 @@ private:
 };
 
 /// Creates `path` with `bytes` as its content, fsyncs and closes it.
-inline void write_file(const std::string& path, std::span<const std::byte> bytes) {
+QFORGE_DECL void write_file(const std::string& path, std::span<const std::byte> bytes);
+QFORGE_DECL void write_file(const std::string& path, std::string_view text);
+
+/// Copies a regular file byte for byte (pread in 4 MiB chunks), fsyncing the copy.
+QFORGE_DECL void copy_file(const std::string& from, const std::string& to);
+
+/// lstat-based checks (a symlink is reported as itself, not followed).
+QFORGE_DECL bool path_exists(const std::string& path) noexcept;
+QFORGE_DECL bool is_directory(const std::string& path) noexcept;
+
+QFORGE_DECL void rename_path(const std::string& from, const std::string& to);
+
+/// rename_path for cleanup paths (undoing a move after a failure): never throws.
+QFORGE_DECL bool rename_path_noexcept(const std::string& from, const std::string& to) noexcept;
+
+QFORGE_DECL void make_directory(const std::string& path);
+
+QFORGE_DECL void remove_file(const std::string& path);
+
+/// fsync of a folder, so the names created or renamed in it are durable.
+QFORGE_DECL void sync_directory(const std::string& path);
+
+/// Names in a folder (no "." or ".."), in readdir order.
+QFORGE_DECL std::vector<std::string> list_directory(const std::string& path);
+
+/// Removes a file, a symlink (not its target) or a whole folder tree. Throws on failure.
+QFORGE_DECL void remove_tree(const std::string& path);
+
+/// remove_tree for cleanup paths (destructors, after a failure): never throws; retries once
+/// so that a single failing operation does not leave the tree behind.
+QFORGE_DECL bool remove_tree_noexcept(const std::string& path) noexcept;
+
+}  // namespace qforge::io
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::io {
+
+QFORGE_DECL std::uint64_t file_size_of(int fd, const std::string& path) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) fail_errno(path, "fstat failed", errno);
+    if (!S_ISREG(st.st_mode)) fail<io_error>(path, {}, "not a regular file");
+    return static_cast<std::uint64_t>(st.st_size);
+}
+
+QFORGE_DECL void write_at(int fd, const std::string& path, std::span<const std::byte> bytes, std::uint64_t offset) {
+    for (std::size_t done = 0; done < bytes.size();) {
+        const ssize_t n = detail::sys_pwrite(fd, bytes.data() + done, std::min<std::size_t>(bytes.size() - done, 1u << 30),
+                                             static_cast<off_t>(offset + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail_errno(path, "write failed", errno);
+        }
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+QFORGE_DECL void sync_file(int fd, const std::string& path) {
+    if (detail::sys_fsync(fd) != 0) fail_errno(path, "fsync failed", errno);
+}
+
+QFORGE_DECL std::string read_file(const std::string& path, std::uint64_t max_bytes) {
+    input_file in(path);
+    if (in.size() > max_bytes)
+        fail<limit_error>(path, {}, "file of " + std::to_string(in.size()) +
+                                        " bytes exceeds the limit of " + std::to_string(max_bytes));
+    std::string text(static_cast<std::size_t>(in.size()), '\0');
+    in.read_at(0, std::as_writable_bytes(std::span<char>(text)));
+    return text;
+}
+
+QFORGE_DECL void write_file(const std::string& path, std::span<const std::byte> bytes) {
     output_file f = output_file::create(path);
     f.write(bytes);
     f.sync();
     f.close();
 }
-inline void write_file(const std::string& path, std::string_view text) {
+
+QFORGE_DECL void write_file(const std::string& path, std::string_view text) {
     write_file(path, std::as_bytes(std::span<const char>(text)));
 }
 
-/// Copies a regular file byte for byte (pread in 4 MiB chunks), fsyncing the copy.
-inline void copy_file(const std::string& from, const std::string& to) {
+QFORGE_DECL void copy_file(const std::string& from, const std::string& to) {
     input_file in(from);
     output_file out = output_file::create(to);
     std::vector<std::byte> buf(std::min<std::uint64_t>(in.size(), std::uint64_t{4} << 20));
@@ -233,36 +280,34 @@ inline void copy_file(const std::string& from, const std::string& to) {
     out.close();
 }
 
-/// lstat-based checks (a symlink is reported as itself, not followed).
-inline bool path_exists(const std::string& path) noexcept {
+QFORGE_DECL bool path_exists(const std::string& path) noexcept {
     struct stat st {};
     return ::lstat(path.c_str(), &st) == 0;
 }
-inline bool is_directory(const std::string& path) noexcept {
+
+QFORGE_DECL bool is_directory(const std::string& path) noexcept {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-inline void rename_path(const std::string& from, const std::string& to) {
+QFORGE_DECL void rename_path(const std::string& from, const std::string& to) {
     if (detail::sys_rename(from.c_str(), to.c_str()) != 0)
         fail_errno(from, "cannot rename to " + to, errno);
 }
 
-/// rename_path for cleanup paths (undoing a move after a failure): never throws.
-inline bool rename_path_noexcept(const std::string& from, const std::string& to) noexcept {
+QFORGE_DECL bool rename_path_noexcept(const std::string& from, const std::string& to) noexcept {
     return detail::sys_rename(from.c_str(), to.c_str()) == 0;
 }
 
-inline void make_directory(const std::string& path) {
+QFORGE_DECL void make_directory(const std::string& path) {
     if (detail::sys_mkdir(path.c_str(), 0755) != 0) fail_errno(path, "cannot create folder", errno);
 }
 
-inline void remove_file(const std::string& path) {
+QFORGE_DECL void remove_file(const std::string& path) {
     if (detail::sys_unlink(path.c_str()) != 0) fail_errno(path, "cannot remove", errno);
 }
 
-/// fsync of a folder, so the names created or renamed in it are durable.
-inline void sync_directory(const std::string& path) {
+QFORGE_DECL void sync_directory(const std::string& path) {
     int fd;
     do fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     while (fd < 0 && errno == EINTR);
@@ -271,8 +316,7 @@ inline void sync_directory(const std::string& path) {
     if (detail::sys_fsync(fd) != 0) fail_errno(path, "fsync of folder failed", errno);
 }
 
-/// Names in a folder (no "." or ".."), in readdir order.
-inline std::vector<std::string> list_directory(const std::string& path) {
+QFORGE_DECL std::vector<std::string> list_directory(const std::string& path) {
     DIR* d = ::opendir(path.c_str());
     if (!d) fail_errno(path, "cannot list folder", errno);
     std::vector<std::string> names;
@@ -284,8 +328,7 @@ inline std::vector<std::string> list_directory(const std::string& path) {
     return names;
 }
 
-/// Removes a file, a symlink (not its target) or a whole folder tree. Throws on failure.
-inline void remove_tree(const std::string& path) {
+QFORGE_DECL void remove_tree(const std::string& path) {
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0) {
         if (errno == ENOENT) return;
@@ -299,9 +342,7 @@ inline void remove_tree(const std::string& path) {
     }
 }
 
-/// remove_tree for cleanup paths (destructors, after a failure): never throws; retries once
-/// so that a single failing operation does not leave the tree behind.
-inline bool remove_tree_noexcept(const std::string& path) noexcept {
+QFORGE_DECL bool remove_tree_noexcept(const std::string& path) noexcept {
     for (int attempt = 0; attempt < 2; ++attempt) {
         try {
             remove_tree(path);
@@ -313,3 +354,4 @@ inline bool remove_tree_noexcept(const std::string& path) noexcept {
 }
 
 }  // namespace qforge::io
+#endif

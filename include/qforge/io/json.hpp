@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/json_value.hpp"
 #include "qforge/io/detail/json_reader.hpp"
 #include "qforge/io/detail/json_writer.hpp"
@@ -39,8 +40,17 @@ struct json_io {
 
 /// A JSON file's bytes the way transformers' save_pretrained writes them
 /// (`json.dumps(obj, indent=2, sort_keys=True) + "\n"`).
-inline std::string config_file_text(const json& value) {
+QFORGE_DECL std::string config_file_text(const json& value);
+
+}  // namespace qforge
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL std::string config_file_text(const json& value) {
     return value.dump({.indent = 2, .ensure_ascii = false, .sort_keys = true}) + "\n";
 }
 
 }  // namespace qforge
+#endif

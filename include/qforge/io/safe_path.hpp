@@ -20,6 +20,7 @@
 
 #include <sys/stat.h>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/file.hpp"
 
@@ -31,8 +32,25 @@ enum class symlink_policy { stay_inside, follow_outside };
 
 /// Throws format_error (naming `source`, the file the name came from) unless `name` is a plain
 /// file name that can only mean a child of a folder.
-inline void check_plain_file_name(std::string_view name, const std::string& source,
-                                  std::string_view what = "file name") {
+QFORGE_DECL void check_plain_file_name(std::string_view name, const std::string& source,
+                                       std::string_view what = "file name");
+
+/// realpath() as a string, or an io_error.
+QFORGE_DECL std::string real_path(const std::string& path);
+
+/// folder + "/" + name after check_plain_file_name; if that entry is a symlink, its target must
+/// resolve inside `folder` (unless `policy` is follow_outside).
+QFORGE_DECL std::string child_path(const std::string& folder, std::string_view name, const std::string& source,
+                                   symlink_policy policy = symlink_policy::stay_inside);
+
+}  // namespace qforge::io
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::io {
+
+QFORGE_DECL void check_plain_file_name(std::string_view name, const std::string& source,
+                                       std::string_view what) {
     auto refuse = [&](const std::string& why) {
         std::string shown;
         for (char c : name.substr(0, 80)) shown += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;
@@ -49,17 +67,14 @@ inline void check_plain_file_name(std::string_view name, const std::string& sour
     }
 }
 
-/// realpath() as a string, or an io_error.
-inline std::string real_path(const std::string& path) {
+QFORGE_DECL std::string real_path(const std::string& path) {
     std::unique_ptr<char, decltype(&std::free)> p(::realpath(path.c_str(), nullptr), &std::free);
     if (!p) fail_errno(path, "cannot resolve path", errno);
     return p.get();
 }
 
-/// folder + "/" + name after check_plain_file_name; if that entry is a symlink, its target must
-/// resolve inside `folder` (unless `policy` is follow_outside).
-inline std::string child_path(const std::string& folder, std::string_view name, const std::string& source,
-                              symlink_policy policy = symlink_policy::stay_inside) {
+QFORGE_DECL std::string child_path(const std::string& folder, std::string_view name, const std::string& source,
+                                   symlink_policy policy) {
     check_plain_file_name(name, source);
     std::string path = folder + "/" + std::string(name);
     struct stat st {};
@@ -77,3 +92,4 @@ inline std::string child_path(const std::string& folder, std::string_view name, 
 }
 
 }  // namespace qforge::io
+#endif

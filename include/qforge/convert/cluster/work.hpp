@@ -35,7 +35,7 @@ QFORGE_DECL std::pair<std::size_t, std::size_t> units_of_worker(std::size_t work
 /// else QFORGE_WORKERS, else the plan's unit count: not SLURM_ARRAY_TASK_COUNT, which is 1 for
 /// a task resubmitted alone (sbatch --array=5), while its index still names unit 5.
 QFORGE_DECL std::pair<std::size_t, std::size_t> worker_from_environment(std::optional<std::size_t> unit, std::optional<std::size_t> of,
-                                                                   std::size_t plan_units);
+                                                                        std::size_t plan_units);
 
 /// Whether `r` is a record of unit `u` of this plan (its fingerprint and item range).
 QFORGE_DECL bool record_matches(const plan_summary& s, std::size_t u, const json& r) noexcept;
@@ -68,7 +68,7 @@ QFORGE_DECL std::pair<std::size_t, std::size_t> units_of_worker(std::size_t work
 }
 
 QFORGE_DECL std::pair<std::size_t, std::size_t> worker_from_environment(std::optional<std::size_t> unit, std::optional<std::size_t> of,
-                                                                   std::size_t plan_units) {
+                                                                        std::size_t plan_units) {
     auto number = [](const char* var) -> std::optional<std::size_t> {
         const char* v = std::getenv(var);
         if (!v || !*v) return std::nullopt;

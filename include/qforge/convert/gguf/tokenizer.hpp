@@ -58,7 +58,7 @@ QFORGE_DECL std::optional<std::uint32_t> config_id(const json& cfg, const char* 
 /// tokenizer.* keys converted from a byte-level BPE tokenizer.json. `config` is config.json
 /// (vocab_size, bos/eos/pad ids); `tokenizer_config` may be null (add_bos_token/add_eos_token).
 QFORGE_DECL kv_list tokenizer_from_json(const std::string& path, const std::string& pre_tokenizer, const json& config,
-                                   const json* tokenizer_config);
+                                        const json* tokenizer_config);
 
 }  // namespace qforge::gguf
 
@@ -155,7 +155,7 @@ QFORGE_DECL std::optional<std::uint32_t> config_id(const json& cfg, const char* 
 }  // namespace detail
 
 QFORGE_DECL kv_list tokenizer_from_json(const std::string& path, const std::string& pre_tokenizer, const json& config,
-                                   const json* tokenizer_config) {
+                                        const json* tokenizer_config) {
     if (pre_tokenizer.empty())
         fail<unsupported_error>(path, "", "converting tokenizer.json needs the llama.cpp pre-tokenizer name (e.g. llama-bpe, qwen2)");
     check_pre_tokenizer(pre_tokenizer, path);

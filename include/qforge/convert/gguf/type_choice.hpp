@@ -129,8 +129,8 @@ QFORGE_DECL std::string fallback_text(std::int64_t ne0, ggml_type from, ggml_typ
 /// Chooses the type of one tensor. `ne0` is the row length (GGUF ne[0]); `n_dims` its rank;
 /// `layer` the block index (-1 for global tensors); `model` what llama-quantize would know.
 QFORGE_DECL type_decision choose_type(const file_type& ft, const std::vector<type_override>& overrides,
-                                 const std::string& gguf_name, int n_dims, std::int64_t ne0, int layer,
-                                 const mix_model& model);
+                                      const std::string& gguf_name, int n_dims, std::int64_t ne0, int layer,
+                                      const mix_model& model);
 
 }  // namespace qforge::gguf
 
@@ -273,8 +273,8 @@ QFORGE_DECL std::string fallback_text(std::int64_t ne0, ggml_type from, ggml_typ
 }  // namespace detail
 
 QFORGE_DECL type_decision choose_type(const file_type& ft, const std::vector<type_override>& overrides,
-                                 const std::string& gguf_name, int n_dims, std::int64_t ne0, int layer,
-                                 const mix_model& model) {
+                                      const std::string& gguf_name, int n_dims, std::int64_t ne0, int layer,
+                                      const mix_model& model) {
     type_decision d;
     // convert_hf_to_gguf keeps 1-D tensors, norms, the MoE router (ffn_gate_inp) and every
     // tensor not named .weight (gpt-oss's 2-D expert biases) F32 (TextModel.prepare_tensors), and

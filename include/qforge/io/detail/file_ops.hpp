@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "qforge/core/config.hpp"
 #include "qforge/io/fault_injector.hpp"
 
 namespace qforge::io {
@@ -17,7 +18,33 @@ namespace detail {
 
 // Each wrapper returns what the system call returns, with errno set; an injected fault looks
 // exactly like the system call failing.
-inline bool injected(file_op op) noexcept {
+QFORGE_DECL bool injected(file_op op) noexcept;
+
+QFORGE_DECL int sys_create(const char* path, int flags, mode_t mode) noexcept;
+
+QFORGE_DECL ssize_t sys_pwrite(int fd, const void* buf, std::size_t n, off_t offset) noexcept;
+
+QFORGE_DECL ssize_t sys_write(int fd, const void* buf, std::size_t n) noexcept;
+
+QFORGE_DECL int sys_fsync(int fd) noexcept;
+
+QFORGE_DECL int sys_rename(const char* from, const char* to) noexcept;
+
+QFORGE_DECL int sys_mkdir(const char* path, mode_t mode) noexcept;
+
+QFORGE_DECL int sys_unlink(const char* path) noexcept;
+
+QFORGE_DECL int sys_rmdir(const char* path) noexcept;
+
+}  // namespace detail
+}  // namespace qforge::io
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::io {
+namespace detail {
+
+QFORGE_DECL bool injected(file_op op) noexcept {
     if (const int e = fault_injector::check(op)) {
         errno = e;
         return true;
@@ -25,7 +52,7 @@ inline bool injected(file_op op) noexcept {
     return false;
 }
 
-inline int sys_create(const char* path, int flags, mode_t mode) noexcept {
+QFORGE_DECL int sys_create(const char* path, int flags, mode_t mode) noexcept {
     if (injected(file_op::create)) return -1;
     int fd;
     do fd = ::open(path, flags | O_CREAT | O_CLOEXEC, mode);
@@ -33,40 +60,41 @@ inline int sys_create(const char* path, int flags, mode_t mode) noexcept {
     return fd;
 }
 
-inline ssize_t sys_pwrite(int fd, const void* buf, std::size_t n, off_t offset) noexcept {
+QFORGE_DECL ssize_t sys_pwrite(int fd, const void* buf, std::size_t n, off_t offset) noexcept {
     if (injected(file_op::write)) return -1;
     return ::pwrite(fd, buf, n, offset);
 }
 
-inline ssize_t sys_write(int fd, const void* buf, std::size_t n) noexcept {
+QFORGE_DECL ssize_t sys_write(int fd, const void* buf, std::size_t n) noexcept {
     if (injected(file_op::write)) return -1;
     return ::write(fd, buf, n);
 }
 
-inline int sys_fsync(int fd) noexcept {
+QFORGE_DECL int sys_fsync(int fd) noexcept {
     if (injected(file_op::fsync)) return -1;
     return ::fsync(fd);
 }
 
-inline int sys_rename(const char* from, const char* to) noexcept {
+QFORGE_DECL int sys_rename(const char* from, const char* to) noexcept {
     if (injected(file_op::rename)) return -1;
     return ::rename(from, to);
 }
 
-inline int sys_mkdir(const char* path, mode_t mode) noexcept {
+QFORGE_DECL int sys_mkdir(const char* path, mode_t mode) noexcept {
     if (injected(file_op::mkdir)) return -1;
     return ::mkdir(path, mode);
 }
 
-inline int sys_unlink(const char* path) noexcept {
+QFORGE_DECL int sys_unlink(const char* path) noexcept {
     if (injected(file_op::remove)) return -1;
     return ::unlink(path);
 }
 
-inline int sys_rmdir(const char* path) noexcept {
+QFORGE_DECL int sys_rmdir(const char* path) noexcept {
     if (injected(file_op::remove)) return -1;
     return ::rmdir(path);
 }
 
 }  // namespace detail
 }  // namespace qforge::io
+#endif

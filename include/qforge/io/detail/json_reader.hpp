@@ -13,59 +13,19 @@
 #include <system_error>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 
 namespace qforge::detail {
 
 /// Appends code point `cp` (already validated: <= 0x10FFFF, not a surrogate) as UTF-8.
-inline void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
+QFORGE_DECL void append_utf8(std::string& out, std::uint32_t cp);
 
 /// Length of the well-formed UTF-8 sequence at s[i] (Unicode table 3-7: no overlongs, no
 /// surrogates, nothing above U+10FFFF), or 0 when it is malformed.
-inline std::size_t utf8_sequence_length(std::string_view s, std::size_t i) noexcept {
-    auto byte = [&](std::size_t k) -> unsigned {
-        return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0x100u;
-    };
-    auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) {
-        const unsigned b = byte(k);
-        return b >= lo && b <= hi;
-    };
-    const unsigned b0 = byte(0);
-    if (b0 < 0x80) return 1;
-    if (b0 >= 0xC2 && b0 <= 0xDF) return cont(1) ? 2 : 0;
-    if (b0 == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
-    if ((b0 >= 0xE1 && b0 <= 0xEC) || b0 == 0xEE || b0 == 0xEF) return cont(1) && cont(2) ? 3 : 0;
-    if (b0 == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
-    if (b0 == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
-    if (b0 >= 0xF1 && b0 <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
-    if (b0 == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
-    return 0;
-}
+QFORGE_DECL std::size_t utf8_sequence_length(std::string_view s, std::size_t i) noexcept;
 
-inline bool is_valid_utf8(std::string_view s) noexcept {
-    for (std::size_t i = 0; i < s.size();) {
-        const std::size_t n = utf8_sequence_length(s, i);
-        if (n == 0) return false;
-        i += n;
-    }
-    return true;
-}
+QFORGE_DECL bool is_valid_utf8(std::string_view s) noexcept;
 
 class json_reader {
 public:
@@ -475,3 +435,57 @@ private:
 };
 
 }  // namespace qforge::detail
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::detail {
+
+QFORGE_DECL void append_utf8(std::string& out, std::uint32_t cp) {
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+}
+
+QFORGE_DECL std::size_t utf8_sequence_length(std::string_view s, std::size_t i) noexcept {
+    auto byte = [&](std::size_t k) -> unsigned {
+        return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0x100u;
+    };
+    auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) {
+        const unsigned b = byte(k);
+        return b >= lo && b <= hi;
+    };
+    const unsigned b0 = byte(0);
+    if (b0 < 0x80) return 1;
+    if (b0 >= 0xC2 && b0 <= 0xDF) return cont(1) ? 2 : 0;
+    if (b0 == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
+    if ((b0 >= 0xE1 && b0 <= 0xEC) || b0 == 0xEE || b0 == 0xEF) return cont(1) && cont(2) ? 3 : 0;
+    if (b0 == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
+    if (b0 == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+    if (b0 >= 0xF1 && b0 <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+    if (b0 == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
+    return 0;
+}
+
+QFORGE_DECL bool is_valid_utf8(std::string_view s) noexcept {
+    for (std::size_t i = 0; i < s.size();) {
+        const std::size_t n = utf8_sequence_length(s, i);
+        if (n == 0) return false;
+        i += n;
+    }
+    return true;
+}
+
+}  // namespace qforge::detail
+#endif

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 
 namespace qforge::detail {
@@ -19,107 +20,14 @@ namespace qforge::detail {
 /// with at least one fractional digit when the decimal exponent is in [-4, 16), else
 /// d[.ddd]e[+-]XX. (serde_json would print 1e-5 where Python prints 1e-05; config.json files
 /// are written by Python, safetensors headers never hold floats.)
-inline void append_python_float(std::string& out, double d) {
-    if (!std::isfinite(d))
-        fail<format_error>({}, {}, "JSON cannot hold NaN or infinity");
-    char buf[64];
-    const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
-    std::string_view sci(buf, static_cast<std::size_t>(r.ptr - buf));
-    if (sci.front() == '-') {
-        out += '-';
-        sci.remove_prefix(1);
-    }
-    const std::size_t e_pos = sci.find('e');
-    std::string digits(sci.substr(0, e_pos));
-    digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
-    int exp = 0;
-    std::string_view e_text = sci.substr(e_pos + 1);
-    if (e_text.front() == '+') e_text.remove_prefix(1);
-    std::from_chars(e_text.data(), e_text.data() + e_text.size(), exp);
+QFORGE_DECL void append_python_float(std::string& out, double d);
 
-    if (exp < -4 || exp >= 16) {
-        out += digits[0];
-        if (digits.size() > 1) {
-            out += '.';
-            out.append(digits, 1);
-        }
-        out += 'e';
-        out += exp < 0 ? '-' : '+';
-        const int a = exp < 0 ? -exp : exp;
-        if (a < 10) out += '0';
-        out += std::to_string(a);
-    } else if (exp < 0) {
-        out += "0.";
-        out.append(static_cast<std::size_t>(-exp - 1), '0');
-        out += digits;
-    } else {
-        const auto int_len = static_cast<std::size_t>(exp) + 1;
-        if (digits.size() <= int_len) {
-            out += digits;
-            out.append(int_len - digits.size(), '0');
-            out += ".0";
-        } else {
-            out.append(digits, 0, int_len);
-            out += '.';
-            out.append(digits, int_len);
-        }
-    }
-}
-
-inline void append_u_escape(std::string& out, std::uint32_t unit) {
-    constexpr char hex[] = "0123456789abcdef";
-    out += "\\u";
-    for (int shift = 12; shift >= 0; shift -= 4) out += hex[(unit >> shift) & 15];
-}
+QFORGE_DECL void append_u_escape(std::string& out, std::uint32_t unit);
 
 /// Decodes the (already valid) UTF-8 sequence at s[i], advancing i.
-inline std::uint32_t decode_utf8(std::string_view s, std::size_t& i) {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    const std::size_t n = utf8_sequence_length(s, i);
-    if (n == 0) fail<format_error>({}, {}, "JSON string is not valid UTF-8");
-    std::uint32_t cp = n == 1 ? b0 : n == 2 ? (b0 & 0x1Fu) : n == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
-    for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3Fu);
-    i += n;
-    return cp;
-}
+QFORGE_DECL std::uint32_t decode_utf8(std::string_view s, std::size_t& i);
 
-inline void append_json_string(std::string& out, std::string_view s, bool ensure_ascii) {
-    out += '"';
-    for (std::size_t i = 0; i < s.size();) {
-        const auto c = static_cast<unsigned char>(s[i]);
-        if (c >= 0x80) {
-            if (!ensure_ascii) {
-                const std::size_t n = utf8_sequence_length(s, i);
-                if (n == 0) fail<format_error>({}, {}, "JSON string is not valid UTF-8");
-                out.append(s.substr(i, n));
-                i += n;
-                continue;
-            }
-            const std::uint32_t cp = decode_utf8(s, i);
-            if (cp >= 0x10000) {
-                append_u_escape(out, 0xD800 + ((cp - 0x10000) >> 10));
-                append_u_escape(out, 0xDC00 + ((cp - 0x10000) & 0x3FF));
-            } else {
-                append_u_escape(out, cp);
-            }
-            continue;
-        }
-        ++i;
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\b': out += "\\b"; break;
-            case '\t': out += "\\t"; break;
-            case '\n': out += "\\n"; break;
-            case '\f': out += "\\f"; break;
-            case '\r': out += "\\r"; break;
-            default:
-                if (c < 0x20 || (c == 0x7F && ensure_ascii)) append_u_escape(out, c);
-                else out += static_cast<char>(c);
-        }
-    }
-    out += '"';
-}
+QFORGE_DECL void append_json_string(std::string& out, std::string_view s, bool ensure_ascii);
 
 struct json_writer {
     std::string& out;
@@ -182,3 +90,111 @@ struct json_writer {
 };
 
 }  // namespace qforge::detail
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::detail {
+
+QFORGE_DECL void append_python_float(std::string& out, double d) {
+    if (!std::isfinite(d))
+        fail<format_error>({}, {}, "JSON cannot hold NaN or infinity");
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+    std::string_view sci(buf, static_cast<std::size_t>(r.ptr - buf));
+    if (sci.front() == '-') {
+        out += '-';
+        sci.remove_prefix(1);
+    }
+    const std::size_t e_pos = sci.find('e');
+    std::string digits(sci.substr(0, e_pos));
+    digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+    int exp = 0;
+    std::string_view e_text = sci.substr(e_pos + 1);
+    if (e_text.front() == '+') e_text.remove_prefix(1);
+    std::from_chars(e_text.data(), e_text.data() + e_text.size(), exp);
+
+    if (exp < -4 || exp >= 16) {
+        out += digits[0];
+        if (digits.size() > 1) {
+            out += '.';
+            out.append(digits, 1);
+        }
+        out += 'e';
+        out += exp < 0 ? '-' : '+';
+        const int a = exp < 0 ? -exp : exp;
+        if (a < 10) out += '0';
+        out += std::to_string(a);
+    } else if (exp < 0) {
+        out += "0.";
+        out.append(static_cast<std::size_t>(-exp - 1), '0');
+        out += digits;
+    } else {
+        const auto int_len = static_cast<std::size_t>(exp) + 1;
+        if (digits.size() <= int_len) {
+            out += digits;
+            out.append(int_len - digits.size(), '0');
+            out += ".0";
+        } else {
+            out.append(digits, 0, int_len);
+            out += '.';
+            out.append(digits, int_len);
+        }
+    }
+}
+
+QFORGE_DECL void append_u_escape(std::string& out, std::uint32_t unit) {
+    constexpr char hex[] = "0123456789abcdef";
+    out += "\\u";
+    for (int shift = 12; shift >= 0; shift -= 4) out += hex[(unit >> shift) & 15];
+}
+
+QFORGE_DECL std::uint32_t decode_utf8(std::string_view s, std::size_t& i) {
+    const auto b0 = static_cast<unsigned char>(s[i]);
+    const std::size_t n = utf8_sequence_length(s, i);
+    if (n == 0) fail<format_error>({}, {}, "JSON string is not valid UTF-8");
+    std::uint32_t cp = n == 1 ? b0 : n == 2 ? (b0 & 0x1Fu) : n == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
+    for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3Fu);
+    i += n;
+    return cp;
+}
+
+QFORGE_DECL void append_json_string(std::string& out, std::string_view s, bool ensure_ascii) {
+    out += '"';
+    for (std::size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        if (c >= 0x80) {
+            if (!ensure_ascii) {
+                const std::size_t n = utf8_sequence_length(s, i);
+                if (n == 0) fail<format_error>({}, {}, "JSON string is not valid UTF-8");
+                out.append(s.substr(i, n));
+                i += n;
+                continue;
+            }
+            const std::uint32_t cp = decode_utf8(s, i);
+            if (cp >= 0x10000) {
+                append_u_escape(out, 0xD800 + ((cp - 0x10000) >> 10));
+                append_u_escape(out, 0xDC00 + ((cp - 0x10000) & 0x3FF));
+            } else {
+                append_u_escape(out, cp);
+            }
+            continue;
+        }
+        ++i;
+        switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\b': out += "\\b"; break;
+            case '\t': out += "\\t"; break;
+            case '\n': out += "\\n"; break;
+            case '\f': out += "\\f"; break;
+            case '\r': out += "\\r"; break;
+            default:
+                if (c < 0x20 || (c == 0x7F && ensure_ascii)) append_u_escape(out, c);
+                else out += static_cast<char>(c);
+        }
+    }
+    out += '"';
+}
+
+}  // namespace qforge::detail
+#endif

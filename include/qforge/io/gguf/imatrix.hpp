@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/gguf/reader.hpp"
@@ -65,20 +66,10 @@ struct imatrix_entry {
 
 namespace detail {
 
-inline void check_importance(const std::string& file, const std::string& entry, std::span<const float> v,
-                             const char* what) {
-    for (std::size_t i = 0; i < v.size(); ++i)
-        if (!(v[i] >= 0.0f) || !std::isfinite(v[i]))
-            fail<format_error>(file, entry, std::string(what) + " value " + std::to_string(i) +
-                                                " is negative, NaN or infinite");
-}
+QFORGE_DECL void check_importance(const std::string& file, const std::string& entry, std::span<const float> v,
+                                  const char* what);
 
-inline std::int64_t whole_count(const std::string& file, const std::string& entry, float c) {
-    // lround of NaN or of a count past 2^53 is not a count llama-imatrix could have written.
-    if (!(c >= 0.0f) || !(c <= 9007199254740992.0f))
-        fail<format_error>(file, entry, "count " + std::to_string(c) + " is negative, NaN or too large");
-    return std::lround(c);
-}
+QFORGE_DECL std::int64_t whole_count(const std::string& file, const std::string& entry, float c);
 
 /// Where one entry lives in the file.
 struct imatrix_slot {
@@ -126,9 +117,7 @@ private:
     std::uint64_t pos_ = 0;
 };
 
-inline bool has_gguf_magic(std::span<const std::byte> head) noexcept {
-    return head.size() >= 4 && std::memcmp(head.data(), "GGUF", 4) == 0;
-}
+QFORGE_DECL bool has_gguf_magic(std::span<const std::byte> head) noexcept;
 
 }  // namespace detail
 
@@ -314,3 +303,31 @@ private:
 };
 
 }  // namespace qforge::gguf
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::gguf {
+namespace detail {
+
+QFORGE_DECL void check_importance(const std::string& file, const std::string& entry, std::span<const float> v,
+                                  const char* what) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+        if (!(v[i] >= 0.0f) || !std::isfinite(v[i]))
+            fail<format_error>(file, entry, std::string(what) + " value " + std::to_string(i) +
+                                                " is negative, NaN or infinite");
+}
+
+QFORGE_DECL std::int64_t whole_count(const std::string& file, const std::string& entry, float c) {
+    // lround of NaN or of a count past 2^53 is not a count llama-imatrix could have written.
+    if (!(c >= 0.0f) || !(c <= 9007199254740992.0f))
+        fail<format_error>(file, entry, "count " + std::to_string(c) + " is negative, NaN or too large");
+    return std::lround(c);
+}
+
+QFORGE_DECL bool has_gguf_magic(std::span<const std::byte> head) noexcept {
+    return head.size() >= 4 && std::memcmp(head.data(), "GGUF", 4) == 0;
+}
+
+}  // namespace detail
+}  // namespace qforge::gguf
+#endif

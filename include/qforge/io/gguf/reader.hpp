@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/ggml_type.hpp"
 #include "qforge/io/file.hpp"
@@ -105,35 +106,9 @@ private:
     std::uint64_t buf_start_ = 0;
 };
 
-inline scalar read_scalar(header_cursor& c, value_type t, const std::string& key) {
-    switch (t) {
-        case value_type::u8: return c.pod<std::uint8_t>("value");
-        case value_type::i8: return c.pod<std::int8_t>("value");
-        case value_type::u16: return c.pod<std::uint16_t>("value");
-        case value_type::i16: return c.pod<std::int16_t>("value");
-        case value_type::u32: return c.pod<std::uint32_t>("value");
-        case value_type::i32: return c.pod<std::int32_t>("value");
-        case value_type::f32: return c.pod<float>("value");
-        case value_type::boolean: {
-            const auto b = c.pod<std::uint8_t>("value");
-            if (b > 1) fail<format_error>(c.file(), "", "key '" + key + "': BOOL value " + std::to_string(b) + " is not 0 or 1");
-            return b != 0;
-        }
-        case value_type::string: return c.str("string value");
-        case value_type::u64: return c.pod<std::uint64_t>("value");
-        case value_type::i64: return c.pod<std::int64_t>("value");
-        case value_type::f64: return c.pod<double>("value");
-        default: fail<format_error>(c.file(), "", "key '" + key + "' has an invalid GGUF type");
-    }
-}
+QFORGE_DECL scalar read_scalar(header_cursor& c, value_type t, const std::string& key);
 
-inline value_type read_type(header_cursor& c, const std::string& key, bool element) {
-    const auto t = c.pod<std::uint32_t>("value type");
-    if (t > 12 || (element && t == 9))
-        fail<format_error>(c.file(), "", "key '" + key + "' has invalid GGUF type " + std::to_string(t) +
-                                             (element && t == 9 ? " (nested array)" : ""));
-    return static_cast<value_type>(t);
-}
+QFORGE_DECL value_type read_type(header_cursor& c, const std::string& key, bool element);
 
 }  // namespace detail
 
@@ -289,3 +264,42 @@ private:
 };
 
 }  // namespace qforge::gguf
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::gguf {
+namespace detail {
+
+QFORGE_DECL scalar read_scalar(header_cursor& c, value_type t, const std::string& key) {
+    switch (t) {
+        case value_type::u8: return c.pod<std::uint8_t>("value");
+        case value_type::i8: return c.pod<std::int8_t>("value");
+        case value_type::u16: return c.pod<std::uint16_t>("value");
+        case value_type::i16: return c.pod<std::int16_t>("value");
+        case value_type::u32: return c.pod<std::uint32_t>("value");
+        case value_type::i32: return c.pod<std::int32_t>("value");
+        case value_type::f32: return c.pod<float>("value");
+        case value_type::boolean: {
+            const auto b = c.pod<std::uint8_t>("value");
+            if (b > 1) fail<format_error>(c.file(), "", "key '" + key + "': BOOL value " + std::to_string(b) + " is not 0 or 1");
+            return b != 0;
+        }
+        case value_type::string: return c.str("string value");
+        case value_type::u64: return c.pod<std::uint64_t>("value");
+        case value_type::i64: return c.pod<std::int64_t>("value");
+        case value_type::f64: return c.pod<double>("value");
+        default: fail<format_error>(c.file(), "", "key '" + key + "' has an invalid GGUF type");
+    }
+}
+
+QFORGE_DECL value_type read_type(header_cursor& c, const std::string& key, bool element) {
+    const auto t = c.pod<std::uint32_t>("value type");
+    if (t > 12 || (element && t == 9))
+        fail<format_error>(c.file(), "", "key '" + key + "' has invalid GGUF type " + std::to_string(t) +
+                                             (element && t == 9 ? " (nested array)" : ""));
+    return static_cast<value_type>(t);
+}
+
+}  // namespace detail
+}  // namespace qforge::gguf
+#endif

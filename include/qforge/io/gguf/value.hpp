@@ -14,6 +14,8 @@
 #include <variant>
 #include <vector>
 
+#include "qforge/core/config.hpp"
+
 namespace qforge::gguf {
 
 enum class value_type : std::uint32_t {
@@ -105,10 +107,19 @@ struct value {
 /// Ordered key/value list (GGUF keeps insertion order; gguf-py puts general.architecture first).
 using kv_list = std::vector<std::pair<std::string, value>>;
 
-inline const value* find_kv(const kv_list& kvs, std::string_view key) noexcept {
+QFORGE_DECL const value* find_kv(const kv_list& kvs, std::string_view key) noexcept;
+
+}  // namespace qforge::gguf
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::gguf {
+
+QFORGE_DECL const value* find_kv(const kv_list& kvs, std::string_view key) noexcept {
     for (const auto& [k, v] : kvs)
         if (k == key) return &v;
     return nullptr;
 }
 
 }  // namespace qforge::gguf
+#endif

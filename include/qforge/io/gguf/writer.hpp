@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/ggml_type.hpp"
 #include "qforge/io/file.hpp"
@@ -78,93 +79,20 @@ private:
 };
 
 /// Refuses what ggml's reader would refuse in a key/value (nested or mixed arrays, bad types).
-inline void check_value(const std::string& file, const std::string& key, const value& v) {
-    const auto t = static_cast<std::uint32_t>(v.type);
-    if (t > 12) fail<format_error>(file, "", "key '" + key + "' has an invalid GGUF type");
-    if (!v.is_array()) {
-        if (v.one.index() != t) fail<format_error>(file, "", "key '" + key + "' holds a value of another type");
-        return;
-    }
-    const auto e = static_cast<std::uint32_t>(v.elem_type);
-    if (e > 12 || v.elem_type == value_type::array)
-        fail<unsupported_error>(file, "", "key '" + key + "': nested arrays are not allowed in GGUF");
-    for (const auto& s : v.elems)
-        if (s.index() != e)
-            fail<format_error>(file, "", "key '" + key + "': array element is not " + std::string(value_type_name(v.elem_type)));
-}
+QFORGE_DECL void check_value(const std::string& file, const std::string& key, const value& v);
 
 }  // namespace detail
 
 /// Byte size of a declared tensor (nbytes = ne0/blck*type_size * ne1*ne2*ne3).
-inline std::uint64_t tensor_nbytes(const tensor_decl& t) {
-    std::uint64_t rows = 1;
-    for (std::size_t i = 1; i < t.ne.size(); ++i) rows *= static_cast<std::uint64_t>(t.ne[i]);
-    return static_cast<std::uint64_t>(row_bytes(t.type, t.ne.empty() ? 1 : t.ne[0])) * rows;
-}
+QFORGE_DECL std::uint64_t tensor_nbytes(const tensor_decl& t);
 
 /// The alignment a key/value list asks for: general.alignment (UINT32, power of two) or 32.
-inline std::uint32_t alignment_of(const kv_list& kvs, const std::string& file = {}) {
-    const value* a = find_kv(kvs, "general.alignment");
-    if (!a) return default_alignment;
-    const auto v = a->as<std::uint32_t>();
-    if (!v) fail<format_error>(file, "", "general.alignment must be UINT32, not " + std::string(value_type_name(a->type)));
-    if (*v == 0 || (*v & (*v - 1)) != 0)
-        fail<format_error>(file, "", "general.alignment " + std::to_string(*v) + " is not a power of two");
-    return *v;
-}
+QFORGE_DECL std::uint32_t alignment_of(const kv_list& kvs, const std::string& file = {});
 
 /// Validates and serialises everything before the data section; returns it and each offset.
-inline std::vector<std::byte> encode_header(const std::string& file, const kv_list& kvs,
-                                            const std::vector<tensor_decl>& tensors,
-                                            std::vector<std::uint64_t>& offsets) {
-    const std::uint32_t align = alignment_of(kvs, file);
-    detail::byte_sink out;
-    out.pod<std::uint32_t>(0x46554747u);  // "GGUF"
-    out.pod<std::uint32_t>(3);
-    out.pod<std::int64_t>(static_cast<std::int64_t>(tensors.size()));
-    out.pod<std::int64_t>(static_cast<std::int64_t>(kvs.size()));
-    std::set<std::string, std::less<>> keys;
-    for (const auto& [k, v] : kvs) {
-        if (!keys.insert(k).second) fail<format_error>(file, "", "duplicate key '" + k + "'");
-        detail::check_value(file, k, v);
-        out.str(k);
-        out.pod<std::uint32_t>(static_cast<std::uint32_t>(v.type));
-        if (v.is_array()) {
-            out.pod<std::uint32_t>(static_cast<std::uint32_t>(v.elem_type));
-            out.pod<std::uint64_t>(v.elems.size());
-            for (const auto& s : v.elems) out.scalar_value(s);
-        } else {
-            out.scalar_value(v.one);
-        }
-    }
-    std::set<std::string, std::less<>> names;
-    offsets.clear();
-    std::uint64_t running = 0;
-    for (const auto& t : tensors) {
-        if (t.name.size() > max_name_bytes)
-            fail<format_error>(file, t.name, "tensor name is " + std::to_string(t.name.size()) + " bytes; GGUF allows at most 63");
-        if (!names.insert(t.name).second) fail<format_error>(file, t.name, "duplicate tensor name");
-        if (t.ne.empty() || t.ne.size() > max_dims)
-            fail<shape_error>(file, t.name, "a GGUF tensor has 1 to 4 dimensions, not " + std::to_string(t.ne.size()));
-        if (!traits_of(static_cast<std::uint32_t>(t.type)))
-            fail<unsupported_error>(file, t.name, "unknown ggml type id " + std::to_string(static_cast<std::uint32_t>(t.type)));
-        for (auto n : t.ne)
-            if (n <= 0) fail<shape_error>(file, t.name, "dimension " + std::to_string(n) + " is not positive");
-        if (row_bytes(t.type, t.ne[0]) < 0)
-            fail<shape_error>(file, t.name, "ne[0] = " + std::to_string(t.ne[0]) + " is not a multiple of the " +
-                                                std::string(type_name(t.type)) + " block size " +
-                                                std::to_string(traits_of(t.type).block_elems));
-        out.str(t.name);
-        out.pod<std::uint32_t>(static_cast<std::uint32_t>(t.ne.size()));
-        for (auto n : t.ne) out.pod<std::int64_t>(n);
-        out.pod<std::uint32_t>(static_cast<std::uint32_t>(t.type));
-        out.pod<std::uint64_t>(running);
-        offsets.push_back(running);
-        running += detail::pad_to(tensor_nbytes(t), align);
-    }
-    out.zeros(static_cast<std::size_t>(detail::pad_to(out.bytes().size(), align) - out.bytes().size()));
-    return std::move(out.bytes());
-}
+QFORGE_DECL std::vector<std::byte> encode_header(const std::string& file, const kv_list& kvs,
+                                                 const std::vector<tensor_decl>& tensors,
+                                                 std::vector<std::uint64_t>& offsets);
 
 /// Streaming GGUF file writer (see the top of this file).
 class file_writer {
@@ -243,3 +171,96 @@ private:
 };
 
 }  // namespace qforge::gguf
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::gguf {
+namespace detail {
+
+QFORGE_DECL void check_value(const std::string& file, const std::string& key, const value& v) {
+    const auto t = static_cast<std::uint32_t>(v.type);
+    if (t > 12) fail<format_error>(file, "", "key '" + key + "' has an invalid GGUF type");
+    if (!v.is_array()) {
+        if (v.one.index() != t) fail<format_error>(file, "", "key '" + key + "' holds a value of another type");
+        return;
+    }
+    const auto e = static_cast<std::uint32_t>(v.elem_type);
+    if (e > 12 || v.elem_type == value_type::array)
+        fail<unsupported_error>(file, "", "key '" + key + "': nested arrays are not allowed in GGUF");
+    for (const auto& s : v.elems)
+        if (s.index() != e)
+            fail<format_error>(file, "", "key '" + key + "': array element is not " + std::string(value_type_name(v.elem_type)));
+}
+
+}  // namespace detail
+
+QFORGE_DECL std::uint64_t tensor_nbytes(const tensor_decl& t) {
+    std::uint64_t rows = 1;
+    for (std::size_t i = 1; i < t.ne.size(); ++i) rows *= static_cast<std::uint64_t>(t.ne[i]);
+    return static_cast<std::uint64_t>(row_bytes(t.type, t.ne.empty() ? 1 : t.ne[0])) * rows;
+}
+
+QFORGE_DECL std::uint32_t alignment_of(const kv_list& kvs, const std::string& file) {
+    const value* a = find_kv(kvs, "general.alignment");
+    if (!a) return default_alignment;
+    const auto v = a->as<std::uint32_t>();
+    if (!v) fail<format_error>(file, "", "general.alignment must be UINT32, not " + std::string(value_type_name(a->type)));
+    if (*v == 0 || (*v & (*v - 1)) != 0)
+        fail<format_error>(file, "", "general.alignment " + std::to_string(*v) + " is not a power of two");
+    return *v;
+}
+
+QFORGE_DECL std::vector<std::byte> encode_header(const std::string& file, const kv_list& kvs,
+                                                 const std::vector<tensor_decl>& tensors,
+                                                 std::vector<std::uint64_t>& offsets) {
+    const std::uint32_t align = alignment_of(kvs, file);
+    detail::byte_sink out;
+    out.pod<std::uint32_t>(0x46554747u);  // "GGUF"
+    out.pod<std::uint32_t>(3);
+    out.pod<std::int64_t>(static_cast<std::int64_t>(tensors.size()));
+    out.pod<std::int64_t>(static_cast<std::int64_t>(kvs.size()));
+    std::set<std::string, std::less<>> keys;
+    for (const auto& [k, v] : kvs) {
+        if (!keys.insert(k).second) fail<format_error>(file, "", "duplicate key '" + k + "'");
+        detail::check_value(file, k, v);
+        out.str(k);
+        out.pod<std::uint32_t>(static_cast<std::uint32_t>(v.type));
+        if (v.is_array()) {
+            out.pod<std::uint32_t>(static_cast<std::uint32_t>(v.elem_type));
+            out.pod<std::uint64_t>(v.elems.size());
+            for (const auto& s : v.elems) out.scalar_value(s);
+        } else {
+            out.scalar_value(v.one);
+        }
+    }
+    std::set<std::string, std::less<>> names;
+    offsets.clear();
+    std::uint64_t running = 0;
+    for (const auto& t : tensors) {
+        if (t.name.size() > max_name_bytes)
+            fail<format_error>(file, t.name, "tensor name is " + std::to_string(t.name.size()) + " bytes; GGUF allows at most 63");
+        if (!names.insert(t.name).second) fail<format_error>(file, t.name, "duplicate tensor name");
+        if (t.ne.empty() || t.ne.size() > max_dims)
+            fail<shape_error>(file, t.name, "a GGUF tensor has 1 to 4 dimensions, not " + std::to_string(t.ne.size()));
+        if (!traits_of(static_cast<std::uint32_t>(t.type)))
+            fail<unsupported_error>(file, t.name, "unknown ggml type id " + std::to_string(static_cast<std::uint32_t>(t.type)));
+        for (auto n : t.ne)
+            if (n <= 0) fail<shape_error>(file, t.name, "dimension " + std::to_string(n) + " is not positive");
+        if (row_bytes(t.type, t.ne[0]) < 0)
+            fail<shape_error>(file, t.name, "ne[0] = " + std::to_string(t.ne[0]) + " is not a multiple of the " +
+                                                std::string(type_name(t.type)) + " block size " +
+                                                std::to_string(traits_of(t.type).block_elems));
+        out.str(t.name);
+        out.pod<std::uint32_t>(static_cast<std::uint32_t>(t.ne.size()));
+        for (auto n : t.ne) out.pod<std::int64_t>(n);
+        out.pod<std::uint32_t>(static_cast<std::uint32_t>(t.type));
+        out.pod<std::uint64_t>(running);
+        offsets.push_back(running);
+        running += detail::pad_to(tensor_nbytes(t), align);
+    }
+    out.zeros(static_cast<std::size_t>(detail::pad_to(out.bytes().size(), align) - out.bytes().size()));
+    return std::move(out.bytes());
+}
+
+}  // namespace qforge::gguf
+#endif

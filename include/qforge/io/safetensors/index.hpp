@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/io/checkpoint.hpp"
@@ -194,51 +195,13 @@ struct shard_plan {
 /// maximum gets a shard of its own; otherwise a new shard starts when the next tensor would
 /// push the current one past the maximum. One shard is named model.safetensors, more are
 /// model-00001-of-0000N.safetensors.
-inline shard_plan plan_shards(const std::vector<tensor_spec>& tensors, std::uint64_t max_shard_bytes = default_max_shard_bytes) {
-    if (max_shard_bytes == 0) fail<shape_error>({}, {}, "max shard size must be positive");
-    shard_plan plan;
-    std::vector<tensor_spec> current;
-    std::uint64_t current_size = 0;
-    for (const tensor_spec& t : tensors) {
-        const std::uint64_t size = tensor_bytes(t);
-        plan.total_size += size;
-        if (size > max_shard_bytes) {
-            plan.shards.push_back({t});
-            continue;
-        }
-        if (current_size + size > max_shard_bytes) {
-            plan.shards.push_back(std::move(current));
-            current = {};
-            current_size = 0;
-        }
-        current.push_back(t);
-        current_size += size;
-    }
-    if (!current.empty() || plan.shards.empty()) plan.shards.push_back(std::move(current));
-    const std::size_t n = plan.shards.size();
-    auto five = [](std::size_t v) {
-        std::string s = std::to_string(v);
-        return std::string(s.size() < 5 ? 5 - s.size() : 0, '0') + s;
-    };
-    for (std::size_t i = 0; i < n; ++i)
-        plan.file_names.push_back(n == 1 ? std::string(single_file_name)
-                                         : "model-" + five(i + 1) + "-of-" + five(n) + ".safetensors");
-    return plan;
-}
+QFORGE_DECL shard_plan plan_shards(const std::vector<tensor_spec>& tensors, std::uint64_t max_shard_bytes = default_max_shard_bytes);
 
 /// {"metadata":{"total_size":N},"weight_map":{tensor: file}} (weight_map in plan order).
-inline json make_index(const shard_plan& plan) {
-    json map = json::object();
-    for (std::size_t i = 0; i < plan.shards.size(); ++i)
-        for (const tensor_spec& t : plan.shards[i]) map.as_object().push_back({t.name, json(plan.file_names[i])});
-    return json::object({{"metadata", json::object({{"total_size", json(plan.total_size)}})},
-                         {"weight_map", std::move(map)}});
-}
+QFORGE_DECL json make_index(const shard_plan& plan);
 
 /// The index as transformers writes it: json.dumps(indent=2, sort_keys=True) + "\n".
-inline std::string index_text(const shard_plan& plan) {
-    return make_index(plan).dump({.indent = 2, .sort_keys = true}) + "\n";
-}
+QFORGE_DECL std::string index_text(const shard_plan& plan);
 
 /// Writes every shard of a plan at once (any tensor order), then the index when sharded.
 class sharded_writer {
@@ -283,3 +246,54 @@ private:
 };
 
 }  // namespace qforge::safetensors
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::safetensors {
+
+QFORGE_DECL shard_plan plan_shards(const std::vector<tensor_spec>& tensors, std::uint64_t max_shard_bytes) {
+    if (max_shard_bytes == 0) fail<shape_error>({}, {}, "max shard size must be positive");
+    shard_plan plan;
+    std::vector<tensor_spec> current;
+    std::uint64_t current_size = 0;
+    for (const tensor_spec& t : tensors) {
+        const std::uint64_t size = tensor_bytes(t);
+        plan.total_size += size;
+        if (size > max_shard_bytes) {
+            plan.shards.push_back({t});
+            continue;
+        }
+        if (current_size + size > max_shard_bytes) {
+            plan.shards.push_back(std::move(current));
+            current = {};
+            current_size = 0;
+        }
+        current.push_back(t);
+        current_size += size;
+    }
+    if (!current.empty() || plan.shards.empty()) plan.shards.push_back(std::move(current));
+    const std::size_t n = plan.shards.size();
+    auto five = [](std::size_t v) {
+        std::string s = std::to_string(v);
+        return std::string(s.size() < 5 ? 5 - s.size() : 0, '0') + s;
+    };
+    for (std::size_t i = 0; i < n; ++i)
+        plan.file_names.push_back(n == 1 ? std::string(single_file_name)
+                                         : "model-" + five(i + 1) + "-of-" + five(n) + ".safetensors");
+    return plan;
+}
+
+QFORGE_DECL json make_index(const shard_plan& plan) {
+    json map = json::object();
+    for (std::size_t i = 0; i < plan.shards.size(); ++i)
+        for (const tensor_spec& t : plan.shards[i]) map.as_object().push_back({t.name, json(plan.file_names[i])});
+    return json::object({{"metadata", json::object({{"total_size", json(plan.total_size)}})},
+                         {"weight_map", std::move(map)}});
+}
+
+QFORGE_DECL std::string index_text(const shard_plan& plan) {
+    return make_index(plan).dump({.indent = 2, .sort_keys = true}) + "\n";
+}
+
+}  // namespace qforge::safetensors
+#endif

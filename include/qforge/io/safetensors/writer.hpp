@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/tensor_view.hpp"
@@ -49,21 +50,7 @@ using metadata_t = std::vector<std::pair<std::string, std::string>>;
 inline metadata_t default_metadata() { return {{"format", "pt"}}; }
 
 /// Bytes of dtype x shape, refusing negative dims, overflow and partial bytes.
-inline std::uint64_t tensor_bytes(const tensor_spec& t, const std::string& file = {}) {
-    std::uint64_t numel = 1;
-    for (std::int64_t d : t.shape) {
-        if (d < 0) fail<shape_error>(file, t.name, "negative dimension in " + shape_to_string(t.shape));
-        const auto ud = static_cast<std::uint64_t>(d);
-        if (ud != 0 && numel > UINT64_MAX / ud) fail<limit_error>(file, t.name, "element count overflows 64 bits");
-        numel *= ud;
-    }
-    const std::uint64_t bits = dtype_bits(t.type);
-    if (numel > UINT64_MAX / bits) fail<limit_error>(file, t.name, "size overflows 64 bits");
-    if ((numel * bits) % 8 != 0)
-        fail<shape_error>(file, t.name, std::to_string(numel) + " elements of " + std::string(dtype_name(t.type)) +
-                                            " do not fill whole bytes");
-    return numel * bits / 8;
-}
+QFORGE_DECL std::uint64_t tensor_bytes(const tensor_spec& t, const std::string& file = {});
 
 /// The file's layout, computed from the specs alone.
 struct file_layout {
@@ -85,52 +72,8 @@ struct file_layout {
 };
 
 /// Sorts, assigns offsets and serializes the header exactly as the reference writer does.
-inline file_layout plan_file(std::vector<tensor_spec> specs, const metadata_t& metadata = default_metadata(),
-                             const std::string& file = {}) {
-    std::stable_sort(specs.begin(), specs.end(), [](const tensor_spec& a, const tensor_spec& b) {
-        if (a.type != b.type) return a.type > b.type;
-        return a.name < b.name;
-    });
-    {
-        std::vector<std::string_view> names;
-        names.reserve(specs.size());
-        for (const auto& s : specs) names.push_back(s.name);
-        std::sort(names.begin(), names.end());
-        if (const auto dup = std::adjacent_find(names.begin(), names.end()); dup != names.end())
-            fail<format_error>(file, std::string(*dup), "tensor name given twice");
-    }
-    file_layout L;
-    json header = json::object();
-    if (!metadata.empty()) {
-        json meta = json::object();
-        for (const auto& [k, v] : metadata) {
-            if (meta.contains(k)) fail<format_error>(file, {}, "__metadata__ key \"" + k + "\" given twice");
-            meta.as_object().push_back({k, json(v)});
-        }
-        header.as_object().push_back({"__metadata__", std::move(meta)});
-    }
-    for (const tensor_spec& s : specs) {
-        if (s.name == "__metadata__") fail<format_error>(file, s.name, "reserved name cannot be a tensor");
-        const std::uint64_t size = tensor_bytes(s, file);
-        if (L.data_size > UINT64_MAX - size) fail<limit_error>(file, s.name, "total data size overflows 64 bits");
-        json shape = json::array();
-        for (std::int64_t d : s.shape) shape.as_array().emplace_back(d);
-        header.as_object().push_back(
-            {s.name, json::object({{"dtype", json(dtype_name(s.type))},
-                                   {"shape", std::move(shape)},
-                                   {"data_offsets", json::array({json(L.data_size), json(L.data_size + size)})}})});
-        L.begins.push_back(L.data_size);
-        L.sizes.push_back(size);
-        L.data_size += size;
-    }
-    L.header = header.dump();
-    L.header.resize((L.header.size() + 7) / 8 * 8, ' ');
-    if (L.header.size() > max_header_size)
-        fail<limit_error>(file, {}, "header of " + std::to_string(L.header.size()) +
-                                        " bytes exceeds the safetensors maximum of 100,000,000");
-    L.order = std::move(specs);
-    return L;
-}
+QFORGE_DECL file_layout plan_file(std::vector<tensor_spec> specs, const metadata_t& metadata = default_metadata(),
+                                  const std::string& file = {});
 
 struct writer_options {
     bool sync = true;  ///< fsync the file in finish()
@@ -216,8 +159,80 @@ private:
 };
 
 /// Writes a whole file from in-memory tensors in one call (tests, small outputs).
-inline void save(const std::string& path, const std::vector<tensor_view>& tensors,
-                 const metadata_t& metadata = default_metadata(), writer_options options = {}) {
+QFORGE_DECL void save(const std::string& path, const std::vector<tensor_view>& tensors,
+                      const metadata_t& metadata = default_metadata(), writer_options options = {});
+
+}  // namespace qforge::safetensors
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::safetensors {
+
+QFORGE_DECL std::uint64_t tensor_bytes(const tensor_spec& t, const std::string& file) {
+    std::uint64_t numel = 1;
+    for (std::int64_t d : t.shape) {
+        if (d < 0) fail<shape_error>(file, t.name, "negative dimension in " + shape_to_string(t.shape));
+        const auto ud = static_cast<std::uint64_t>(d);
+        if (ud != 0 && numel > UINT64_MAX / ud) fail<limit_error>(file, t.name, "element count overflows 64 bits");
+        numel *= ud;
+    }
+    const std::uint64_t bits = dtype_bits(t.type);
+    if (numel > UINT64_MAX / bits) fail<limit_error>(file, t.name, "size overflows 64 bits");
+    if ((numel * bits) % 8 != 0)
+        fail<shape_error>(file, t.name, std::to_string(numel) + " elements of " + std::string(dtype_name(t.type)) +
+                                            " do not fill whole bytes");
+    return numel * bits / 8;
+}
+
+QFORGE_DECL file_layout plan_file(std::vector<tensor_spec> specs, const metadata_t& metadata,
+                                  const std::string& file) {
+    std::stable_sort(specs.begin(), specs.end(), [](const tensor_spec& a, const tensor_spec& b) {
+        if (a.type != b.type) return a.type > b.type;
+        return a.name < b.name;
+    });
+    {
+        std::vector<std::string_view> names;
+        names.reserve(specs.size());
+        for (const auto& s : specs) names.push_back(s.name);
+        std::sort(names.begin(), names.end());
+        if (const auto dup = std::adjacent_find(names.begin(), names.end()); dup != names.end())
+            fail<format_error>(file, std::string(*dup), "tensor name given twice");
+    }
+    file_layout L;
+    json header = json::object();
+    if (!metadata.empty()) {
+        json meta = json::object();
+        for (const auto& [k, v] : metadata) {
+            if (meta.contains(k)) fail<format_error>(file, {}, "__metadata__ key \"" + k + "\" given twice");
+            meta.as_object().push_back({k, json(v)});
+        }
+        header.as_object().push_back({"__metadata__", std::move(meta)});
+    }
+    for (const tensor_spec& s : specs) {
+        if (s.name == "__metadata__") fail<format_error>(file, s.name, "reserved name cannot be a tensor");
+        const std::uint64_t size = tensor_bytes(s, file);
+        if (L.data_size > UINT64_MAX - size) fail<limit_error>(file, s.name, "total data size overflows 64 bits");
+        json shape = json::array();
+        for (std::int64_t d : s.shape) shape.as_array().emplace_back(d);
+        header.as_object().push_back(
+            {s.name, json::object({{"dtype", json(dtype_name(s.type))},
+                                   {"shape", std::move(shape)},
+                                   {"data_offsets", json::array({json(L.data_size), json(L.data_size + size)})}})});
+        L.begins.push_back(L.data_size);
+        L.sizes.push_back(size);
+        L.data_size += size;
+    }
+    L.header = header.dump();
+    L.header.resize((L.header.size() + 7) / 8 * 8, ' ');
+    if (L.header.size() > max_header_size)
+        fail<limit_error>(file, {}, "header of " + std::to_string(L.header.size()) +
+                                        " bytes exceeds the safetensors maximum of 100,000,000");
+    L.order = std::move(specs);
+    return L;
+}
+
+QFORGE_DECL void save(const std::string& path, const std::vector<tensor_view>& tensors,
+                      const metadata_t& metadata, writer_options options) {
     std::vector<tensor_spec> specs;
     specs.reserve(tensors.size());
     for (const tensor_view& t : tensors) specs.push_back({t.name, t.type, t.shape});
@@ -227,3 +242,4 @@ inline void save(const std::string& path, const std::vector<tensor_view>& tensor
 }
 
 }  // namespace qforge::safetensors
+#endif
