@@ -45,81 +45,26 @@ class activation_amax_file {
 public:
     /// Reads `path` (JSON or safetensors, see above); a malformed file or entry is a
     /// format_error naming the file and the entry.
-    static activation_amax_file open(const std::string& path) {
-        activation_amax_file f;
-        f.path_ = path;
-        if (is_safetensors(path)) f.read_safetensors();
-        else f.read_json();
-        if (f.amax_.empty()) fail<format_error>(path, {}, "holds no activation amax");
-        return f;
-    }
+    static activation_amax_file open(const std::string& path);
 
     const std::string& path() const noexcept { return path_; }
     /// module -> amax, sorted by name.
     const std::map<std::string, float, std::less<>>& entries() const noexcept { return amax_; }
 
-    std::optional<float> find(std::string_view module) const {
-        const auto it = amax_.find(module);
-        if (it == amax_.end()) return std::nullopt;
-        return it->second;
-    }
+    std::optional<float> find(std::string_view module) const;
 
 private:
     static constexpr std::string_view suffix = ".input_amax";
 
-    static bool is_safetensors(const std::string& path) {
-        const io::input_file in(path);
-        if (in.size() < 9) return false;
-        unsigned char head[9];
-        in.read_at(0, std::as_writable_bytes(std::span<unsigned char>(head)));
-        std::uint64_t n = 0;
-        for (int i = 7; i >= 0; --i) n = (n << 8) | head[i];
-        return head[8] == '{' && n <= in.size() - 8;
-    }
+    static bool is_safetensors(const std::string& path);
 
-    void add(const std::string& module, double amax, const std::string& entry) {
-        if (module.empty()) fail<format_error>(path_, entry, "an entry needs a module name");
-        if (!std::isfinite(amax) || !(amax > 0.0) || amax > 3.4e38)
-            fail<format_error>(path_, entry, "activation amax " + std::to_string(amax) + " is not a positive finite float");
-        // As a float32 it must stay positive and leave 448 * 6 / amax finite (a tiny double
-        // would become 0 or an infinite input_global_scale).
-        const float a = static_cast<float>(amax);
-        if (!(a > 0.0f) || !std::isfinite(448.0f * 6.0f / a))
-            fail<format_error>(path_, entry, "activation amax " + std::to_string(amax) + " is too small: 448 * 6 / amax overflows float32");
-        if (!amax_.emplace(module, a).second) fail<format_error>(path_, entry, "module given twice");
-    }
+    void add(const std::string& module, double amax, const std::string& entry);
 
-    void read_json() {
-        const json doc = json::parse(io::read_file(path_, std::uint64_t{64} << 20), path_);
-        if (!doc.is_object()) fail<format_error>(path_, {}, "expected a JSON object of module -> amax");
-        for (const auto& [key, value] : doc.as_object()) {
-            if (!value.is_number()) fail<format_error>(path_, key, "an activation amax must be a number");
-            add(key, value.as_double(), key);
-        }
-    }
+    void read_json();
 
-    void read_safetensors() {
-        const safetensors::reader r(path_, safetensors::read_mode::pread);
-        for (const safetensors::tensor_info& t : r.tensors()) {
-            if (!std::string_view(t.name).ends_with(suffix))
-                fail<format_error>(path_, t.name, "unexpected tensor: an activation amax file holds <module>.input_amax");
-            if (t.shape.size() > 1 || (t.shape.size() == 1 && t.shape[0] != 1))
-                fail<shape_error>(path_, t.name, "an activation amax is one value, got " + shape_to_string(t.shape));
-            add(t.name.substr(0, t.name.size() - suffix.size()), value_of(r.read_tensor(t.name)), t.name);
-        }
-    }
+    void read_safetensors();
 
-    double value_of(const owned_tensor& t) const {
-        std::uint16_t h;
-        float f;
-        switch (t.type) {
-            case dtype::F32: std::memcpy(&f, t.bytes.data(), 4); return f;
-            case dtype::BF16: std::memcpy(&h, t.bytes.data(), 2); return bf16_to_float(h);
-            case dtype::F16: std::memcpy(&h, t.bytes.data(), 2); return fp16_to_float(h);
-            default:
-                fail<format_error>(path_, t.name, "an activation amax must be F32, BF16 or F16, not " + std::string(dtype_name(t.type)));
-        }
-    }
+    double value_of(const owned_tensor& t) const;
 
     std::string path_;
     std::map<std::string, float, std::less<>> amax_;
@@ -163,6 +108,76 @@ QFORGE_DECL std::map<std::size_t, float> input_amax_per_item(const activation_am
     for (auto& [i, a] : own)
         if (std::string key = fused_group_key(p.items[i].name); !key.empty()) a = group[key];
     return own;
+}
+
+
+QFORGE_DECL activation_amax_file activation_amax_file::open(const std::string& path) {
+    activation_amax_file f;
+    f.path_ = path;
+    if (is_safetensors(path)) f.read_safetensors();
+    else f.read_json();
+    if (f.amax_.empty()) fail<format_error>(path, {}, "holds no activation amax");
+    return f;
+}
+
+QFORGE_DECL std::optional<float> activation_amax_file::find(std::string_view module) const {
+    const auto it = amax_.find(module);
+    if (it == amax_.end()) return std::nullopt;
+    return it->second;
+}
+
+QFORGE_DECL bool activation_amax_file::is_safetensors(const std::string& path) {
+    const io::input_file in(path);
+    if (in.size() < 9) return false;
+    unsigned char head[9];
+    in.read_at(0, std::as_writable_bytes(std::span<unsigned char>(head)));
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | head[i];
+    return head[8] == '{' && n <= in.size() - 8;
+}
+
+QFORGE_DECL void activation_amax_file::add(const std::string& module, double amax, const std::string& entry) {
+    if (module.empty()) fail<format_error>(path_, entry, "an entry needs a module name");
+    if (!std::isfinite(amax) || !(amax > 0.0) || amax > 3.4e38)
+        fail<format_error>(path_, entry, "activation amax " + std::to_string(amax) + " is not a positive finite float");
+    // As a float32 it must stay positive and leave 448 * 6 / amax finite (a tiny double
+    // would become 0 or an infinite input_global_scale).
+    const float a = static_cast<float>(amax);
+    if (!(a > 0.0f) || !std::isfinite(448.0f * 6.0f / a))
+        fail<format_error>(path_, entry, "activation amax " + std::to_string(amax) + " is too small: 448 * 6 / amax overflows float32");
+    if (!amax_.emplace(module, a).second) fail<format_error>(path_, entry, "module given twice");
+}
+
+QFORGE_DECL void activation_amax_file::read_json() {
+    const json doc = json::parse(io::read_file(path_, std::uint64_t{64} << 20), path_);
+    if (!doc.is_object()) fail<format_error>(path_, {}, "expected a JSON object of module -> amax");
+    for (const auto& [key, value] : doc.as_object()) {
+        if (!value.is_number()) fail<format_error>(path_, key, "an activation amax must be a number");
+        add(key, value.as_double(), key);
+    }
+}
+
+QFORGE_DECL void activation_amax_file::read_safetensors() {
+    const safetensors::reader r(path_, safetensors::read_mode::pread);
+    for (const safetensors::tensor_info& t : r.tensors()) {
+        if (!std::string_view(t.name).ends_with(suffix))
+            fail<format_error>(path_, t.name, "unexpected tensor: an activation amax file holds <module>.input_amax");
+        if (t.shape.size() > 1 || (t.shape.size() == 1 && t.shape[0] != 1))
+            fail<shape_error>(path_, t.name, "an activation amax is one value, got " + shape_to_string(t.shape));
+        add(t.name.substr(0, t.name.size() - suffix.size()), value_of(r.read_tensor(t.name)), t.name);
+    }
+}
+
+QFORGE_DECL double activation_amax_file::value_of(const owned_tensor& t) const {
+    std::uint16_t h;
+    float f;
+    switch (t.type) {
+        case dtype::F32: std::memcpy(&f, t.bytes.data(), 4); return f;
+        case dtype::BF16: std::memcpy(&h, t.bytes.data(), 2); return bf16_to_float(h);
+        case dtype::F16: std::memcpy(&h, t.bytes.data(), 2); return fp16_to_float(h);
+        default:
+            fail<format_error>(path_, t.name, "an activation amax must be F32, BF16 or F16, not " + std::string(dtype_name(t.type)));
+    }
 }
 
 }  // namespace qforge

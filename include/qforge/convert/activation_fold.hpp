@@ -40,14 +40,8 @@ struct activation_folds {
     std::map<std::string, std::shared_ptr<const std::vector<float>>> rows;     ///< / s per row (element)
     std::vector<activation_fold_record> records;
 
-    const std::vector<float>* column_scale(const std::string& name) const {
-        const auto it = columns.find(name);
-        return it == columns.end() ? nullptr : it->second.get();
-    }
-    const std::vector<float>* row_scale(const std::string& name) const {
-        const auto it = rows.find(name);
-        return it == rows.end() ? nullptr : it->second.get();
-    }
+    const std::vector<float>* column_scale(const std::string& name) const;
+    const std::vector<float>* row_scale(const std::string& name) const;
 };
 
 /// Searches the scales of every layer of `p` (see the file comment), reading the weights
@@ -178,3 +172,20 @@ QFORGE_DECL std::vector<float> scaled_importance(std::span<const float> m, const
 #endif
 
 }  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL const std::vector<float>* activation_folds::column_scale(const std::string& name) const {
+    const auto it = columns.find(name);
+    return it == columns.end() ? nullptr : it->second.get();
+}
+
+QFORGE_DECL const std::vector<float>* activation_folds::row_scale(const std::string& name) const {
+    const auto it = rows.find(name);
+    return it == rows.end() ? nullptr : it->second.get();
+}
+
+}  // namespace qforge
+#endif

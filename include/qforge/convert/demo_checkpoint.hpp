@@ -75,32 +75,11 @@ namespace detail {
 class demo_rng {
 public:
     explicit demo_rng(std::uint64_t seed) : s_(seed) {}
-    std::uint64_t next() noexcept {
-        std::uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
+    std::uint64_t next() noexcept;
     double uniform() noexcept { return (static_cast<double>(next() >> 11) + 0.5) * 0x1p-53; }
-    double normal() noexcept {
-        if (has_spare_) {
-            has_spare_ = false;
-            return spare_;
-        }
-        const double r = std::sqrt(-2.0 * std::log(uniform())), t = 6.283185307179586 * uniform();
-        spare_ = r * std::sin(t);
-        has_spare_ = true;
-        return r * std::cos(t);
-    }
+    double normal() noexcept;
     /// Student-t with 5 degrees of freedom, scaled to unit variance (var = 5/3).
-    double student_t5() noexcept {
-        double chi = 0;
-        for (int i = 0; i < 5; ++i) {
-            const double z = normal();
-            chi += z * z;
-        }
-        return normal() / std::sqrt(chi / 5.0) * std::sqrt(3.0 / 5.0);
-    }
+    double student_t5() noexcept;
 
 private:
     std::uint64_t s_;
@@ -108,9 +87,6 @@ private:
     bool has_spare_ = false;
 };
 
-}  // namespace detail
-
-namespace detail {
 
 /// The MoE MLP of one block (`p` = "model.layers.L."), in write order.
 QFORGE_DECL void demo_moe_tensors(std::vector<planned_tensor>& t, const std::string& p, const demo_options& o);
@@ -377,5 +353,35 @@ QFORGE_DECL void write_demo_side_files(const std::string& dir, const demo_option
     io::write_file(dir + "/tokenizer.json", tok.dump({.indent = 2}) + "\n");
 }
 
+namespace detail {
+
+QFORGE_DECL std::uint64_t demo_rng::next() noexcept {
+    std::uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+QFORGE_DECL double demo_rng::normal() noexcept {
+    if (has_spare_) {
+        has_spare_ = false;
+        return spare_;
+    }
+    const double r = std::sqrt(-2.0 * std::log(uniform())), t = 6.283185307179586 * uniform();
+    spare_ = r * std::sin(t);
+    has_spare_ = true;
+    return r * std::cos(t);
+}
+
+QFORGE_DECL double demo_rng::student_t5() noexcept {
+    double chi = 0;
+    for (int i = 0; i < 5; ++i) {
+        const double z = normal();
+        chi += z * z;
+    }
+    return normal() / std::sqrt(chi / 5.0) * std::sqrt(3.0 / 5.0);
+}
+
+}  // namespace detail
 }  // namespace qforge
 #endif

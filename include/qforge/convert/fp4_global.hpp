@@ -75,15 +75,7 @@ public:
 
 private:
     /// Every quantized item's group, and the group members each source holds, in one pass.
-    void index(const plan& p) {
-        for (std::size_t j = 0; j < p.items.size(); ++j)
-            if (p.items[j].action == plan_action::quantize)
-                if (std::string key = fused_group_key(p.items[j].name); !key.empty()) {
-                    members_[key].push_back(j);
-                    by_source_[p.items[j].source].push_back(j);
-                }
-        indexed_ = true;
-    }
+    void index(const plan& p);
 
     /// Reads `source` once and folds the amax of every group member it holds into its group.
     /// A fused 3-D expert tensor is read one member's cut at a time (checkpoint_source::
@@ -151,5 +143,16 @@ QFORGE_DECL float rows_amax(const tensor_view& v, std::int64_t r0, std::int64_t 
 }
 
 }  // namespace detail
+
+QFORGE_DECL void fused_amax_cache::index(const plan& p) {
+    for (std::size_t j = 0; j < p.items.size(); ++j)
+        if (p.items[j].action == plan_action::quantize)
+            if (std::string key = fused_group_key(p.items[j].name); !key.empty()) {
+                members_[key].push_back(j);
+                by_source_[p.items[j].source].push_back(j);
+            }
+    indexed_ = true;
+}
+
 }  // namespace qforge
 #endif

@@ -58,34 +58,13 @@ public:
 
     /// The entry of GGUF weight `gguf_name`, or null when the imatrix has none. Valid until
     /// the next lookup.
-    const gguf::imatrix_entry* entry(std::string_view gguf_name) {
-        if (!m_->contains(gguf_name)) return nullptr;
-        if (!cached_ || cached_name_ != gguf_name) {
-            cached_ = m_->load(gguf_name);
-            cached_name_ = std::string(gguf_name);
-        }
-        return cached_ ? &*cached_ : nullptr;
-    }
+    const gguf::imatrix_entry* entry(std::string_view gguf_name);
 
     /// The importance of the `cols` input columns of `hf_weight`, or an empty span when the
     /// imatrix has no entry for it (the caller reports the weight as quantized without one).
     /// An entry of the wrong size is a shape_error naming the imatrix and the entry, as in
     /// llama-quantize ("imatrix size %d is different from tensor size %d", LC src/llama-quant.cpp).
-    std::span<const float> find(std::string_view hf_weight, std::int64_t cols) {
-        const auto loc = imatrix_location_of(hf_weight);
-        const gguf::imatrix_entry* found = loc ? entry(loc->entry) : nullptr;
-        if (!found) return {};
-        const gguf::imatrix_entry& e = *found;
-        const auto n = static_cast<std::int64_t>(e.values.size());
-        const std::int64_t mats = e.n_per_row > 0 ? e.n_mat : (cols > 0 && n % cols == 0 ? n / cols : 0);
-        const std::int64_t want = loc->expert < 0 ? 0 : loc->expert;
-        if (!e.fits(cols, mats) || (loc->expert < 0 && mats != 1) || want >= mats)
-            fail<shape_error>(m_->path(), loc->entry,
-                              "imatrix has " + std::to_string(n) + " values, but " + std::string(hf_weight) + " needs " +
-                                  std::to_string(cols) + " per matrix" +
-                                  (loc->expert >= 0 ? " for expert " + std::to_string(loc->expert) : std::string()));
-        return e.matrix(want, cols);
-    }
+    std::span<const float> find(std::string_view hf_weight, std::int64_t cols);
 
 private:
     const gguf::importance_matrix* m_;
@@ -149,6 +128,32 @@ QFORGE_DECL std::optional<imatrix_location> imatrix_location_of(std::string_view
     std::string_view rest;
     if (!gguf::detail::parse_layer(hf_weight, layer, rest)) return std::nullopt;
     return detail::moe_location(layer, rest);
+}
+
+
+QFORGE_DECL const gguf::imatrix_entry* importance_lookup::entry(std::string_view gguf_name) {
+    if (!m_->contains(gguf_name)) return nullptr;
+    if (!cached_ || cached_name_ != gguf_name) {
+        cached_ = m_->load(gguf_name);
+        cached_name_ = std::string(gguf_name);
+    }
+    return cached_ ? &*cached_ : nullptr;
+}
+
+QFORGE_DECL std::span<const float> importance_lookup::find(std::string_view hf_weight, std::int64_t cols) {
+    const auto loc = imatrix_location_of(hf_weight);
+    const gguf::imatrix_entry* found = loc ? entry(loc->entry) : nullptr;
+    if (!found) return {};
+    const gguf::imatrix_entry& e = *found;
+    const auto n = static_cast<std::int64_t>(e.values.size());
+    const std::int64_t mats = e.n_per_row > 0 ? e.n_mat : (cols > 0 && n % cols == 0 ? n / cols : 0);
+    const std::int64_t want = loc->expert < 0 ? 0 : loc->expert;
+    if (!e.fits(cols, mats) || (loc->expert < 0 && mats != 1) || want >= mats)
+        fail<shape_error>(m_->path(), loc->entry,
+                          "imatrix has " + std::to_string(n) + " values, but " + std::string(hf_weight) + " needs " +
+                              std::to_string(cols) + " per matrix" +
+                              (loc->expert >= 0 ? " for expert " + std::to_string(loc->expert) : std::string()));
+    return e.matrix(want, cols);
 }
 
 }  // namespace qforge

@@ -34,46 +34,7 @@ struct model_config {
     /// Reads the keys above from a Hugging Face config.json (also a nested "text_config",
     /// which multimodal models use). Absent keys keep their defaults; a present key of the
     /// wrong type is a format_error naming `file` and the key.
-    static model_config from_json(const json& cfg, const std::string& file = "config.json") {
-        const json* text = cfg.find("text_config");
-        const json& c = (text && text->is_object() && !cfg.contains("num_attention_heads")) ? *text : cfg;
-        auto get_int = [&](const char* key, std::int64_t fallback) -> std::int64_t {
-            const json* v = c.find(key);
-            if (!v || v->is_null()) return fallback;
-            if (!v->is_int() || v->as_int() < 0)
-                fail<format_error>(file, {}, std::string("key \"") + key + "\" must be a non-negative integer");
-            return v->as_int();
-        };
-        model_config m;
-        m.hidden_size = get_int("hidden_size", 0);
-        m.intermediate_size = get_int("intermediate_size", 0);
-        m.num_attention_heads = get_int("num_attention_heads", 0);
-        m.num_key_value_heads = get_int("num_key_value_heads", m.num_attention_heads);
-        m.head_dim = get_int("head_dim", m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
-        m.num_experts = get_int("num_experts", get_int("num_local_experts", get_int("n_routed_experts", 0)));
-        m.moe_intermediate_size = get_int("moe_intermediate_size", 0);
-        // model_type and architectures name the whole model (the outer config), not its text part.
-        for (const json* holder : {&c, &cfg})
-            if (const json* t = holder->find("model_type"); t && !t->is_null()) {
-                if (!t->is_string()) fail<format_error>(file, {}, "key \"model_type\" must be a string");
-                m.model_type = t->as_string();
-            }
-        if (const json* a = cfg.find("architectures"); a && !a->is_null()) {
-            if (!a->is_array()) fail<format_error>(file, {}, "key \"architectures\" must be an array of strings");
-            for (const json& name : a->as_array()) {
-                if (!name.is_string()) fail<format_error>(file, {}, "key \"architectures\" must be an array of strings");
-                m.architectures.push_back(name.as_string());
-            }
-        }
-        // transformers' PretrainedConfig defaults tie_word_embeddings to true.
-        m.tie_word_embeddings = true;
-        for (const json* holder : {&cfg, &c})
-            if (const json* t = holder->find("tie_word_embeddings"); t && !t->is_null()) {
-                if (!t->is_bool()) fail<format_error>(file, {}, "key \"tie_word_embeddings\" must be a boolean");
-                m.tie_word_embeddings = t->as_bool();
-            }
-        return m;
-    }
+    static model_config from_json(const json& cfg, const std::string& file = "config.json");
 };
 
 }  // namespace qforge
@@ -93,6 +54,48 @@ QFORGE_DECL std::optional<dtype> declared_model_dtype(const json& config) {
         if (s == "float32") return dtype::F32;
     }
     return std::nullopt;
+}
+
+
+QFORGE_DECL model_config model_config::from_json(const json& cfg, const std::string& file) {
+    const json* text = cfg.find("text_config");
+    const json& c = (text && text->is_object() && !cfg.contains("num_attention_heads")) ? *text : cfg;
+    auto get_int = [&](const char* key, std::int64_t fallback) -> std::int64_t {
+        const json* v = c.find(key);
+        if (!v || v->is_null()) return fallback;
+        if (!v->is_int() || v->as_int() < 0)
+            fail<format_error>(file, {}, std::string("key \"") + key + "\" must be a non-negative integer");
+        return v->as_int();
+    };
+    model_config m;
+    m.hidden_size = get_int("hidden_size", 0);
+    m.intermediate_size = get_int("intermediate_size", 0);
+    m.num_attention_heads = get_int("num_attention_heads", 0);
+    m.num_key_value_heads = get_int("num_key_value_heads", m.num_attention_heads);
+    m.head_dim = get_int("head_dim", m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
+    m.num_experts = get_int("num_experts", get_int("num_local_experts", get_int("n_routed_experts", 0)));
+    m.moe_intermediate_size = get_int("moe_intermediate_size", 0);
+    // model_type and architectures name the whole model (the outer config), not its text part.
+    for (const json* holder : {&c, &cfg})
+        if (const json* t = holder->find("model_type"); t && !t->is_null()) {
+            if (!t->is_string()) fail<format_error>(file, {}, "key \"model_type\" must be a string");
+            m.model_type = t->as_string();
+        }
+    if (const json* a = cfg.find("architectures"); a && !a->is_null()) {
+        if (!a->is_array()) fail<format_error>(file, {}, "key \"architectures\" must be an array of strings");
+        for (const json& name : a->as_array()) {
+            if (!name.is_string()) fail<format_error>(file, {}, "key \"architectures\" must be an array of strings");
+            m.architectures.push_back(name.as_string());
+        }
+    }
+    // transformers' PretrainedConfig defaults tie_word_embeddings to true.
+    m.tie_word_embeddings = true;
+    for (const json* holder : {&cfg, &c})
+        if (const json* t = holder->find("tie_word_embeddings"); t && !t->is_null()) {
+            if (!t->is_bool()) fail<format_error>(file, {}, "key \"tie_word_embeddings\" must be a boolean");
+            m.tie_word_embeddings = t->as_bool();
+        }
+    return m;
 }
 
 }  // namespace qforge

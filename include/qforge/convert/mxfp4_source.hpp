@@ -59,10 +59,7 @@ struct mxfp4_source {
     std::vector<source_tensor> tensors;
     std::map<std::string, std::size_t, std::less<>> packed_of;  ///< "<m>.weight" -> weights index
 
-    const mxfp4_packed_weight* find(std::string_view weight_name) const {
-        const auto it = packed_of.find(weight_name);
-        return it == packed_of.end() ? nullptr : &weights[it->second];
-    }
+    const mxfp4_packed_weight* find(std::string_view weight_name) const;
 };
 
 namespace detail {
@@ -217,6 +214,12 @@ QFORGE_DECL mxfp4_source read_mxfp4_source(const json& config, const std::string
         else if (!consumed.count(t.name)) r.tensors.push_back(t);
     }
     return r;
+}
+
+
+QFORGE_DECL const mxfp4_packed_weight* mxfp4_source::find(std::string_view weight_name) const {
+    const auto it = packed_of.find(weight_name);
+    return it == packed_of.end() ? nullptr : &weights[it->second];
 }
 
 }  // namespace qforge

@@ -38,9 +38,18 @@ struct planned_tensor {
     dtype type = dtype::F32;
     shape_t shape;
 
-    std::uint64_t bytes() const {
-        return static_cast<std::uint64_t>(checked_numel(shape, {}, name)) * dtype_size(type);
-    }
+    std::uint64_t bytes() const;
 };
 
 }  // namespace qforge
+
+#if QFORGE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL std::uint64_t planned_tensor::bytes() const {
+    return static_cast<std::uint64_t>(checked_numel(shape, {}, name)) * dtype_size(type);
+}
+
+}  // namespace qforge
+#endif

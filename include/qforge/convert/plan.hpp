@@ -93,17 +93,9 @@ struct plan_item {
     std::vector<planned_tensor> outputs;
     std::string decided_by;  ///< "rule <pattern>" or "default"
 
-    std::uint64_t in_bytes() const {
-        return static_cast<std::uint64_t>(checked_numel(shape, source_file, source)) * dtype_bits(source_type) / 8;
-    }
-    std::uint64_t out_bytes() const {
-        std::uint64_t n = 0;
-        for (const auto& t : outputs) n += t.bytes();
-        return n;
-    }
-    bool whole_source() const {
-        return !cut && row_begin == 0 && (source_shape.empty() || row_end == source_shape[0]);
-    }
+    std::uint64_t in_bytes() const;
+    std::uint64_t out_bytes() const;
+    bool whole_source() const;
     /// The dtype of the values the converter works on: F32 for a decoded FP8 weight, BF16 for
     /// decoded MXFP4 (source_scale::decoded_type).
     dtype value_type() const noexcept { return scale ? scale->decoded_type() : source_type; }
@@ -131,63 +123,23 @@ struct plan {
     bool refused() const noexcept { return !refusals.empty(); }
 
     /// Throws unsupported_error carrying the first refusal (and how many more there are).
-    void throw_if_refused() const {
-        if (refusals.empty()) return;
-        std::string why = refusals.front();
-        if (why.starts_with("qforge: ")) why.erase(0, 8);
-        if (refusals.size() > 1) why += " (and " + std::to_string(refusals.size() - 1) + " more refusals)";
-        fail<unsupported_error>({}, {}, "conversion refused: " + why);
-    }
+    void throw_if_refused() const;
 
-    std::uint64_t out_bytes() const {
-        std::uint64_t n = 0;
-        for (const auto& it : items) n += it.out_bytes();
-        return n;
-    }
-    std::size_t quantized_count() const {
-        return static_cast<std::size_t>(std::count_if(items.begin(), items.end(),
-                                                       [](const plan_item& i) { return i.action == plan_action::quantize; }));
-    }
-    std::uint64_t quantized_weights() const {
-        std::uint64_t n = 0;
-        for (const auto& it : items)
-            if (it.action == plan_action::quantize) n += static_cast<std::uint64_t>(checked_numel(it.shape));
-        return n;
-    }
+    std::uint64_t out_bytes() const;
+    std::size_t quantized_count() const;
+    std::uint64_t quantized_weights() const;
     /// Bits per quantized weight, everything a loader reads counted (codes, scales, zeros,
     /// g_idx, weight_shape): 8 * output bytes of quantized linears / their weight count.
-    double quantized_bits_per_weight() const {
-        std::uint64_t bytes = 0;
-        for (const auto& it : items)
-            if (it.action == plan_action::quantize) bytes += it.out_bytes();
-        const std::uint64_t w = quantized_weights();
-        return w ? 8.0 * static_cast<double>(bytes) / static_cast<double>(w) : 0.0;
-    }
+    double quantized_bits_per_weight() const;
     /// Bits per weight of the whole model: 8 * every output byte / every weight the outputs
     /// hold (embeddings, kept linears, experts, norms included), so weights left dense, on
     /// purpose or not, show in the figure (llama.cpp's bits per weight counts the same way).
-    double bits_per_weight() const {
-        std::uint64_t w = 0;
-        for (const auto& it : items) w += static_cast<std::uint64_t>(checked_numel(it.shape));
-        return w ? 8.0 * static_cast<double>(out_bytes()) / static_cast<double>(w) : 0.0;
-    }
+    double bits_per_weight() const;
     /// Weight matrices (rank >= 2 floats) kept dense, and their weight count: what the plan
     /// prints so that an unquantized matrix never passes unnoticed.
-    std::pair<std::size_t, std::uint64_t> kept_matrices() const {
-        std::pair<std::size_t, std::uint64_t> n{0, 0};
-        for (const auto& it : items)
-            if (it.action == plan_action::keep && it.shape.size() >= 2 && is_floating(it.source_type)) {
-                ++n.first;
-                n.second += static_cast<std::uint64_t>(checked_numel(it.shape));
-            }
-        return n;
-    }
+    std::pair<std::size_t, std::uint64_t> kept_matrices() const;
     /// The single scheme GPTQ/AWQ configs describe (the first quantized item's).
-    std::optional<quant_spec> main_scheme() const {
-        for (const auto& it : items)
-            if (it.action == plan_action::quantize) return it.scheme;
-        return std::nullopt;
-    }
+    std::optional<quant_spec> main_scheme() const;
 };
 
 namespace detail {
@@ -277,4 +229,78 @@ QFORGE_DECL void print_plan(std::ostream& os, const plan& p) {
 }  // namespace qforge
 
 #include "qforge/convert/detail/plan_steps.hpp"  // make_plan's body (and, header-only, format_name's)
+
+namespace qforge {
+
+QFORGE_DECL std::uint64_t plan_item::in_bytes() const {
+    return static_cast<std::uint64_t>(checked_numel(shape, source_file, source)) * dtype_bits(source_type) / 8;
+}
+
+QFORGE_DECL std::uint64_t plan_item::out_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& t : outputs) n += t.bytes();
+    return n;
+}
+
+QFORGE_DECL bool plan_item::whole_source() const {
+    return !cut && row_begin == 0 && (source_shape.empty() || row_end == source_shape[0]);
+}
+
+QFORGE_DECL void plan::throw_if_refused() const {
+    if (refusals.empty()) return;
+    std::string why = refusals.front();
+    if (why.starts_with("qforge: ")) why.erase(0, 8);
+    if (refusals.size() > 1) why += " (and " + std::to_string(refusals.size() - 1) + " more refusals)";
+    fail<unsupported_error>({}, {}, "conversion refused: " + why);
+}
+
+QFORGE_DECL std::uint64_t plan::out_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& it : items) n += it.out_bytes();
+    return n;
+}
+
+QFORGE_DECL std::size_t plan::quantized_count() const {
+    return static_cast<std::size_t>(std::count_if(items.begin(), items.end(),
+                                                   [](const plan_item& i) { return i.action == plan_action::quantize; }));
+}
+
+QFORGE_DECL std::uint64_t plan::quantized_weights() const {
+    std::uint64_t n = 0;
+    for (const auto& it : items)
+        if (it.action == plan_action::quantize) n += static_cast<std::uint64_t>(checked_numel(it.shape));
+    return n;
+}
+
+QFORGE_DECL double plan::quantized_bits_per_weight() const {
+    std::uint64_t bytes = 0;
+    for (const auto& it : items)
+        if (it.action == plan_action::quantize) bytes += it.out_bytes();
+    const std::uint64_t w = quantized_weights();
+    return w ? 8.0 * static_cast<double>(bytes) / static_cast<double>(w) : 0.0;
+}
+
+QFORGE_DECL double plan::bits_per_weight() const {
+    std::uint64_t w = 0;
+    for (const auto& it : items) w += static_cast<std::uint64_t>(checked_numel(it.shape));
+    return w ? 8.0 * static_cast<double>(out_bytes()) / static_cast<double>(w) : 0.0;
+}
+
+QFORGE_DECL std::pair<std::size_t, std::uint64_t> plan::kept_matrices() const {
+    std::pair<std::size_t, std::uint64_t> n{0, 0};
+    for (const auto& it : items)
+        if (it.action == plan_action::keep && it.shape.size() >= 2 && is_floating(it.source_type)) {
+            ++n.first;
+            n.second += static_cast<std::uint64_t>(checked_numel(it.shape));
+        }
+    return n;
+}
+
+QFORGE_DECL std::optional<quant_spec> plan::main_scheme() const {
+    for (const auto& it : items)
+        if (it.action == plan_action::quantize) return it.scheme;
+    return std::nullopt;
+}
+
+}  // namespace qforge
 #endif

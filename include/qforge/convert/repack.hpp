@@ -131,25 +131,7 @@ struct repack_scheme {
     std::vector<repack_detail::ct_group> ct_groups;
     std::vector<std::string> ct_ignore;
 
-    layer_scheme for_module(const std::string& module) const {
-        if (ct_groups.empty()) return common;
-        for (const std::string& ig : ct_ignore)
-            if (repack_detail::ct_target_matches(ig, module) && ig.find("Linear") == std::string::npos)
-                fail<format_error>("config.json", module, "module has quantized tensors but is listed in `ignore`");
-        for (const auto& g : ct_groups)
-            for (const std::string& t : g.targets)
-                if (repack_detail::ct_target_matches(t, module)) {
-                    layer_scheme s = common;
-                    s.ct = g.args;
-                    s.fake.bits = g.args.bits;
-                    if (g.format == "naive-quantized" || g.format == "int-quantized") s.format = repack_source_format::ct_naive;
-                    else if (g.format == "pack-quantized") s.format = repack_source_format::ct_packed;
-                    else if (s.format != repack_source_format::fake_quant)
-                        fail<unsupported_error>("config.json", module, "compressed-tensors format \"" + g.format + "\" is not one qforge repacks");
-                    return s;
-                }
-        fail<format_error>("config.json", module, "no compressed-tensors config group targets this module");
-    }
+    layer_scheme for_module(const std::string& module) const;
 };
 
 /// Reads `quantization_config` of config.json (`model_config`) and finds the quantized modules
@@ -343,6 +325,27 @@ QFORGE_DECL repack_scheme detect_repack_scheme(const json& model_config, const s
     }
     if (r.modules.empty()) fail<format_error>("config.json", {}, "quantization_config says " + method + " but no quantized layer was found");
     return r;
+}
+
+
+QFORGE_DECL layer_scheme repack_scheme::for_module(const std::string& module) const {
+    if (ct_groups.empty()) return common;
+    for (const std::string& ig : ct_ignore)
+        if (repack_detail::ct_target_matches(ig, module) && ig.find("Linear") == std::string::npos)
+            fail<format_error>("config.json", module, "module has quantized tensors but is listed in `ignore`");
+    for (const auto& g : ct_groups)
+        for (const std::string& t : g.targets)
+            if (repack_detail::ct_target_matches(t, module)) {
+                layer_scheme s = common;
+                s.ct = g.args;
+                s.fake.bits = g.args.bits;
+                if (g.format == "naive-quantized" || g.format == "int-quantized") s.format = repack_source_format::ct_naive;
+                else if (g.format == "pack-quantized") s.format = repack_source_format::ct_packed;
+                else if (s.format != repack_source_format::fake_quant)
+                    fail<unsupported_error>("config.json", module, "compressed-tensors format \"" + g.format + "\" is not one qforge repacks");
+                return s;
+            }
+    fail<format_error>("config.json", module, "no compressed-tensors config group targets this module");
 }
 
 }  // namespace qforge

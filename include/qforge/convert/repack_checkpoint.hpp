@@ -74,11 +74,7 @@ struct repack_report {
     std::vector<repack_layer> layers;
     std::vector<std::string> copied_tensors;
     std::vector<std::string> shards;
-    bool exact() const noexcept {
-        for (const auto& l : layers)
-            if (l.how == "requantized") return false;
-        return true;
-    }
+    bool exact() const noexcept;
 };
 
 namespace repack_detail {
@@ -99,35 +95,10 @@ struct open_checkpoint {
     };
     std::shared_ptr<std::map<std::string, cached_tensor>> cache = std::make_shared<std::map<std::string, cached_tensor>>();
 
-    open_checkpoint(const std::string& dir, int fake_bits)
-        : folder(dir), reader(dir), config(io::read_config(dir)) {
-        std::vector<std::string> names = reader.tensor_names();
-        scheme = detect_repack_scheme(config, names, fake_bits);
-    }
+    open_checkpoint(const std::string& dir, int fake_bits);
 
-    tensor_source source() const {
-        tensor_source s;
-        s.file = folder;
-        auto c = cache;
-        const safetensors::sharded_reader* r = &reader;
-        s.find = [c, r](const std::string& name) -> const tensor_view* {
-            auto it = c->find(name);
-            if (it != c->end()) return &it->second.view;
-            if (!r->contains(name)) return nullptr;
-            cached_tensor& e = (*c)[name];
-            e.data = r->read_tensor(name);
-            e.view = e.data.view();  // map nodes do not move: the view stays valid
-            return &e.view;
-        };
-        return s;
-    }
-    void release(const std::string& module) {
-        for (const std::string& suffix : source_tensors(scheme.for_module(module).format)) {
-            const std::string n = module + suffix;
-            cache->erase(n);
-            if (reader.contains(n)) reader.release(n);
-        }
-    }
+    tensor_source source() const;
+    void release(const std::string& module);
 };
 
 QFORGE_DECL quant_options requant_options(const quantized_tensor& q, const repack_target& t);
@@ -431,5 +402,45 @@ QFORGE_DECL std::vector<layer_comparison> compare_quantized_checkpoints(const st
     return out;
 }
 
+
+QFORGE_DECL bool repack_report::exact() const noexcept {
+    for (const auto& l : layers)
+        if (l.how == "requantized") return false;
+    return true;
+}
+
+namespace repack_detail {
+
+QFORGE_DECL open_checkpoint::open_checkpoint(const std::string& dir, int fake_bits) : folder(dir), reader(dir), config(io::read_config(dir)) {
+    std::vector<std::string> names = reader.tensor_names();
+    scheme = detect_repack_scheme(config, names, fake_bits);
+}
+
+QFORGE_DECL tensor_source open_checkpoint::source() const {
+    tensor_source s;
+    s.file = folder;
+    auto c = cache;
+    const safetensors::sharded_reader* r = &reader;
+    s.find = [c, r](const std::string& name) -> const tensor_view* {
+        auto it = c->find(name);
+        if (it != c->end()) return &it->second.view;
+        if (!r->contains(name)) return nullptr;
+        cached_tensor& e = (*c)[name];
+        e.data = r->read_tensor(name);
+        e.view = e.data.view();  // map nodes do not move: the view stays valid
+        return &e.view;
+    };
+    return s;
+}
+
+QFORGE_DECL void open_checkpoint::release(const std::string& module) {
+    for (const std::string& suffix : source_tensors(scheme.for_module(module).format)) {
+        const std::string n = module + suffix;
+        cache->erase(n);
+        if (reader.contains(n)) reader.release(n);
+    }
+}
+
+}  // namespace repack_detail
 }  // namespace qforge
 #endif

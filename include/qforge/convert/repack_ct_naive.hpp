@@ -31,9 +31,7 @@ QFORGE_DECL quantized_tensor read_ct_naive(const tensor_source& src, const std::
 struct ct_naive_source_traits {
     static constexpr std::string_view source_name = "compressed-tensors naive-quantized";
     static constexpr std::array<std::string_view, 4> source_tensors{".weight", ".weight_scale", ".weight_zero_point", ".weight_g_idx"};
-    static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const ct_weight_args& a) {
-        return read_ct_naive(src, prefix, a);
-    }
+    static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const ct_weight_args& a);
 };
 
 }  // namespace qforge
@@ -89,6 +87,11 @@ QFORGE_DECL quantized_tensor read_ct_naive(const tensor_source& src, const std::
     ct_read_g_idx(q, src.optional(prefix + ".weight_g_idx"), src.file);
     q.validate();
     return q;
+}
+
+
+QFORGE_DECL quantized_tensor ct_naive_source_traits::read_source(const tensor_source& src, const std::string& prefix, const ct_weight_args& a) {
+    return read_ct_naive(src, prefix, a);
 }
 
 }  // namespace qforge

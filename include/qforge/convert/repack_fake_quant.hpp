@@ -53,25 +53,7 @@ struct fake_quant_source_traits {
     static constexpr std::array<std::string_view, 4> source_tensors{".weight", ".weight_scale", ".weight_zero_point", ".weight_g_idx"};
 
     static quantized_tensor read_source(const tensor_source& src, const std::string& prefix, const fake_quant_options& fake,
-                                        const ct_weight_args& ct) {
-        const tensor_view& w = src.require(prefix + ".weight");
-        const tensor_view& sc = src.require(prefix + ".weight_scale");
-        const tensor_view* zp = src.optional(prefix + ".weight_zero_point");
-        quantized_tensor q;
-        if (zp) {
-            q = read_fake_quant(w, sc, *zp, fake, src.file);
-        } else if (fake.signed_zero_point && ct.symmetric) {
-            // compressed-tensors symmetric: no zero point tensor, the signed zero is 0.
-            const std::vector<std::int8_t> zeros(static_cast<std::size_t>(checked_numel(sc.shape, src.file, sc.name)), 0);
-            owned_tensor z = detail::make_tensor(prefix + ".weight_zero_point", dtype::I8, sc.shape, zeros);
-            q = read_fake_quant(w, sc, z.view(), fake, src.file);
-            q.symmetric = true;
-        } else {
-            fail<format_error>(src.file, prefix + ".weight_zero_point", "tensor is missing");
-        }
-        q.name = prefix;
-        return q;
-    }
+                                        const ct_weight_args& ct);
 };
 
 }  // namespace qforge
@@ -189,6 +171,27 @@ QFORGE_DECL quantized_tensor read_fake_quant(const tensor_view& weight, const te
 QFORGE_DECL quantized_tensor read_fake_quant(const tensor_source& src, const std::string& prefix, const fake_quant_options& opt) {
     return read_fake_quant(src.require(prefix + ".weight"), src.require(prefix + ".weight_scale"),
                            src.require(prefix + ".weight_zero_point"), opt, src.file);
+}
+
+
+QFORGE_DECL quantized_tensor fake_quant_source_traits::read_source(const tensor_source& src, const std::string& prefix, const fake_quant_options& fake, const ct_weight_args& ct) {
+    const tensor_view& w = src.require(prefix + ".weight");
+    const tensor_view& sc = src.require(prefix + ".weight_scale");
+    const tensor_view* zp = src.optional(prefix + ".weight_zero_point");
+    quantized_tensor q;
+    if (zp) {
+        q = read_fake_quant(w, sc, *zp, fake, src.file);
+    } else if (fake.signed_zero_point && ct.symmetric) {
+        // compressed-tensors symmetric: no zero point tensor, the signed zero is 0.
+        const std::vector<std::int8_t> zeros(static_cast<std::size_t>(checked_numel(sc.shape, src.file, sc.name)), 0);
+        owned_tensor z = detail::make_tensor(prefix + ".weight_zero_point", dtype::I8, sc.shape, zeros);
+        q = read_fake_quant(w, sc, z.view(), fake, src.file);
+        q.symmetric = true;
+    } else {
+        fail<format_error>(src.file, prefix + ".weight_zero_point", "tensor is missing");
+    }
+    q.name = prefix;
+    return q;
 }
 
 }  // namespace qforge

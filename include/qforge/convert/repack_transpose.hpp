@@ -111,18 +111,12 @@ QFORGE_DECL bool is_scale_tensor(const tensor_view* t, const shape_t& shape) noe
 /// The b-bit fields of a word (b divides 32): a 1 in each field, and each field's top bit.
 struct word_fields {
     std::uint32_t ones = 0, highs = 0;
-    explicit word_fields(int b) noexcept {
-        for (int s = 0; s < 32; s += b) ones |= 1u << s;
-        highs = ones << (b - 1);
-    }
+    explicit word_fields(int b) noexcept;
     std::uint32_t every(std::uint32_t value) const noexcept { return ones * value; }
     /// Whether some field of w equals the field value repeated in `value_everywhere`. The SWAR
     /// zero-field test on w ^ value_everywhere is exact: subtracting 1 from every field borrows
     /// into a field's top bit only at a zero field.
-    bool any_field_is(std::uint32_t w, std::uint32_t value_everywhere) const noexcept {
-        const std::uint32_t x = w ^ value_everywhere;
-        return ((x - ones) & ~x & highs) != 0;
-    }
+    bool any_field_is(std::uint32_t w, std::uint32_t value_everywhere) const noexcept;
 };
 
 /// An optional g_idx tensor as read_g_idx_i32 / ct_read_g_idx read it (an identity map
@@ -475,5 +469,18 @@ QFORGE_DECL std::vector<owned_tensor> repack_module(const tensor_source& src, co
     return out;
 }
 
+namespace repack_detail {
+
+QFORGE_DECL word_fields::word_fields(int b) noexcept {
+    for (int s = 0; s < 32; s += b) ones |= 1u << s;
+    highs = ones << (b - 1);
+}
+
+QFORGE_DECL bool word_fields::any_field_is(std::uint32_t w, std::uint32_t value_everywhere) const noexcept {
+    const std::uint32_t x = w ^ value_everywhere;
+    return ((x - ones) & ~x & highs) != 0;
+}
+
+}  // namespace repack_detail
 }  // namespace qforge
 #endif

@@ -42,21 +42,7 @@ struct activation_fold_record {
     double weighted_error = 0, weighted_error_unscaled = 0;
     std::string skipped;              ///< why the group was left alone, or empty
 
-    json to_json() const {
-        json e = json::object();
-        json::array_t names;
-        for (const auto& l : layers) names.emplace_back(l);
-        e.set("layers", json(std::move(names)));
-        e.set("folded_into", folded_into);
-        if (!skipped.empty()) {
-            e.set("skipped", skipped);
-            return e;
-        }
-        e.set("alpha", alpha);
-        e.set("weighted_error", weighted_error);
-        e.set("weighted_error_unscaled", weighted_error_unscaled);
-        return e;
-    }
+    json to_json() const;
 };
 
 struct conversion_report {
@@ -71,83 +57,20 @@ struct conversion_report {
     /// "loader_warnings" only when there is one.
     std::vector<std::string> loader_warnings;
 
-    double snr_min() const {
-        double m = tensors.empty() ? 0 : tensors.front().snr_db;
-        for (const auto& t : tensors) m = std::min(m, t.snr_db);
-        return m;
-    }
-    double snr_max() const {
-        double m = tensors.empty() ? 0 : tensors.front().snr_db;
-        for (const auto& t : tensors) m = std::max(m, t.snr_db);
-        return m;
-    }
-    double snr_mean() const {
-        double s = 0;
-        for (const auto& t : tensors) s += t.snr_db;
-        return tensors.empty() ? 0 : s / static_cast<double>(tensors.size());
-    }
+    double snr_min() const;
+    double snr_max() const;
+    double snr_mean() const;
 
     /// (min, mean) over every tensor of the SNR vLLM decodes (snr_db_as_loaded where set,
     /// snr_db where vLLM keeps the stored scales); nullopt when no tensor has an as-loaded figure.
-    std::optional<std::pair<double, double>> as_loaded_means() const {
-        bool any = false;
-        double m = 0, s = 0;
-        for (const auto& t : tensors) {
-            const double x = std::isnan(t.snr_db_as_loaded) ? t.snr_db : t.snr_db_as_loaded;
-            any = any || !std::isnan(t.snr_db_as_loaded);
-            m = &t == &tensors.front() ? x : std::min(m, x);
-            s += x;
-        }
-        if (!any) return std::nullopt;
-        return std::pair{m, s / static_cast<double>(tensors.size())};
-    }
+    std::optional<std::pair<double, double>> as_loaded_means() const;
 
     /// The summary without per-tensor entries (what the command line prints).
     /// (Built with set() rather than initializer lists: GCC 12 reports a false
     /// maybe-uninitialized on nested json initializer lists at -O2.)
-    json summary() const {
-        json out = json::object();
-        out.set("format", std::string(format_name(format)));
-        out.set("tensors_quantized", static_cast<std::int64_t>(tensors.size()));
-        out.set("snr_db_min", round2(snr_min()));
-        out.set("snr_db_max", round2(snr_max()));
-        out.set("snr_db_mean", round2(snr_mean()));
-        if (const auto l = as_loaded_means()) {  // only where vLLM re-rounds some scales
-            out.set("snr_db_min_as_loaded", round2(l->first));
-            out.set("snr_db_mean_as_loaded", round2(l->second));
-        }
-        out.set("bits_per_weight", std::round(bits_per_weight * 1000) / 1000);
-        out.set("quantized_bits_per_weight", std::round(quantized_bits_per_weight * 1000) / 1000);
-        return out;
-    }
+    json summary() const;
 
-    json to_json() const {
-        json out = summary();
-        json per = json::array();
-        for (const auto& t : tensors) {
-            json::array_t shape;
-            for (auto d : t.shape) shape.emplace_back(d);
-            json e = json::object();
-            e.set("name", t.name);
-            e.set("shape", json(std::move(shape)));
-            e.set("scheme", scheme_to_string(t.scheme));
-            e.set("snr_db", round2(t.snr_db));
-            if (!std::isnan(t.snr_db_as_loaded)) e.set("snr_db_as_loaded", round2(t.snr_db_as_loaded));
-            per.push_back(std::move(e));
-        }
-        out.set("per_tensor", std::move(per));
-        if (!activation_folds.empty()) {
-            json folds = json::array();
-            for (const auto& f : activation_folds) folds.push_back(f.to_json());
-            out.set("activation_scaling", std::move(folds));
-        }
-        if (!loader_warnings.empty()) {
-            json lw = json::array();
-            for (const auto& l : loader_warnings) lw.push_back(l);
-            out.set("loader_warnings", std::move(lw));
-        }
-        return out;
-    }
+    json to_json() const;
 
 private:
     /// Two decimals; an exact (infinite SNR) or all-zero tensor is written as null, since
@@ -159,4 +82,99 @@ private:
 
 #if QFORGE_BODIES_HERE
 #include "qforge/convert/format.hpp"  // header-only: format_name's body
+
+namespace qforge {
+
+QFORGE_DECL json activation_fold_record::to_json() const {
+    json e = json::object();
+    json::array_t names;
+    for (const auto& l : layers) names.emplace_back(l);
+    e.set("layers", json(std::move(names)));
+    e.set("folded_into", folded_into);
+    if (!skipped.empty()) {
+        e.set("skipped", skipped);
+        return e;
+    }
+    e.set("alpha", alpha);
+    e.set("weighted_error", weighted_error);
+    e.set("weighted_error_unscaled", weighted_error_unscaled);
+    return e;
+}
+
+QFORGE_DECL double conversion_report::snr_min() const {
+    double m = tensors.empty() ? 0 : tensors.front().snr_db;
+    for (const auto& t : tensors) m = std::min(m, t.snr_db);
+    return m;
+}
+
+QFORGE_DECL double conversion_report::snr_max() const {
+    double m = tensors.empty() ? 0 : tensors.front().snr_db;
+    for (const auto& t : tensors) m = std::max(m, t.snr_db);
+    return m;
+}
+
+QFORGE_DECL double conversion_report::snr_mean() const {
+    double s = 0;
+    for (const auto& t : tensors) s += t.snr_db;
+    return tensors.empty() ? 0 : s / static_cast<double>(tensors.size());
+}
+
+QFORGE_DECL std::optional<std::pair<double, double>> conversion_report::as_loaded_means() const {
+    bool any = false;
+    double m = 0, s = 0;
+    for (const auto& t : tensors) {
+        const double x = std::isnan(t.snr_db_as_loaded) ? t.snr_db : t.snr_db_as_loaded;
+        any = any || !std::isnan(t.snr_db_as_loaded);
+        m = &t == &tensors.front() ? x : std::min(m, x);
+        s += x;
+    }
+    if (!any) return std::nullopt;
+    return std::pair{m, s / static_cast<double>(tensors.size())};
+}
+
+QFORGE_DECL json conversion_report::summary() const {
+    json out = json::object();
+    out.set("format", std::string(format_name(format)));
+    out.set("tensors_quantized", static_cast<std::int64_t>(tensors.size()));
+    out.set("snr_db_min", round2(snr_min()));
+    out.set("snr_db_max", round2(snr_max()));
+    out.set("snr_db_mean", round2(snr_mean()));
+    if (const auto l = as_loaded_means()) {  // only where vLLM re-rounds some scales
+        out.set("snr_db_min_as_loaded", round2(l->first));
+        out.set("snr_db_mean_as_loaded", round2(l->second));
+    }
+    out.set("bits_per_weight", std::round(bits_per_weight * 1000) / 1000);
+    out.set("quantized_bits_per_weight", std::round(quantized_bits_per_weight * 1000) / 1000);
+    return out;
+}
+
+QFORGE_DECL json conversion_report::to_json() const {
+    json out = summary();
+    json per = json::array();
+    for (const auto& t : tensors) {
+        json::array_t shape;
+        for (auto d : t.shape) shape.emplace_back(d);
+        json e = json::object();
+        e.set("name", t.name);
+        e.set("shape", json(std::move(shape)));
+        e.set("scheme", scheme_to_string(t.scheme));
+        e.set("snr_db", round2(t.snr_db));
+        if (!std::isnan(t.snr_db_as_loaded)) e.set("snr_db_as_loaded", round2(t.snr_db_as_loaded));
+        per.push_back(std::move(e));
+    }
+    out.set("per_tensor", std::move(per));
+    if (!activation_folds.empty()) {
+        json folds = json::array();
+        for (const auto& f : activation_folds) folds.push_back(f.to_json());
+        out.set("activation_scaling", std::move(folds));
+    }
+    if (!loader_warnings.empty()) {
+        json lw = json::array();
+        for (const auto& l : loader_warnings) lw.push_back(l);
+        out.set("loader_warnings", std::move(lw));
+    }
+    return out;
+}
+
+}  // namespace qforge
 #endif

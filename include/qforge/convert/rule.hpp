@@ -83,32 +83,14 @@ public:
     const std::string& pattern() const noexcept { return pattern_; }
     bool is_regex() const noexcept { return is_regex_; }
 
-    bool matches(std::string_view tensor) const {
-        const std::string_view module = module_of(tensor);
-        if (is_regex_)
-            return regex_.matches(tensor) || (module.size() != tensor.size() && regex_.matches(module));
-        return hits(tensor) || hits(module);
-    }
+    bool matches(std::string_view tensor) const;
 
     /// The name with the selected part replaced: regex substitution ($1...) for `re:`
     /// selectors, otherwise the selected suffix (or whole name) replaced by `replacement`.
-    std::string replace(const std::string& tensor, const std::string& replacement) const {
-        if (is_regex_) {
-            if (regex_.matches(tensor)) return regex_.replace(tensor, replacement);
-            const std::string module(module_of(tensor));
-            return regex_.replace(module, replacement) + tensor.substr(module.size());
-        }
-        const std::size_t at = tensor.rfind(pattern_);
-        if (at == std::string::npos) return tensor;
-        return tensor.substr(0, at) + replacement + tensor.substr(at + pattern_.size());
-    }
+    std::string replace(const std::string& tensor, const std::string& replacement) const;
 
 private:
-    bool hits(std::string_view name) const noexcept {
-        if (name == pattern_) return true;
-        return name.size() > pattern_.size() && name.ends_with(pattern_) &&
-               name[name.size() - pattern_.size() - 1] == '.';
-    }
+    bool hits(std::string_view name) const noexcept;
 
     std::string pattern_;
     regex regex_;
@@ -162,30 +144,12 @@ struct rule_set {
     /// defaults quantize nothing and only explicit quantize rules do.
     std::optional<quant_spec> default_scheme;
 
-    rule_set& quantize(selector s, quant_spec scheme) {
-        rules.push_back({std::move(s), quantize_action{scheme}});
-        return *this;
-    }
-    rule_set& keep(selector s, std::optional<dtype> cast = std::nullopt) {
-        rules.push_back({std::move(s), keep_action{cast}});
-        return *this;
-    }
-    rule_set& split_qkv(std::string fused = "qkv_proj") {
-        rules.push_back({selector(fused), split_action{split_action::kind::qkv, fused}});
-        return *this;
-    }
-    rule_set& split_gate_up(std::string fused = "gate_up_proj") {
-        rules.push_back({selector(fused), split_action{split_action::kind::gate_up, fused}});
-        return *this;
-    }
-    rule_set& untie(selector embedding, std::string head = "lm_head.weight") {
-        rules.push_back({std::move(embedding), untie_action{std::move(head)}});
-        return *this;
-    }
-    rule_set& rename(selector s, std::string replacement) {
-        rules.push_back({std::move(s), rename_action{std::move(replacement)}});
-        return *this;
-    }
+    rule_set& quantize(selector s, quant_spec scheme);
+    rule_set& keep(selector s, std::optional<dtype> cast = std::nullopt);
+    rule_set& split_qkv(std::string fused = "qkv_proj");
+    rule_set& split_gate_up(std::string fused = "gate_up_proj");
+    rule_set& untie(selector embedding, std::string head = "lm_head.weight");
+    rule_set& rename(selector s, std::string replacement);
 
     /// The last rule of type A selecting `name`, if any.
     template <class A>
@@ -292,6 +256,61 @@ QFORGE_DECL default_decision default_action(std::string_view name, dtype type, c
     if (is_router(name, shape, num_experts)) return default_decision::keep;
     if (in_decoder_block(name)) return default_decision::quantize;
     return default_decision::uncovered;
+}
+
+
+QFORGE_DECL bool selector::matches(std::string_view tensor) const {
+    const std::string_view module = module_of(tensor);
+    if (is_regex_)
+        return regex_.matches(tensor) || (module.size() != tensor.size() && regex_.matches(module));
+    return hits(tensor) || hits(module);
+}
+
+QFORGE_DECL std::string selector::replace(const std::string& tensor, const std::string& replacement) const {
+    if (is_regex_) {
+        if (regex_.matches(tensor)) return regex_.replace(tensor, replacement);
+        const std::string module(module_of(tensor));
+        return regex_.replace(module, replacement) + tensor.substr(module.size());
+    }
+    const std::size_t at = tensor.rfind(pattern_);
+    if (at == std::string::npos) return tensor;
+    return tensor.substr(0, at) + replacement + tensor.substr(at + pattern_.size());
+}
+
+QFORGE_DECL bool selector::hits(std::string_view name) const noexcept {
+    if (name == pattern_) return true;
+    return name.size() > pattern_.size() && name.ends_with(pattern_) &&
+           name[name.size() - pattern_.size() - 1] == '.';
+}
+
+QFORGE_DECL rule_set& rule_set::quantize(selector s, quant_spec scheme) {
+    rules.push_back({std::move(s), quantize_action{scheme}});
+    return *this;
+}
+
+QFORGE_DECL rule_set& rule_set::keep(selector s, std::optional<dtype> cast) {
+    rules.push_back({std::move(s), keep_action{cast}});
+    return *this;
+}
+
+QFORGE_DECL rule_set& rule_set::split_qkv(std::string fused) {
+    rules.push_back({selector(fused), split_action{split_action::kind::qkv, fused}});
+    return *this;
+}
+
+QFORGE_DECL rule_set& rule_set::split_gate_up(std::string fused) {
+    rules.push_back({selector(fused), split_action{split_action::kind::gate_up, fused}});
+    return *this;
+}
+
+QFORGE_DECL rule_set& rule_set::untie(selector embedding, std::string head) {
+    rules.push_back({std::move(embedding), untie_action{std::move(head)}});
+    return *this;
+}
+
+QFORGE_DECL rule_set& rule_set::rename(selector s, std::string replacement) {
+    rules.push_back({std::move(s), rename_action{std::move(replacement)}});
+    return *this;
 }
 
 }  // namespace qforge

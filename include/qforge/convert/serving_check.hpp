@@ -61,11 +61,7 @@ struct serving_report {
     bool gpu_config_ok = true, cpu_config_ok = true;
 
 private:
-    bool all(int tp, bool shard_check::*flag) const {
-        for (const auto& s : shards)
-            if (s.tp == tp && !(s.*flag)) return false;
-        return true;
-    }
+    bool all(int tp, bool shard_check::*flag) const;
 };
 
 namespace detail {
@@ -536,6 +532,13 @@ QFORGE_DECL std::vector<std::string> w4a8_cpu_refusals(const plan& p, const mode
                                                    "multiples of 32"));
         }
     return out;
+}
+
+
+QFORGE_DECL bool serving_report::all(int tp, bool shard_check::*flag) const {
+    for (const auto& s : shards)
+        if (s.tp == tp && !(s.*flag)) return false;
+    return true;
 }
 
 }  // namespace qforge

@@ -10,24 +10,13 @@
 #include <string_view>
 #include <utility>
 
+#include "qforge/core/config.hpp"
+
 namespace qforge {
 
 namespace detail {
-inline std::string format_error_message(std::string_view file, std::string_view tensor,
-                                        std::string_view reason) {
-    std::string msg = "qforge: ";
-    if (!file.empty()) {
-        msg.append(file);
-        msg += ": ";
-    }
-    if (!tensor.empty()) {
-        msg += "tensor '";
-        msg.append(tensor);
-        msg += "': ";
-    }
-    msg.append(reason);
-    return msg;
-}
+QFORGE_DECL std::string format_error_message(std::string_view file, std::string_view tensor,
+                                        std::string_view reason);
 }  // namespace detail
 
 /// Root of every exception qforge throws.
@@ -81,3 +70,28 @@ template <class Error = error>
 }
 
 }  // namespace qforge
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge {
+namespace detail {
+
+QFORGE_DECL std::string format_error_message(std::string_view file, std::string_view tensor,
+                                        std::string_view reason) {
+    std::string msg = "qforge: ";
+    if (!file.empty()) {
+        msg.append(file);
+        msg += ": ";
+    }
+    if (!tensor.empty()) {
+        msg += "tensor '";
+        msg.append(tensor);
+        msg += "': ";
+    }
+    msg.append(reason);
+    return msg;
+}
+
+}  // namespace detail
+}  // namespace qforge
+#endif

@@ -158,11 +158,7 @@ public:
 
     friend bool operator==(const json& a, const json& b);
 
-    static std::string_view kind_name(kind k) noexcept {
-        constexpr std::string_view names[] = {"null",   "a boolean", "an integer", "a number",
-                                              "a string", "an array", "an object"};
-        return names[static_cast<std::size_t>(k)];
-    }
+    static std::string_view kind_name(kind k) noexcept;
 
 private:
     template <class T>
@@ -264,6 +260,13 @@ QFORGE_DECL bool operator==(const json_member& a, const json_member& b) {
 }
 
 QFORGE_DECL bool operator==(const json& a, const json& b) { return a.v_ == b.v_; }
+
+
+QFORGE_DECL std::string_view json::kind_name(kind k) noexcept {
+    constexpr std::string_view names[] = {"null",   "a boolean", "an integer", "a number",
+                                          "a string", "an array", "an object"};
+    return names[static_cast<std::size_t>(k)];
+}
 
 }  // namespace qforge
 #endif

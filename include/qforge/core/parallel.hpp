@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "qforge/core/config.hpp"
+
 namespace qforge {
 
 /// Runs task(i) exactly once for every i in [0, count), in any order and on any threads, and
@@ -40,86 +42,28 @@ concept executor_like = requires(const E& e, std::size_t n, const std::function<
 };
 
 /// Runs the tasks one after the other on the calling thread.
-inline executor sequential_executor() {
-    return [](std::size_t count, const std::function<void(std::size_t)>& task) {
-        for (std::size_t i = 0; i < count; ++i) task(i);
-    };
-}
+QFORGE_DECL executor sequential_executor();
 
 /// A fixed set of worker threads. The calling thread joins in, so `thread_pool(1)` starts no
 /// thread at all. One batch runs at a time; concurrent callers are serialized.
 class thread_pool {
 public:
-    explicit thread_pool(unsigned threads = std::max(1u, std::thread::hardware_concurrency()))
-        : size_(std::max(1u, threads)) {
-        for (unsigned i = 1; i < size_; ++i) workers_.emplace_back([this] { worker_loop(); });
-    }
+    explicit thread_pool(unsigned threads = std::max(1u, std::thread::hardware_concurrency()));
     thread_pool(const thread_pool&) = delete;
     thread_pool& operator=(const thread_pool&) = delete;
-    ~thread_pool() {
-        {
-            std::lock_guard lock(mutex_);
-            stopping_ = true;
-        }
-        wake_.notify_all();
-        for (auto& t : workers_) t.join();
-    }
+    ~thread_pool();
 
     unsigned size() const noexcept { return size_; }
 
     /// Runs task(0..count-1) on the pool and the calling thread.
-    void run(std::size_t count, const std::function<void(std::size_t)>& task) {
-        if (count == 0) return;
-        std::lock_guard batch_lock(batch_mutex_);
-        {
-            std::lock_guard lock(mutex_);
-            task_ = &task;
-            count_ = count;
-            next_.store(0);
-            pending_workers_ = workers_.size();
-            error_ = nullptr;
-            ++generation_;
-        }
-        wake_.notify_all();
-        drain();
-        std::unique_lock lock(mutex_);
-        done_.wait(lock, [this] { return pending_workers_ == 0; });
-        task_ = nullptr;
-        if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-    }
+    void run(std::size_t count, const std::function<void(std::size_t)>& task);
 
     /// This pool as an `executor` (the pool must outlive every use of it).
-    qforge::executor executor() {
-        return [this](std::size_t count, const std::function<void(std::size_t)>& task) { run(count, task); };
-    }
+    qforge::executor executor();
 
 private:
-    void drain() {
-        for (;;) {
-            const std::size_t i = next_.fetch_add(1);
-            if (i >= count_) return;
-            try {
-                (*task_)(i);
-            } catch (...) {
-                std::lock_guard lock(mutex_);
-                if (!error_) error_ = std::current_exception();
-            }
-        }
-    }
-    void worker_loop() {
-        std::uint64_t seen = 0;
-        for (;;) {
-            {
-                std::unique_lock lock(mutex_);
-                wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-                if (stopping_) return;
-                seen = generation_;
-            }
-            drain();
-            std::lock_guard lock(mutex_);
-            if (--pending_workers_ == 0) done_.notify_all();
-        }
-    }
+    void drain();
+    void worker_loop();
 
     unsigned size_;
     std::vector<std::thread> workers_;
@@ -146,10 +90,7 @@ struct chunk_task {
     void (*call)(void* body, std::size_t lo, std::size_t hi);
     void* body;
     std::size_t begin, end, grain;
-    void operator()(std::size_t c) const {
-        const std::size_t lo = begin + c * grain;
-        call(body, lo, std::min(end, lo + grain));
-    }
+    void operator()(std::size_t c) const;
 };
 }  // namespace detail
 
@@ -170,3 +111,93 @@ void parallel_for(const executor& ex, std::size_t begin, std::size_t end, std::s
 }
 
 }  // namespace qforge
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL executor sequential_executor() {
+    return [](std::size_t count, const std::function<void(std::size_t)>& task) {
+        for (std::size_t i = 0; i < count; ++i) task(i);
+    };
+}
+
+}  // namespace qforge
+
+namespace qforge {
+
+QFORGE_DECL thread_pool::thread_pool(unsigned threads) : size_(std::max(1u, threads)) {
+    for (unsigned i = 1; i < size_; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+QFORGE_DECL thread_pool::~thread_pool() {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+}
+
+QFORGE_DECL void thread_pool::run(std::size_t count, const std::function<void(std::size_t)>& task) {
+    if (count == 0) return;
+    std::lock_guard batch_lock(batch_mutex_);
+    {
+        std::lock_guard lock(mutex_);
+        task_ = &task;
+        count_ = count;
+        next_.store(0);
+        pending_workers_ = workers_.size();
+        error_ = nullptr;
+        ++generation_;
+    }
+    wake_.notify_all();
+    drain();
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [this] { return pending_workers_ == 0; });
+    task_ = nullptr;
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+QFORGE_DECL qforge::executor thread_pool::executor() {
+    return [this](std::size_t count, const std::function<void(std::size_t)>& task) { run(count, task); };
+}
+
+QFORGE_DECL void thread_pool::drain() {
+    for (;;) {
+        const std::size_t i = next_.fetch_add(1);
+        if (i >= count_) return;
+        try {
+            (*task_)(i);
+        } catch (...) {
+            std::lock_guard lock(mutex_);
+            if (!error_) error_ = std::current_exception();
+        }
+    }
+}
+
+QFORGE_DECL void thread_pool::worker_loop() {
+    std::uint64_t seen = 0;
+    for (;;) {
+        {
+            std::unique_lock lock(mutex_);
+            wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+            if (stopping_) return;
+            seen = generation_;
+        }
+        drain();
+        std::lock_guard lock(mutex_);
+        if (--pending_workers_ == 0) done_.notify_all();
+    }
+}
+
+namespace detail {
+
+QFORGE_DECL void chunk_task::operator()(std::size_t c) const {
+    const std::size_t lo = begin + c * grain;
+    call(body, lo, std::min(end, lo + grain));
+}
+
+}  // namespace detail
+}  // namespace qforge
+#endif

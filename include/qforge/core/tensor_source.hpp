@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/half.hpp"
@@ -32,36 +33,16 @@ struct tensor_source {
     std::string file;  ///< shown in error messages (checkpoint folder or file)
     std::function<const tensor_view*(const std::string&)> find;
 
-    const tensor_view& require(const std::string& name) const {
-        if (const tensor_view* t = find ? find(name) : nullptr) return *t;
-        fail<format_error>(file, name, "tensor is missing");
-    }
+    const tensor_view& require(const std::string& name) const;
     const tensor_view* optional(const std::string& name) const { return find ? find(name) : nullptr; }
 };
 
 /// A source over an in-memory map (tests, and the converter after it has opened its shards).
-inline tensor_source make_tensor_source(const std::map<std::string, tensor_view>& tensors,
-                                        std::string file = {}) {
-    tensor_source src;
-    src.file = std::move(file);
-    src.find = [&tensors](const std::string& name) -> const tensor_view* {
-        auto it = tensors.find(name);
-        return it == tensors.end() ? nullptr : &it->second;
-    };
-    return src;
-}
+QFORGE_DECL tensor_source make_tensor_source(const std::map<std::string, tensor_view>& tensors,
+                                        std::string file = {});
 
 /// A source over a list of views (a layout's unpack reads its own pack's output this way).
-inline tensor_source make_tensor_source(std::span<const tensor_view> views, std::string file = {}) {
-    tensor_source src;
-    src.file = std::move(file);
-    src.find = [views](const std::string& name) -> const tensor_view* {
-        for (const tensor_view& v : views)
-            if (v.name == name) return &v;
-        return nullptr;
-    };
-    return src;
-}
+QFORGE_DECL tensor_source make_tensor_source(std::span<const tensor_view> views, std::string file = {});
 
 namespace detail {
 
@@ -74,7 +55,78 @@ T load_le(const std::byte* p) noexcept {
 
 /// Checks the byte count against dtype x shape, so element reads below stay in bounds even
 /// for a view built by hand.
-inline void require_bytes(const tensor_view& t, const std::string& file) {
+QFORGE_DECL void require_bytes(const tensor_view& t, const std::string& file);
+
+QFORGE_DECL void require_dtype(const tensor_view& t, dtype want, const std::string& file);
+
+QFORGE_DECL void require_shape(const tensor_view& t, const shape_t& want, const std::string& file);
+
+/// Element i of a floating tensor as double (F16/BF16/F32/F64).
+QFORGE_DECL double float_at(const tensor_view& t, std::size_t i) noexcept;
+
+/// Element i of an integer tensor as int64 (I8/U8/I16/U16/I32/U32/I64).
+QFORGE_DECL std::int64_t int_at(const tensor_view& t, std::size_t i) noexcept;
+
+QFORGE_DECL bool is_integer_dtype(dtype t) noexcept;
+
+/// Reads 16-bit scale storage patterns; refuses any dtype other than `want` (no cast: a cast
+/// would change what the loader decodes).
+QFORGE_DECL std::vector<std::uint16_t> scale_patterns(const tensor_view& t, const std::string& file);
+
+QFORGE_DECL float scale_of_pattern(std::uint16_t pattern, dtype t) noexcept;
+
+/// Rounds a float into the weight dtype the way torch does (RNE); F32 stays as is.
+QFORGE_DECL float round_to_dtype(float v, dtype t) noexcept;
+
+/// The I32 words of a packed tensor: read in place when the view is 4-byte aligned (a
+/// mapped safetensors file always is), copied out when it is not.
+struct word_span {
+    std::vector<std::uint32_t> copy;
+    const std::uint32_t* ptr = nullptr;
+    const std::uint32_t* data() const noexcept { return ptr; }
+};
+
+QFORGE_DECL word_span words_of(const tensor_view& t, const shape_t& shape, const std::string& file);
+
+QFORGE_DECL void check_bits(int bits, const std::string& file, const std::string& name, std::initializer_list<int> allowed,
+                       const char* format);
+
+QFORGE_DECL std::vector<std::int32_t> read_g_idx_i32(const tensor_view& t, std::int64_t K, std::int64_t groups, const std::string& file);
+
+QFORGE_DECL bool is_identity_g_idx(const std::vector<std::int32_t>& g, std::int64_t group_size) noexcept;
+
+}  // namespace detail
+}  // namespace qforge
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL tensor_source make_tensor_source(const std::map<std::string, tensor_view>& tensors,
+                                        std::string file) {
+    tensor_source src;
+    src.file = std::move(file);
+    src.find = [&tensors](const std::string& name) -> const tensor_view* {
+        auto it = tensors.find(name);
+        return it == tensors.end() ? nullptr : &it->second;
+    };
+    return src;
+}
+
+QFORGE_DECL tensor_source make_tensor_source(std::span<const tensor_view> views, std::string file) {
+    tensor_source src;
+    src.file = std::move(file);
+    src.find = [views](const std::string& name) -> const tensor_view* {
+        for (const tensor_view& v : views)
+            if (v.name == name) return &v;
+        return nullptr;
+    };
+    return src;
+}
+
+namespace detail {
+
+QFORGE_DECL void require_bytes(const tensor_view& t, const std::string& file) {
     const std::size_t size = dtype_size(t.type);
     if (size == 0) fail<unsupported_error>(file, t.name, "dtype " + std::string(dtype_name(t.type)) + " cannot be read here");
     const auto n = static_cast<std::size_t>(checked_numel(t.shape, file, t.name));
@@ -84,20 +136,19 @@ inline void require_bytes(const tensor_view& t, const std::string& file) {
                                              " needs " + std::to_string(n * size));
 }
 
-inline void require_dtype(const tensor_view& t, dtype want, const std::string& file) {
+QFORGE_DECL void require_dtype(const tensor_view& t, dtype want, const std::string& file) {
     if (t.type != want)
         fail<format_error>(file, t.name, "dtype is " + std::string(dtype_name(t.type)) + ", expected " +
                                              std::string(dtype_name(want)));
     require_bytes(t, file);
 }
 
-inline void require_shape(const tensor_view& t, const shape_t& want, const std::string& file) {
+QFORGE_DECL void require_shape(const tensor_view& t, const shape_t& want, const std::string& file) {
     if (t.shape != want)
         fail<shape_error>(file, t.name, "shape is " + shape_to_string(t.shape) + ", expected " + shape_to_string(want));
 }
 
-/// Element i of a floating tensor as double (F16/BF16/F32/F64).
-inline double float_at(const tensor_view& t, std::size_t i) noexcept {
+QFORGE_DECL double float_at(const tensor_view& t, std::size_t i) noexcept {
     const std::byte* p = t.bytes.data();
     switch (t.type) {
         case dtype::F16: return fp16_to_float(load_le<std::uint16_t>(p + 2 * i));
@@ -108,8 +159,7 @@ inline double float_at(const tensor_view& t, std::size_t i) noexcept {
     }
 }
 
-/// Element i of an integer tensor as int64 (I8/U8/I16/U16/I32/U32/I64).
-inline std::int64_t int_at(const tensor_view& t, std::size_t i) noexcept {
+QFORGE_DECL std::int64_t int_at(const tensor_view& t, std::size_t i) noexcept {
     const std::byte* p = t.bytes.data();
     switch (t.type) {
         case dtype::I8: return load_le<std::int8_t>(p + i);
@@ -123,7 +173,7 @@ inline std::int64_t int_at(const tensor_view& t, std::size_t i) noexcept {
     }
 }
 
-inline bool is_integer_dtype(dtype t) noexcept {
+QFORGE_DECL bool is_integer_dtype(dtype t) noexcept {
     switch (t) {
         case dtype::I8: case dtype::U8: case dtype::I16: case dtype::U16:
         case dtype::I32: case dtype::U32: case dtype::I64:
@@ -133,9 +183,7 @@ inline bool is_integer_dtype(dtype t) noexcept {
     }
 }
 
-/// Reads 16-bit scale storage patterns; refuses any dtype other than `want` (no cast: a cast
-/// would change what the loader decodes).
-inline std::vector<std::uint16_t> scale_patterns(const tensor_view& t, const std::string& file) {
+QFORGE_DECL std::vector<std::uint16_t> scale_patterns(const tensor_view& t, const std::string& file) {
     if (t.type != dtype::F16 && t.type != dtype::BF16)
         fail<unsupported_error>(file, t.name, "scale dtype " + std::string(dtype_name(t.type)) +
                                                   " is not F16 or BF16; qforge repacks 16-bit scales only, and a cast would change the decoded weights");
@@ -145,12 +193,11 @@ inline std::vector<std::uint16_t> scale_patterns(const tensor_view& t, const std
     return out;
 }
 
-inline float scale_of_pattern(std::uint16_t pattern, dtype t) noexcept {
+QFORGE_DECL float scale_of_pattern(std::uint16_t pattern, dtype t) noexcept {
     return t == dtype::BF16 ? bf16_to_float(pattern) : fp16_to_float(pattern);
 }
 
-/// Rounds a float into the weight dtype the way torch does (RNE); F32 stays as is.
-inline float round_to_dtype(float v, dtype t) noexcept {
+QFORGE_DECL float round_to_dtype(float v, dtype t) noexcept {
     switch (t) {
         case dtype::BF16: return bf16_to_float(float_to_bf16(v));
         case dtype::F16: return fp16_to_float(float_to_fp16(v));
@@ -158,15 +205,7 @@ inline float round_to_dtype(float v, dtype t) noexcept {
     }
 }
 
-/// The I32 words of a packed tensor: read in place when the view is 4-byte aligned (a
-/// mapped safetensors file always is), copied out when it is not.
-struct word_span {
-    std::vector<std::uint32_t> copy;
-    const std::uint32_t* ptr = nullptr;
-    const std::uint32_t* data() const noexcept { return ptr; }
-};
-
-inline word_span words_of(const tensor_view& t, const shape_t& shape, const std::string& file) {
+QFORGE_DECL word_span words_of(const tensor_view& t, const shape_t& shape, const std::string& file) {
     require_dtype(t, dtype::I32, file);
     require_shape(t, shape, file);
     word_span w;
@@ -180,14 +219,14 @@ inline word_span words_of(const tensor_view& t, const shape_t& shape, const std:
     return w;
 }
 
-inline void check_bits(int bits, const std::string& file, const std::string& name, std::initializer_list<int> allowed,
+QFORGE_DECL void check_bits(int bits, const std::string& file, const std::string& name, std::initializer_list<int> allowed,
                        const char* format) {
     for (int b : allowed)
         if (b == bits) return;
     fail<unsupported_error>(file, name, std::string(format) + " does not store " + std::to_string(bits) + "-bit codes");
 }
 
-inline std::vector<std::int32_t> read_g_idx_i32(const tensor_view& t, std::int64_t K, std::int64_t groups, const std::string& file) {
+QFORGE_DECL std::vector<std::int32_t> read_g_idx_i32(const tensor_view& t, std::int64_t K, std::int64_t groups, const std::string& file) {
     require_shape(t, {K}, file);
     if (!is_integer_dtype(t.type)) fail<format_error>(file, t.name, "g_idx must be an integer tensor");
     require_bytes(t, file);
@@ -202,7 +241,7 @@ inline std::vector<std::int32_t> read_g_idx_i32(const tensor_view& t, std::int64
     return g;
 }
 
-inline bool is_identity_g_idx(const std::vector<std::int32_t>& g, std::int64_t group_size) noexcept {
+QFORGE_DECL bool is_identity_g_idx(const std::vector<std::int32_t>& g, std::int64_t group_size) noexcept {
     for (std::size_t k = 0; k < g.size(); ++k)
         if (g[k] != static_cast<std::int64_t>(k) / group_size) return false;
     return true;
@@ -210,3 +249,13 @@ inline bool is_identity_g_idx(const std::vector<std::int32_t>& g, std::int64_t g
 
 }  // namespace detail
 }  // namespace qforge
+
+namespace qforge {
+
+QFORGE_DECL const tensor_view& tensor_source::require(const std::string& name) const {
+    if (const tensor_view* t = find ? find(name) : nullptr) return *t;
+    fail<format_error>(file, name, "tensor is missing");
+}
+
+}  // namespace qforge
+#endif

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
 
@@ -19,26 +20,10 @@ using shape_t = std::vector<std::int64_t>;
 
 /// Product of the dimensions, or a shape_error when a dimension is negative or the product
 /// overflows int64 (a hostile header can claim anything).
-inline std::int64_t checked_numel(const shape_t& shape, const std::string& file = {},
-                                  const std::string& tensor = {}) {
-    std::int64_t n = 1;
-    for (std::int64_t d : shape) {
-        if (d < 0) fail<shape_error>(file, tensor, "negative dimension");
-        if (d != 0 && n > INT64_MAX / d)
-            fail<limit_error>(file, tensor, "element count overflows 64 bits");
-        n *= d;
-    }
-    return n;
-}
+QFORGE_DECL std::int64_t checked_numel(const shape_t& shape, const std::string& file = {},
+                                  const std::string& tensor = {});
 
-inline std::string shape_to_string(const shape_t& shape) {
-    std::string s = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        if (i) s += ", ";
-        s += std::to_string(shape[i]);
-    }
-    return s + "]";
-}
+QFORGE_DECL std::string shape_to_string(const shape_t& shape);
 
 struct tensor_view {
     std::string name;
@@ -67,3 +52,31 @@ struct owned_tensor {
 };
 
 }  // namespace qforge
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL std::int64_t checked_numel(const shape_t& shape, const std::string& file,
+                                  const std::string& tensor) {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) {
+        if (d < 0) fail<shape_error>(file, tensor, "negative dimension");
+        if (d != 0 && n > INT64_MAX / d)
+            fail<limit_error>(file, tensor, "element count overflows 64 bits");
+        n *= d;
+    }
+    return n;
+}
+
+QFORGE_DECL std::string shape_to_string(const shape_t& shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(shape[i]);
+    }
+    return s + "]";
+}
+
+}  // namespace qforge
+#endif

@@ -12,6 +12,8 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+
+#include "qforge/core/config.hpp"
 #endif
 
 namespace qforge {
@@ -52,63 +54,24 @@ public:
         : max_buffers_(max_buffers), min_bytes_(min_bytes), max_bytes_(max_bytes) {}
 
     /// Caps the bytes kept from now on (what is kept beyond it goes at the next give).
-    void limit_bytes(std::size_t max_bytes) {
-        std::lock_guard<std::mutex> lock(m_);
-        max_bytes_ = max_bytes;
-    }
+    void limit_bytes(std::size_t max_bytes);
 
     /// n zero bytes: the smallest kept buffer that holds n, else a new one (assign_zeros).
-    std::vector<std::byte> take_zeroed(std::size_t n) {
-        std::vector<std::byte> v = take_kept(n);
-        if (v.capacity() >= n) v.assign(n, std::byte{0});
-        else assign_zeros(v, n);
-        return v;
-    }
+    std::vector<std::byte> take_zeroed(std::size_t n);
 
     /// n bytes of no particular value, for a caller that overwrites them all (a pread): a kept
     /// buffer is not zeroed first.
-    std::vector<std::byte> take(std::size_t n) {
-        std::vector<std::byte> v = take_kept(n);
-        if (v.capacity() >= n) v.resize(n);
-        else assign_zeros(v, n);
-        return v;
-    }
+    std::vector<std::byte> take(std::size_t n);
 
     /// Keeps `v`'s storage for a later take (or frees it: too small, or smaller than all kept).
-    void give(std::vector<std::byte> v) {
-        if (v.capacity() < min_bytes_ || max_buffers_ == 0) return;
-        std::lock_guard<std::mutex> lock(m_);
-        if (v.capacity() > max_bytes_) return;
-        while (!kept_.empty() && (kept_.size() >= max_buffers_ || bytes_ + v.capacity() > max_bytes_)) {
-            auto smallest = std::min_element(kept_.begin(), kept_.end(),
-                                             [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
-            if (smallest->capacity() >= v.capacity()) return;
-            bytes_ -= smallest->capacity();
-            kept_.erase(smallest);
-        }
-        bytes_ += v.capacity();
-        kept_.push_back(std::move(v));
-    }
+    void give(std::vector<std::byte> v);
 
     /// How many buffers are kept now.
-    std::size_t kept() const {
-        std::lock_guard<std::mutex> lock(m_);
-        return kept_.size();
-    }
+    std::size_t kept() const;
 
 private:
     /// The smallest kept buffer whose capacity holds n (removed from the kept ones), or none.
-    std::vector<std::byte> take_kept(std::size_t n) {
-        std::lock_guard<std::mutex> lock(m_);
-        auto best = kept_.end();
-        for (auto it = kept_.begin(); it != kept_.end(); ++it)
-            if (it->capacity() >= n && (best == kept_.end() || it->capacity() < best->capacity())) best = it;
-        if (best == kept_.end()) return {};
-        bytes_ -= best->capacity();
-        std::vector<std::byte> v = std::move(*best);
-        kept_.erase(best);
-        return v;
-    }
+    std::vector<std::byte> take_kept(std::size_t n);
 
     std::size_t max_buffers_, min_bytes_, max_bytes_;
     std::size_t bytes_ = 0;  ///< the capacities of kept_, summed
@@ -117,3 +80,61 @@ private:
 };
 
 }  // namespace qforge
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge {
+
+QFORGE_DECL void buffer_recycler::limit_bytes(std::size_t max_bytes) {
+    std::lock_guard<std::mutex> lock(m_);
+    max_bytes_ = max_bytes;
+}
+
+QFORGE_DECL std::vector<std::byte> buffer_recycler::take_zeroed(std::size_t n) {
+    std::vector<std::byte> v = take_kept(n);
+    if (v.capacity() >= n) v.assign(n, std::byte{0});
+    else assign_zeros(v, n);
+    return v;
+}
+
+QFORGE_DECL std::vector<std::byte> buffer_recycler::take(std::size_t n) {
+    std::vector<std::byte> v = take_kept(n);
+    if (v.capacity() >= n) v.resize(n);
+    else assign_zeros(v, n);
+    return v;
+}
+
+QFORGE_DECL void buffer_recycler::give(std::vector<std::byte> v) {
+    if (v.capacity() < min_bytes_ || max_buffers_ == 0) return;
+    std::lock_guard<std::mutex> lock(m_);
+    if (v.capacity() > max_bytes_) return;
+    while (!kept_.empty() && (kept_.size() >= max_buffers_ || bytes_ + v.capacity() > max_bytes_)) {
+        auto smallest = std::min_element(kept_.begin(), kept_.end(),
+                                         [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
+        if (smallest->capacity() >= v.capacity()) return;
+        bytes_ -= smallest->capacity();
+        kept_.erase(smallest);
+    }
+    bytes_ += v.capacity();
+    kept_.push_back(std::move(v));
+}
+
+QFORGE_DECL std::size_t buffer_recycler::kept() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return kept_.size();
+}
+
+QFORGE_DECL std::vector<std::byte> buffer_recycler::take_kept(std::size_t n) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto best = kept_.end();
+    for (auto it = kept_.begin(); it != kept_.end(); ++it)
+        if (it->capacity() >= n && (best == kept_.end() || it->capacity() < best->capacity())) best = it;
+    if (best == kept_.end()) return {};
+    bytes_ -= best->capacity();
+    std::vector<std::byte> v = std::move(*best);
+    kept_.erase(best);
+    return v;
+}
+
+}  // namespace qforge
+#endif

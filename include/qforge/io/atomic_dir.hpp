@@ -46,27 +46,10 @@ QFORGE_DECL void sync_tree(const std::string& path);
 
 class atomic_output_dir {
 public:
-    explicit atomic_output_dir(std::string destination, bool overwrite = false) : overwrite_(overwrite) {
-        while (destination.size() > 1 && destination.back() == '/') destination.pop_back();
-        if (destination.empty()) fail<io_error>({}, {}, "empty destination path");
-        const auto slash = destination.rfind('/');
-        parent_ = slash == std::string::npos ? "." : slash == 0 ? "/" : destination.substr(0, slash);
-        base_ = slash == std::string::npos ? destination : destination.substr(slash + 1);
-        destination_ = std::move(destination);
-        if (base_ == "." || base_ == "..") fail<io_error>(destination_, {}, "destination must name a folder");
-        if (!is_directory(parent_)) fail<io_error>(destination_, {}, "parent folder " + parent_ + " does not exist");
-        check_destination();
-        for (int attempt = 0;; ++attempt) {  // another process may take the same name first
-            temp_ = detail::fresh_sibling_name(parent_, base_, "qforge-tmp");
-            if (detail::sys_mkdir(temp_.c_str(), 0755) == 0) break;
-            if (errno != EEXIST || attempt == 8) fail_errno(temp_, "cannot create folder", errno);
-        }
-    }
+    explicit atomic_output_dir(std::string destination, bool overwrite = false);
     atomic_output_dir(const atomic_output_dir&) = delete;
     atomic_output_dir& operator=(const atomic_output_dir&) = delete;
-    ~atomic_output_dir() {
-        if (!committed_) remove_tree_noexcept(temp_);
-    }
+    ~atomic_output_dir();
 
     /// The temporary folder to write into (valid until commit()).
     const std::string& path() const noexcept { return temp_; }
@@ -77,49 +60,14 @@ public:
     std::string file(std::string_view name) const { return child_path(temp_, name, destination_); }
 
     /// Makes the output durable and moves it into place; see the top of this file.
-    void commit() {
-        if (committed_) fail<io_error>(destination_, {}, "commit() called twice");
-        detail::sync_tree(temp_);
-        check_destination();
-        std::string old;
-        if (path_exists(destination_)) {
-            old = detail::fresh_sibling_name(parent_, base_, "qforge-old");
-            rename_path(destination_, old);
-        }
-        try {
-            rename_path(temp_, destination_);
-        } catch (...) {
-            if (!old.empty()) restore(old, destination_);
-            throw;
-        }
-        try {
-            sync_directory(parent_);
-        } catch (...) {
-            // Not durable: put everything back as it was, then report.
-            restore(destination_, temp_);
-            if (!old.empty()) restore(old, destination_);
-            throw;
-        }
-        committed_ = true;
-        if (!old.empty() && !remove_tree_noexcept(old))
-            fail<io_error>(destination_, {}, "committed, but the previous version could not be removed from " + old);
-    }
+    void commit();
 
 private:
-    void check_destination() const {
-        if (!path_exists(destination_)) return;
-        if (!overwrite_)
-            fail<io_error>(destination_, {}, "destination already exists (ask for overwrite to replace it)");
-        if (!is_directory(destination_))
-            fail<io_error>(destination_, {}, "destination exists and is not a folder; refusing to replace it");
-    }
+    void check_destination() const;
 
     // Undo a rename during rollback; retried once because a single injected fault must not
     // strand the user's data under a temporary name.
-    static void restore(const std::string& from, const std::string& to) noexcept {
-        for (int attempt = 0; attempt < 2; ++attempt)
-            if (detail::sys_rename(from.c_str(), to.c_str()) == 0) return;
-    }
+    static void restore(const std::string& from, const std::string& to) noexcept;
 
     std::string destination_;
     std::string parent_;
@@ -170,5 +118,68 @@ QFORGE_DECL void sync_tree(const std::string& path) {
 }
 
 }  // namespace detail
+
+QFORGE_DECL atomic_output_dir::atomic_output_dir(std::string destination, bool overwrite) : overwrite_(overwrite) {
+    while (destination.size() > 1 && destination.back() == '/') destination.pop_back();
+    if (destination.empty()) fail<io_error>({}, {}, "empty destination path");
+    const auto slash = destination.rfind('/');
+    parent_ = slash == std::string::npos ? "." : slash == 0 ? "/" : destination.substr(0, slash);
+    base_ = slash == std::string::npos ? destination : destination.substr(slash + 1);
+    destination_ = std::move(destination);
+    if (base_ == "." || base_ == "..") fail<io_error>(destination_, {}, "destination must name a folder");
+    if (!is_directory(parent_)) fail<io_error>(destination_, {}, "parent folder " + parent_ + " does not exist");
+    check_destination();
+    for (int attempt = 0;; ++attempt) {  // another process may take the same name first
+        temp_ = detail::fresh_sibling_name(parent_, base_, "qforge-tmp");
+        if (detail::sys_mkdir(temp_.c_str(), 0755) == 0) break;
+        if (errno != EEXIST || attempt == 8) fail_errno(temp_, "cannot create folder", errno);
+    }
+}
+
+QFORGE_DECL atomic_output_dir::~atomic_output_dir() {
+    if (!committed_) remove_tree_noexcept(temp_);
+}
+
+QFORGE_DECL void atomic_output_dir::commit() {
+    if (committed_) fail<io_error>(destination_, {}, "commit() called twice");
+    detail::sync_tree(temp_);
+    check_destination();
+    std::string old;
+    if (path_exists(destination_)) {
+        old = detail::fresh_sibling_name(parent_, base_, "qforge-old");
+        rename_path(destination_, old);
+    }
+    try {
+        rename_path(temp_, destination_);
+    } catch (...) {
+        if (!old.empty()) restore(old, destination_);
+        throw;
+    }
+    try {
+        sync_directory(parent_);
+    } catch (...) {
+        // Not durable: put everything back as it was, then report.
+        restore(destination_, temp_);
+        if (!old.empty()) restore(old, destination_);
+        throw;
+    }
+    committed_ = true;
+    if (!old.empty() && !remove_tree_noexcept(old))
+        fail<io_error>(destination_, {}, "committed, but the previous version could not be removed from " + old);
+}
+
+QFORGE_DECL void atomic_output_dir::check_destination() const {
+    if (!path_exists(destination_)) return;
+    if (!overwrite_)
+        fail<io_error>(destination_, {}, "destination already exists (ask for overwrite to replace it)");
+    if (!is_directory(destination_))
+        fail<io_error>(destination_, {}, "destination exists and is not a folder; refusing to replace it");
+}
+
+QFORGE_DECL void atomic_output_dir::restore(const std::string& from, const std::string& to) noexcept {
+    for (int attempt = 0; attempt < 2; ++attempt)
+        if (detail::sys_rename(from.c_str(), to.c_str()) == 0) return;
+}
+
 }  // namespace qforge::io
 #endif

@@ -20,6 +20,8 @@
 #include <cerrno>
 #include <cstdint>
 
+#include "qforge/core/config.hpp"
+
 namespace qforge::io {
 
 /// Kinds of output operations, as bits so a test can target only some (e.g. only fsync).
@@ -39,13 +41,7 @@ class fault_injector {
 public:
     /// The `nth` (1-based, counted from the last reset) operation whose kind is in `op_mask`
     /// fails with `error` (ENOSPC, EIO...) without being performed.
-    static void arm(std::uint64_t nth, int error = ENOSPC, unsigned op_mask = all_file_ops) noexcept {
-        state().counted.store(0, std::memory_order_relaxed);
-        state().mask.store(op_mask, std::memory_order_relaxed);
-        state().error.store(error, std::memory_order_relaxed);
-        state().fired.store(false, std::memory_order_relaxed);
-        state().target.store(nth, std::memory_order_release);
-    }
+    static void arm(std::uint64_t nth, int error = ENOSPC, unsigned op_mask = all_file_ops) noexcept;
     /// Counts every operation in `op_mask` from zero, failing none.
     static void reset(unsigned op_mask = all_file_ops) noexcept { arm(0, 0, op_mask); }
     /// Operations of the masked kinds seen since the last arm/reset.
@@ -54,16 +50,7 @@ public:
     static bool fired() noexcept { return state().fired.load(std::memory_order_acquire); }
 
     /// Called by the sys_* wrappers: 0 to proceed, or the errno to fail with.
-    static int check(file_op op) noexcept {
-        auto& s = state();
-        if ((s.mask.load(std::memory_order_relaxed) & static_cast<unsigned>(op)) == 0) return 0;
-        const std::uint64_t n = s.counted.fetch_add(1, std::memory_order_acq_rel) + 1;
-        if (n == s.target.load(std::memory_order_acquire)) {
-            s.fired.store(true, std::memory_order_release);
-            return s.error.load(std::memory_order_relaxed);
-        }
-        return 0;
-    }
+    static int check(file_op op) noexcept;
 
 private:
     struct shared_state {
@@ -73,10 +60,38 @@ private:
         std::atomic<int> error{0};
         std::atomic<bool> fired{false};
     };
-    static shared_state& state() noexcept {
-        static shared_state s;
-        return s;
-    }
+    static shared_state& state() noexcept;
 };
 
 }  // namespace qforge::io
+
+#if QFORGE_BASE_BODIES_HERE
+
+namespace qforge::io {
+
+QFORGE_DECL void fault_injector::arm(std::uint64_t nth, int error, unsigned op_mask) noexcept {
+    state().counted.store(0, std::memory_order_relaxed);
+    state().mask.store(op_mask, std::memory_order_relaxed);
+    state().error.store(error, std::memory_order_relaxed);
+    state().fired.store(false, std::memory_order_relaxed);
+    state().target.store(nth, std::memory_order_release);
+}
+
+QFORGE_DECL int fault_injector::check(file_op op) noexcept {
+    auto& s = state();
+    if ((s.mask.load(std::memory_order_relaxed) & static_cast<unsigned>(op)) == 0) return 0;
+    const std::uint64_t n = s.counted.fetch_add(1, std::memory_order_acq_rel) + 1;
+    if (n == s.target.load(std::memory_order_acquire)) {
+        s.fired.store(true, std::memory_order_release);
+        return s.error.load(std::memory_order_relaxed);
+    }
+    return 0;
+}
+
+QFORGE_DECL auto fault_injector::state() noexcept -> shared_state& {
+    static shared_state s;
+    return s;
+}
+
+}  // namespace qforge::io
+#endif

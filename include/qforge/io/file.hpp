@@ -47,10 +47,7 @@ public:
     unique_fd() noexcept = default;
     explicit unique_fd(int fd) noexcept : fd_(fd) {}
     unique_fd(unique_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    unique_fd& operator=(unique_fd&& o) noexcept {
-        if (this != &o) reset(std::exchange(o.fd_, -1));
-        return *this;
-    }
+    unique_fd& operator=(unique_fd&& o) noexcept;
     unique_fd(const unique_fd&) = delete;
     unique_fd& operator=(const unique_fd&) = delete;
     ~unique_fd() { reset(); }
@@ -58,10 +55,7 @@ public:
     int get() const noexcept { return fd_; }
     explicit operator bool() const noexcept { return fd_ >= 0; }
     int release() noexcept { return std::exchange(fd_, -1); }
-    void reset(int fd = -1) noexcept {
-        if (fd_ >= 0) ::close(fd_);
-        fd_ = fd;
-    }
+    void reset(int fd = -1) noexcept;
 
 private:
     int fd_ = -1;
@@ -74,14 +68,7 @@ QFORGE_DECL std::uint64_t file_size_of(int fd, const std::string& path);
 class input_file {
 public:
     input_file() = default;
-    explicit input_file(std::string path) : path_(std::move(path)) {
-        int fd;
-        do fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-        while (fd < 0 && errno == EINTR);
-        if (fd < 0) fail_errno(path_, "cannot open for reading", errno);
-        fd_.reset(fd);
-        size_ = file_size_of(fd_.get(), path_);
-    }
+    explicit input_file(std::string path);
 
     const std::string& path() const noexcept { return path_; }
     int fd() const noexcept { return fd_.get(); }
@@ -90,24 +77,7 @@ public:
 
     /// Fills `out` from `offset`; a short read (file shorter than expected, e.g. truncated
     /// underneath us) is an io_error naming the file and `tensor`.
-    void read_at(std::uint64_t offset, std::span<std::byte> out, const std::string& tensor = {}) const {
-        std::size_t done = 0;
-        while (done < out.size()) {
-            const std::size_t chunk = std::min<std::size_t>(out.size() - done, std::size_t{1} << 30);
-            const ssize_t n = ::pread(fd_.get(), out.data() + done, chunk,
-                                      static_cast<off_t>(offset + done));
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                fail_errno(path_, "read failed", errno, tensor);
-            }
-            if (n == 0)
-                fail<io_error>(path_, tensor,
-                               "unexpected end of file: wanted " + std::to_string(out.size()) +
-                                   " bytes at offset " + std::to_string(offset) + ", got " +
-                                   std::to_string(done) + " (file truncated or changed?)");
-            done += static_cast<std::size_t>(n);
-        }
-    }
+    void read_at(std::uint64_t offset, std::span<std::byte> out, const std::string& tensor = {}) const;
 
 private:
     std::string path_;
@@ -132,50 +102,22 @@ public:
     output_file() = default;
 
     /// Creates (or truncates) `path`. With `exclusive`, an existing file is an error.
-    static output_file create(std::string path, bool exclusive = false) {
-        output_file f;
-        const int flags = O_WRONLY | O_TRUNC | (exclusive ? O_EXCL : 0);
-        const int fd = detail::sys_create(path.c_str(), flags, 0644);
-        if (fd < 0) fail_errno(path, "cannot create", errno);
-        f.fd_.reset(fd);
-        f.path_ = std::move(path);
-        return f;
-    }
+    static output_file create(std::string path, bool exclusive = false);
 
     const std::string& path() const noexcept { return path_; }
     bool is_open() const noexcept { return static_cast<bool>(fd_); }
     std::uint64_t position() const noexcept { return pos_; }
 
     /// Appends at the current position.
-    void write(std::span<const std::byte> bytes) {
-        write_at(pos_, bytes);
-        pos_ += bytes.size();
-    }
+    void write(std::span<const std::byte> bytes);
     void write(std::string_view text) { write(std::as_bytes(std::span<const char>(text))); }
 
     /// Writes at `offset` without moving the append position (pwrite).
-    void write_at(std::uint64_t offset, std::span<const std::byte> bytes) {
-        std::size_t done = 0;
-        while (done < bytes.size()) {
-            const std::size_t chunk = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30);
-            const ssize_t n = detail::sys_pwrite(fd_.get(), bytes.data() + done, chunk,
-                                                 static_cast<off_t>(offset + done));
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                fail_errno(path_, "write failed", errno);
-            }
-            done += static_cast<std::size_t>(n);
-        }
-    }
+    void write_at(std::uint64_t offset, std::span<const std::byte> bytes);
 
-    void sync() {
-        if (detail::sys_fsync(fd_.get()) != 0) fail_errno(path_, "fsync failed", errno);
-    }
+    void sync();
 
-    void close() {
-        const int fd = fd_.release();
-        if (fd >= 0 && ::close(fd) != 0) fail_errno(path_, "close failed", errno);
-    }
+    void close();
 
 private:
     std::string path_;
@@ -351,6 +293,83 @@ QFORGE_DECL bool remove_tree_noexcept(const std::string& path) noexcept {
         }
     }
     return false;
+}
+
+
+QFORGE_DECL unique_fd& unique_fd::operator=(unique_fd&& o) noexcept {
+    if (this != &o) reset(std::exchange(o.fd_, -1));
+    return *this;
+}
+
+QFORGE_DECL void unique_fd::reset(int fd) noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+}
+
+QFORGE_DECL input_file::input_file(std::string path) : path_(std::move(path)) {
+    int fd;
+    do fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) fail_errno(path_, "cannot open for reading", errno);
+    fd_.reset(fd);
+    size_ = file_size_of(fd_.get(), path_);
+}
+
+QFORGE_DECL void input_file::read_at(std::uint64_t offset, std::span<std::byte> out, const std::string& tensor) const {
+    std::size_t done = 0;
+    while (done < out.size()) {
+        const std::size_t chunk = std::min<std::size_t>(out.size() - done, std::size_t{1} << 30);
+        const ssize_t n = ::pread(fd_.get(), out.data() + done, chunk,
+                                  static_cast<off_t>(offset + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail_errno(path_, "read failed", errno, tensor);
+        }
+        if (n == 0)
+            fail<io_error>(path_, tensor,
+                           "unexpected end of file: wanted " + std::to_string(out.size()) +
+                               " bytes at offset " + std::to_string(offset) + ", got " +
+                               std::to_string(done) + " (file truncated or changed?)");
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+QFORGE_DECL output_file output_file::create(std::string path, bool exclusive) {
+    output_file f;
+    const int flags = O_WRONLY | O_TRUNC | (exclusive ? O_EXCL : 0);
+    const int fd = detail::sys_create(path.c_str(), flags, 0644);
+    if (fd < 0) fail_errno(path, "cannot create", errno);
+    f.fd_.reset(fd);
+    f.path_ = std::move(path);
+    return f;
+}
+
+QFORGE_DECL void output_file::write(std::span<const std::byte> bytes) {
+    write_at(pos_, bytes);
+    pos_ += bytes.size();
+}
+
+QFORGE_DECL void output_file::write_at(std::uint64_t offset, std::span<const std::byte> bytes) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        const std::size_t chunk = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30);
+        const ssize_t n = detail::sys_pwrite(fd_.get(), bytes.data() + done, chunk,
+                                             static_cast<off_t>(offset + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail_errno(path_, "write failed", errno);
+        }
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+QFORGE_DECL void output_file::sync() {
+    if (detail::sys_fsync(fd_.get()) != 0) fail_errno(path_, "fsync failed", errno);
+}
+
+QFORGE_DECL void output_file::close() {
+    const int fd = fd_.release();
+    if (fd >= 0 && ::close(fd) != 0) fail_errno(path_, "close failed", errno);
 }
 
 }  // namespace qforge::io

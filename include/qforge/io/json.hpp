@@ -28,14 +28,8 @@ namespace qforge {
 
 /// What json::parse and json::dump call (core/json_value.hpp declares them).
 struct json_io {
-    static json parse(std::string_view text, std::string_view file, const json_limits& limits) {
-        return detail::json_reader(text, file, limits).parse_document();
-    }
-    static std::string dump(const json& value, const json_dump_options& options) {
-        std::string out;
-        detail::json_writer{out, options}.write(value, 0);
-        return out;
-    }
+    static json parse(std::string_view text, std::string_view file, const json_limits& limits);
+    static std::string dump(const json& value, const json_dump_options& options);
 };
 
 /// A JSON file's bytes the way transformers' save_pretrained writes them
@@ -50,6 +44,17 @@ namespace qforge {
 
 QFORGE_DECL std::string config_file_text(const json& value) {
     return value.dump({.indent = 2, .ensure_ascii = false, .sort_keys = true}) + "\n";
+}
+
+
+QFORGE_DECL json json_io::parse(std::string_view text, std::string_view file, const json_limits& limits) {
+    return detail::json_reader(text, file, limits).parse_document();
+}
+
+QFORGE_DECL std::string json_io::dump(const json& value, const json_dump_options& options) {
+    std::string out;
+    detail::json_writer{out, options}.write(value, 0);
+    return out;
 }
 
 }  // namespace qforge

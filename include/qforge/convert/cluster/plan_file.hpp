@@ -49,42 +49,15 @@ namespace qforge::cluster {
 /// then a final mix): cheap enough to run on every byte a worker writes and finalize re-reads.
 class checksum {
 public:
-    void update(std::span<const std::byte> bytes) noexcept {
-        std::size_t i = 0;
-        while (i < bytes.size() && fill_ != 0 && fill_ < 8) carry_[fill_++] = bytes[i++];
-        if (fill_ == 8) {
-            word(carry_);
-            fill_ = 0;
-        }
-        for (; i + 8 <= bytes.size(); i += 8) word(bytes.data() + i);
-        for (; i < bytes.size(); ++i) carry_[fill_++] = bytes[i];
-        length_ += bytes.size();
-    }
+    void update(std::span<const std::byte> bytes) noexcept;
     void update(std::string_view text) noexcept { update(std::as_bytes(std::span<const char>(text))); }
-    std::uint64_t value() const noexcept {
-        std::uint64_t h = h_;
-        for (std::size_t k = 0; k < fill_; ++k) h = (h ^ static_cast<std::uint64_t>(carry_[k])) * prime;
-        h ^= length_;
-        h ^= h >> 33;
-        h *= 0xff51afd7ed558ccdull;
-        h ^= h >> 33;
-        return h;
-    }
+    std::uint64_t value() const noexcept;
     std::string hex() const { return to_hex(value()); }
-    static std::string to_hex(std::uint64_t v) {
-        char buf[17];
-        std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-        return buf;
-    }
+    static std::string to_hex(std::uint64_t v);
 
 private:
     static constexpr std::uint64_t prime = 0x100000001b3ull;
-    void word(const std::byte* p) noexcept {
-        std::uint64_t w;
-        std::memcpy(&w, p, 8);
-        h_ = (h_ ^ w) * prime;
-        h_ ^= h_ >> 29;
-    }
+    void word(const std::byte* p) noexcept;
     std::uint64_t h_ = 0xcbf29ce484222325ull;
     std::uint64_t length_ = 0;
     std::byte carry_[8]{};
@@ -119,86 +92,18 @@ struct plan_summary {
     std::size_t tensors = 0;
     json extra;  ///< the caller's (qforge-convert: its command line)
 
-    json to_json() const {
-        json u = json::array();
-        for (const work_unit& w : units)
-            u.push_back(json::object({{"items", json::array({json(w.begin), json(w.end)})}, {"cost", json(w.cost)}}));
-        json sh = json::array();
-        for (std::size_t k = 0; k < shard_files.size(); ++k)
-            sh.push_back(json::object({{"file", json(shard_files[k])}, {"bytes", json(shard_sizes[k])}}));
-        return json::object({{"qforge_cluster_plan", json(1)},
-                             {"source", json(source)},
-                             {"destination", json(destination)},
-                             {"format", json(format)},
-                             {"fingerprint", json(fingerprint)},
-                             {"tensors", json(tensors)},
-                             {"shards", std::move(sh)},
-                             {"units", std::move(u)},
-                             {"extra", extra}});
-    }
+    json to_json() const;
 
     /// Reads plan.json, refusing (format_error naming `file`) what workers could misuse: a count
     /// that is negative, units that do not tile the items from 0 in order, a shard file name
     /// that is not a plain name inside the staging folder (it is joined to the staging path).
-    static plan_summary from_json(const json& j, const std::string& file) {
-        if (!j.is_object() || !j.contains("qforge_cluster_plan"))
-            fail<format_error>(file, {}, "not a qforge cluster plan (run `qforge-convert plan` first)");
-        if (!j.at("qforge_cluster_plan").is_int() || j.at("qforge_cluster_plan").as_int() != 1)
-            fail<format_error>(file, {}, "cluster plan version is not 1 (made by another qforge: plan again)");
-        auto count = [&](const json& v, const char* what) {
-            const std::int64_t n = v.as_int();
-            if (n < 0) fail<format_error>(file, {}, std::string(what) + " is negative");
-            return static_cast<std::uint64_t>(n);
-        };
-        plan_summary s;
-        s.source = j.at("source").as_string();
-        s.destination = j.at("destination").as_string();
-        if (s.source.empty() || s.destination.empty()) fail<format_error>(file, {}, "source or destination is empty");
-        s.staging = staging_dir(s.destination);
-        s.format = j.at("format").as_string();
-        s.fingerprint = j.at("fingerprint").as_string();
-        s.tensors = static_cast<std::size_t>(count(j.at("tensors"), "the tensor count"));
-        std::set<std::string> names;
-        for (const json& f : j.at("shards").as_array()) {
-            const std::string name = f.at("file").as_string();
-            if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\0') != std::string::npos ||
-                name == "plan.json" || name == "tensors.json" || name == "units" || name.find(".tmp-") != std::string::npos)
-                fail<format_error>(file, {}, "shard file name '" + name + "' is not a plain file name of the staging folder");
-            if (!names.insert(name).second) fail<format_error>(file, {}, "shard file '" + name + "' is listed twice");
-            s.shard_files.push_back(name);
-            s.shard_sizes.push_back(count(f.at("bytes"), "a shard size"));
-        }
-        for (const json& u : j.at("units").as_array()) {
-            const json& items = u.at("items");
-            if (items.size() != 2) fail<format_error>(file, {}, "a unit's items must be [begin, end]");
-            const work_unit w{static_cast<std::size_t>(count(items.at(0), "a unit's first item")),
-                              static_cast<std::size_t>(count(items.at(1), "a unit's end")), count(u.at("cost"), "a unit's cost")};
-            if (w.begin != (s.units.empty() ? 0 : s.units.back().end) || w.end < w.begin)
-                fail<format_error>(file, {}, "unit " + std::to_string(s.units.size()) + " does not start where the previous one ends");
-            s.units.push_back(w);
-        }
-        if (s.units.empty()) fail<format_error>(file, {}, "the plan has no work units");
-        if (const json* e = j.find("extra")) s.extra = *e;
-        return s;
-    }
+    static plan_summary from_json(const json& j, const std::string& file);
 
     /// Refuses a plan whose units do not cover exactly `items` items (the plan made again).
-    void check_items(std::size_t items) const {
-        if (units.back().end != items)
-            fail<format_error>(staging + "/plan.json", {}, "its units cover " + std::to_string(units.back().end) + " items, the plan has " +
-                                                               std::to_string(items) + " (plan again)");
-    }
+    void check_items(std::size_t items) const;
 
     /// max / mean of the unit costs (1.0 is perfect balance).
-    double imbalance() const {
-        std::uint64_t mx = 0;
-        long double sum = 0;
-        for (const work_unit& u : units) {
-            mx = std::max(mx, u.cost);
-            sum += static_cast<long double>(u.cost);
-        }
-        return sum > 0 ? static_cast<double>(static_cast<long double>(mx) * static_cast<long double>(units.size()) / sum) : 1.0;
-    }
+    double imbalance() const;
 };
 
 QFORGE_DECL plan_summary read_plan(const std::string& destination);
@@ -272,4 +177,119 @@ QFORGE_DECL void check_cluster_options(const convert_options& opt, const std::st
 }  // namespace qforge::cluster
 
 #include "qforge/convert/cluster/detail/plan_file.hpp"
+
+namespace qforge::cluster {
+
+QFORGE_DECL void checksum::update(std::span<const std::byte> bytes) noexcept {
+    std::size_t i = 0;
+    while (i < bytes.size() && fill_ != 0 && fill_ < 8) carry_[fill_++] = bytes[i++];
+    if (fill_ == 8) {
+        word(carry_);
+        fill_ = 0;
+    }
+    for (; i + 8 <= bytes.size(); i += 8) word(bytes.data() + i);
+    for (; i < bytes.size(); ++i) carry_[fill_++] = bytes[i];
+    length_ += bytes.size();
+}
+
+QFORGE_DECL std::uint64_t checksum::value() const noexcept {
+    std::uint64_t h = h_;
+    for (std::size_t k = 0; k < fill_; ++k) h = (h ^ static_cast<std::uint64_t>(carry_[k])) * prime;
+    h ^= length_;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+QFORGE_DECL std::string checksum::to_hex(std::uint64_t v) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+    return buf;
+}
+
+QFORGE_DECL void checksum::word(const std::byte* p) noexcept {
+    std::uint64_t w;
+    std::memcpy(&w, p, 8);
+    h_ = (h_ ^ w) * prime;
+    h_ ^= h_ >> 29;
+}
+
+QFORGE_DECL json plan_summary::to_json() const {
+    json u = json::array();
+    for (const work_unit& w : units)
+        u.push_back(json::object({{"items", json::array({json(w.begin), json(w.end)})}, {"cost", json(w.cost)}}));
+    json sh = json::array();
+    for (std::size_t k = 0; k < shard_files.size(); ++k)
+        sh.push_back(json::object({{"file", json(shard_files[k])}, {"bytes", json(shard_sizes[k])}}));
+    return json::object({{"qforge_cluster_plan", json(1)},
+                         {"source", json(source)},
+                         {"destination", json(destination)},
+                         {"format", json(format)},
+                         {"fingerprint", json(fingerprint)},
+                         {"tensors", json(tensors)},
+                         {"shards", std::move(sh)},
+                         {"units", std::move(u)},
+                         {"extra", extra}});
+}
+
+QFORGE_DECL plan_summary plan_summary::from_json(const json& j, const std::string& file) {
+    if (!j.is_object() || !j.contains("qforge_cluster_plan"))
+        fail<format_error>(file, {}, "not a qforge cluster plan (run `qforge-convert plan` first)");
+    if (!j.at("qforge_cluster_plan").is_int() || j.at("qforge_cluster_plan").as_int() != 1)
+        fail<format_error>(file, {}, "cluster plan version is not 1 (made by another qforge: plan again)");
+    auto count = [&](const json& v, const char* what) {
+        const std::int64_t n = v.as_int();
+        if (n < 0) fail<format_error>(file, {}, std::string(what) + " is negative");
+        return static_cast<std::uint64_t>(n);
+    };
+    plan_summary s;
+    s.source = j.at("source").as_string();
+    s.destination = j.at("destination").as_string();
+    if (s.source.empty() || s.destination.empty()) fail<format_error>(file, {}, "source or destination is empty");
+    s.staging = staging_dir(s.destination);
+    s.format = j.at("format").as_string();
+    s.fingerprint = j.at("fingerprint").as_string();
+    s.tensors = static_cast<std::size_t>(count(j.at("tensors"), "the tensor count"));
+    std::set<std::string> names;
+    for (const json& f : j.at("shards").as_array()) {
+        const std::string name = f.at("file").as_string();
+        if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\0') != std::string::npos ||
+            name == "plan.json" || name == "tensors.json" || name == "units" || name.find(".tmp-") != std::string::npos)
+            fail<format_error>(file, {}, "shard file name '" + name + "' is not a plain file name of the staging folder");
+        if (!names.insert(name).second) fail<format_error>(file, {}, "shard file '" + name + "' is listed twice");
+        s.shard_files.push_back(name);
+        s.shard_sizes.push_back(count(f.at("bytes"), "a shard size"));
+    }
+    for (const json& u : j.at("units").as_array()) {
+        const json& items = u.at("items");
+        if (items.size() != 2) fail<format_error>(file, {}, "a unit's items must be [begin, end]");
+        const work_unit w{static_cast<std::size_t>(count(items.at(0), "a unit's first item")),
+                          static_cast<std::size_t>(count(items.at(1), "a unit's end")), count(u.at("cost"), "a unit's cost")};
+        if (w.begin != (s.units.empty() ? 0 : s.units.back().end) || w.end < w.begin)
+            fail<format_error>(file, {}, "unit " + std::to_string(s.units.size()) + " does not start where the previous one ends");
+        s.units.push_back(w);
+    }
+    if (s.units.empty()) fail<format_error>(file, {}, "the plan has no work units");
+    if (const json* e = j.find("extra")) s.extra = *e;
+    return s;
+}
+
+QFORGE_DECL void plan_summary::check_items(std::size_t items) const {
+    if (units.back().end != items)
+        fail<format_error>(staging + "/plan.json", {}, "its units cover " + std::to_string(units.back().end) + " items, the plan has " +
+                                                           std::to_string(items) + " (plan again)");
+}
+
+QFORGE_DECL double plan_summary::imbalance() const {
+    std::uint64_t mx = 0;
+    long double sum = 0;
+    for (const work_unit& u : units) {
+        mx = std::max(mx, u.cost);
+        sum += static_cast<long double>(u.cost);
+    }
+    return sum > 0 ? static_cast<double>(static_cast<long double>(mx) * static_cast<long double>(units.size()) / sum) : 1.0;
+}
+
+}  // namespace qforge::cluster
 #endif

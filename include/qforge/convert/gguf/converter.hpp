@@ -86,18 +86,8 @@ struct convert_report {
     std::uint64_t total_elements = 0, total_bytes = 0;
     double bits_per_weight() const { return total_elements ? 8.0 * static_cast<double>(total_bytes) / static_cast<double>(total_elements) : 0; }
     /// With an imatrix file: the quantized tensors it had no usable entry for, and why.
-    std::vector<std::string> without_imatrix() const {
-        std::vector<std::string> out;
-        for (const auto& t : tensors)
-            if (!t.imatrix.empty() && t.imatrix != "used") out.push_back(t.gguf_name + ": " + t.imatrix);
-        return out;
-    }
-    std::vector<std::string> fallbacks() const {
-        std::vector<std::string> out;
-        for (const auto& t : tensors)
-            if (!t.fallback.empty()) out.push_back(t.gguf_name + ": " + t.fallback);
-        return out;
-    }
+    std::vector<std::string> without_imatrix() const;
+    std::vector<std::string> fallbacks() const;
 };
 
 /// Called after each tensor: (tensors done, tensors total, GGUF name just written).
@@ -111,4 +101,22 @@ QFORGE_DECL convert_report convert_hf_to_gguf(const std::string& src_dir, const 
 
 #if QFORGE_BODIES_HERE
 #include "qforge/convert/gguf/detail/conversion.hpp"  // convert_hf_to_gguf, its plan and its tensor stream
+
+namespace qforge::gguf {
+
+QFORGE_DECL std::vector<std::string> convert_report::without_imatrix() const {
+    std::vector<std::string> out;
+    for (const auto& t : tensors)
+        if (!t.imatrix.empty() && t.imatrix != "used") out.push_back(t.gguf_name + ": " + t.imatrix);
+    return out;
+}
+
+QFORGE_DECL std::vector<std::string> convert_report::fallbacks() const {
+    std::vector<std::string> out;
+    for (const auto& t : tensors)
+        if (!t.fallback.empty()) out.push_back(t.gguf_name + ": " + t.fallback);
+    return out;
+}
+
+}  // namespace qforge::gguf
 #endif

@@ -33,60 +33,13 @@ struct json_writer {
     std::string& out;
     const json_dump_options& opt;
 
-    void newline(std::size_t level) {
-        out += '\n';
-        out.append(level * static_cast<std::size_t>(opt.indent), ' ');
-    }
+    void newline(std::size_t level);
 
-    void write(const json& v, std::size_t level) {
-        switch (v.type()) {
-            case json::kind::null: out += "null"; return;
-            case json::kind::boolean: out += v.as_bool() ? "true" : "false"; return;
-            case json::kind::integer: out += std::to_string(v.as_int()); return;
-            case json::kind::number: append_python_float(out, v.as_double()); return;
-            case json::kind::string: append_json_string(out, v.as_string(), opt.ensure_ascii); return;
-            case json::kind::array: write_array(v.as_array(), level); return;
-            case json::kind::object: write_object(v.as_object(), level); return;
-        }
-    }
+    void write(const json& v, std::size_t level);
 
-    void write_array(const json::array_t& a, std::size_t level) {
-        if (a.empty()) {
-            out += "[]";
-            return;
-        }
-        out += '[';
-        for (std::size_t k = 0; k < a.size(); ++k) {
-            if (k) out += ',';
-            if (opt.indent >= 0) newline(level + 1);
-            write(a[k], level + 1);
-        }
-        if (opt.indent >= 0) newline(level);
-        out += ']';
-    }
+    void write_array(const json::array_t& a, std::size_t level);
 
-    void write_object(const json::object_t& o, std::size_t level) {
-        if (o.empty()) {
-            out += "{}";
-            return;
-        }
-        std::vector<const json_member*> order;
-        order.reserve(o.size());
-        for (const auto& m : o) order.push_back(&m);
-        if (opt.sort_keys)
-            std::stable_sort(order.begin(), order.end(),
-                             [](const json_member* a, const json_member* b) { return a->key < b->key; });
-        out += '{';
-        for (std::size_t k = 0; k < order.size(); ++k) {
-            if (k) out += ',';
-            if (opt.indent >= 0) newline(level + 1);
-            append_json_string(out, order[k]->key, opt.ensure_ascii);
-            out += opt.indent >= 0 ? ": " : ":";
-            write(order[k]->value, level + 1);
-        }
-        if (opt.indent >= 0) newline(level);
-        out += '}';
-    }
+    void write_object(const json::object_t& o, std::size_t level);
 };
 
 }  // namespace qforge::detail
@@ -194,6 +147,62 @@ QFORGE_DECL void append_json_string(std::string& out, std::string_view s, bool e
         }
     }
     out += '"';
+}
+
+
+QFORGE_DECL void json_writer::newline(std::size_t level) {
+    out += '\n';
+    out.append(level * static_cast<std::size_t>(opt.indent), ' ');
+}
+
+QFORGE_DECL void json_writer::write(const json& v, std::size_t level) {
+    switch (v.type()) {
+        case json::kind::null: out += "null"; return;
+        case json::kind::boolean: out += v.as_bool() ? "true" : "false"; return;
+        case json::kind::integer: out += std::to_string(v.as_int()); return;
+        case json::kind::number: append_python_float(out, v.as_double()); return;
+        case json::kind::string: append_json_string(out, v.as_string(), opt.ensure_ascii); return;
+        case json::kind::array: write_array(v.as_array(), level); return;
+        case json::kind::object: write_object(v.as_object(), level); return;
+    }
+}
+
+QFORGE_DECL void json_writer::write_array(const json::array_t& a, std::size_t level) {
+    if (a.empty()) {
+        out += "[]";
+        return;
+    }
+    out += '[';
+    for (std::size_t k = 0; k < a.size(); ++k) {
+        if (k) out += ',';
+        if (opt.indent >= 0) newline(level + 1);
+        write(a[k], level + 1);
+    }
+    if (opt.indent >= 0) newline(level);
+    out += ']';
+}
+
+QFORGE_DECL void json_writer::write_object(const json::object_t& o, std::size_t level) {
+    if (o.empty()) {
+        out += "{}";
+        return;
+    }
+    std::vector<const json_member*> order;
+    order.reserve(o.size());
+    for (const auto& m : o) order.push_back(&m);
+    if (opt.sort_keys)
+        std::stable_sort(order.begin(), order.end(),
+                         [](const json_member* a, const json_member* b) { return a->key < b->key; });
+    out += '{';
+    for (std::size_t k = 0; k < order.size(); ++k) {
+        if (k) out += ',';
+        if (opt.indent >= 0) newline(level + 1);
+        append_json_string(out, order[k]->key, opt.ensure_ascii);
+        out += opt.indent >= 0 ? ": " : ":";
+        write(order[k]->value, level + 1);
+    }
+    if (opt.indent >= 0) newline(level);
+    out += '}';
 }
 
 }  // namespace qforge::detail

@@ -57,12 +57,7 @@ struct value {
     scalar one;                                // scalars only
     std::vector<scalar> elems;                 // arrays only
 
-    static value of(scalar s) {
-        value v;
-        v.type = static_cast<value_type>(s.index());
-        v.one = std::move(s);
-        return v;
-    }
+    static value of(scalar s);
     static value u8(std::uint8_t x) { return of(x); }
     static value i8(std::int8_t x) { return of(x); }
     static value u16(std::uint16_t x) { return of(x); }
@@ -77,13 +72,7 @@ struct value {
     static value f64(double x) { return of(x); }
 
     /// An array of `elem` (not ARRAY); every element must hold that type.
-    static value array(value_type elem, std::vector<scalar> items) {
-        value v;
-        v.type = value_type::array;
-        v.elem_type = elem;
-        v.elems = std::move(items);
-        return v;
-    }
+    static value array(value_type elem, std::vector<scalar> items);
     template <class T>
     static value array_of(value_type elem, const std::vector<T>& items) {
         std::vector<scalar> s;
@@ -119,6 +108,22 @@ QFORGE_DECL const value* find_kv(const kv_list& kvs, std::string_view key) noexc
     for (const auto& [k, v] : kvs)
         if (k == key) return &v;
     return nullptr;
+}
+
+
+QFORGE_DECL value value::of(scalar s) {
+    value v;
+    v.type = static_cast<value_type>(s.index());
+    v.one = std::move(s);
+    return v;
+}
+
+QFORGE_DECL value value::array(value_type elem, std::vector<scalar> items) {
+    value v;
+    v.type = value_type::array;
+    v.elem_type = elem;
+    v.elems = std::move(items);
+    return v;
 }
 
 }  // namespace qforge::gguf

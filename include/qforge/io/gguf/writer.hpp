@@ -54,23 +54,8 @@ public:
         buf_.resize(at + sizeof(T));
         std::memcpy(buf_.data() + at, &v, sizeof(T));
     }
-    void str(std::string_view s) {
-        pod<std::uint64_t>(s.size());
-        const auto at = buf_.size();
-        buf_.resize(at + s.size());
-        if (!s.empty()) std::memcpy(buf_.data() + at, s.data(), s.size());
-    }
-    void scalar_value(const scalar& s) {
-        std::visit(
-            [&](const auto& v) {
-                using T = std::decay_t<decltype(v)>;
-                if constexpr (std::is_same_v<T, std::string>) str(v);
-                else if constexpr (std::is_same_v<T, bool>) pod<std::uint8_t>(v ? 1 : 0);
-                else if constexpr (std::is_same_v<T, array_placeholder>) {}
-                else pod<T>(v);
-            },
-            s);
-    }
+    void str(std::string_view s);
+    void scalar_value(const scalar& s);
     void zeros(std::size_t n) { buf_.resize(buf_.size() + n, std::byte{0}); }
     std::vector<std::byte>& bytes() noexcept { return buf_; }
 
@@ -97,66 +82,26 @@ QFORGE_DECL std::vector<std::byte> encode_header(const std::string& file, const 
 /// Streaming GGUF file writer (see the top of this file).
 class file_writer {
 public:
-    file_writer(std::string path, const kv_list& kvs, std::vector<tensor_decl> tensors)
-        : path_(std::move(path)), tmp_(path_ + ".tmp"), tensors_(std::move(tensors)) {
-        align_ = alignment_of(kvs, path_);
-        const auto header = encode_header(path_, kvs, tensors_, offsets_);
-        out_ = io::output_file::create(tmp_);
-        out_.write(header);
-        data_start_ = out_.position();
-    }
+    file_writer(std::string path, const kv_list& kvs, std::vector<tensor_decl> tensors);
     file_writer(const file_writer&) = delete;
     file_writer& operator=(const file_writer&) = delete;
-    ~file_writer() {
-        if (!finished_) {
-            out_ = io::output_file();
-            (void)io::remove_tree_noexcept(tmp_);
-        }
-    }
+    ~file_writer();
 
     /// The next tensor to write, in declaration order.
     const tensor_decl* next() const noexcept { return next_ < tensors_.size() ? &tensors_[next_] : nullptr; }
     std::size_t written() const noexcept { return next_; }
 
     /// Appends part of the next tensor's bytes; call end_tensor() after its last part.
-    void write_part(std::span<const std::byte> bytes) {
-        if (next_ >= tensors_.size()) fail<format_error>(path_, "", "more tensors written than declared");
-        const auto want = tensor_nbytes(tensors_[next_]);
-        if (part_ + bytes.size() > want)
-            fail<shape_error>(path_, tensors_[next_].name, "tensor data exceeds its declared " + std::to_string(want) + " bytes");
-        out_.write(bytes);
-        part_ += bytes.size();
-    }
+    void write_part(std::span<const std::byte> bytes);
 
     /// Closes the current tensor: checks its size and writes the zero padding after it.
-    void end_tensor() {
-        const auto& t = tensors_.at(next_);
-        const auto want = tensor_nbytes(t);
-        if (part_ != want)
-            fail<shape_error>(path_, t.name, "tensor data is " + std::to_string(part_) + " bytes, declared " + std::to_string(want));
-        const std::vector<std::byte> pad(static_cast<std::size_t>(detail::pad_to(want, align_) - want), std::byte{0});
-        out_.write(pad);
-        if (out_.position() != data_start_ + offsets_[next_] + detail::pad_to(want, align_))
-            fail<io_error>(path_, t.name, "internal: data position does not match the declared offset");
-        ++next_;
-        part_ = 0;
-    }
+    void end_tensor();
 
     /// One whole tensor.
-    void write_tensor(std::span<const std::byte> bytes) {
-        write_part(bytes);
-        end_tensor();
-    }
+    void write_tensor(std::span<const std::byte> bytes);
 
     /// Checks every tensor was written, fsyncs, and renames the file into place.
-    void finish() {
-        if (next_ != tensors_.size())
-            fail<format_error>(path_, "", std::to_string(tensors_.size() - next_) + " declared tensors were not written");
-        out_.sync();
-        out_.close();
-        io::rename_path(tmp_, path_);
-        finished_ = true;
-    }
+    void finish();
 
 private:
     std::string path_, tmp_;
@@ -260,6 +205,80 @@ QFORGE_DECL std::vector<std::byte> encode_header(const std::string& file, const 
     }
     out.zeros(static_cast<std::size_t>(detail::pad_to(out.bytes().size(), align) - out.bytes().size()));
     return std::move(out.bytes());
+}
+
+namespace detail {
+
+QFORGE_DECL void byte_sink::str(std::string_view s) {
+    pod<std::uint64_t>(s.size());
+    const auto at = buf_.size();
+    buf_.resize(at + s.size());
+    if (!s.empty()) std::memcpy(buf_.data() + at, s.data(), s.size());
+}
+
+QFORGE_DECL void byte_sink::scalar_value(const scalar& s) {
+    std::visit(
+        [&](const auto& v) {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, std::string>) str(v);
+            else if constexpr (std::is_same_v<T, bool>) pod<std::uint8_t>(v ? 1 : 0);
+            else if constexpr (std::is_same_v<T, array_placeholder>) {}
+            else pod<T>(v);
+        },
+        s);
+}
+
+}  // namespace detail
+
+QFORGE_DECL file_writer::file_writer(std::string path, const kv_list& kvs, std::vector<tensor_decl> tensors) : path_(std::move(path)), tmp_(path_ + ".tmp"), tensors_(std::move(tensors)) {
+    align_ = alignment_of(kvs, path_);
+    const auto header = encode_header(path_, kvs, tensors_, offsets_);
+    out_ = io::output_file::create(tmp_);
+    out_.write(header);
+    data_start_ = out_.position();
+}
+
+QFORGE_DECL file_writer::~file_writer() {
+    if (!finished_) {
+        out_ = io::output_file();
+        (void)io::remove_tree_noexcept(tmp_);
+    }
+}
+
+QFORGE_DECL void file_writer::write_part(std::span<const std::byte> bytes) {
+    if (next_ >= tensors_.size()) fail<format_error>(path_, "", "more tensors written than declared");
+    const auto want = tensor_nbytes(tensors_[next_]);
+    if (part_ + bytes.size() > want)
+        fail<shape_error>(path_, tensors_[next_].name, "tensor data exceeds its declared " + std::to_string(want) + " bytes");
+    out_.write(bytes);
+    part_ += bytes.size();
+}
+
+QFORGE_DECL void file_writer::end_tensor() {
+    const auto& t = tensors_.at(next_);
+    const auto want = tensor_nbytes(t);
+    if (part_ != want)
+        fail<shape_error>(path_, t.name, "tensor data is " + std::to_string(part_) + " bytes, declared " + std::to_string(want));
+    const std::vector<std::byte> pad(static_cast<std::size_t>(detail::pad_to(want, align_) - want), std::byte{0});
+    out_.write(pad);
+    if (out_.position() != data_start_ + offsets_[next_] + detail::pad_to(want, align_))
+        fail<io_error>(path_, t.name, "internal: data position does not match the declared offset");
+    ++next_;
+    part_ = 0;
+}
+
+QFORGE_DECL void file_writer::write_tensor(std::span<const std::byte> bytes) {
+    write_part(bytes);
+    end_tensor();
+}
+
+QFORGE_DECL void file_writer::finish() {
+    if (next_ != tensors_.size())
+        fail<format_error>(path_, "", std::to_string(tensors_.size() - next_) + " declared tensors were not written");
+    out_.sync();
+    out_.close();
+    io::rename_path(tmp_, path_);
+    finished_ = true;
 }
 
 }  // namespace qforge::gguf

@@ -50,15 +50,7 @@ struct folder_options {
 
 class sharded_reader {
 public:
-    explicit sharded_reader(std::string folder, const folder_options& options = {}) : folder_(std::move(folder)) {
-        while (folder_.size() > 1 && folder_.back() == '/') folder_.pop_back();
-        const std::string index = folder_ + "/" + std::string(index_file_name);
-        if (io::path_exists(index)) {
-            open_from_index(index, options);
-        } else {
-            open_from_listing(options);
-        }
-    }
+    explicit sharded_reader(std::string folder, const folder_options& options = {});
 
     const std::string& folder() const noexcept { return folder_; }
     bool has_index() const noexcept { return has_index_; }
@@ -70,110 +62,29 @@ public:
     std::uint64_t total_size() const noexcept { return total_size_; }
 
     /// The shard holding `name`, or nullptr.
-    const reader* shard_of(std::string_view name) const {
-        const auto it = where_.find(std::string(name));
-        return it == where_.end() ? nullptr : shards_[it->second].get();
-    }
-    const tensor_info* find(std::string_view name) const {
-        const reader* r = shard_of(name);
-        return r ? r->find(name) : nullptr;
-    }
+    const reader* shard_of(std::string_view name) const;
+    const tensor_info* find(std::string_view name) const;
     bool contains(std::string_view name) const { return shard_of(name) != nullptr; }
 
     tensor_view view(std::string_view name) const { return holder(name).view(name); }
     owned_tensor read_tensor(std::string_view name) const { return holder(name).read_tensor(name); }
-    void read_tensor_into(std::string_view name, std::span<std::byte> out) const {
-        holder(name).read_tensor_into(name, out);
-    }
-    void read_tensor_range(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const {
-        holder(name).read_tensor_range(name, offset, out);
-    }
+    void read_tensor_into(std::string_view name, std::span<std::byte> out) const;
+    void read_tensor_range(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const;
     void release(std::string_view name) const { holder(name).release(name); }
-    void release(std::string_view name, std::uint64_t offset, std::uint64_t length) const {
-        holder(name).release(name, offset, length);
-    }
+    void release(std::string_view name, std::uint64_t offset, std::uint64_t length) const;
     /// io_error if any shard changed size since it was validated.
-    void verify_unchanged(std::string_view tensor = {}) const {
-        for (const auto& r : shards_) r->verify_unchanged(tensor);
-    }
+    void verify_unchanged(std::string_view tensor = {}) const;
 
 private:
-    const reader& holder(std::string_view name) const {
-        if (const reader* r = shard_of(name)) return *r;
-        fail<format_error>(folder_, std::string(name), "no such tensor in this checkpoint");
-    }
+    const reader& holder(std::string_view name) const;
 
-    std::size_t open_shard(const std::string& file_name, const std::string& source, const folder_options& o) {
-        const auto it = shard_index_.find(file_name);
-        if (it != shard_index_.end()) return it->second;
-        const std::string path = io::child_path(folder_, file_name, source, o.symlinks);
-        if (!io::path_exists(path))
-            fail<format_error>(source, {}, "shard \"" + file_name + "\" named in the index does not exist");
-        shards_.push_back(std::make_unique<reader>(path, o.mode, o.limits));
-        shard_index_.emplace(file_name, shards_.size() - 1);
-        return shards_.size() - 1;
-    }
+    std::size_t open_shard(const std::string& file_name, const std::string& source, const folder_options& o);
 
-    void open_from_index(const std::string& index, const folder_options& o) {
-        has_index_ = true;
-        const json doc = io::read_json_file(index);
-        const json* map = doc.is_object() ? doc.find("weight_map") : nullptr;
-        if (!map || !map->is_object())
-            fail<format_error>(index, {}, "expected an object with a \"weight_map\" object");
-        if (map->size() > o.limits.max_tensors)
-            fail<limit_error>(index, {}, "weight_map lists more than " + std::to_string(o.limits.max_tensors) + " tensors");
-        for (const json_member& m : map->as_object()) {
-            if (!m.value.is_string())
-                fail<format_error>(index, m.key, "weight_map value is " + std::string(json::kind_name(m.value.type())) +
-                                                     ", expected a shard file name");
-            const std::size_t s = open_shard(m.value.as_string(), index, o);
-            if (!shards_[s]->contains(m.key))
-                fail<format_error>(index, m.key, "index maps it to \"" + m.value.as_string() +
-                                                     "\" but that shard does not hold it");
-            where_.emplace(m.key, s);
-        }
-        // Tensors a shard holds beyond the weight_map are still reachable, if unambiguous
-        // (for mapped tensors the weight_map decides).
-        std::unordered_map<std::string, std::size_t> extras;
-        for (std::size_t s = 0; s < shards_.size(); ++s)
-            for (const tensor_info& t : shards_[s]->tensors()) {
-                if (where_.count(t.name) && !extras.count(t.name)) continue;
-                if (!extras.emplace(t.name, s).second)
-                    fail<format_error>(folder_, t.name, "tensor is in two shards and not in the weight_map");
-                where_.emplace(t.name, s);
-            }
-        collect_names();
-    }
+    void open_from_index(const std::string& index, const folder_options& o);
 
-    void open_from_listing(const folder_options& o) {
-        std::vector<std::string> files;
-        const std::string single(single_file_name);
-        if (io::path_exists(folder_ + "/" + single)) {
-            files.push_back(single);
-        } else {
-            for (std::string& name : io::list_directory(folder_))
-                if (name.size() > 12 && name.ends_with(".safetensors") && name.front() != '.') files.push_back(std::move(name));
-            std::sort(files.begin(), files.end());
-        }
-        if (files.empty()) fail<io_error>(folder_, {}, "no model.safetensors.index.json and no *.safetensors file");
-        for (const std::string& f : files) {
-            const std::size_t s = open_shard(f, folder_, o);
-            for (const tensor_info& t : shards_[s]->tensors())
-                if (!where_.emplace(t.name, s).second)
-                    fail<format_error>(folder_, t.name, "tensor is in two shards (" +
-                                                            files[where_.at(t.name)] + " and " + f + ")");
-        }
-        collect_names();
-    }
+    void open_from_listing(const folder_options& o);
 
-    void collect_names() {
-        for (std::size_t s = 0; s < shards_.size(); ++s)
-            for (const tensor_info& t : shards_[s]->tensors())
-                if (where_.at(t.name) == s) {
-                    names_.push_back(t.name);
-                    total_size_ += t.size();
-                }
-    }
+    void collect_names();
 
     std::string folder_;
     bool has_index_ = false;
@@ -226,18 +137,10 @@ public:
     void write(std::string_view name, std::span<const std::byte> bytes) { holder(name).write(name, bytes); }
     void write(const tensor_view& t) { holder(t.name).write(t); }
 
-    void finish() {
-        for (writer& w : writers_) w.finish();
-        if (plan_.shards.size() > 1)
-            io::write_file(folder_ + "/" + std::string(index_file_name), index_text(plan_));
-    }
+    void finish();
 
 private:
-    writer& holder(std::string_view name) {
-        const auto it = shard_of_.find(std::string(name));
-        if (it == shard_of_.end()) fail<format_error>(folder_, std::string(name), "tensor was not declared to this writer");
-        return writers_[it->second];
-    }
+    writer& holder(std::string_view name);
 
     std::string folder_;
     shard_plan plan_;
@@ -293,6 +196,132 @@ QFORGE_DECL json make_index(const shard_plan& plan) {
 
 QFORGE_DECL std::string index_text(const shard_plan& plan) {
     return make_index(plan).dump({.indent = 2, .sort_keys = true}) + "\n";
+}
+
+
+QFORGE_DECL sharded_reader::sharded_reader(std::string folder, const folder_options& options) : folder_(std::move(folder)) {
+    while (folder_.size() > 1 && folder_.back() == '/') folder_.pop_back();
+    const std::string index = folder_ + "/" + std::string(index_file_name);
+    if (io::path_exists(index)) {
+        open_from_index(index, options);
+    } else {
+        open_from_listing(options);
+    }
+}
+
+QFORGE_DECL const reader* sharded_reader::shard_of(std::string_view name) const {
+    const auto it = where_.find(std::string(name));
+    return it == where_.end() ? nullptr : shards_[it->second].get();
+}
+
+QFORGE_DECL const tensor_info* sharded_reader::find(std::string_view name) const {
+    const reader* r = shard_of(name);
+    return r ? r->find(name) : nullptr;
+}
+
+QFORGE_DECL void sharded_reader::read_tensor_into(std::string_view name, std::span<std::byte> out) const {
+    holder(name).read_tensor_into(name, out);
+}
+
+QFORGE_DECL void sharded_reader::read_tensor_range(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const {
+    holder(name).read_tensor_range(name, offset, out);
+}
+
+QFORGE_DECL void sharded_reader::release(std::string_view name, std::uint64_t offset, std::uint64_t length) const {
+    holder(name).release(name, offset, length);
+}
+
+QFORGE_DECL void sharded_reader::verify_unchanged(std::string_view tensor) const {
+    for (const auto& r : shards_) r->verify_unchanged(tensor);
+}
+
+QFORGE_DECL const reader& sharded_reader::holder(std::string_view name) const {
+    if (const reader* r = shard_of(name)) return *r;
+    fail<format_error>(folder_, std::string(name), "no such tensor in this checkpoint");
+}
+
+QFORGE_DECL std::size_t sharded_reader::open_shard(const std::string& file_name, const std::string& source, const folder_options& o) {
+    const auto it = shard_index_.find(file_name);
+    if (it != shard_index_.end()) return it->second;
+    const std::string path = io::child_path(folder_, file_name, source, o.symlinks);
+    if (!io::path_exists(path))
+        fail<format_error>(source, {}, "shard \"" + file_name + "\" named in the index does not exist");
+    shards_.push_back(std::make_unique<reader>(path, o.mode, o.limits));
+    shard_index_.emplace(file_name, shards_.size() - 1);
+    return shards_.size() - 1;
+}
+
+QFORGE_DECL void sharded_reader::open_from_index(const std::string& index, const folder_options& o) {
+    has_index_ = true;
+    const json doc = io::read_json_file(index);
+    const json* map = doc.is_object() ? doc.find("weight_map") : nullptr;
+    if (!map || !map->is_object())
+        fail<format_error>(index, {}, "expected an object with a \"weight_map\" object");
+    if (map->size() > o.limits.max_tensors)
+        fail<limit_error>(index, {}, "weight_map lists more than " + std::to_string(o.limits.max_tensors) + " tensors");
+    for (const json_member& m : map->as_object()) {
+        if (!m.value.is_string())
+            fail<format_error>(index, m.key, "weight_map value is " + std::string(json::kind_name(m.value.type())) +
+                                                 ", expected a shard file name");
+        const std::size_t s = open_shard(m.value.as_string(), index, o);
+        if (!shards_[s]->contains(m.key))
+            fail<format_error>(index, m.key, "index maps it to \"" + m.value.as_string() +
+                                                 "\" but that shard does not hold it");
+        where_.emplace(m.key, s);
+    }
+    // Tensors a shard holds beyond the weight_map are still reachable, if unambiguous
+    // (for mapped tensors the weight_map decides).
+    std::unordered_map<std::string, std::size_t> extras;
+    for (std::size_t s = 0; s < shards_.size(); ++s)
+        for (const tensor_info& t : shards_[s]->tensors()) {
+            if (where_.count(t.name) && !extras.count(t.name)) continue;
+            if (!extras.emplace(t.name, s).second)
+                fail<format_error>(folder_, t.name, "tensor is in two shards and not in the weight_map");
+            where_.emplace(t.name, s);
+        }
+    collect_names();
+}
+
+QFORGE_DECL void sharded_reader::open_from_listing(const folder_options& o) {
+    std::vector<std::string> files;
+    const std::string single(single_file_name);
+    if (io::path_exists(folder_ + "/" + single)) {
+        files.push_back(single);
+    } else {
+        for (std::string& name : io::list_directory(folder_))
+            if (name.size() > 12 && name.ends_with(".safetensors") && name.front() != '.') files.push_back(std::move(name));
+        std::sort(files.begin(), files.end());
+    }
+    if (files.empty()) fail<io_error>(folder_, {}, "no model.safetensors.index.json and no *.safetensors file");
+    for (const std::string& f : files) {
+        const std::size_t s = open_shard(f, folder_, o);
+        for (const tensor_info& t : shards_[s]->tensors())
+            if (!where_.emplace(t.name, s).second)
+                fail<format_error>(folder_, t.name, "tensor is in two shards (" +
+                                                        files[where_.at(t.name)] + " and " + f + ")");
+    }
+    collect_names();
+}
+
+QFORGE_DECL void sharded_reader::collect_names() {
+    for (std::size_t s = 0; s < shards_.size(); ++s)
+        for (const tensor_info& t : shards_[s]->tensors())
+            if (where_.at(t.name) == s) {
+                names_.push_back(t.name);
+                total_size_ += t.size();
+            }
+}
+
+QFORGE_DECL void sharded_writer::finish() {
+    for (writer& w : writers_) w.finish();
+    if (plan_.shards.size() > 1)
+        io::write_file(folder_ + "/" + std::string(index_file_name), index_text(plan_));
+}
+
+QFORGE_DECL writer& sharded_writer::holder(std::string_view name) {
+    const auto it = shard_of_.find(std::string(name));
+    if (it == shard_of_.end()) fail<format_error>(folder_, std::string(name), "tensor was not declared to this writer");
+    return writers_[it->second];
 }
 
 }  // namespace qforge::safetensors

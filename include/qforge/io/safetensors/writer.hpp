@@ -63,12 +63,7 @@ struct file_layout {
     std::uint64_t data_offset() const noexcept { return 8 + header.size(); }
     std::uint64_t file_size() const noexcept { return data_offset() + data_size; }
     /// The 8 + N bytes that start the file.
-    std::string prefix() const {
-        std::string p(8, '\0');
-        std::uint64_t n = header.size();
-        for (std::size_t k = 0; k < 8; ++k, n >>= 8) p[k] = static_cast<char>(n & 0xFF);
-        return p + header;
-    }
+    std::string prefix() const;
 };
 
 /// Sorts, assigns offsets and serializes the header exactly as the reference writer does.
@@ -93,13 +88,7 @@ public:
     writer& operator=(writer&&) = delete;
     writer(const writer&) = delete;
     writer& operator=(const writer&) = delete;
-    ~writer() {
-        if (out_.is_open()) {  // abandoned: do not leave a file that looks complete
-            const std::string p = out_.path();
-            out_ = io::output_file();
-            (void)io::detail::sys_unlink(p.c_str());
-        }
-    }
+    ~writer();
 
     const std::string& path() const noexcept { return out_.path(); }
     /// Canonical file order; writing in this order is sequential I/O.
@@ -107,49 +96,16 @@ public:
     const file_layout& layout() const noexcept { return layout_; }
 
     /// Appends `bytes` to tensor `name` (a whole tensor, or the next part of it).
-    void write(std::string_view name, std::span<const std::byte> bytes) {
-        const std::size_t i = slot(name);
-        const std::uint64_t size = layout_.sizes[i];
-        if (bytes.size() > size - written_[i])
-            fail<shape_error>(path(), std::string(name),
-                              "got " + std::to_string(written_[i] + bytes.size()) + " bytes, " +
-                                  std::string(dtype_name(layout_.order[i].type)) + " " +
-                                  shape_to_string(layout_.order[i].shape) + " holds " + std::to_string(size));
-        out_.write_at(layout_.data_offset() + layout_.begins[i] + written_[i], bytes);
-        written_[i] += bytes.size();
-    }
+    void write(std::string_view name, std::span<const std::byte> bytes);
 
     /// Writes a whole tensor, checking its dtype and shape against the declared ones.
-    void write(const tensor_view& t) {
-        const tensor_spec& s = layout_.order[slot(t.name)];
-        if (s.type != t.type || s.shape != t.shape)
-            fail<shape_error>(path(), t.name, "declared " + std::string(dtype_name(s.type)) + " " +
-                                                  shape_to_string(s.shape) + ", given " +
-                                                  std::string(dtype_name(t.type)) + " " + shape_to_string(t.shape));
-        if (written_[slot(t.name)] != 0) fail<shape_error>(path(), t.name, "tensor already (partly) written");
-        if (t.bytes.size() != layout_.sizes[slot(t.name)])
-            fail<shape_error>(path(), t.name, "view holds " + std::to_string(t.bytes.size()) + " bytes, expected " +
-                                                  std::to_string(layout_.sizes[slot(t.name)]));
-        write(t.name, t.bytes);
-    }
+    void write(const tensor_view& t);
 
     /// Checks every tensor is complete, fsyncs (writer_options::sync) and closes.
-    void finish() {
-        for (std::size_t i = 0; i < written_.size(); ++i)
-            if (written_[i] != layout_.sizes[i])
-                fail<shape_error>(path(), layout_.order[i].name,
-                                  "only " + std::to_string(written_[i]) + " of " + std::to_string(layout_.sizes[i]) +
-                                      " bytes written before finish()");
-        if (options_.sync) out_.sync();
-        out_.close();
-    }
+    void finish();
 
 private:
-    std::size_t slot(std::string_view name) const {
-        const auto it = index_.find(std::string(name));
-        if (it == index_.end()) fail<format_error>(path(), std::string(name), "tensor was not declared to this writer");
-        return it->second;
-    }
+    std::size_t slot(std::string_view name) const;
 
     file_layout layout_;
     writer_options options_;
@@ -239,6 +195,63 @@ QFORGE_DECL void save(const std::string& path, const std::vector<tensor_view>& t
     writer w(path, std::move(specs), metadata, options);
     for (const tensor_view& t : tensors) w.write(t);
     w.finish();
+}
+
+
+QFORGE_DECL std::string file_layout::prefix() const {
+    std::string p(8, '\0');
+    std::uint64_t n = header.size();
+    for (std::size_t k = 0; k < 8; ++k, n >>= 8) p[k] = static_cast<char>(n & 0xFF);
+    return p + header;
+}
+
+QFORGE_DECL writer::~writer() {
+    if (out_.is_open()) {  // abandoned: do not leave a file that looks complete
+        const std::string p = out_.path();
+        out_ = io::output_file();
+        (void)io::detail::sys_unlink(p.c_str());
+    }
+}
+
+QFORGE_DECL void writer::write(std::string_view name, std::span<const std::byte> bytes) {
+    const std::size_t i = slot(name);
+    const std::uint64_t size = layout_.sizes[i];
+    if (bytes.size() > size - written_[i])
+        fail<shape_error>(path(), std::string(name),
+                          "got " + std::to_string(written_[i] + bytes.size()) + " bytes, " +
+                              std::string(dtype_name(layout_.order[i].type)) + " " +
+                              shape_to_string(layout_.order[i].shape) + " holds " + std::to_string(size));
+    out_.write_at(layout_.data_offset() + layout_.begins[i] + written_[i], bytes);
+    written_[i] += bytes.size();
+}
+
+QFORGE_DECL void writer::write(const tensor_view& t) {
+    const tensor_spec& s = layout_.order[slot(t.name)];
+    if (s.type != t.type || s.shape != t.shape)
+        fail<shape_error>(path(), t.name, "declared " + std::string(dtype_name(s.type)) + " " +
+                                              shape_to_string(s.shape) + ", given " +
+                                              std::string(dtype_name(t.type)) + " " + shape_to_string(t.shape));
+    if (written_[slot(t.name)] != 0) fail<shape_error>(path(), t.name, "tensor already (partly) written");
+    if (t.bytes.size() != layout_.sizes[slot(t.name)])
+        fail<shape_error>(path(), t.name, "view holds " + std::to_string(t.bytes.size()) + " bytes, expected " +
+                                              std::to_string(layout_.sizes[slot(t.name)]));
+    write(t.name, t.bytes);
+}
+
+QFORGE_DECL void writer::finish() {
+    for (std::size_t i = 0; i < written_.size(); ++i)
+        if (written_[i] != layout_.sizes[i])
+            fail<shape_error>(path(), layout_.order[i].name,
+                              "only " + std::to_string(written_[i]) + " of " + std::to_string(layout_.sizes[i]) +
+                                  " bytes written before finish()");
+    if (options_.sync) out_.sync();
+    out_.close();
+}
+
+QFORGE_DECL std::size_t writer::slot(std::string_view name) const {
+    const auto it = index_.find(std::string(name));
+    if (it == index_.end()) fail<format_error>(path(), std::string(name), "tensor was not declared to this writer");
+    return it->second;
 }
 
 }  // namespace qforge::safetensors
