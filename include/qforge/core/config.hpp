@@ -12,11 +12,13 @@
 // The other TUs then see only the declarations of those functions (marked QFORGE_DECL) and
 // link against the one definition; nor do they compile the SIMD kernels (simd/*_kernels.hpp),
 // which they reach only through the kernel tables. Every non-template function of convert/ and
-// io/ that is not a one-liner (and core/json_value.hpp's) is such a function: its header
-// declares it where it was and keeps its body in a section at its end, under the macro below
-// that says whether this TU compiles it. Templates, one-line and class-body helpers, the
-// maths of quant/ and layout/ (whose inlining into the kernels must not change) stay in the
-// headers in both modes; the bytes written and every message are the same.
+// io/ longer than a line (free or a class member), and those of core's json, thread pool,
+// buffer recycler and tensor sources and of layout/checkpoint_rules.hpp, is such a function:
+// its header declares it where it was and keeps its body in a section at its end, under the
+// macro below that says whether this TU compiles it. Templates, one-liners and the maths of
+// quant/ and layout/ stay in the headers in both modes: those helpers run per group or row
+// inside templates that a caller's TU instantiates, where an out-of-line call would cost. The
+// bytes written and every message are the same.
 //
 // The one TU may also be two, which a parallel build compiles at once: one defines
 // QFORGE_IMPLEMENTATION_BASE and includes qforge/base.hpp (the lower layers' part: all a
@@ -33,8 +35,8 @@
 
 /// QFORGE_DECL: the linkage of a separately compilable function (inline when header-only).
 /// QFORGE_BODIES_HERE: 1 when this TU compiles the bodies of the converter layer's functions.
-/// QFORGE_BASE_BODIES_HERE: 1 when this TU compiles those of core/ (regex, json), simd/ (the
-/// kernels and their tables) and io/.
+/// QFORGE_BASE_BODIES_HERE: 1 when this TU compiles those of core/ (regex, json...), simd/ (the
+/// kernels and their tables), io/ and layout/'s checkpoint rules.
 #if defined(QFORGE_SEPARATE_COMPILATION)
 #define QFORGE_DECL
 #if defined(QFORGE_IMPLEMENTATION) || defined(QFORGE_IMPLEMENTATION_ENTRY_POINTS)
