@@ -242,14 +242,11 @@ QFORGE_DECL std::vector<side_file> repack_side_files(const repack_target& t, con
 
 }  // namespace repack_detail
 
-QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const std::string& dst_dir, const repack_options& opt) {
-    using namespace detail;
-    using namespace repack_detail;
-    if (io::path_exists(dst_dir) && !opt.overwrite)
-        fail<io_error>(dst_dir, {}, "destination exists (pass --overwrite to replace it)");
-    open_checkpoint in(src_dir, opt.fake_bits);
-    const tensor_source src = in.source();
+namespace repack_detail {
 
+/// The layout to write: the options', with the model dtype from the options, else config.json,
+/// else the first floating tensor, and the source's packing where it states one.
+inline repack_target repack_target_of(const open_checkpoint& in, const repack_options& opt) {
     repack_target t;
     t.format = opt.format;
     t.scale_dtype = opt.scale_dtype;
@@ -263,105 +260,154 @@ QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const st
             }
     t.packing = opt.packing ? *opt.packing
                             : (source_sets_packing(in.scheme.common.format) ? in.scheme.common.packing : ct_packing::padded_v0_12);
+    return t;
+}
 
-    // Which input tensor belongs to which module.
-    std::map<std::string, std::string> owner;
+/// What the first pass learns about the modules, before anything is written.
+struct repack_modules {
+    std::map<std::string, std::string> owner;  ///< input tensor -> its module
     std::map<std::string, layer_scheme> schemes;
-    for (const std::string& m : in.scheme.modules) {
-        schemes[m] = in.scheme.for_module(m);
-        for (const std::string& suffix : source_tensors(schemes[m].format))
-            if (in.reader.contains(m + suffix)) owner[m + suffix] = m;
-    }
-
-    // Pass 1: every module read and checked, output specs collected; nothing is written.
-    repack_report report;
-    report.source_format = std::string(repack_source_format_name(in.scheme.common.format));
-    report.target_format = std::string(format_name(t.format));
-    std::map<std::string, std::vector<safetensors::tensor_spec>> module_specs;
+    std::map<std::string, std::vector<safetensors::tensor_spec>> specs;  ///< each module's outputs
     std::vector<linear_entry> linears;
     bool act_order = false;
+    /// Set when the format's config states one actorder for all (compressed-tensors' config
+    /// group): every module then gets a g_idx once one is act-order, the identity where it has none.
+    std::optional<std::string_view> g_idx_suffix;
+};
+
+/// Which input tensor belongs to which module.
+inline void index_modules(const open_checkpoint& in, repack_modules& m) {
+    for (const std::string& module : in.scheme.modules) {
+        m.schemes[module] = in.scheme.for_module(module);
+        for (const std::string& suffix : source_tensors(m.schemes[module].format))
+            if (in.reader.contains(module + suffix)) m.owner[module + suffix] = module;
+    }
+}
+
+/// Pass 1: every module read and checked, its output specs collected; nothing is written.
+inline void check_modules(open_checkpoint& in, const tensor_source& src, const repack_target& t,
+                          const repack_options& opt, repack_modules& m, repack_report& report) {
     std::vector<owned_tensor> out;
-    for (const std::string& m : in.scheme.modules) {
+    for (const std::string& module : in.scheme.modules) {
         quantized_tensor info;
         repack_layer layer;
-        repack_one(src, m, schemes[m], t, opt.requantize, out, info, layer);
-        auto& specs = module_specs[m];
+        repack_one(src, module, m.schemes[module], t, opt.requantize, out, info, layer);
+        auto& specs = m.specs[module];
         for (const owned_tensor& o : out) specs.push_back({o.name, o.type, o.shape});
-        act_order = act_order || !info.g_idx.empty();
-        linears.push_back(linear_entry_of(info, m));
+        m.act_order = m.act_order || !info.g_idx.empty();
+        m.linears.push_back(linear_entry_of(info, module));
         report.layers.push_back(std::move(layer));
-        in.release(m);
+        in.release(module);
     }
-    // A format whose config states one actorder for all (compressed-tensors' config group)
-    // gives every module a g_idx once one is act-order: the identity where it has none.
-    const std::optional<std::string_view> g_idx_suffix = act_order ? act_order_g_idx_suffix(t.format) : std::nullopt;
-    const bool ct_g_idx = g_idx_suffix.has_value();
-    if (ct_g_idx)
-        for (const linear_entry& e : linears) {
-            auto& specs = module_specs[e.name];
+    m.g_idx_suffix = m.act_order ? act_order_g_idx_suffix(t.format) : std::nullopt;
+    if (m.g_idx_suffix)
+        for (const linear_entry& e : m.linears) {
+            auto& specs = m.specs[e.name];
             bool has = false;
-            const std::string g_idx_name = e.name + std::string(*g_idx_suffix);
+            const std::string g_idx_name = e.name + std::string(*m.g_idx_suffix);
             for (const auto& s : specs) has = has || s.name == g_idx_name;
             if (!has) specs.push_back({g_idx_name, dtype::I32, {e.cols}});
         }
     for (const std::string& n : in.reader.tensor_names())
-        if (!owner.count(n) && n.ends_with(".weight") && n.rfind("lm_head", 0) == 0)
-            linears.push_back({module_prefix(n), false, 0, 0, true, 0, 0, {}});
-    const json qconfig = repack_quantization_config(t, linears, act_order, nullptr);
+        if (!m.owner.count(n) && n.ends_with(".weight") && n.rfind("lm_head", 0) == 0)
+            m.linears.push_back({module_prefix(n), false, 0, 0, true, 0, 0, {}});
+}
 
-    // Output tensors in the input's order, each module's outputs where its first tensor was.
-    std::vector<safetensors::tensor_spec> all;
-    std::vector<std::pair<bool, std::string>> order;  // (is module, name)
+/// One output entry: a module's outputs or a tensor copied as it is.
+struct repack_output {
+    bool is_module = false;
+    std::string name;
+};
+
+/// Output tensors in the input's order, each module's outputs where its first tensor was;
+/// `all` receives every output's spec in that order.
+inline std::vector<repack_output> output_order(const open_checkpoint& in, const repack_modules& m,
+                                               std::vector<safetensors::tensor_spec>& all) {
+    std::vector<repack_output> order;
     std::set<std::string> placed;
     for (const std::string& n : in.reader.tensor_names()) {
-        auto it = owner.find(n);
-        if (it == owner.end()) {
+        auto it = m.owner.find(n);
+        if (it == m.owner.end()) {
             const auto* info = in.reader.find(n);
             all.push_back({n, info->type, info->shape});
-            order.emplace_back(false, n);
+            order.push_back({false, n});
         } else if (placed.insert(it->second).second) {
-            for (const auto& s : module_specs[it->second]) all.push_back(s);
-            order.emplace_back(true, it->second);
+            for (const auto& s : m.specs.at(it->second)) all.push_back(s);
+            order.push_back({true, it->second});
         }
     }
+    return order;
+}
 
-    // Pass 2: write.
-    io::atomic_output_dir dir(dst_dir, opt.overwrite);
-    safetensors::sharded_writer writer(dir.path(), all, opt.max_shard_bytes);
+/// Copies one tensor in pread chunks, never from the mapping (see open_checkpoint::cached_tensor).
+inline void copy_tensor(open_checkpoint& in, const std::string& name, safetensors::sharded_writer& writer) {
+    const std::uint64_t size = in.reader.find(name)->size();
+    constexpr std::uint64_t chunk = std::uint64_t{4} << 20;
+    std::vector<std::byte> buf(static_cast<std::size_t>(std::min(chunk, size)));
+    for (std::uint64_t at = 0; at < size; at += chunk) {
+        const std::span<std::byte> b(buf.data(), static_cast<std::size_t>(std::min(chunk, size - at)));
+        in.reader.read_tensor_range(name, at, b);
+        writer.write(name, b);
+    }
+    in.reader.release(name);
+}
+
+/// Pass 2: every output written in `order`, each module repacked again (pass 1 kept nothing).
+inline void write_outputs(open_checkpoint& in, const tensor_source& src, const repack_target& t, const repack_options& opt,
+                          const repack_modules& m, const std::vector<repack_output>& order,
+                          safetensors::sharded_writer& writer, repack_report& report) {
+    std::vector<owned_tensor> out;
     std::size_t done = 0;
-    for (const auto& [is_module, name] : order) {
-        if (!is_module) {
-            // In pread chunks, never from the mapping (see open_checkpoint::cached_tensor).
-            const std::uint64_t size = in.reader.find(name)->size();
-            constexpr std::uint64_t chunk = std::uint64_t{4} << 20;
-            std::vector<std::byte> buf(static_cast<std::size_t>(std::min(chunk, size)));
-            for (std::uint64_t at = 0; at < size; at += chunk) {
-                const std::span<std::byte> b(buf.data(), static_cast<std::size_t>(std::min(chunk, size - at)));
-                in.reader.read_tensor_range(name, at, b);
-                writer.write(name, b);
-            }
-            in.reader.release(name);
-            report.copied_tensors.push_back(name);
+    for (const repack_output& o : order) {
+        if (!o.is_module) {
+            copy_tensor(in, o.name, writer);
+            report.copied_tensors.push_back(o.name);
             continue;
         }
         quantized_tensor info;
         repack_layer layer;
-        const std::string how = repack_one(src, name, schemes[name], t, opt.requantize, out, info, layer);
-        for (const owned_tensor& o : out) writer.write(o.name, o.bytes);
-        if (ct_g_idx && info.g_idx.empty()) {
-            const std::string g_idx_name = name + std::string(*g_idx_suffix);
-            writer.write(g_idx_name, make_tensor(g_idx_name, dtype::I32, {info.cols}, full_g_idx(info)).bytes);
+        const std::string how = repack_one(src, o.name, m.schemes.at(o.name), t, opt.requantize, out, info, layer);
+        for (const owned_tensor& w : out) writer.write(w.name, w.bytes);
+        if (m.g_idx_suffix && info.g_idx.empty()) {
+            const std::string g_idx_name = o.name + std::string(*m.g_idx_suffix);
+            writer.write(g_idx_name, detail::make_tensor(g_idx_name, dtype::I32, {info.cols}, detail::full_g_idx(info)).bytes);
         }
-        in.release(name);
-        if (opt.progress) opt.progress(++done, in.scheme.modules.size(), name, how);
+        in.release(o.name);
+        if (opt.progress) opt.progress(++done, in.scheme.modules.size(), o.name, how);
     }
+}
+
+}  // namespace repack_detail
+
+QFORGE_DECL repack_report repack_checkpoint(const std::string& src_dir, const std::string& dst_dir, const repack_options& opt) {
+    using namespace detail;
+    using namespace repack_detail;
+    if (io::path_exists(dst_dir) && !opt.overwrite)
+        fail<io_error>(dst_dir, {}, "destination exists (pass --overwrite to replace it)");
+    open_checkpoint in(src_dir, opt.fake_bits);
+    const tensor_source src = in.source();
+    const repack_target t = repack_target_of(in, opt);
+
+    repack_report report;
+    report.source_format = std::string(repack_source_format_name(in.scheme.common.format));
+    report.target_format = std::string(format_name(t.format));
+    repack_modules m;
+    index_modules(in, m);
+    check_modules(in, src, t, opt, m, report);
+    const json qconfig = repack_quantization_config(t, m.linears, m.act_order, nullptr);
+    std::vector<safetensors::tensor_spec> all;
+    const std::vector<repack_output> order = output_order(in, m, all);
+
+    io::atomic_output_dir dir(dst_dir, opt.overwrite);
+    safetensors::sharded_writer writer(dir.path(), all, opt.max_shard_bytes);
+    write_outputs(in, src, t, opt, m, order, writer, report);
     writer.finish();
     report.shards = writer.plan().file_names;
 
     json cfg = in.config;
     cfg.set("quantization_config", qconfig);
     io::write_config(dir.path(), cfg);
-    for (const side_file& f : repack_side_files(t, linears, act_order)) io::write_json_file(dir.file(f.name), f.content);
+    for (const side_file& f : repack_side_files(t, m.linears, m.act_order)) io::write_json_file(dir.file(f.name), f.content);
     io::copy_side_files(src_dir, dir.path());
     dir.commit();
     return report;

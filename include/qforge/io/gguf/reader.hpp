@@ -232,6 +232,70 @@ QFORGE_DECL std::vector<std::byte> reader::read_bytes(const tensor_entry& t) con
     return out;
 }
 
+namespace detail {
+
+/// The value of header key `key` (just read): its type, then one scalar or an array.
+inline value read_kv_value(header_cursor& c, const std::string& path, const std::string& key) {
+    const auto t = detail::read_type(c, key, false);
+    value v;
+    v.type = t;
+    if (t == value_type::array) {
+        v.elem_type = detail::read_type(c, key, true);
+        const auto n = c.pod<std::uint64_t>("array length");
+        const auto min_elem = v.elem_type == value_type::string ? 8 : value_type_size(v.elem_type);
+        if (n > c.remaining() / min_elem)
+            fail<format_error>(path, "", "key '" + key + "': array of " + std::to_string(n) + " elements runs past the end of the file");
+        v.elems.reserve(static_cast<std::size_t>(n));
+        for (std::uint64_t j = 0; j < n; ++j) v.elems.push_back(detail::read_scalar(c, v.elem_type, key));
+    } else {
+        v.one = detail::read_scalar(c, t, key);
+    }
+    return v;
+}
+
+/// One tensor info, checked in the file's order: name length, a name not in `names` (then
+/// added), rank, dimensions, type, block divisibility and a byte size that cannot overflow.
+/// Offsets are the caller's to check.
+inline tensor_entry read_tensor_info(header_cursor& c, const std::string& path, std::set<std::string, std::less<>>& names) {
+    tensor_entry t;
+    t.name = c.str("tensor name");
+    if (t.name.size() > max_name_bytes)
+        fail<format_error>(path, t.name, "tensor name is " + std::to_string(t.name.size()) + " bytes; GGUF allows at most 63");
+    if (!names.insert(t.name).second) fail<format_error>(path, t.name, "duplicate tensor name");
+    const auto n_dims = c.pod<std::uint32_t>("n_dims");
+    if (n_dims > static_cast<std::uint32_t>(max_dims))
+        fail<format_error>(path, t.name, "tensor has " + std::to_string(n_dims) + " dimensions; at most 4");
+    std::int64_t numel = 1;
+    for (std::uint32_t d = 0; d < n_dims; ++d) {
+        const auto n = c.pod<std::int64_t>("ne");
+        if (n < 0) fail<format_error>(path, t.name, "dimension " + std::to_string(d) + " is negative");
+        if (n != 0 && numel > std::numeric_limits<std::int64_t>::max() / n)
+            fail<format_error>(path, t.name, "element count overflows int64");
+        numel *= n;
+        t.ne.push_back(n);
+    }
+    const auto type_id = c.pod<std::uint32_t>("tensor type");
+    const auto tr = traits_of(type_id);
+    if (!tr) fail<format_error>(path, t.name, "invalid ggml type " + std::to_string(type_id));
+    t.type = static_cast<ggml_type>(type_id);
+    const std::int64_t ne0 = t.ne.empty() ? 1 : t.ne[0];
+    if (ne0 % tr->block_elems != 0)
+        fail<format_error>(path, t.name, "ne[0] = " + std::to_string(ne0) + " is not a multiple of the " + std::string(tr->name) +
+                        " block size " + std::to_string(tr->block_elems));
+    t.offset = c.pod<std::uint64_t>("tensor offset");
+    const auto rows = ne0 == 0 ? 0 : numel / ne0;
+    const auto blocks = static_cast<std::uint64_t>(ne0 / tr->block_elems);
+    if (blocks > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(tr->block_bytes))
+        fail<format_error>(path, t.name, "tensor byte size overflows");  // e.g. 2^62 f32: 2^64 bytes would wrap to 0
+    const auto row = blocks * static_cast<std::uint64_t>(tr->block_bytes);
+    if (rows != 0 && row > std::numeric_limits<std::uint64_t>::max() / 2 / static_cast<std::uint64_t>(rows))
+        fail<format_error>(path, t.name, "tensor byte size overflows");
+    t.nbytes = row * static_cast<std::uint64_t>(rows);
+    return t;
+}
+
+}  // namespace detail
+
 QFORGE_DECL void reader::parse(std::uint64_t size, detail::header_cursor::read_fn read) {
     detail::header_cursor c(path_, size, std::move(read));
     const auto bad = [&](const std::string& tensor, const std::string& why) { fail<format_error>(path_, tensor, why); };
@@ -254,61 +318,14 @@ QFORGE_DECL void reader::parse(std::uint64_t size, detail::header_cursor::read_f
     for (std::int64_t i = 0; i < n_kv; ++i) {
         std::string key = c.str("key");
         if (!keys.insert(key).second) bad("", "duplicate key '" + key + "'");
-        const auto t = detail::read_type(c, key, false);
-        value v;
-        v.type = t;
-        if (t == value_type::array) {
-            v.elem_type = detail::read_type(c, key, true);
-            const auto n = c.pod<std::uint64_t>("array length");
-            const auto min_elem = v.elem_type == value_type::string ? 8 : value_type_size(v.elem_type);
-            if (n > c.remaining() / min_elem)
-                bad("", "key '" + key + "': array of " + std::to_string(n) + " elements runs past the end of the file");
-            v.elems.reserve(static_cast<std::size_t>(n));
-            for (std::uint64_t j = 0; j < n; ++j) v.elems.push_back(detail::read_scalar(c, v.elem_type, key));
-        } else {
-            v.one = detail::read_scalar(c, t, key);
-        }
+        value v = detail::read_kv_value(c, path_, key);
         kvs_.emplace_back(std::move(key), std::move(v));
     }
     alignment_ = alignment_of(kvs_, path_);
 
     std::set<std::string, std::less<>> names;
     for (std::int64_t i = 0; i < n_tensors; ++i) {
-        tensor_entry t;
-        t.name = c.str("tensor name");
-        if (t.name.size() > max_name_bytes)
-            bad(t.name, "tensor name is " + std::to_string(t.name.size()) + " bytes; GGUF allows at most 63");
-        if (!names.insert(t.name).second) bad(t.name, "duplicate tensor name");
-        const auto n_dims = c.pod<std::uint32_t>("n_dims");
-        if (n_dims > static_cast<std::uint32_t>(max_dims))
-            bad(t.name, "tensor has " + std::to_string(n_dims) + " dimensions; at most 4");
-        std::int64_t numel = 1;
-        for (std::uint32_t d = 0; d < n_dims; ++d) {
-            const auto n = c.pod<std::int64_t>("ne");
-            if (n < 0) bad(t.name, "dimension " + std::to_string(d) + " is negative");
-            if (n != 0 && numel > std::numeric_limits<std::int64_t>::max() / n)
-                bad(t.name, "element count overflows int64");
-            numel *= n;
-            t.ne.push_back(n);
-        }
-        const auto type_id = c.pod<std::uint32_t>("tensor type");
-        const auto tr = traits_of(type_id);
-        if (!tr) bad(t.name, "invalid ggml type " + std::to_string(type_id));
-        t.type = static_cast<ggml_type>(type_id);
-        const std::int64_t ne0 = t.ne.empty() ? 1 : t.ne[0];
-        if (ne0 % tr->block_elems != 0)
-            bad(t.name, "ne[0] = " + std::to_string(ne0) + " is not a multiple of the " + std::string(tr->name) +
-                            " block size " + std::to_string(tr->block_elems));
-        t.offset = c.pod<std::uint64_t>("tensor offset");
-        const auto rows = ne0 == 0 ? 0 : numel / ne0;
-        const auto blocks = static_cast<std::uint64_t>(ne0 / tr->block_elems);
-        if (blocks > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(tr->block_bytes))
-            bad(t.name, "tensor byte size overflows");  // e.g. 2^62 f32: 2^64 bytes would wrap to 0
-        const auto row = blocks * static_cast<std::uint64_t>(tr->block_bytes);
-        if (rows != 0 && row > std::numeric_limits<std::uint64_t>::max() / 2 / static_cast<std::uint64_t>(rows))
-            bad(t.name, "tensor byte size overflows");
-        t.nbytes = row * static_cast<std::uint64_t>(rows);
-        tensors_.push_back(std::move(t));
+        tensors_.push_back(detail::read_tensor_info(c, path_, names));
     }
     data_offset_ = detail::pad_to(c.pos(), alignment_);
     std::uint64_t running = 0;
