@@ -2,6 +2,7 @@
 // compare decoded layers across checkpoints; refusals leave nothing behind.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -50,14 +51,14 @@ const char* modules[] = {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.
 
 /// A small model: three quantized linears in `fmt` plus float embeddings, norm and lm_head.
 void make_model(const std::string& dir, output_format fmt, bool sym, std::uint32_t seed, bool zero_zero = false,
-                bool act_order = false) {
+                bool act_order = false, int act_order_modules = 3) {
     std::vector<owned_tensor> ts;
     std::vector<linear_entry> linears;
     const repack_target t{fmt, std::nullopt, dtype::F16, ct_packing::padded_v0_12};
     for (int i = 0; i < 3; ++i) {
         quantized_tensor q = random_qt(64, 128, 4, 32, sym, dtype::F16, seed + static_cast<unsigned>(i), zero_zero);
         q.name = modules[i];
-        if (act_order) {
+        if (act_order && i < act_order_modules) {
             q.g_idx.resize(128);
             for (int k = 0; k < 128; ++k) q.g_idx[static_cast<std::size_t>(k)] = static_cast<std::int32_t>((k * 37) % 128 / 32);
         }
@@ -166,6 +167,28 @@ TEST_CASE("checkpoint: act-order GPTQ -> compressed-tensors keeps g_idx (actorde
     o.format = output_format::awq;
     CHECK_THROWS_WITH_AS(repack_checkpoint(s / "gptq", s / "awq", o), doctest::Contains("AWQ has no g_idx"), unsupported_error);
     CHECK_FALSE(fs::exists(s / "awq"));
+}
+
+TEST_CASE("checkpoint: one act-order module gives every compressed-tensors module a g_idx, the identity where it had none") {
+    // compressed-tensors states one actorder for the whole config group, so the modules GPTQ
+    // stored without g_idx get the identity order (k / group size) instead of none.
+    scratch s("actorder_mixed");
+    make_model(s / "gptq", output_format::gptq, true, 31, false, /*act_order=*/true, /*act_order_modules=*/1);
+    repack_options o;
+    o.format = output_format::compressed_tensors;
+    repack_checkpoint(s / "gptq", s / "ct", o);
+    safetensors::sharded_reader r(s / "ct");
+    for (int i = 1; i < 3; ++i) {
+        const std::string name = std::string(modules[i]) + ".weight_g_idx";
+        REQUIRE(r.contains(name));
+        const owned_tensor g = r.read_tensor(name);
+        REQUIRE(g.type == dtype::I32);
+        REQUIRE(g.bytes.size() == 128 * sizeof(std::int32_t));
+        std::vector<std::int32_t> v(128);
+        std::memcpy(v.data(), g.bytes.data(), g.bytes.size());
+        for (int k = 0; k < 128; ++k) CHECK(v[static_cast<std::size_t>(k)] == k / 32);
+    }
+    CHECK(all_identical(compare_quantized_checkpoints(s / "gptq", s / "ct"), 3));
 }
 
 TEST_CASE("checkpoint: a fake-quantized QAT model exports to compressed-tensors and decodes to its weights exactly") {
