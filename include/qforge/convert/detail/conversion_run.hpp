@@ -84,17 +84,56 @@ struct conversion_inputs {
     bool act_order = false;  ///< columns regrouped by act-order (a format that carries g_idx)
     std::map<std::size_t, float> input_amax;  ///< NVFP4 W4A4: plan item -> its fused group's input amax
 
-    conversion_inputs(const std::string& src_dir, const convert_options& opt, const plan& p);
+    conversion_inputs(const std::string& src_dir, const convert_options& opt, const plan& p) {
+        if (!opt.hessians.empty()) hessians.emplace(opt.hessians);
+        const bool regroups = hessians && opt.gptq.act_order && !opt.gptq.static_groups;
+        if (regroups && !carries_g_idx(p.format))
+            fail<unsupported_error>(opt.hessians, {}, "act-order regroups columns through g_idx, which only the GPTQ formats carry");
+        act_order = regroups;
+        if (!opt.imatrix.empty()) imatrix.emplace(gguf::importance_matrix::open(opt.imatrix));
+        if (imatrix) importance.emplace(*imatrix);
+        if (importance) check_imatrix_sizes(opt, p);
+        if (opt.activation_scaling && !imatrix)
+            fail<unsupported_error>(src_dir, {}, "activation scaling needs the input statistics of an imatrix (--imatrix)");
+        if (opt.activation_scaling && hessians)
+            fail<unsupported_error>(opt.hessians, {}, "activation scaling with GPTQ Hessians is not supported: GPTQ already uses the full input statistics");
+        if (hessians && has_own_quantizer(p.format))
+            fail<unsupported_error>(opt.hessians, {}, std::string(format_name(p.format)) + " has no integer grid for the GPTQ solver");
+        open_activation_amax(src_dir, opt, p);
+        // The fused group's global amax is that of the weights as read, not of folded ones.
+        if (opt.activation_scaling && shares_fused_global_scale(p.format))
+            fail<unsupported_error>(src_dir, {}, std::string(format_name(p.format)) +
+                                                     ": activation scaling is not supported (the fused groups' global scales come from the unfolded weights)");
+    }
     /// Every weight the imatrix will weight, against its entry's size, before any output
     /// exists (as the GGUF converter's check_imatrix_sizes): a wrong-sized entry is refused
     /// here with the lookup's own shape_error, not when its tensor's turn comes.
-    void check_imatrix_sizes(const convert_options& opt, const plan& p);
+    void check_imatrix_sizes(const convert_options& opt, const plan& p) {
+        for (const plan_item& it : p.items)
+            if (it.action == plan_action::quantize && it.shape.size() == 2 && imatrix_selected(opt, it.name))
+                (void)importance->find(it.name, it.shape[1]);
+    }
 
     /// The activation amaxes a W4A4 format needs, checked against every quantized layer.
-    void open_activation_amax(const std::string& src_dir, const convert_options& opt, const plan& p);
+    void open_activation_amax(const std::string& src_dir, const convert_options& opt, const plan& p) {
+        if (opt.activation_amax.empty()) {
+            if (needs_input_amax(p.format))
+                fail<unsupported_error>(src_dir, {}, std::string(format_name(p.format)) +
+                                                         " needs each layer's calibrated input amax (activation_amax: a file of "
+                                                         "<module> -> max |x|) for its input_global_scale");
+            return;
+        }
+        if (!needs_input_amax(p.format))
+            fail<unsupported_error>(opt.activation_amax, {}, std::string(format_name(p.format)) +
+                                                                 " quantizes no activations under a calibrated scale: the activation amax file is not used");
+        input_amax = input_amax_per_item(activation_amax_file::open(opt.activation_amax), p);
+    }
 
     /// Whether `--imatrix-layers` (none: every layer) lets the imatrix weight `name`.
-    static bool imatrix_selected(const convert_options& opt, const std::string& name);
+    static bool imatrix_selected(const convert_options& opt, const std::string& name) {
+        return opt.imatrix_layers.empty() ||
+               std::any_of(opt.imatrix_layers.begin(), opt.imatrix_layers.end(), [&](const selector& s) { return s.matches(name); });
+    }
 
     conversion_inputs(const conversion_inputs&) = delete;
     conversion_inputs& operator=(const conversion_inputs&) = delete;
@@ -529,59 +568,3 @@ QFORGE_DECL conversion_result convert(const std::string& src_dir, const std::str
 #endif
 
 }  // namespace qforge
-
-#if QFORGE_BODIES_HERE
-
-namespace qforge {
-namespace detail {
-
-QFORGE_DECL conversion_inputs::conversion_inputs(const std::string& src_dir, const convert_options& opt, const plan& p) {
-    if (!opt.hessians.empty()) hessians.emplace(opt.hessians);
-    const bool regroups = hessians && opt.gptq.act_order && !opt.gptq.static_groups;
-    if (regroups && !carries_g_idx(p.format))
-        fail<unsupported_error>(opt.hessians, {}, "act-order regroups columns through g_idx, which only the GPTQ formats carry");
-    act_order = regroups;
-    if (!opt.imatrix.empty()) imatrix.emplace(gguf::importance_matrix::open(opt.imatrix));
-    if (imatrix) importance.emplace(*imatrix);
-    if (importance) check_imatrix_sizes(opt, p);
-    if (opt.activation_scaling && !imatrix)
-        fail<unsupported_error>(src_dir, {}, "activation scaling needs the input statistics of an imatrix (--imatrix)");
-    if (opt.activation_scaling && hessians)
-        fail<unsupported_error>(opt.hessians, {}, "activation scaling with GPTQ Hessians is not supported: GPTQ already uses the full input statistics");
-    if (hessians && has_own_quantizer(p.format))
-        fail<unsupported_error>(opt.hessians, {}, std::string(format_name(p.format)) + " has no integer grid for the GPTQ solver");
-    open_activation_amax(src_dir, opt, p);
-    // The fused group's global amax is that of the weights as read, not of folded ones.
-    if (opt.activation_scaling && shares_fused_global_scale(p.format))
-        fail<unsupported_error>(src_dir, {}, std::string(format_name(p.format)) +
-                                                 ": activation scaling is not supported (the fused groups' global scales come from the unfolded weights)");
-}
-
-QFORGE_DECL void conversion_inputs::check_imatrix_sizes(const convert_options& opt, const plan& p) {
-    for (const plan_item& it : p.items)
-        if (it.action == plan_action::quantize && it.shape.size() == 2 && imatrix_selected(opt, it.name))
-            (void)importance->find(it.name, it.shape[1]);
-}
-
-QFORGE_DECL void conversion_inputs::open_activation_amax(const std::string& src_dir, const convert_options& opt, const plan& p) {
-    if (opt.activation_amax.empty()) {
-        if (needs_input_amax(p.format))
-            fail<unsupported_error>(src_dir, {}, std::string(format_name(p.format)) +
-                                                     " needs each layer's calibrated input amax (activation_amax: a file of "
-                                                     "<module> -> max |x|) for its input_global_scale");
-        return;
-    }
-    if (!needs_input_amax(p.format))
-        fail<unsupported_error>(opt.activation_amax, {}, std::string(format_name(p.format)) +
-                                                             " quantizes no activations under a calibrated scale: the activation amax file is not used");
-    input_amax = input_amax_per_item(activation_amax_file::open(opt.activation_amax), p);
-}
-
-QFORGE_DECL bool conversion_inputs::imatrix_selected(const convert_options& opt, const std::string& name) {
-    return opt.imatrix_layers.empty() ||
-           std::any_of(opt.imatrix_layers.begin(), opt.imatrix_layers.end(), [&](const selector& s) { return s.matches(name); });
-}
-
-}  // namespace detail
-}  // namespace qforge
-#endif

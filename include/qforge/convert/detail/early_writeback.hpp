@@ -17,7 +17,6 @@
 
 #include <fcntl.h>
 
-#include "qforge/core/config.hpp"
 #include "qforge/io/file.hpp"
 
 namespace qforge::detail {
@@ -25,30 +24,21 @@ namespace qforge::detail {
 class early_writeback {
 public:
     /// Starts the write-out of every dirty page of `path` (opened once, kept open).
-    void start(const std::string& path) noexcept;
+    void start(const std::string& path) noexcept {
+#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
+        try {
+            auto it = files_.find(path);
+            if (it == files_.end()) it = files_.emplace(path, io::unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC))).first;
+            if (it->second) (void)::sync_file_range(it->second.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
+        } catch (...) {  // advice only: out of memory for the map entry changes nothing
+        }
+#else
+        (void)path;
+#endif
+    }
 
 private:
     std::map<std::string, io::unique_fd> files_;
 };
 
 }  // namespace qforge::detail
-
-#if QFORGE_BODIES_HERE
-
-namespace qforge::detail {
-
-QFORGE_DECL void early_writeback::start(const std::string& path) noexcept {
-#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
-    try {
-        auto it = files_.find(path);
-        if (it == files_.end()) it = files_.emplace(path, io::unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC))).first;
-        if (it->second) (void)::sync_file_range(it->second.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
-    } catch (...) {  // advice only: out of memory for the map entry changes nothing
-    }
-#else
-    (void)path;
-#endif
-}
-
-}  // namespace qforge::detail
-#endif

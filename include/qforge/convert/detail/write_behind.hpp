@@ -24,8 +24,6 @@
 #include <future>
 #include <utility>
 
-#include "qforge/core/config.hpp"
-
 namespace qforge::detail {
 
 class write_behind {
@@ -33,14 +31,42 @@ public:
     explicit write_behind(bool async, std::size_t depth = 2) : async_(async), depth_(depth < 1 ? 1 : depth) {}
     write_behind(const write_behind&) = delete;
     write_behind& operator=(const write_behind&) = delete;
-    ~write_behind();
+    ~write_behind() {
+        for (auto& e : pending_) e.finished.wait();
+    }
 
     /// Starts `job` after every job before it; first collects finished jobs and, while
     /// `depth` are pending, waits for the oldest. Rethrows the error of a collected job.
-    void submit(std::function<void()> job, std::function<void()> done = {});
+    void submit(std::function<void()> job, std::function<void()> done = {}) {
+        if (!async_) {
+            job();
+            if (done) done();
+            return;
+        }
+        while (!pending_.empty() &&
+               (pending_.size() >= depth_ ||
+                pending_.front().finished.wait_for(std::chrono::seconds(0)) == std::future_status::ready))
+            collect_oldest();
+        std::shared_future<bool> before = pending_.empty() ? std::shared_future<bool>() : pending_.back().finished;
+        std::shared_future<bool> finished =
+            std::async(std::launch::async, [before, job = std::move(job)] {
+                if (before.valid()) {
+                    try {
+                        if (!before.get()) return false;
+                    } catch (...) {
+                        return false;  // skipped: the error is reported with the job that raised it
+                    }
+                }
+                job();
+                return true;
+            }).share();
+        pending_.push_back({std::move(finished), std::move(done)});
+    }
 
     /// Waits for every pending job, calling each `done` in order; rethrows the first error.
-    void drain();
+    void drain() {
+        while (!pending_.empty()) collect_oldest();
+    }
 
 private:
     struct entry {
@@ -48,7 +74,11 @@ private:
         std::function<void()> done;
     };
 
-    void collect_oldest();
+    void collect_oldest() {
+        entry e = std::move(pending_.front());
+        pending_.pop_front();
+        if (e.finished.get() && e.done) e.done();
+    }
 
     bool async_;
     std::size_t depth_;
@@ -56,50 +86,3 @@ private:
 };
 
 }  // namespace qforge::detail
-
-#if QFORGE_BODIES_HERE
-
-namespace qforge::detail {
-
-QFORGE_DECL write_behind::~write_behind() {
-    for (auto& e : pending_) e.finished.wait();
-}
-
-QFORGE_DECL void write_behind::submit(std::function<void()> job, std::function<void()> done) {
-    if (!async_) {
-        job();
-        if (done) done();
-        return;
-    }
-    while (!pending_.empty() &&
-           (pending_.size() >= depth_ ||
-            pending_.front().finished.wait_for(std::chrono::seconds(0)) == std::future_status::ready))
-        collect_oldest();
-    std::shared_future<bool> before = pending_.empty() ? std::shared_future<bool>() : pending_.back().finished;
-    std::shared_future<bool> finished =
-        std::async(std::launch::async, [before, job = std::move(job)] {
-            if (before.valid()) {
-                try {
-                    if (!before.get()) return false;
-                } catch (...) {
-                    return false;  // skipped: the error is reported with the job that raised it
-                }
-            }
-            job();
-            return true;
-        }).share();
-    pending_.push_back({std::move(finished), std::move(done)});
-}
-
-QFORGE_DECL void write_behind::drain() {
-    while (!pending_.empty()) collect_oldest();
-}
-
-QFORGE_DECL void write_behind::collect_oldest() {
-    entry e = std::move(pending_.front());
-    pending_.pop_front();
-    if (e.finished.get() && e.done) e.done();
-}
-
-}  // namespace qforge::detail
-#endif
