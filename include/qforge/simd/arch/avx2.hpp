@@ -94,6 +94,12 @@ QFORGE_P vf vload_bf16_bytes(const std::byte* p) noexcept {
 QFORGE_P acc8 acc_zero() noexcept { return _mm256_setzero_ps(); }
 QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept { return _mm256_add_ps(acc, e); }
 QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, acc); }
+// acc_sum4: four accumulators' sums in k_sum8's order ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)):
+// hadd pairs neighbours within each 128-bit half, twice, and the halves add last.
+QFORGE_P void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
+    const __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
+}
 
 // vround_scale: see scalar.hpp. F16 through F16C (IEEE round to nearest even, subnormals
 // kept), BF16 by the integer rounding of core/half.hpp.

@@ -98,6 +98,12 @@ QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept {
     return _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
 }
 QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, acc); }
+// acc_sum4: four accumulators' sums in k_sum8's order ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)):
+// hadd pairs neighbours within each 128-bit half, twice, and the halves add last.
+QFORGE_P void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
+    const __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
+}
 
 // vround_scale: see scalar.hpp (F16 through the hardware conversion, BF16 by integer RNE).
 QFORGE_P vf vround_scale(vf x, bool bf16, std::uint16_t* bits) noexcept {

@@ -114,6 +114,13 @@ inline vf vload_bf16_bytes(const std::byte* p) noexcept {
 inline acc8 acc_zero() noexcept { return vset(0.0f); }
 inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
 inline void acc_store(float* out, acc8 acc) noexcept { vstore(out, acc); }
+/// Four accumulators' sums in k_sum8's order: pairwise adds of neighbours, twice, per half
+/// (p0..p3, p4..p7), and the halves add last.
+inline void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
+    const float32x4_t lo = vpaddq_f32(vpaddq_f32(a.a, b.a), vpaddq_f32(c.a, d.a));
+    const float32x4_t hi = vpaddq_f32(vpaddq_f32(a.b, b.b), vpaddq_f32(c.b, d.b));
+    vst1q_f32(out, vaddq_f32(lo, hi));
+}
 
 // vround_scale: see scalar.hpp (F16 by the FPCR's round to nearest even, BF16 by integer RNE).
 inline uint16x4_t round_scale4(float32x4_t x, bool bf16) noexcept {

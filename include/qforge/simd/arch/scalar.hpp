@@ -129,6 +129,14 @@ inline vf vload_bf16_bytes(const std::byte* p) noexcept {
 inline acc8 acc_zero() noexcept { return vset(0.0f); }
 inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
 inline void acc_store(float* out, acc8 acc) noexcept { vstore(out, acc); }
+/// Four accumulators' sums, each ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) (k_sum8's order).
+inline void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
+    const acc8* acc[4] = {&a, &b, &c, &d};
+    for (int i = 0; i < 4; ++i) {
+        const float* p = acc[i]->v;
+        out[i] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    }
+}
 
 // vround_scale: each lane rounded to its F16/BF16 storage pattern (RNE; patterns below the
 // smallest positive one raised to it: quant/scale_policy.hpp's store_scale), the patterns

@@ -209,11 +209,19 @@ QFORGE_KFN float k_error(const float* w, const float* imp, std::size_t n, const 
 // accumulator, fed in the same element order as k_error_fast, so each result is k_error's to
 // the bit; the C independent add chains hide the add latency that bounds a single candidate
 // on a short group. A candidate that came near a tie is redone by k_error_exact.
+// The candidates come as columns (candidate_columns): k_search_groups has them so from
+// make_grids, and one-group calls gather them from their grid_params.
+struct candidate_columns {
+    const float *scale, *rinv, *neg_zero, *top;  ///< s, 1 / s, -zero, maxq - zero
+    float norm;
+    grid_params params(std::size_t c, float maxq) const noexcept { return {scale[c], rinv[c], -neg_zero[c], maxq, norm}; }
+};
+
 template <bool Weighted, bool Squared, std::size_t C>
-QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const grid_params* p, float* out) noexcept {
-    alignas(64) float sc[C], rc[C], zc[C], hc[C];
-    for (std::size_t c = 0; c < C; ++c) sc[c] = p[c].scale, rc[c] = p[c].rinv, zc[c] = -p[c].zero, hc[c] = p[c].maxq - p[c].zero;
-    const vf norm = vset(p[0].norm);
+QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k, float maxq,
+                           float* out) noexcept {
+    const float *sc = k.scale, *rc = k.rinv, *zc = k.neg_zero, *hc = k.top;
+    const vf norm = vset(k.norm);
     acc8 acc[C];
     vf dmax[C];
 #pragma GCC unroll 8
@@ -235,13 +243,25 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
         for (std::size_t c = 0; c < C; ++c)
             k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c], dmax[c]);
     }
+    if constexpr (C == 4) acc_sum4(acc[0], acc[1], acc[2], acc[3], out);
     for (std::size_t c = 0; c < C; ++c) {
-        if (vany_gt(dmax[c], vset(0.5f - 0x1p-12f)) && !k_only_exact_ties(w, n, p[c])) {
-            out[c] = k_error_exact<Weighted, Squared>(w, imp, n, p[c]);
-            continue;
+        if (vany_gt(dmax[c], vset(0.5f - 0x1p-12f))) {
+            const grid_params gp = k.params(c, maxq);
+            if (!k_only_exact_ties(w, n, gp)) {
+                out[c] = k_error_exact<Weighted, Squared>(w, imp, n, gp);
+                continue;
+            }
         }
-        out[c] = k_sum8(acc[c]);
+        if constexpr (C != 4) out[c] = k_sum8(acc[c]);
     }
+}
+
+/// k_errors_c over grid_params: their columns gathered first.
+template <bool Weighted, bool Squared, std::size_t C>
+QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const grid_params* p, float* out) noexcept {
+    alignas(64) float sc[C], rc[C], zc[C], hc[C];
+    for (std::size_t c = 0; c < C; ++c) sc[c] = p[c].scale, rc[c] = p[c].rinv, zc[c] = -p[c].zero, hc[c] = p[c].maxq - p[c].zero;
+    k_errors_c<Weighted, Squared, C>(w, imp, n, candidate_columns{sc, rc, zc, hc, p[0].norm}, p[0].maxq, out);
 }
 
 template <bool Weighted, bool Squared>
@@ -395,20 +415,49 @@ QFORGE_KFN void k_encode_groups(const float* w, std::size_t n, std::size_t gsize
     snr_store(snr, acc);
 }
 
-// Padded: a (and b) hold whole vectors past `count` (k_search_groups' candidate arrays), so
-// a short last vector is loaded in place too; with 16 lanes, 8 seed candidates are all tail.
-template <bool Padded>
+// A power-of-two divisor is a multiplication by its exact reciprocal: both are the correctly
+// rounded a / div, subnormal results included.
+QFORGE_KFN bool k_div_is_pow2(float div) noexcept {
+    std::uint32_t div_bits;
+    std::memcpy(&div_bits, &div, sizeof div_bits);
+    const std::uint32_t div_exp = (div_bits >> 23) & 0xFFu;  // a normal power of two whose reciprocal is normal too
+    return (div_bits & 0x807FFFFFu) == 0 && div_exp > 1 && div_exp < 253;
+}
+
+// One vector of candidates' grids from their inputs a (and b): the stored scale (its bits to
+// hb), 1 / s and the zero.
+struct grid_vectors {
+    vf scale, rinv, zero;
+};
+QFORGE_KFN grid_vectors k_grid_vectors(vf va, vf vb, const grid_recipe& rc, bool div_is_pow2, std::uint16_t* hb) noexcept {
+    const vf vmaxq = vset(static_cast<float>((1 << rc.bits) - 1)), zero = vset(0.0f);
+    vf raw;
+    if (rc.rule == grid_rule::symmetric) {
+        raw = div_is_pow2 ? vmul(va, vset(1.0f / rc.div)) : vdiv(va, vset(rc.div));
+    } else {
+        vf range = vsub(vb, va);
+        if (rc.rule == grid_rule::awq_range) range = vsel_ge(vset(1e-5f), range, vset(1e-5f), range);
+        raw = vdiv(range, vmaxq);
+    }
+    const vf s = vround_scale(raw, rc.bf16, hb);
+    const vf z = rc.rule == grid_rule::symmetric ? vset(static_cast<float>(1 << (rc.bits - 1)))
+                                                  : vmin(vmax(vround(vdiv(vsub(zero, va), s)), zero), vmaxq);
+    return {s, vdiv(vset(1.0f), s), z};
+}
+
+// The first candidate whose stored scale overflowed (its bits an infinity or NaN), or -1.
+QFORGE_KFN std::int64_t k_first_overflow(const std::uint16_t* hb, std::size_t m, std::size_t j0, bool bf16) noexcept {
+    const std::uint16_t limit = bf16 ? 0x7F80 : 0x7C00;
+    for (std::size_t j = 0; j < m; ++j)
+        if ((hb[j] & 0x7FFFu) >= limit) return static_cast<std::int64_t>(j0 + j);
+    return -1;
+}
+
 QFORGE_KFN std::int64_t k_make_grids_t(const float* a, const float* b, std::size_t count, const grid_recipe& rc,
                                        std::uint16_t* scale_bits, grid_params* grids) noexcept {
     const float maxq = static_cast<float>((1 << rc.bits) - 1);
-    const float pinned = static_cast<float>(1 << (rc.bits - 1));
-    const std::uint16_t limit = rc.bf16 ? 0x7F80 : 0x7C00;
-    const vf vmaxq = vset(maxq), zero = vset(0.0f), one = vset(1.0f), tiny = vset(1e-5f);
+    const bool div_is_pow2 = k_div_is_pow2(rc.div);
     std::int64_t overflow = -1;
-    std::uint32_t div_bits;
-    std::memcpy(&div_bits, &rc.div, sizeof div_bits);
-    const std::uint32_t div_exp = (div_bits >> 23) & 0xFFu;  // a normal power of two whose reciprocal is normal too
-    const bool div_is_pow2 = (div_bits & 0x807FFFFFu) == 0 && div_exp > 1 && div_exp < 253;
     for (std::size_t j0 = 0; j0 < count; j0 += lanes) {
         const std::size_t m = count - j0 < lanes ? count - j0 : lanes;
         alignas(64) float ab[lanes] = {}, bb[lanes] = {}, sv[lanes], rv[lanes], zv[lanes];
@@ -416,7 +465,7 @@ QFORGE_KFN std::int64_t k_make_grids_t(const float* a, const float* b, std::size
         // Whole vectors are loaded in place: a copy through a stack buffer stalled every
         // load on store forwarding (a quarter of this kernel's time).
         vf va, vb = vset(0.0f);
-        if (Padded || m == lanes) {
+        if (m == lanes) {
             va = vload(a + j0);
             if (b) vb = vload(b + j0);
         } else {
@@ -424,33 +473,22 @@ QFORGE_KFN std::int64_t k_make_grids_t(const float* a, const float* b, std::size
             if (b) std::memcpy(bb, b + j0, m * sizeof(float));
             va = vload(ab), vb = vload(bb);
         }
-        vf raw;
-        if (rc.rule == grid_rule::symmetric) {
-            // A power-of-two divisor is a multiplication by its exact reciprocal: both are the
-            // correctly rounded a / div, subnormal results included.
-            raw = div_is_pow2 ? vmul(va, vset(1.0f / rc.div)) : vdiv(va, vset(rc.div));
-        } else {
-            vf range = vsub(vb, va);
-            if (rc.rule == grid_rule::awq_range) range = vsel_ge(tiny, range, tiny, range);
-            raw = vdiv(range, vmaxq);
-        }
-        const vf s = vround_scale(raw, rc.bf16, hb);
-        vstore(sv, s);
-        vstore(rv, vdiv(one, s));
-        if (rc.rule == grid_rule::symmetric) vstore(zv, vset(pinned));
-        else vstore(zv, vmin(vmax(vround(vdiv(vsub(zero, va), s)), zero), vmaxq));
+        const grid_vectors g = k_grid_vectors(va, vb, rc, div_is_pow2, hb);
+        vstore(sv, g.scale);
+        vstore(rv, g.rinv);
+        vstore(zv, g.zero);
         for (std::size_t j = 0; j < m; ++j) {
             scale_bits[j0 + j] = hb[j];
             grids[j0 + j] = {sv[j], rv[j], zv[j], maxq, rc.norm};
-            if (overflow < 0 && (hb[j] & 0x7FFFu) >= limit) overflow = static_cast<std::int64_t>(j0 + j);
         }
+        if (overflow < 0) overflow = k_first_overflow(hb, m, j0, rc.bf16);
     }
     return overflow;
 }
 
 QFORGE_KFN std::int64_t k_make_grids(const float* a, const float* b, std::size_t count, const grid_recipe& rc,
                                      std::uint16_t* scale_bits, grid_params* grids) noexcept {
-    return k_make_grids_t<false>(a, b, count, rc, scale_bits, grids);
+    return k_make_grids_t(a, b, count, rc, scale_bits, grids);
 }
 
 template <int Kind>  // 0: F32, 1: F16, 2: BF16
@@ -612,14 +650,57 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
 // k_search_groups: a whole block's scale searches in one call (see kernel_table.hpp). Each
 // group's candidates go through the same make_grids and errors code as one-group calls, so
 // the choice is theirs to the bit; what is saved is the per-group indirect calls and setup.
+/// The candidates of k_search_groups as columns, padded to whole vectors.
+struct search_columns {
+    static constexpr std::size_t cap = max_search_candidates + lanes;
+    alignas(64) float scale[cap], rinv[cap], zero[cap], neg_zero[cap], top[cap];
+    std::uint16_t bits[cap];
+    candidate_columns view(float norm) const noexcept { return {scale, rinv, neg_zero, top, norm}; }
+};
+
+/// make_grids into columns: a (and b) hold whole vectors past `count`. Returns whether a
+/// stored scale overflowed.
+QFORGE_KFN bool k_grid_columns(const float* a, const float* b, std::size_t count, const grid_recipe& rc,
+                               search_columns& out) noexcept {
+    const bool div_is_pow2 = k_div_is_pow2(rc.div);
+    const vf vmaxq = vset(static_cast<float>((1 << rc.bits) - 1)), neg0 = vset(-0.0f);
+    for (std::size_t c = 0; c < count; c += lanes) {
+        const grid_vectors g = k_grid_vectors(vload(a + c), b ? vload(b + c) : vset(0.0f), rc, div_is_pow2, out.bits + c);
+        vstore(out.scale + c, g.scale);
+        vstore(out.rinv + c, g.rinv);
+        vstore(out.zero + c, g.zero);
+        vstore(out.neg_zero + c, vsub(neg0, g.zero));  // -zero, as -p.zero
+        vstore(out.top + c, vsub(vmaxq, g.zero));
+        if (k_first_overflow(out.bits + c, count - c < lanes ? count - c : lanes, c, rc.bf16) >= 0) return true;
+    }
+    return false;
+}
+
+/// k_errors over columns: the square four candidates a pass, as k_errors_t.
+template <bool Weighted>
+QFORGE_KFN void k_column_errors(const float* w, const float* imp, std::size_t n, const search_columns& k, float maxq,
+                                float norm, std::size_t count, float* out) noexcept {
+    std::size_t c = 0;
+    if (norm == 2.0f) {
+        for (; c + 4 <= count; c += 4) {
+            const candidate_columns v{k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, norm};
+            k_errors_c<Weighted, true, 4>(w, imp, n, v, maxq, out + c);
+        }
+        for (; c < count; ++c) out[c] = k_error_t<Weighted, true>(w, imp, n, k.view(norm).params(c, maxq));
+        return;
+    }
+    for (; c < count; ++c) out[c] = k_error_t<Weighted, false>(w, imp, n, k.view(norm).params(c, maxq));
+}
+
 QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::size_t n, std::size_t gsize,
                                         const float* mn, const float* mx, const float* factors, std::size_t count,
                                         const grid_recipe& rc, std::uint16_t* scale_bits, grid_params* grids) noexcept {
-    constexpr std::size_t cap = max_search_candidates + lanes;
+    constexpr std::size_t cap = search_columns::cap;
     alignas(64) float a[cap], b[cap], err[max_search_candidates], f[cap] = {};
-    std::uint16_t bits[max_search_candidates];
+    search_columns k;
     grid_params g[max_search_candidates];
     const bool symmetric = rc.rule == grid_rule::symmetric;
+    const float maxq = static_cast<float>((1 << rc.bits) - 1);
     std::memcpy(f, factors, count * sizeof(float));  // padded to whole vectors with 0
     for (std::size_t c0 = 0, j = 0; c0 < n; c0 += gsize, ++j) {
         const std::size_t len = n - c0 < gsize ? n - c0 : gsize;
@@ -636,24 +717,26 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
                 vstore(b + c, vmul(vload(f + c), vset(hi)));
             }
         }
-        if (k_make_grids_t<true>(a, symmetric ? nullptr : b, count, rc, bits, g) >= 0) return static_cast<std::int64_t>(j);
+        if (k_grid_columns(a, symmetric ? nullptr : b, count, rc, k)) return static_cast<std::int64_t>(j);
         // The bound needs every power term unclamped: |e| <= amax (1 + 2 maxq) < 2^42.
         const float amax = group_abs_max(mn[j], mx[j]);
         const bool bounded = rc.norm > 2.0f && rc.norm <= 3.0f && count > 1 && len <= 65536 && amax < 0x1p32f;
         std::size_t best = 0;
         if (bounded) {
+            for (std::size_t c = 0; c < count; ++c) g[c] = k.view(rc.norm).params(c, maxq);
             best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, g, count)
                        : k_best_by_bound<false>(w + c0, nullptr, len, g, count);
         } else {
-            k_errors(w + c0, imp ? imp + c0 : nullptr, len, g, count, err);
+            if (imp) k_column_errors<true>(w + c0, imp + c0, len, k, maxq, rc.norm, count, err);
+            else k_column_errors<false>(w + c0, nullptr, len, k, maxq, rc.norm, count, err);
             // The best error is kept in a register: reloading err[best] put a load on the
             // chain of every comparison.
             float best_err = err[0];
             for (std::size_t c = 1; c < count; ++c)
                 if (err[c] < best_err) best = c, best_err = err[c];
         }
-        scale_bits[j] = bits[best];
-        grids[j] = g[best];
+        scale_bits[j] = k.bits[best];
+        grids[j] = {k.scale[best], k.rinv[best], k.zero[best], maxq, rc.norm};
     }
     return -1;
 }
