@@ -371,6 +371,36 @@ TEST_CASE("error kernel = the squared error of encode's codes in the documented 
     }
 }
 
+TEST_CASE("errors of a batch of candidates equal each candidate's error, bit for bit, every ISA") {
+    // errors runs candidates side by side (four accumulators a pass for the square, added by
+    // acc_sum4); each result must still be error's, whose order the test above pins.
+    for (simd::isa i : {simd::isa::scalar, simd::isa::avx2, simd::isa::avx512, simd::isa::neon}) {
+        if (!simd::available(i)) continue;
+        CAPTURE(simd::isa_name(i));
+        const auto& k = simd::kernels(i);
+        for (std::size_t n : {5u, 64u, 129u}) {
+            const auto w = testing::student_t_floats(n, n * 3 + 1, 5, 0.02);
+            const auto imp = testing::student_t_floats(n, n + 11);
+            std::vector<float> ia(n);
+            for (std::size_t j = 0; j < n; ++j) ia[j] = std::fabs(imp[j]);
+            for (float norm : {2.0f, 2.4f}) {
+                std::vector<simd::grid_params> g;
+                for (int c = 0; c < 9; ++c) {  // two passes of four and one left over
+                    const float s = fp16_to_float(float_to_fp16(0.006f * (1.0f + 0.07f * static_cast<float>(c))));
+                    g.push_back({s, 1.0f / s, c % 3 == 0 ? 8.0f : static_cast<float>(c), 15.0f, norm});
+                }
+                for (bool weighted : {false, true}) {
+                    const float* ip = weighted ? ia.data() : nullptr;
+                    std::vector<float> out(g.size());
+                    k.errors(w.data(), ip, n, g.data(), g.size(), out.data());
+                    for (std::size_t c = 0; c < g.size(); ++c)
+                        CHECK(bits_of(out[c]) == bits_of(k.error(w.data(), ip, n, g[c])));
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("snr_sums: the documented order (element i to partial i % 4, in double, unfused) on every ISA") {
     // Lengths around every lane count's tails, added onto partials that already hold sums.
     for (std::size_t n : {1u, 3u, 4u, 7u, 8u, 15u, 16u, 17u, 33u, 100u, 11008u}) {
