@@ -659,7 +659,8 @@ struct search_columns {
 };
 
 /// make_grids into columns: a (and b) hold whole vectors past `count`. Returns whether a
-/// stored scale overflowed.
+/// stored scale overflowed: its bits an infinity or NaN are the value's, and the padding's
+/// inputs of 0 store the smallest scale, so whole vectors are tested at once.
 QFORGE_KFN bool k_grid_columns(const float* a, const float* b, std::size_t count, const grid_recipe& rc,
                                search_columns& out) noexcept {
     const bool div_is_pow2 = k_div_is_pow2(rc.div);
@@ -671,7 +672,7 @@ QFORGE_KFN bool k_grid_columns(const float* a, const float* b, std::size_t count
         vstore(out.zero + c, g.zero);
         vstore(out.neg_zero + c, vsub(neg0, g.zero));  // -zero, as -p.zero
         vstore(out.top + c, vsub(vmaxq, g.zero));
-        if (k_first_overflow(out.bits + c, count - c < lanes ? count - c : lanes, c, rc.bf16) >= 0) return true;
+        if (vany_nonfinite(g.scale)) return true;
     }
     return false;
 }
