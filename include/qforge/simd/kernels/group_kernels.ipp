@@ -205,18 +205,19 @@ QFORGE_KFN float k_error(const float* w, const float* imp, std::size_t n, const 
     return sq ? k_error_t<false, true>(w, imp, n, gp) : k_error_t<false, false>(w, imp, n, gp);
 }
 
-// k_errors_c: C candidates in one pass over the group. Each candidate keeps its own
-// accumulator, fed in the same element order as k_error_fast, so each result is k_error's to
-// the bit; the C independent add chains hide the add latency that bounds a single candidate
-// on a short group. A candidate that came near a tie is redone by k_error_exact.
-// The candidates come as columns (candidate_columns): k_search_groups has them so from
-// make_grids, and one-group calls gather them from their grid_params.
+// Candidates as columns: k_search_groups has them so from make_grids' vectors, and calls
+// with grid_params gather them.
 struct candidate_columns {
     const float *scale, *rinv, *neg_zero, *top;  ///< s, 1 / s, -zero, maxq - zero
     float norm;
     grid_params params(std::size_t c, float maxq) const noexcept { return {scale[c], rinv[c], -neg_zero[c], maxq, norm}; }
 };
 
+// k_errors_c: C candidates in one pass over the group. Each candidate keeps its own
+// accumulator, fed in the same element order as k_error_fast, so each result is k_error's to
+// the bit; the C independent add chains hide the add latency that bounds a single candidate
+// on a short group, and four of them are summed at once (acc_sum4, k_sum8's order). A
+// candidate that came near a tie is redone by k_error_exact.
 template <bool Weighted, bool Squared, std::size_t C>
 QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k, float maxq,
                            float* out) noexcept {
@@ -647,9 +648,6 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
     return best;
 }
 
-// k_search_groups: a whole block's scale searches in one call (see kernel_table.hpp). Each
-// group's candidates go through the same make_grids and errors code as one-group calls, so
-// the choice is theirs to the bit; what is saved is the per-group indirect calls and setup.
 /// The candidates of k_search_groups as columns, padded to whole vectors.
 struct search_columns {
     static constexpr std::size_t cap = max_search_candidates + lanes;
@@ -693,6 +691,11 @@ QFORGE_KFN void k_column_errors(const float* w, const float* imp, std::size_t n,
     for (; c < count; ++c) out[c] = k_error_t<Weighted, false>(w, imp, n, k.view(norm).params(c, maxq));
 }
 
+// k_search_groups: a whole block's scale searches in one call (see kernel_table.hpp). Each
+// group's candidates go through the same grid rounding (k_grid_vectors) and error passes
+// (k_errors_c, k_error_t) as one-group calls, so the choice is theirs to the bit; what is
+// saved is the per-group indirect calls, the setup, and the candidates' trips between
+// columns and grid_params.
 QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::size_t n, std::size_t gsize,
                                         const float* mn, const float* mx, const float* factors, std::size_t count,
                                         const grid_recipe& rc, std::uint16_t* scale_bits, grid_params* grids) noexcept {
