@@ -108,8 +108,9 @@ inline int q3k_get_scale(int j, const std::uint8_t* scales) noexcept {
     return (lo | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
 }
 /// quantize_row_q3_K_ref's super-block step: 6-bit signed scales against the largest |scale|
-/// (the first of equal ones), and the fp16 d.
-inline void q3k_scales(const float* scales, block_q3_k& y) noexcept {
+/// (the first of equal ones), and the fp16 d. With `d`, also the sub-block scales the block
+/// stores, d * (6-bit scale - 32), from the scales as set rather than unpacked again.
+inline void q3k_scales(const float* scales, block_q3_k& y, float* d = nullptr) noexcept {
     float max_scale = 0, amax = 0;
     for (int j = 0; j < 16; ++j) {
         const float a = std::fabs(scales[j]);
@@ -119,17 +120,21 @@ inline void q3k_scales(const float* scales, block_q3_k& y) noexcept {
         }
     }
     std::memset(y.scales, 0, 12);
+    int stored[16] = {};  // 6-bit scales; all 0 (stored as -32) when every scale is 0
     if (max_scale != 0) {
         const float iscale = -32.f / max_scale;
         for (int j = 0; j < 16; ++j) {
             auto l8 = static_cast<std::int8_t>(nearest_int(iscale * scales[j]));
-            const int l = clamp_int(l8, -32, 31) + 32;
-            q3k_set_scale(j, l, y.scales);
+            stored[j] = clamp_int(l8, -32, 31) + 32;
+            q3k_set_scale(j, stored[j], y.scales);
         }
         y.d = float_to_fp16(1 / iscale);
     } else {
         y.d = float_to_fp16(0.f);
     }
+    if (!d) return;
+    const float dd = fp16_to_float(y.d);
+    for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(stored[j] - 32);
 }
 /// quantize_row_q3_K_ref's search of one 16-element sub-block, for its codes L (code + 4).
 inline void q3k_sub_search(const float* xs, std::uint8_t* L) noexcept {
@@ -138,11 +143,6 @@ inline void q3k_sub_search(const float* xs, std::uint8_t* L) noexcept {
     for (int i = 0; i < 16; ++i) L[i] = static_cast<std::uint8_t>(l8[i]);
 }
 
-/// The sub-block scales a Q3_K super-block stores: d[j] = d * (6-bit scale j - 32).
-inline void q3k_sub_scales(const block_q3_k& y, float* d) noexcept {
-    const float dd = fp16_to_float(y.d);
-    for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(q3k_get_scale(j, y.scales));
-}
 inline void q3k_finish(const float* x, block_q3_k& y, std::int8_t* L) noexcept {
     const float dd = fp16_to_float(y.d);
     for (int j = 0; j < 16; ++j) {
@@ -494,8 +494,7 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
         for (std::int64_t h = 0; h < n; ++h) {
             float d[16];
             block_q3_k& b = y[i + h];
-            detail::q3k_scales(scales + 16 * h, b);
-            detail::q3k_sub_scales(b, d);
+            detail::q3k_scales(scales + 16 * h, b, d);
             detail::kept_search_codes(d, 16, 16, x + 256 * (i + h), L + 256 * h, detail::q3k_sub_search);
             kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -4.f, 3.f, 4.f, L + 256 * h);
             kern.pack_q3k(L + 256 * h, b.hmask, b.qs);
