@@ -155,6 +155,23 @@ TEST_CASE("a scale that overflows F16 is refused with the group named") {
     CHECK_NOTHROW(quantize(testing::view_of(w, 1, 2, dtype::F32, "big"), o));
 }
 
+TEST_CASE("a searched scale that overflows F16 is refused with the group named, in any group of a block") {
+    // The searches round every candidate's scale in search_groups, a block of groups at a
+    // time; an overflowed candidate must stop the block and be worded by the group's rule.
+    std::vector<float> w(4 * 32, 0.01f);
+    w[2 * 32 + 5] = -1e6f;  // group 2 of row 0: 1e6 * 1.06 / 8 and 1e6 / 7.5 overflow F16
+    for (scale_policy p : {scale_policy::seed_search, scale_policy::mse}) {
+        CAPTURE(static_cast<int>(p));
+        quant_options o;
+        o.group_size = 32;
+        o.policy = p;
+        CHECK_THROWS_WITH_AS(quantize(testing::view_of(w, 1, 128, dtype::F32, "big"), o),
+                             doctest::Contains("row 0 group 2 overflows F16"), unsupported_error);
+        o.scale_dtype = dtype::BF16;
+        CHECK_NOTHROW(quantize(testing::view_of(w, 1, 128, dtype::F32, "big"), o));
+    }
+}
+
 TEST_CASE("output bytes do not depend on the thread count or executor") {
     const auto w = testing::to_bf16(testing::student_t_floats(37 * 300, 99));
     const auto v = testing::view_of(w, 37, 300, dtype::BF16);
