@@ -210,7 +210,10 @@ QFORGE_KFN float k_error(const float* w, const float* imp, std::size_t n, const 
 struct candidate_columns {
     const float *scale, *rinv, *neg_zero, *top;  ///< s, 1 / s, -zero, maxq - zero
     float norm;
-    grid_params params(std::size_t c, float maxq) const noexcept { return {scale[c], rinv[c], -neg_zero[c], maxq, norm}; }
+    /// Candidate c's grid_params; maxq = top + zero exactly (both small integers).
+    grid_params params(std::size_t c) const noexcept {
+        return {scale[c], rinv[c], -neg_zero[c], top[c] - neg_zero[c], norm};
+    }
 };
 
 // k_errors_c: C candidates in one pass over the group. Each candidate keeps its own
@@ -219,8 +222,7 @@ struct candidate_columns {
 // on a short group, and four of them are summed at once (acc_sum4, k_sum8's order). A
 // candidate that came near a tie is redone by k_error_exact.
 template <bool Weighted, bool Squared, std::size_t C>
-QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k, float maxq,
-                           float* out) noexcept {
+QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k, float* out) noexcept {
     const float *sc = k.scale, *rc = k.rinv, *zc = k.neg_zero, *hc = k.top;
     const vf norm = vset(k.norm);
     acc8 acc[C];
@@ -247,7 +249,7 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
     if constexpr (C == 4) acc_sum4(acc[0], acc[1], acc[2], acc[3], out);
     for (std::size_t c = 0; c < C; ++c) {
         if (vany_gt(dmax[c], vset(0.5f - 0x1p-12f))) {
-            const grid_params gp = k.params(c, maxq);
+            const grid_params gp = k.params(c);
             if (!k_only_exact_ties(w, n, gp)) {
                 out[c] = k_error_exact<Weighted, Squared>(w, imp, n, gp);
                 continue;
@@ -257,41 +259,38 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
     }
 }
 
-/// k_errors_c over grid_params: their columns gathered first.
-template <bool Weighted, bool Squared, std::size_t C>
-QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const grid_params* p, float* out) noexcept {
-    alignas(64) float sc[C], rc[C], zc[C], hc[C];
-    for (std::size_t c = 0; c < C; ++c) sc[c] = p[c].scale, rc[c] = p[c].rinv, zc[c] = -p[c].zero, hc[c] = p[c].maxq - p[c].zero;
-    k_errors_c<Weighted, Squared, C>(w, imp, n, candidate_columns{sc, rc, zc, hc, p[0].norm}, p[0].maxq, out);
-}
-
-template <bool Weighted, bool Squared>
-QFORGE_KFN void k_errors_t(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
-                           float* out) noexcept {
-    // Four candidates at once for the square. The power is bound by its polynomials, not by
-    // the add chain, and gains nothing from sharing a pass (measured), so it and the leftover
-    // candidates go one at a time: fewer instances keep every including TU quicker to build.
+// k_errors over candidates as columns. Four candidates at once for the square. The power is
+// bound by its polynomials, not by the add chain, and gains nothing from sharing a pass
+// (measured), so it and the leftover candidates go one at a time: fewer instances keep every
+// including TU quicker to build.
+template <bool Weighted>
+QFORGE_KFN void k_column_errors(const float* w, const float* imp, std::size_t n, const candidate_columns& k,
+                                std::size_t count, float* out) noexcept {
     std::size_t c = 0;
-    if constexpr (Squared)
-        for (; c + 4 <= count; c += 4) k_errors_c<Weighted, Squared, 4>(w, imp, n, p + c, out + c);
-    for (; c < count; ++c) out[c] = k_error_t<Weighted, Squared>(w, imp, n, p[c]);
+    if (k.norm == 2.0f) {
+        for (; c + 4 <= count; c += 4)
+            k_errors_c<Weighted, true, 4>(w, imp, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm}, out + c);
+        for (; c < count; ++c) out[c] = k_error_t<Weighted, true>(w, imp, n, k.params(c));
+        return;
+    }
+    for (; c < count; ++c) out[c] = k_error_t<Weighted, false>(w, imp, n, k.params(c));
 }
 
 QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
                          float* out) noexcept {
-    // Candidates share one norm in every caller; a batch that mixes norms is split.
+    // Candidates share one norm in every caller; a batch that mixes norms is split. Their
+    // columns are gathered a chunk at a time.
+    constexpr std::size_t chunk = 32;
+    alignas(64) float sc[chunk], rc[chunk], zc[chunk], hc[chunk];
     std::size_t c = 0;
     while (c < count) {
         std::size_t e = c + 1;
-        while (e < count && p[e].norm == p[c].norm) ++e;
-        const bool sq = p[c].norm == 2.0f;
-        if (imp) {
-            if (sq) k_errors_t<true, true>(w, imp, n, p + c, e - c, out + c);
-            else k_errors_t<true, false>(w, imp, n, p + c, e - c, out + c);
-        } else {
-            if (sq) k_errors_t<false, true>(w, imp, n, p + c, e - c, out + c);
-            else k_errors_t<false, false>(w, imp, n, p + c, e - c, out + c);
-        }
+        while (e < count && e - c < chunk && p[e].norm == p[c].norm) ++e;
+        for (std::size_t j = c; j < e; ++j)
+            sc[j - c] = p[j].scale, rc[j - c] = p[j].rinv, zc[j - c] = -p[j].zero, hc[j - c] = p[j].maxq - p[j].zero;
+        const candidate_columns k{sc, rc, zc, hc, p[c].norm};
+        if (imp) k_column_errors<true>(w, imp, n, k, e - c, out + c);
+        else k_column_errors<false>(w, nullptr, n, k, e - c, out + c);
         c = e;
     }
 }
@@ -651,7 +650,7 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
 /// The candidates of k_search_groups as columns, padded to whole vectors.
 struct search_columns {
     static constexpr std::size_t cap = max_search_candidates + lanes;
-    alignas(64) float scale[cap], rinv[cap], zero[cap], neg_zero[cap], top[cap];
+    alignas(64) float scale[cap], rinv[cap], neg_zero[cap], top[cap];
     std::uint16_t bits[cap];
     candidate_columns view(float norm) const noexcept { return {scale, rinv, neg_zero, top, norm}; }
 };
@@ -667,28 +666,11 @@ QFORGE_KFN bool k_grid_columns(const float* a, const float* b, std::size_t count
         const grid_vectors g = k_grid_vectors(vload(a + c), b ? vload(b + c) : vset(0.0f), rc, div_is_pow2, out.bits + c);
         vstore(out.scale + c, g.scale);
         vstore(out.rinv + c, g.rinv);
-        vstore(out.zero + c, g.zero);
         vstore(out.neg_zero + c, vsub(neg0, g.zero));  // -zero, as -p.zero
         vstore(out.top + c, vsub(vmaxq, g.zero));
         if (vany_nonfinite(g.scale)) return true;
     }
     return false;
-}
-
-/// k_errors over columns: the square four candidates a pass, as k_errors_t.
-template <bool Weighted>
-QFORGE_KFN void k_column_errors(const float* w, const float* imp, std::size_t n, const search_columns& k, float maxq,
-                                float norm, std::size_t count, float* out) noexcept {
-    std::size_t c = 0;
-    if (norm == 2.0f) {
-        for (; c + 4 <= count; c += 4) {
-            const candidate_columns v{k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, norm};
-            k_errors_c<Weighted, true, 4>(w, imp, n, v, maxq, out + c);
-        }
-        for (; c < count; ++c) out[c] = k_error_t<Weighted, true>(w, imp, n, k.view(norm).params(c, maxq));
-        return;
-    }
-    for (; c < count; ++c) out[c] = k_error_t<Weighted, false>(w, imp, n, k.view(norm).params(c, maxq));
 }
 
 // k_search_groups: a whole block's scale searches in one call (see kernel_table.hpp). Each
@@ -704,7 +686,6 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
     search_columns k;
     grid_params g[max_search_candidates];
     const bool symmetric = rc.rule == grid_rule::symmetric;
-    const float maxq = static_cast<float>((1 << rc.bits) - 1);
     std::memcpy(f, factors, count * sizeof(float));  // padded to whole vectors with 0
     for (std::size_t c0 = 0, j = 0; c0 < n; c0 += gsize, ++j) {
         const std::size_t len = n - c0 < gsize ? n - c0 : gsize;
@@ -727,12 +708,12 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
         const bool bounded = rc.norm > 2.0f && rc.norm <= 3.0f && count > 1 && len <= 65536 && amax < 0x1p32f;
         std::size_t best = 0;
         if (bounded) {
-            for (std::size_t c = 0; c < count; ++c) g[c] = k.view(rc.norm).params(c, maxq);
+            for (std::size_t c = 0; c < count; ++c) g[c] = k.view(rc.norm).params(c);
             best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, g, count)
                        : k_best_by_bound<false>(w + c0, nullptr, len, g, count);
         } else {
-            if (imp) k_column_errors<true>(w + c0, imp + c0, len, k, maxq, rc.norm, count, err);
-            else k_column_errors<false>(w + c0, nullptr, len, k, maxq, rc.norm, count, err);
+            if (imp) k_column_errors<true>(w + c0, imp + c0, len, k.view(rc.norm), count, err);
+            else k_column_errors<false>(w + c0, nullptr, len, k.view(rc.norm), count, err);
             // The best error is kept in a register: reloading err[best] put a load on the
             // chain of every comparison.
             float best_err = err[0];
@@ -740,7 +721,7 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
                 if (err[c] < best_err) best = c, best_err = err[c];
         }
         scale_bits[j] = k.bits[best];
-        grids[j] = {k.scale[best], k.rinv[best], k.zero[best], maxq, rc.norm};
+        grids[j] = k.view(rc.norm).params(best);
     }
     return -1;
 }
