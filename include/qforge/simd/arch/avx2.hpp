@@ -40,6 +40,9 @@ QFORGE_P vf vdiv(vf a, vf b) noexcept { return _mm256_div_ps(a, b); }
 QFORGE_P vf vmin(vf a, vf b) noexcept { return _mm256_min_ps(a, b); }
 QFORGE_P vf vmax(vf a, vf b) noexcept { return _mm256_max_ps(a, b); }
 QFORGE_P vf vabs(vf a) noexcept { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+QFORGE_P vf vmax_magnitude(vf a, vf m) noexcept {  // see scalar.hpp
+    return _mm256_castsi256_ps(_mm256_max_epu32(_mm256_castps_si256(vabs(a)), _mm256_castps_si256(m)));
+}
 QFORGE_P vf vround(vf a) noexcept { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 QFORGE_P vf vsel_ge(vf x, vf t, vf a, vf b) noexcept { return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, t, _CMP_GE_OQ)); }
 QFORGE_P vf vsplit_exponent(vf a, vf& m) noexcept {  // see scalar.hpp

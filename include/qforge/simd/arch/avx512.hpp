@@ -53,6 +53,9 @@ QFORGE_P vf vmax(vf a, vf b) noexcept { return _mm512_max_ps(a, b); }
 QFORGE_P vf vabs(vf a) noexcept {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7FFFFFFF)));
 }
+QFORGE_P vf vmax_magnitude(vf a, vf m) noexcept {  // see scalar.hpp
+    return _mm512_castsi512_ps(_mm512_max_epu32(_mm512_castps_si512(vabs(a)), _mm512_castps_si512(m)));
+}
 QFORGE_P vf vround(vf a) noexcept { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 QFORGE_P vf vsel_ge(vf x, vf t, vf a, vf b) noexcept {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, t, _CMP_GE_OQ), b, a);

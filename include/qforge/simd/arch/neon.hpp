@@ -47,6 +47,12 @@ inline vf vmax(vf x, vf y) noexcept {
     return {vbslq_f32(vcgtq_f32(x.a, y.a), x.a, y.a), vbslq_f32(vcgtq_f32(x.b, y.b), x.b, y.b)};
 }
 inline vf vabs(vf x) noexcept { return {vabsq_f32(x.a), vabsq_f32(x.b)}; }
+inline vf vmax_magnitude(vf x, vf m) noexcept {  // see scalar.hpp
+    const auto mag = [](float32x4_t a, float32x4_t b) {
+        return vreinterpretq_f32_u32(vmaxq_u32(vreinterpretq_u32_f32(vabsq_f32(a)), vreinterpretq_u32_f32(b)));
+    };
+    return {mag(x.a, m.a), mag(x.b, m.b)};
+}
 inline vf vround(vf x) noexcept { return {vrndnq_f32(x.a), vrndnq_f32(x.b)}; }
 inline vf vsel_ge(vf x, vf t, vf p, vf q) noexcept {
     return {vbslq_f32(vcgeq_f32(x.a, t.a), p.a, q.a), vbslq_f32(vcgeq_f32(x.b, t.b), p.b, q.b)};

@@ -47,6 +47,21 @@ inline vf vdiv(vf a, vf b) noexcept { QFORGE_SCALAR_MAP(a.v[j] / b.v[j]); }
 inline vf vmin(vf a, vf b) noexcept { QFORGE_SCALAR_MAP(a.v[j] < b.v[j] ? a.v[j] : b.v[j]); }
 inline vf vmax(vf a, vf b) noexcept { QFORGE_SCALAR_MAP(a.v[j] > b.v[j] ? a.v[j] : b.v[j]); }
 inline vf vabs(vf a) noexcept { QFORGE_SCALAR_MAP(std::fabs(a.v[j])); }
+// vmax_magnitude(a, m): per lane, |a| or m (a non-negative float), whichever has the larger bit
+// pattern as an unsigned integer. For numbers that is the larger; a NaN ranks above them all,
+// so it sticks (a float max drops a NaN in one operand order or the other). Integer max: on
+// x86 it leaves the multiply pipes to the multiplies.
+inline vf vmax_magnitude(vf a, vf m) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) {
+        std::uint32_t x, y;
+        const float ax = std::fabs(a.v[j]);
+        std::memcpy(&x, &ax, 4);
+        std::memcpy(&y, &m.v[j], 4);
+        r.v[j] = x > y ? ax : m.v[j];
+    }
+    return r;
+}
 inline vf vround(vf a) noexcept { QFORGE_SCALAR_MAP(round_half_even(a.v[j])); }
 inline vf vsel_ge(vf x, vf t, vf a, vf b) noexcept { QFORGE_SCALAR_MAP(x.v[j] >= t.v[j] ? a.v[j] : b.v[j]); }
 // x = 2^e * m with m in [0.75, 1.5) for a normal x > 0: one integer subtraction of 0.75's

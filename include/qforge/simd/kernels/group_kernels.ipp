@@ -101,9 +101,11 @@ QFORGE_KFN float k_error_exact(const float* w, const float* imp, std::size_t n, 
 // lane came near a tie. The code of a lane can then differ from k_round_quotient's only where
 // |t| >= 256, and there both are clamped to the same end of the code range (every code is
 // within -255..255 after the shift), since t is within |t| 2^-22 < 2^-12 of fl(x / s) below
-// 256. The largest distance to the rounded value is kept with vmax(d, dmax), which ignores
-// the NaN of an infinite t (a clamped lane). Returns false (and no error) when some lane was
-// within 2^-12 of a half-integer: the caller then takes the exact path.
+// 256. The largest distance to the rounded value is kept with vmax_magnitude, where the NaN
+// of an infinite t (a clamped lane) sticks and hides the lane's other distances, so a NaN
+// sends the group to the check of k_only_exact_ties, which skips lanes at |t| >= 256.
+// Returns false (and no error) when some lane was within 2^-12 of a half-integer: the caller
+// then takes the exact path.
 // k_only_exact_ties: whether every lane of w[0..n) whose x * (1/s) lies within 2^-12 of a
 // half-integer h (below 256 in magnitude) is an exact tie x == h * s. At an exact tie both
 // neighbouring codes are s / 2 away from x (and a clamped neighbour is the other one), so
@@ -126,6 +128,11 @@ QFORGE_KFN bool k_only_exact_ties(const float* w, std::size_t n, const grid_para
     return true;
 }
 
+// Whether the largest distances (k_error_step's dmax) leave a lane maybe near a tie.
+QFORGE_KFN bool k_came_near(vf dmax) noexcept {
+    return vany_gt(dmax, vset(0.5f - 0x1p-12f)) || vany_nonfinite(dmax);
+}
+
 // k_sum8: an error's 8 partial sums added in the one order every ISA uses,
 // ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)).
 QFORGE_KFN float k_sum8(acc8 acc) noexcept {
@@ -137,7 +144,7 @@ QFORGE_KFN float k_sum8(acc8 acc) noexcept {
 template <bool Weighted, bool Squared>
 QFORGE_KFN void k_error_step(vf x, vf iw, vf s, vf r, vf z, vf hi, vf p, acc8& acc, vf& dmax) noexcept {
     const vf t = vmul(x, r), rr = vround(t);
-    dmax = vmax(vabs(vsub(t, rr)), dmax);
+    dmax = vmax_magnitude(vsub(t, rr), dmax);
     const vf e = vsub(vmul(vmin(vmax(rr, z), hi), s), x);
     vf term;
     if constexpr (Squared) term = vmul(e, e);
@@ -162,7 +169,7 @@ QFORGE_KFN bool k_error_fast(const float* w, const float* imp, std::size_t n, co
         if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
         k_error_step<Weighted, Squared>(vload(wb), vload(ib), s, r, z, hi, p, acc, dmax);
     }
-    if (vany_gt(dmax, vset(0.5f - 0x1p-12f)) && !k_only_exact_ties(w, n, gp)) return false;
+    if (k_came_near(dmax) && !k_only_exact_ties(w, n, gp)) return false;
     out = k_sum8(acc);
     return true;
 }
@@ -248,7 +255,7 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
     }
     if constexpr (C == 4) acc_sum4(acc[0], acc[1], acc[2], acc[3], out);
     for (std::size_t c = 0; c < C; ++c) {
-        if (vany_gt(dmax[c], vset(0.5f - 0x1p-12f))) {
+        if (k_came_near(dmax[c])) {
             const grid_params gp = k.params(c);
             if (!k_only_exact_ties(w, n, gp)) {
                 out[c] = k_error_exact<Weighted, Squared>(w, imp, n, gp);
