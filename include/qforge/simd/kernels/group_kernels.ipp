@@ -747,8 +747,9 @@ QFORGE_KFN float k_convert_one(const std::byte* p) noexcept {
 }
 
 // k_convert_min_max_t: k_convert_t and k_min_max_groups in one pass, each group's extremes
-// taken over the same steps and padding as k_min_max. Non-finite values are caught by
-// summing x - x (0 for finite x, NaN for NaN and infinities) instead of a branch per step.
+// taken over the same steps and padding as k_min_max. Non-finite values are caught by the
+// largest magnitude's bit pattern (an infinity or NaN ranks above every finite value), kept
+// with an integer max off the pipes the min and max take, instead of a branch per step.
 // Returns true when a non-finite value was seen.
 template <int Kind>
 QFORGE_KFN bool k_convert_min_max_t(const std::byte* src, std::size_t n, std::size_t gsize, float* dst, float* mn,
@@ -765,7 +766,7 @@ QFORGE_KFN bool k_convert_min_max_t(const std::byte* src, std::size_t n, std::si
             if constexpr (Kind == 0) x = vload_f32_bytes(src + (c + i) * es);
             else if constexpr (Kind == 1) x = vload_f16_bytes(src + (c + i) * es);
             else x = vload_bf16_bytes(src + (c + i) * es);
-            check = vadd(check, vsub(x, x));
+            check = vmax_magnitude(x, check);
             vstore(dst + c + i, x);
             lo = vmin(lo, x);
             hi = vmax(hi, x);
@@ -775,18 +776,14 @@ QFORGE_KFN bool k_convert_min_max_t(const std::byte* src, std::size_t n, std::si
             for (float& v : wb) v = first;  // padding that cannot move the extremes
             for (std::size_t t = i; t < m; ++t) wb[t - i] = dst[c + t] = k_convert_one<Kind>(src + (c + t) * es);
             const vf x = vload(wb);
-            check = vadd(check, vsub(x, x));
+            check = vmax_magnitude(x, check);
             lo = vmin(lo, x);
             hi = vmax(hi, x);
         }
         mn[j] = vhmin(lo);
         mx[j] = vhmax(hi);
     }
-    alignas(64) float t[lanes];
-    vstore(t, check);
-    bool bad = false;
-    for (float v : t) bad = bad || v != v;
-    return bad;
+    return vany_nonfinite(check);
 }
 
 QFORGE_KFN std::int64_t k_to_f32_min_max_groups(const std::byte* src, dtype type, std::size_t n, std::size_t gsize,
