@@ -143,3 +143,41 @@ TEST_CASE("search_groups picks what computing every candidate picks, every norm 
     CHECK(mismatches == 0);
     MESSAGE("blocks compared: " << blocks);
 }
+
+TEST_CASE("search_groups: a square-error winner by less than the fast path's slack is decided on the defined errors") {
+    // Found by search (a one-off program, not kept): candidate A (scale 0x1.1ap-7) and B
+    // (0x1.28p-7) on eight values. The defined errors (quotients rounded from fl(x / s))
+    // make A the winner by 2 ulps. x0 lies 1 ulp above 6.5 * sA, where x0 * (1 / sA) rounds to
+    // exactly 6.5 and so to code 6 instead of the defined 7: the fast sum of A is 17 ulps
+    // higher, above B's. search_groups sums without watching for near ties, so it must see
+    // that A and B are closer than those sums can be trusted and decide on the watched ones.
+    const float sa = 0x1.1ap-7f, sb = 0x1.28p-7f;
+    const std::vector<float> w{0x1.ca4002p-5f, 0x1.5cb338p-5f, 0, 0, 0, 0, 0, 0x1.ed8p-5f};
+    const float amax = w[7];  // 7 * sA
+    simd::grid_recipe r;
+    r.div = 8;  // the seed rule: stored(amax * factor) / 2^(bits - 1)
+    // A, B, then two candidates that clamp half the values (the four run in one pass).
+    const std::vector<float> factors{8.0f / 7.0f, sb * 8.0f / amax, 0.3f, 0.25f};
+    for (simd::isa isa : isas_here()) {
+        CAPTURE(simd::isa_name(isa));
+        const simd::group_kernels& k = simd::kernels(isa);
+        std::vector<float> a(factors.size());
+        for (std::size_t c = 0; c < a.size(); ++c) a[c] = simd::detail::no_contract(factors[c] * amax);
+        std::vector<std::uint16_t> cand_bits(factors.size());
+        std::vector<simd::grid_params> cand(factors.size());
+        REQUIRE(k.make_grids(a.data(), a.data(), a.size(), r, cand_bits.data(), cand.data()) < 0);
+        REQUIRE(cand[0].scale == sa);
+        REQUIRE(cand[1].scale == sb);
+        const float ea = k.error(w.data(), nullptr, w.size(), cand[0]), eb = k.error(w.data(), nullptr, w.size(), cand[1]);
+        REQUIRE(ea < eb);
+        REQUIRE(eb - ea < 0x1p-20f * ea);  // a near thing
+        float mn = 0, mx = 0;
+        k.min_max(w.data(), w.size(), &mn, &mx);
+        std::uint16_t bits = 0;
+        simd::grid_params grid;
+        REQUIRE(k.search_groups(w.data(), nullptr, w.size(), w.size(), &mn, &mx, factors.data(), factors.size(), r, &bits,
+                                &grid) < 0);
+        CHECK(grid.scale == sa);
+        CHECK(bits == cand_bits[0]);
+    }
+}

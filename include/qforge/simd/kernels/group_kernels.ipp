@@ -141,10 +141,12 @@ QFORGE_KFN float k_sum8(acc8 acc) noexcept {
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-template <bool Weighted, bool Squared>
+// Tracked: keep each lane's largest distance to its rounded quotient in dmax (the near-tie
+// watch); without it the sum is the same but nothing says whether a lane came near a tie.
+template <bool Weighted, bool Squared, bool Tracked = true>
 QFORGE_KFN void k_error_step(vf x, vf iw, vf s, vf r, vf z, vf hi, vf p, acc8& acc, vf& dmax) noexcept {
     const vf t = vmul(x, r), rr = vround(t);
-    dmax = vmax_magnitude(vsub(t, rr), dmax);
+    if constexpr (Tracked) dmax = vmax_magnitude(vsub(t, rr), dmax);
     const vf e = vsub(vmul(vmin(vmax(rr, z), hi), s), x);
     vf term;
     if constexpr (Squared) term = vmul(e, e);
@@ -227,8 +229,9 @@ struct candidate_columns {
 // accumulator, fed in the same element order as k_error_fast, so each result is k_error's to
 // the bit; the C independent add chains hide the add latency that bounds a single candidate
 // on a short group, and four of them are summed at once (acc_sum4, k_sum8's order). A
-// candidate that came near a tie is redone by k_error_exact.
-template <bool Weighted, bool Squared, std::size_t C>
+// candidate that came near a tie is redone by k_error_exact. Untracked (Tracked false): the
+// fast sums as they are, which k_square_best_proven bounds instead.
+template <bool Weighted, bool Squared, std::size_t C, bool Tracked = true>
 QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k, float* out) noexcept {
     const float *sc = k.scale, *rc = k.rinv, *zc = k.neg_zero, *hc = k.top;
     const vf norm = vset(k.norm);
@@ -241,7 +244,8 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
         const vf x = vload(w + i), iw = Weighted ? vload(imp + i) : x;
 #pragma GCC unroll 8
         for (std::size_t c = 0; c < C; ++c)
-            k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c], dmax[c]);
+            k_error_step<Weighted, Squared, Tracked>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm,
+                                                     acc[c], dmax[c]);
     }
     if (i < n) {
         alignas(64) float wb[lanes] = {};
@@ -251,9 +255,15 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
         const vf x = vload(wb), iw = vload(ib);
 #pragma GCC unroll 8
         for (std::size_t c = 0; c < C; ++c)
-            k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c], dmax[c]);
+            k_error_step<Weighted, Squared, Tracked>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm,
+                                                     acc[c], dmax[c]);
     }
     if constexpr (C == 4) acc_sum4(acc[0], acc[1], acc[2], acc[3], out);
+    if constexpr (!Tracked) {
+        if constexpr (C != 4)
+            for (std::size_t c = 0; c < C; ++c) out[c] = k_sum8(acc[c]);
+        return;
+    }
     for (std::size_t c = 0; c < C; ++c) {
         if (k_came_near(dmax[c])) {
             const grid_params gp = k.params(c);
@@ -654,6 +664,45 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
     return best;
 }
 
+// k_square_best_proven: the unweighted square error's winner (the lowest error, the earliest
+// on ties) from the fast sums without the near-tie watch, when their margins prove it; else
+// -1, and the caller decides on the watched errors. The proof, per candidate of stored scale
+// s and maxq (<= 255), over n elements:
+//  * the fast code of x can differ from the defined one (rounding fl(x / s)) only where both
+//    quotients lie within |x / s| 2^-23 (1 + 2^-20) of one half-integer h, and only for
+//    |x / s| <= maxq + 2 (beyond, both clamp to the same end); the codes are then
+//    neighbours, x lies within (maxq + 2) 2^-23 s of h s, and the two squared errors
+//    (s / 2 +- d)^2 differ by 2 s |d| <= (maxq + 2) 2^-22 s^2, plus their roundings (each
+//    term within 3 2^-24 of s^2 / 4 + ...): at most (maxq + 4) 2^-22 s^2 a lane;
+//  * the two sums take the same order over terms that differ only there, and a float sum
+//    of k roundings is within k 2^-23 of its terms' sum (k <= n / 8 + 3, k 2^-24 small).
+// So |fast - defined| <= a + b fast with a = n (maxq + 4) 2^-22 s^2 and b = (n / 8 + 4)
+// 2^-22; twice that is the slack here, with the largest s of the candidates for all. When
+// the runner-up's fast error less its slack stays above the winner's plus its own, every
+// other candidate's defined error is above the winner's: the pick stands, strictly.
+// (Student-t weights, g64, the seed factors: 0.5% of groups are left to the watched errors.)
+QFORGE_KFN std::ptrdiff_t k_square_best_proven(const float* w, std::size_t n, const candidate_columns& k,
+                                               std::size_t count, float* err) noexcept {
+    std::size_t c = 0;
+    for (; c + 4 <= count; c += 4)
+        k_errors_c<false, true, 4, false>(w, nullptr, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm},
+                                          err + c);
+    for (; c < count; ++c) err[c] = k_error_t<false, true>(w, nullptr, n, k.params(c));  // defined: within any slack
+    std::size_t best = 0;
+    float first = err[0], second = 3.40282347e38f, top_scale = k.scale[0];
+    for (c = 1; c < count; ++c) {
+        const float e = err[c];
+        top_scale = k.scale[c] > top_scale ? k.scale[c] : top_scale;
+        if (e < first) second = first, first = e, best = c;
+        else if (e < second) second = e;  // a tie with the winner lands here: too close
+    }
+    const auto nd = static_cast<double>(n), s = static_cast<double>(top_scale);
+    const double maxq = static_cast<double>(k.top[0]) - static_cast<double>(k.neg_zero[0]);
+    const double a = nd * (maxq + 4) * 0x1p-21 * s * s, b = (nd / 8 + 4) * 0x1p-21;
+    const double low = static_cast<double>(second) * (1 - b) - a, high = static_cast<double>(first) * (1 + b) + a;
+    return low > high ? static_cast<std::ptrdiff_t>(best) : -1;  // NaN or infinity: -1
+}
+
 /// The candidates of k_search_groups as columns, padded to whole vectors.
 struct search_columns {
     static constexpr std::size_t cap = max_search_candidates + lanes;
@@ -719,13 +768,19 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
             best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, g, count)
                        : k_best_by_bound<false>(w + c0, nullptr, len, g, count);
         } else {
-            if (imp) k_column_errors<true>(w + c0, imp + c0, len, k.view(rc.norm), count, err);
-            else k_column_errors<false>(w + c0, nullptr, len, k.view(rc.norm), count, err);
-            // The best error is kept in a register: reloading err[best] put a load on the
-            // chain of every comparison.
-            float best_err = err[0];
-            for (std::size_t c = 1; c < count; ++c)
-                if (err[c] < best_err) best = c, best_err = err[c];
+            const std::ptrdiff_t proven =
+                !imp && rc.norm == 2.0f ? k_square_best_proven(w + c0, len, k.view(rc.norm), count, err) : -1;
+            if (proven >= 0) {
+                best = static_cast<std::size_t>(proven);
+            } else {
+                if (imp) k_column_errors<true>(w + c0, imp + c0, len, k.view(rc.norm), count, err);
+                else k_column_errors<false>(w + c0, nullptr, len, k.view(rc.norm), count, err);
+                // The best error is kept in a register: reloading err[best] put a load on the
+                // chain of every comparison.
+                float best_err = err[0];
+                for (std::size_t c = 1; c < count; ++c)
+                    if (err[c] < best_err) best = c, best_err = err[c];
+            }
         }
         scale_bits[j] = k.bits[best];
         grids[j] = k.view(rc.norm).params(best);
