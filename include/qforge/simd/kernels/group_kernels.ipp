@@ -700,7 +700,9 @@ QFORGE_KFN std::ptrdiff_t k_square_best_proven(const float* w, std::size_t n, co
     const double maxq = static_cast<double>(k.top[0]) - static_cast<double>(k.neg_zero[0]);
     const double a = nd * (maxq + 4) * 0x1p-21 * s * s, b = (nd / 8 + 4) * 0x1p-21;
     const double low = static_cast<double>(second) * (1 - b) - a, high = static_cast<double>(first) * (1 + b) + a;
-    return low > high ? static_cast<std::ptrdiff_t>(best) : -1;  // NaN or infinity: -1
+    // An infinite runner-up (a sum past the float range) proves nothing: its defined sum may
+    // be finite. NaN compares false.
+    return low > high && low < 0x1p1023 ? static_cast<std::ptrdiff_t>(best) : -1;
 }
 
 /// The candidates of k_search_groups as columns, padded to whole vectors.
