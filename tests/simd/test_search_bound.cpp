@@ -150,8 +150,8 @@ TEST_CASE("search_groups: a square-error winner by less than the fast path's sla
     // make A the winner by 2 ulps. x0 lies 1 ulp above 6.5 * sA, where x0 * (1 / sA) rounds to
     // exactly 6.5 and so to code 6 instead of the defined 7: the fast sum of A is 17 ulps
     // higher, above B's. search_groups sums without watching for near ties, so it must see
-    // that A and B are closer than those sums can be trusted and decide on the watched ones,
-    // with importances as without.
+    // that A and B are closer than those sums can be trusted and decide on the watched ones;
+    // with importances (which keep the watch) the pick is A as well.
     const float sa = 0x1.1ap-7f, sb = 0x1.28p-7f;
     const std::vector<float> w{0x1.ca4002p-5f, 0x1.5cb338p-5f, 0, 0, 0, 0, 0, 0x1.ed8p-5f};
     const float amax = w[7];  // 7 * sA
@@ -174,7 +174,7 @@ TEST_CASE("search_groups: a square-error winner by less than the fast path's sla
         REQUIRE(eb - ea < 0x1p-20f * ea);  // a near thing
         float mn = 0, mx = 0;
         k.min_max(w.data(), w.size(), &mn, &mx);
-        // Unweighted, and with importances of 1 (the weighted sums: the same terms).
+        // Unweighted (the proven pick), and with importances of 1 (the watched errors).
         const std::vector<float> ones(w.size(), 1.0f);
         for (const float* imp : {static_cast<const float*>(nullptr), ones.data()}) {
             CAPTURE(imp != nullptr);
