@@ -279,14 +279,16 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
 // k_errors over candidates as columns. Four candidates at once for the square. The power is
 // bound by its polynomials, not by the add chain, and gains nothing from sharing a pass
 // (measured), so it and the leftover candidates go one at a time: fewer instances keep every
-// including TU quicker to build.
-template <bool Weighted>
+// including TU quicker to build. Tracked false: the square's four-candidate passes skip the
+// near-tie watch (k_square_best_proven); the leftovers are exact either way.
+template <bool Weighted, bool Tracked = true>
 QFORGE_KFN void k_column_errors(const float* w, const float* imp, std::size_t n, const candidate_columns& k,
                                 std::size_t count, float* out) noexcept {
     std::size_t c = 0;
     if (k.norm == 2.0f) {
         for (; c + 4 <= count; c += 4)
-            k_errors_c<Weighted, true, 4>(w, imp, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm}, out + c);
+            k_errors_c<Weighted, true, 4, Tracked>(w, imp, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm},
+                                                   out + c);
         for (; c < count; ++c) out[c] = k_error_t<Weighted, true>(w, imp, n, k.params(c));
         return;
     }
@@ -677,29 +679,26 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
 //  * the two sums take the same order over terms that differ only there, and a float sum
 //    of k roundings is within k 2^-23 of its terms' sum (k <= n / 8 + 3, k 2^-24 small).
 // So |fast - defined| <= a + b fast with a = n (maxq + 4) 2^-22 s^2 and b = (n / 8 + 4)
-// 2^-22; twice that is the slack here, with the largest s of the candidates for all. When
-// the runner-up's fast error less its slack stays above the winner's plus its own, every
-// other candidate's defined error is above the winner's: the pick stands, strictly.
+// 2^-22; twice that is the slack here, with the largest s and maxq of the candidates for
+// all. When the runner-up's fast error less its slack stays above the winner's plus its own,
+// every other candidate's defined error is above the winner's: the pick stands, strictly.
 // (Student-t weights, g64, the seed factors: 0.5% of groups are left to the watched errors.)
 // Importance-weighted errors keep the watch: with the importances' sum in the slack the
 // pick was 7% faster on AVX2 but 3% slower on AVX-512 (measured), so it stayed out.
 QFORGE_KFN std::ptrdiff_t k_square_best_proven(const float* w, std::size_t n, const candidate_columns& k,
                                                std::size_t count, float* err) noexcept {
-    std::size_t c = 0;
-    for (; c + 4 <= count; c += 4)
-        k_errors_c<false, true, 4, false>(w, nullptr, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm},
-                                          err + c);
-    for (; c < count; ++c) err[c] = k_error_t<false, true>(w, nullptr, n, k.params(c));  // defined: within any slack
+    k_column_errors<false, false>(w, nullptr, n, k, count, err);
     std::size_t best = 0;
-    float first = err[0], second = 3.40282347e38f, top_scale = k.scale[0];
-    for (c = 1; c < count; ++c) {
-        const float e = err[c];
+    float first = err[0], second = 3.40282347e38f, top_scale = k.scale[0], top_maxq = k.top[0] - k.neg_zero[0];
+    for (std::size_t c = 1; c < count; ++c) {
+        const float e = err[c], maxq = k.top[c] - k.neg_zero[c];
         top_scale = k.scale[c] > top_scale ? k.scale[c] : top_scale;
+        top_maxq = maxq > top_maxq ? maxq : top_maxq;
         if (e < first) second = first, first = e, best = c;
         else if (e < second) second = e;  // a tie with the winner lands here: too close
     }
     const auto nd = static_cast<double>(n), s = static_cast<double>(top_scale);
-    const double maxq = static_cast<double>(k.top[0]) - static_cast<double>(k.neg_zero[0]);
+    const auto maxq = static_cast<double>(top_maxq);
     const double a = nd * (maxq + 4) * 0x1p-21 * s * s, b = (nd / 8 + 4) * 0x1p-21;
     const double low = static_cast<double>(second) * (1 - b) - a, high = static_cast<double>(first) * (1 + b) + a;
     // An infinite runner-up (a sum past the float range) proves nothing: its defined sum may
