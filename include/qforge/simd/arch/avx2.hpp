@@ -55,6 +55,11 @@ QFORGE_P vf vscale_pow2(vf q, vf n) noexcept {  // see scalar.hpp
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(q), _mm256_slli_epi32(_mm256_cvttps_epi32(n), 23)));
 }
 QFORGE_P bool vany_gt(vf a, vf b) noexcept { return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0; }
+QFORGE_P bool vany_gt4(vf a, vf b, vf c, vf d, vf t) noexcept {  // see scalar.hpp
+    const __m256 ab = _mm256_or_ps(_mm256_cmp_ps(a, t, _CMP_GT_OQ), _mm256_cmp_ps(b, t, _CMP_GT_OQ));
+    const __m256 cd = _mm256_or_ps(_mm256_cmp_ps(c, t, _CMP_GT_OQ), _mm256_cmp_ps(d, t, _CMP_GT_OQ));
+    return _mm256_movemask_ps(_mm256_or_ps(ab, cd)) != 0;
+}
 QFORGE_P bool vany_nonfinite(vf a) noexcept {
     return _mm256_movemask_ps(_mm256_cmp_ps(vabs(a), _mm256_set1_ps(3.40282347e38f), _CMP_NLE_UQ)) != 0;
 }
@@ -82,6 +87,25 @@ QFORGE_P void vstore_codes4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept 
     const __m256i cd = _mm256_packus_epi32(_mm256_cvttps_epi32(c), _mm256_cvttps_epi32(d));
     const __m256i x = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), x);
+}
+// See scalar.hpp. The zero as 16-bit lanes and the top as bytes, for the saturating packs.
+struct code_clamp {
+    __m256i zero, top;
+};
+QFORGE_P code_clamp make_code_clamp(float zero, float top) noexcept {
+    return {_mm256_set1_epi16(static_cast<std::int16_t>(zero)),
+            _mm256_set1_epi8(static_cast<char>(static_cast<std::int32_t>(top)))};
+}
+// r above 2^16 (+inf too) becomes 2^16, which the signed pack saturates to 32767 and the
+// unsigned one to 255 before the min with top; cvtt turns -inf, NaN (min keeps its second
+// operand) and r below -2^31 into INT_MIN, which both packs take to 0 whatever z adds.
+QFORGE_P __m256i codes_i32(vf r) noexcept { return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_set1_ps(65536.0f), r)); }
+QFORGE_P void vstore_codes4_clamped(std::uint8_t* out, vf a, vf b, vf c, vf d, code_clamp cc) noexcept {
+    const __m256i ab = _mm256_adds_epi16(_mm256_packs_epi32(codes_i32(a), codes_i32(b)), cc.zero);
+    const __m256i cd = _mm256_adds_epi16(_mm256_packs_epi32(codes_i32(c), codes_i32(d)), cc.zero);
+    const __m256i x = _mm256_min_epu8(_mm256_packus_epi16(ab, cd), cc.top);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                        _mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 QFORGE_P vf vload_f32_bytes(const std::byte* p) noexcept { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
 QFORGE_P vf vload_f16_bytes(const std::byte* p) noexcept {

@@ -70,6 +70,10 @@ QFORGE_P vf vscale_pow2(vf q, vf n) noexcept {  // see scalar.hpp
     return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(q), _mm512_slli_epi32(_mm512_cvttps_epi32(n), 23)));
 }
 QFORGE_P bool vany_gt(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0; }
+QFORGE_P bool vany_gt4(vf a, vf b, vf c, vf d, vf t) noexcept {  // see scalar.hpp
+    return (_mm512_cmp_ps_mask(a, t, _CMP_GT_OQ) | _mm512_cmp_ps_mask(b, t, _CMP_GT_OQ) |
+            _mm512_cmp_ps_mask(c, t, _CMP_GT_OQ) | _mm512_cmp_ps_mask(d, t, _CMP_GT_OQ)) != 0;
+}
 QFORGE_P bool vany_nonfinite(vf a) noexcept {
     return _mm512_cmp_ps_mask(vabs(a), _mm512_set1_ps(3.40282347e38f), _CMP_NLE_UQ) != 0;
 }
@@ -83,6 +87,22 @@ QFORGE_P void vstore_codes4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept 
     vstore_codes(out + lanes, b);
     vstore_codes(out + 2 * lanes, c);
     vstore_codes(out + 3 * lanes, d);
+}
+// See scalar.hpp and avx2.hpp (the same packs; four 128-bit lanes to put back in order).
+struct code_clamp {
+    __m512i zero, top;
+};
+QFORGE_P code_clamp make_code_clamp(float zero, float top) noexcept {
+    return {_mm512_set1_epi16(static_cast<std::int16_t>(zero)),
+            _mm512_set1_epi8(static_cast<char>(static_cast<std::int32_t>(top)))};
+}
+QFORGE_P __m512i codes_i32(vf r) noexcept { return _mm512_cvttps_epi32(_mm512_min_ps(_mm512_set1_ps(65536.0f), r)); }
+QFORGE_P void vstore_codes4_clamped(std::uint8_t* out, vf a, vf b, vf c, vf d, code_clamp cc) noexcept {
+    const __m512i ab = _mm512_adds_epi16(_mm512_packs_epi32(codes_i32(a), codes_i32(b)), cc.zero);
+    const __m512i cd = _mm512_adds_epi16(_mm512_packs_epi32(codes_i32(c), codes_i32(d)), cc.zero);
+    const __m512i x = _mm512_min_epu8(_mm512_packus_epi16(ab, cd), cc.top);
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, x));
 }
 QFORGE_P vf vload_f32_bytes(const std::byte* p) noexcept { return _mm512_loadu_ps(reinterpret_cast<const float*>(p)); }
 QFORGE_P vf vload_f16_bytes(const std::byte* p) noexcept {

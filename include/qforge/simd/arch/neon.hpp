@@ -71,6 +71,13 @@ inline vf vscale_pow2(vf q, vf n) noexcept { return {scale_pow2_4(q.a, n.a), sca
 inline bool vany_gt(vf x, vf y) noexcept {
     return vmaxvq_u32(vorrq_u32(vcgtq_f32(x.a, y.a), vcgtq_f32(x.b, y.b))) != 0;
 }
+inline bool vany_gt4(vf a, vf b, vf c, vf d, vf t) noexcept {  // see scalar.hpp
+    const uint32x4_t ab = vorrq_u32(vorrq_u32(vcgtq_f32(a.a, t.a), vcgtq_f32(a.b, t.b)),
+                                    vorrq_u32(vcgtq_f32(b.a, t.a), vcgtq_f32(b.b, t.b)));
+    const uint32x4_t cd = vorrq_u32(vorrq_u32(vcgtq_f32(c.a, t.a), vcgtq_f32(c.b, t.b)),
+                                    vorrq_u32(vcgtq_f32(d.a, t.a), vcgtq_f32(d.b, t.b)));
+    return vmaxvq_u32(vorrq_u32(ab, cd)) != 0;
+}
 inline bool vany_nonfinite(vf x) noexcept {
     const float32x4_t big = vdupq_n_f32(3.40282347e38f);
     const uint32x4_t ok = vandq_u32(vcleq_f32(vabsq_f32(x.a), big), vcleq_f32(vabsq_f32(x.b), big));
@@ -99,6 +106,16 @@ inline void vstore_codes4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     vstore_codes(out + lanes, b);
     vstore_codes(out + 2 * lanes, c);
     vstore_codes(out + 3 * lanes, d);
+}
+// See scalar.hpp: here the float clamp of its definition.
+struct code_clamp {
+    vf zero, top;
+};
+inline code_clamp make_code_clamp(float zero, float top) noexcept { return {vset(zero), vset(top)}; }
+inline void vstore_codes4_clamped(std::uint8_t* out, vf a, vf b, vf c, vf d, code_clamp cc) noexcept {
+    const vf lo = vset(0.0f);
+    auto q = [&](vf r) { return vmin(vmax(vadd(r, cc.zero), lo), cc.top); };
+    vstore_codes4(out, q(a), q(b), q(c), q(d));
 }
 inline vf vload_f32_bytes(const std::byte* p) noexcept {
     const auto* u = reinterpret_cast<const std::uint8_t*>(p);

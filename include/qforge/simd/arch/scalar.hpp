@@ -92,6 +92,10 @@ inline bool vany_gt(vf a, vf b) noexcept {
     for (std::size_t j = 0; j < 8; ++j) any = any || a.v[j] > b.v[j];
     return any;
 }
+// vany_gt4: whether any lane of a, b, c or d is > t (one test for four steps).
+inline bool vany_gt4(vf a, vf b, vf c, vf d, vf t) noexcept {
+    return vany_gt(a, t) || vany_gt(b, t) || vany_gt(c, t) || vany_gt(d, t);
+}
 inline bool vany_nonfinite(vf a) noexcept {
     bool any = false;
     for (std::size_t j = 0; j < 8; ++j) any = any || !(std::fabs(a.v[j]) <= 3.40282347e38f);
@@ -115,6 +119,19 @@ inline void vstore_codes4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     vstore_codes(out + lanes, b);
     vstore_codes(out + 2 * lanes, c);
     vstore_codes(out + 3 * lanes, d);
+}
+// code_clamp and vstore_codes4_clamped: four steps' codes clamp(r + z, 0, top) as 32 bytes,
+// for r rounded quotients (integers, or +-inf or NaN, which go to top, 0 and 0) and z, top
+// integers in 0..255: the same bytes as vstore_codes4 of vmin(vmax(vadd(r, z), 0), top).
+// The SIMD ports clamp in saturating integer packs instead of six float ops a step.
+struct code_clamp {
+    float zero, top;
+};
+inline code_clamp make_code_clamp(float zero, float top) noexcept { return {zero, top}; }
+inline void vstore_codes4_clamped(std::uint8_t* out, vf a, vf b, vf c, vf d, code_clamp cc) noexcept {
+    const vf z = vset(cc.zero), lo = vset(0.0f), hi = vset(cc.top);
+    auto q = [&](vf r) { return vmin(vmax(vadd(r, z), lo), hi); };
+    vstore_codes4(out, q(a), q(b), q(c), q(d));
 }
 inline vf vload_f32_bytes(const std::byte* p) noexcept {
     vf r;

@@ -329,6 +329,18 @@ QFORGE_KFN vf k_settle_ties(vf x, vf s, vf t, vf rr, vf near) noexcept {
     return vsel_ge(zero, miss, vround(h), rr);
 }
 
+// k_settle_ties4: k_settle_ties for the four steps of k_encode_t at w, from scratch. Out of
+// line and cold: inlined, its values (the quotients, their distances) stayed live across the
+// hot loop and crowded AVX2's sixteen registers, which spilled them on every step.
+[[gnu::noinline, gnu::cold]] QFORGE_KFN void k_settle_ties4(const float* w, float scale, float rinv, float near,
+                                                            vf* rr) noexcept {
+    const vf s = vset(scale), r = vset(rinv), nr = vset(near);
+    for (std::size_t k = 0; k < 4; ++k) {
+        const vf x = vload(w + k * lanes), t = vmul(x, r);
+        rr[k] = k_settle_ties(x, s, t, vround(t), nr);
+    }
+}
+
 // k_encode_t: the codes of one group; with Snr, also the group's SNR terms (the input and
 // its decoded value (code - z) * s, exact in float) added to `acc` in stream order. A tail's
 // padding lanes hold 0, which code z decodes to exactly, so they add +0.
@@ -342,31 +354,31 @@ template <bool Snr>
     // window is one constant per group: only lanes with |t| <= maxq + 1 can get a code that
     // depends on the rounding (beyond, both roundings clamp to the same end of 0..maxq), and
     // there t is within (maxq + 1) 2^-22 of fl(x / s); the window is 4x that.
-    const vf lo = vset(0.0f), near = vset(0.5f - (gp.maxq + 1.0f) * 0x1p-20f);
+    const float near_tie = 0.5f - (gp.maxq + 1.0f) * 0x1p-20f;
+    const vf lo = vset(0.0f), near = vset(near_tie);
+    const code_clamp clamp = make_code_clamp(gp.zero, gp.maxq);
     for (; i + 4 * lanes <= n; i += 4 * lanes) {
-        const vf x0 = vload(w + i), x1 = vload(w + i + lanes), x2 = vload(w + i + 2 * lanes),
-                 x3 = vload(w + i + 3 * lanes);
-        const vf t0 = vmul(x0, r), t1 = vmul(x1, r), t2 = vmul(x2, r), t3 = vmul(x3, r);
+        const vf t0 = vmul(vload(w + i), r), t1 = vmul(vload(w + i + lanes), r), t2 = vmul(vload(w + i + 2 * lanes), r),
+                 t3 = vmul(vload(w + i + 3 * lanes), r);
         vf r0 = vround(t0), r1 = vround(t1), r2 = vround(t2), r3 = vround(t3);
-        // One branch for the four: the tests are combined without short-circuit.
-        const int near_tie = static_cast<int>(vany_gt(vabs(vsub(t0, r0)), near)) |
-                             static_cast<int>(vany_gt(vabs(vsub(t1, r1)), near)) |
-                             static_cast<int>(vany_gt(vabs(vsub(t2, r2)), near)) |
-                             static_cast<int>(vany_gt(vabs(vsub(t3, r3)), near));
-        if (near_tie) {  // rare: settle each step's lanes that sit near a tie
-            r0 = k_settle_ties(x0, s, t0, r0, near);
-            r1 = k_settle_ties(x1, s, t1, r1, near);
-            r2 = k_settle_ties(x2, s, t2, r2, near);
-            r3 = k_settle_ties(x3, s, t3, r3, near);
+        // One test and branch for the four steps; rarely taken.
+        if (vany_gt4(vabs(vsub(t0, r0)), vabs(vsub(t1, r1)), vabs(vsub(t2, r2)), vabs(vsub(t3, r3)), near)) {
+            vf settled[4];
+            k_settle_ties4(w + i, gp.scale, gp.rinv, near_tie, settled);
+            r0 = settled[0], r1 = settled[1], r2 = settled[2], r3 = settled[3];
         }
-        const vf q0 = vmin(vmax(vadd(r0, z), lo), hi), q1 = vmin(vmax(vadd(r1, z), lo), hi);
-        const vf q2 = vmin(vmax(vadd(r2, z), lo), hi), q3 = vmin(vmax(vadd(r3, z), lo), hi);
-        vstore_codes4(codes + i, q0, q1, q2, q3);
-        if constexpr (Snr) {
+        if constexpr (Snr) {  // the decoded values need the codes as floats
+            const vf x0 = vload(w + i), x1 = vload(w + i + lanes), x2 = vload(w + i + 2 * lanes),
+                     x3 = vload(w + i + 3 * lanes);
+            const vf q0 = vmin(vmax(vadd(r0, z), lo), hi), q1 = vmin(vmax(vadd(r1, z), lo), hi);
+            const vf q2 = vmin(vmax(vadd(r2, z), lo), hi), q3 = vmin(vmax(vadd(r3, z), lo), hi);
+            vstore_codes4(codes + i, q0, q1, q2, q3);
             acc = snr_add(acc, x0, vmul(vsub(q0, z), s));
             acc = snr_add(acc, x1, vmul(vsub(q1, z), s));
             acc = snr_add(acc, x2, vmul(vsub(q2, z), s));
             acc = snr_add(acc, x3, vmul(vsub(q3, z), s));
+        } else {
+            vstore_codes4_clamped(codes + i, r0, r1, r2, r3, clamp);
         }
     }
     for (; i + lanes <= n; i += lanes) {
