@@ -11,7 +11,8 @@
 // quantize() then pack() is listed beside it), seed 8-candidate search >= 0.3 G w/s, the
 // shrink search >= 0.04 G w/s (llm-compressor's grid 100 with max shrink 0.2, i.e. 20
 // candidates, norm 2.4 and 2.0; the 100-candidate variant is listed for reference), and two
-// threads >= 1.8x one thread on the search paths. Slow paths run on the first rows only (the
+// threads >= 1.8x one thread on the search paths. rtn_encode_l2 times the encode kernel
+// alone on an L2-resident span (its scalar row is the same-run baseline). Slow paths run on the first rows only (the
 // rows are i.i.d., so the rate is the same).
 #include <benchmark/benchmark.h>
 
@@ -143,6 +144,39 @@ void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned th
     report(state, total, cpu_seconds() - cpu0, rows * kCols);
 }
 
+/// The encode kernel alone on the matrix's first 32768 weights (128 KB of floats, in L2), g64,
+/// the RTN grids of quantize_packed: the codes without the conversion, the scale choice and
+/// the packing around them. The span is wide enough to hold the data's share of near-ties
+/// (4% of four-step chunks here, the rare path), which one 2048-weight block may not. The
+/// scalar tag's row is the same-run baseline.
+template <class Tag>
+void bm_encode_block(benchmark::State& state) {
+    if (!Tag::available()) {
+        state.SkipWithError("ISA not available on this CPU");
+        return;
+    }
+    constexpr std::size_t n = 32768, g = 64, groups = n / g;
+    const simd::group_kernels& k = simd::kernels(Tag::id);
+    std::vector<float> w(n), mn(groups), mx(groups), a(groups);
+    (void)k.to_f32(reinterpret_cast<const std::byte*>(matrix().data()), dtype::BF16, n, w.data());
+    k.min_max_groups(w.data(), n, g, mn.data(), mx.data());
+    for (std::size_t j = 0; j < groups; ++j) a[j] = simd::group_amax(mn[j], mx[j]);
+    simd::grid_recipe recipe;
+    recipe.div = scale_formula::gptq_div(4);
+    std::vector<std::uint16_t> bits(groups);
+    std::vector<simd::grid_params> grids(groups);
+    (void)k.make_grids(a.data(), nullptr, groups, recipe, bits.data(), grids.data());
+    std::vector<std::uint8_t> codes(n);
+    const double cpu0 = cpu_seconds();
+    for (auto _ : state) {
+        k.encode_groups(w.data(), n, g, grids.data(), codes.data(), nullptr);
+        benchmark::DoNotOptimize(codes.data());
+        benchmark::ClobberMemory();
+    }
+    const double weights = static_cast<double>(n) * static_cast<double>(state.iterations());
+    state.counters["Gw_per_cpu_s"] = weights / (cpu_seconds() - cpu0) / 1e9;
+}
+
 template <class Tag>
 void register_tag() {
     const std::string n(Tag::name());
@@ -151,6 +185,7 @@ void register_tag() {
     benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_packed_gptq_snr/" + n).c_str(), bm_quantize<Tag>, path::rtn_packed_snr,
                                  kRows, 1u)
         ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+    benchmark::RegisterBenchmark(("rtn_encode_l2/" + n).c_str(), bm_encode_block<Tag>)->MinTime(0.5);
     benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_then_gptq_pack/" + n).c_str(), bm_quantize<Tag>, path::rtn_pack, kRows, 1u)
         ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
     benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize/" + n).c_str(), bm_quantize<Tag>, path::rtn, kRows, 1u)
