@@ -123,7 +123,7 @@ inline void vstore_codes4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
 // code_clamp and vstore_codes4_clamped: four steps' codes clamp(r + z, 0, top) as 32 bytes,
 // for r rounded quotients (integers, or +-inf or NaN, which go to top, 0 and 0) and z, top
 // integers in 0..255: the same bytes as vstore_codes4 of vmin(vmax(vadd(r, z), 0), top).
-// The SIMD ports clamp in saturating integer packs instead of six float ops a step.
+// The x86 ports clamp in saturating integer packs instead of an add, a max and a min a vector.
 struct code_clamp {
     float zero, top;
 };
