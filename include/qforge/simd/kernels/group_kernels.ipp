@@ -567,11 +567,20 @@ QFORGE_KFN std::int64_t k_to_f32(const std::byte* src, dtype type, std::size_t n
 // quotient is rounded without the near-tie check (a code can then differ where x / s is
 // within |t| 2^-22 of a half-integer, changing that |e| by at most 2^-20 |t| < 2.5e-4 of it),
 // and the sums are in any order.
+// The C candidates' grids as vectors, set once per call: set per step, with the sums in
+// arrays, the candidate loop stayed rolled and went through memory (half the norm-2.4
+// search's time was this pass).
+template <std::size_t C>
+struct moment_grids {
+    vf rinv[C], lo[C], hi[C], scale[C];
+};
+
 template <bool Weighted, std::size_t C>
-QFORGE_KFN void k_moments_step(vf x, vf iw, const grid_params* p, vf* a1, vf* a2) noexcept {
+[[gnu::always_inline]] QFORGE_KFN void k_moments_step(vf x, vf iw, const moment_grids<C>& g, vf* a1, vf* a2) noexcept {
+#pragma GCC unroll 8
     for (std::size_t c = 0; c < C; ++c) {
-        const vf q = vmin(vmax(vround(vmul(x, vset(p[c].rinv))), vset(-p[c].zero)), vset(p[c].maxq - p[c].zero));
-        const vf e = vabs(vsub(vmul(q, vset(p[c].scale)), x));
+        const vf q = vmin(vmax(vround(vmul(x, g.rinv[c])), g.lo[c]), g.hi[c]);
+        const vf e = vabs(vsub(vmul(q, g.scale[c]), x));
         const vf ev = Weighted ? vmul(e, iw) : e;
         a1[c] = vadd(a1[c], ev);
         a2[c] = vadd(a2[c], vmul(ev, e));
@@ -582,15 +591,21 @@ template <bool Weighted, std::size_t C>
 QFORGE_KFN void k_moments_c(const float* w, const float* imp, std::size_t n, const grid_params* p, float* s1,
                             float* s2) noexcept {
     vf a1[C], a2[C];
-    for (std::size_t c = 0; c < C; ++c) a1[c] = vset(0.0f), a2[c] = vset(0.0f);
+    moment_grids<C> g;
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < C; ++c) {
+        a1[c] = vset(0.0f), a2[c] = vset(0.0f);
+        g.rinv[c] = vset(p[c].rinv), g.lo[c] = vset(-p[c].zero), g.hi[c] = vset(p[c].maxq - p[c].zero);
+        g.scale[c] = vset(p[c].scale);
+    }
     const vf x1 = vset(1.0f);
     std::size_t i = 0;
-    for (; i + lanes <= n; i += lanes) k_moments_step<Weighted, C>(vload(w + i), Weighted ? vload(imp + i) : x1, p, a1, a2);
+    for (; i + lanes <= n; i += lanes) k_moments_step<Weighted, C>(vload(w + i), Weighted ? vload(imp + i) : x1, g, a1, a2);
     if (i < n) {  // padding lanes: x = 0 codes to 0 exactly, and weight 0
         alignas(64) float wb[lanes] = {}, ib[lanes] = {};
         std::memcpy(wb, w + i, (n - i) * sizeof(float));
         if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
-        k_moments_step<Weighted, C>(vload(wb), vload(ib), p, a1, a2);
+        k_moments_step<Weighted, C>(vload(wb), vload(ib), g, a1, a2);
     }
     for (std::size_t c = 0; c < C; ++c) {
         alignas(64) float l1[lanes], l2[lanes];
