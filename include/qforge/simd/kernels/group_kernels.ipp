@@ -567,20 +567,16 @@ QFORGE_KFN std::int64_t k_to_f32(const std::byte* src, dtype type, std::size_t n
 // quotient is rounded without the near-tie check (a code can then differ where x / s is
 // within |t| 2^-22 of a half-integer, changing that |e| by at most 2^-20 |t| < 2.5e-4 of it),
 // and the sums are in any order.
-// The C candidates' grids as vectors, set once per call: set per step, with the sums in
-// arrays, the candidate loop stayed rolled and went through memory (half the norm-2.4
-// search's time was this pass).
-template <std::size_t C>
-struct moment_grids {
-    vf rinv[C], lo[C], hi[C], scale[C];
-};
-
+// The candidates are the search's columns, as in k_errors_c. Each candidate's four vectors
+// are set once per call: set from a grid_params per step, with the sums in arrays, the
+// candidate loop stayed rolled and went through memory (half the norm-2.4 search's time).
 template <bool Weighted, std::size_t C>
-[[gnu::always_inline]] QFORGE_KFN void k_moments_step(vf x, vf iw, const moment_grids<C>& g, vf* a1, vf* a2) noexcept {
+[[gnu::always_inline]] QFORGE_KFN void k_moments_step(vf x, vf iw, const vf* sc, const vf* rc, const vf* zc, const vf* hc,
+                                                      vf* a1, vf* a2) noexcept {
 #pragma GCC unroll 8
     for (std::size_t c = 0; c < C; ++c) {
-        const vf q = vmin(vmax(vround(vmul(x, g.rinv[c])), g.lo[c]), g.hi[c]);
-        const vf e = vabs(vsub(vmul(q, g.scale[c]), x));
+        const vf q = vmin(vmax(vround(vmul(x, rc[c])), zc[c]), hc[c]);
+        const vf e = vabs(vsub(vmul(q, sc[c]), x));
         const vf ev = Weighted ? vmul(e, iw) : e;
         a1[c] = vadd(a1[c], ev);
         a2[c] = vadd(a2[c], vmul(ev, e));
@@ -588,24 +584,23 @@ template <bool Weighted, std::size_t C>
 }
 
 template <bool Weighted, std::size_t C>
-QFORGE_KFN void k_moments_c(const float* w, const float* imp, std::size_t n, const grid_params* p, float* s1,
+QFORGE_KFN void k_moments_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k, float* s1,
                             float* s2) noexcept {
-    vf a1[C], a2[C];
-    moment_grids<C> g;
+    vf a1[C], a2[C], sc[C], rc[C], zc[C], hc[C];
 #pragma GCC unroll 8
     for (std::size_t c = 0; c < C; ++c) {
         a1[c] = vset(0.0f), a2[c] = vset(0.0f);
-        g.rinv[c] = vset(p[c].rinv), g.lo[c] = vset(-p[c].zero), g.hi[c] = vset(p[c].maxq - p[c].zero);
-        g.scale[c] = vset(p[c].scale);
+        sc[c] = vset(k.scale[c]), rc[c] = vset(k.rinv[c]), zc[c] = vset(k.neg_zero[c]), hc[c] = vset(k.top[c]);
     }
     const vf x1 = vset(1.0f);
     std::size_t i = 0;
-    for (; i + lanes <= n; i += lanes) k_moments_step<Weighted, C>(vload(w + i), Weighted ? vload(imp + i) : x1, g, a1, a2);
+    for (; i + lanes <= n; i += lanes)
+        k_moments_step<Weighted, C>(vload(w + i), Weighted ? vload(imp + i) : x1, sc, rc, zc, hc, a1, a2);
     if (i < n) {  // padding lanes: x = 0 codes to 0 exactly, and weight 0
         alignas(64) float wb[lanes] = {}, ib[lanes] = {};
         std::memcpy(wb, w + i, (n - i) * sizeof(float));
         if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
-        k_moments_step<Weighted, C>(vload(wb), vload(ib), g, a1, a2);
+        k_moments_step<Weighted, C>(vload(wb), vload(ib), sc, rc, zc, hc, a1, a2);
     }
     for (std::size_t c = 0; c < C; ++c) {
         alignas(64) float l1[lanes], l2[lanes];
@@ -659,7 +654,7 @@ QFORGE_KFN float k_bound_limit(float best, float margin, std::size_t n) noexcept
 // polynomial and roundings are within 1e-4). The caller guarantees that no power term is
 // clamped (|e| well below 2^42).
 template <bool Weighted>
-QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::size_t n, const grid_params* g,
+QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::size_t n, const candidate_columns& k,
                                        std::size_t count) noexcept {
     alignas(64) float s1[max_search_candidates], s2[max_search_candidates], bound[max_search_candidates];
     double v = static_cast<double>(n);
@@ -669,21 +664,23 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
         v *= 1 + 1e-6;  // at least the exact sum
     }
     std::size_t c = 0;
-    for (; c + 4 <= count; c += 4) k_moments_c<Weighted, 4>(w, imp, n, g + c, s1 + c, s2 + c);
-    for (; c < count; ++c) k_moments_c<Weighted, 1>(w, imp, n, g + c, s1 + c, s2 + c);
+    for (; c + 4 <= count; c += 4)
+        k_moments_c<Weighted, 4>(w, imp, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm}, s1 + c, s2 + c);
+    for (; c < count; ++c)
+        k_moments_c<Weighted, 1>(w, imp, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm}, s1 + c, s2 + c);
     const float margin = 2e-3f;
     for (c = 0; c < count; c += lanes)
-        k_moment_bounds(s1 + c, s2 + c, count - c < lanes ? count - c : lanes, g[0].norm, margin,
+        k_moment_bounds(s1 + c, s2 + c, count - c < lanes ? count - c : lanes, k.norm, margin,
                         static_cast<float>(v * 0x1p-80), bound + c);
     std::size_t best = 0;
     float least = s2[0];
     for (c = 1; c < count; ++c)
         if (s2[c] < least) best = c, least = s2[c];
-    float best_err = k_error_t<Weighted, false>(w, imp, n, g[best]);
+    float best_err = k_error_t<Weighted, false>(w, imp, n, k.params(best));
     float limit = k_bound_limit(best_err, margin, n);
     for (c = 0; c < count; ++c) {
         if (c == best || bound[c] > limit) continue;
-        const float e = k_error_t<Weighted, false>(w, imp, n, g[c]);
+        const float e = k_error_t<Weighted, false>(w, imp, n, k.params(c));
         if (e < best_err || (e == best_err && c < best)) {
             best = c;
             best_err = e;
@@ -771,7 +768,6 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
     constexpr std::size_t cap = search_columns::cap;
     alignas(64) float a[cap], b[cap], err[max_search_candidates], f[cap] = {};
     search_columns k;
-    grid_params g[max_search_candidates];
     const bool symmetric = rc.rule == grid_rule::symmetric;
     std::memcpy(f, factors, count * sizeof(float));  // padded to whole vectors with 0
     for (std::size_t c0 = 0, j = 0; c0 < n; c0 += gsize, ++j) {
@@ -795,9 +791,8 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
         const bool bounded = rc.norm > 2.0f && rc.norm <= 3.0f && count > 1 && len <= 65536 && amax < 0x1p32f;
         std::size_t best = 0;
         if (bounded) {
-            for (std::size_t c = 0; c < count; ++c) g[c] = k.view(rc.norm).params(c);
-            best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, g, count)
-                       : k_best_by_bound<false>(w + c0, nullptr, len, g, count);
+            best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, k.view(rc.norm), count)
+                       : k_best_by_bound<false>(w + c0, nullptr, len, k.view(rc.norm), count);
         } else {
             const std::ptrdiff_t proven =
                 !imp && rc.norm == 2.0f ? k_square_best_proven(w + c0, len, k.view(rc.norm), count, err) : -1;
