@@ -25,20 +25,23 @@
 // true division.
 QFORGE_KFN vf k_near(vf t) noexcept { return vsub(vset(0.5f), vmul(vabs(t), vset(0x1p-20f))); }
 
-QFORGE_KFN vf k_round_quotient(vf x, vf s, vf r) noexcept {
-    const vf lim = vset(512.0f), nlim = vset(-512.0f);
-    const vf t = vmul(x, r);  // x, r finite: t is a number or +-infinity, never NaN
-    vf rr = vround(t);
+// k_settle_ties: round_half_even(fl(x / s)) from rr = round(t), t = x * (1/s), and a window
+// `near` (k_near's per lane, or the encode's per grid): a lane within it of a half-integer
+// and on a true tie x == h * s takes round(h); if any lane is near a tie without being on
+// one, the whole step takes the true division. Lanes that are not near keep rr.
+QFORGE_KFN vf k_settle_ties(vf x, vf s, vf t, vf rr, vf near) noexcept {
     const vf d = vabs(vsub(t, rr));
-    const vf near = k_near(t);
-    if (vany_gt(d, near)) {
-        const vf h = vadd(rr, vsel_ge(t, rr, vset(0.5f), vset(-0.5f)));
-        const vf miss = vabs(vsub(x, vmul(h, s)));  // exactly 0 on a true tie
-        const vf zero = vset(0.0f);
-        if (vany_gt(vsel_ge(zero, miss, zero, d), near)) return vround(vmin(vmax(vdiv(x, s), nlim), lim));
-        rr = vsel_ge(zero, miss, vround(h), rr);
-    }
-    return rr;
+    if (!vany_gt(d, near)) return rr;
+    const vf zero = vset(0.0f);
+    const vf h = vadd(rr, vsel_ge(t, rr, vset(0.5f), vset(-0.5f)));
+    const vf miss = vabs(vsub(x, vmul(h, s)));  // exactly 0 on a true tie
+    if (vany_gt(vsel_ge(zero, miss, zero, d), near)) return vround(vmin(vmax(vdiv(x, s), vset(-512.0f)), vset(512.0f)));
+    return vsel_ge(zero, miss, vround(h), rr);
+}
+
+QFORGE_KFN vf k_round_quotient(vf x, vf s, vf r) noexcept {
+    const vf t = vmul(x, r);  // x, r finite: t is a number or +-infinity, never NaN
+    return k_settle_ties(x, s, t, vround(t), k_near(t));
 }
 
 // k_code: clamp(round_half_even(fl(x / s)) + z, 0, maxq).
@@ -312,21 +315,6 @@ QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const 
         else k_column_errors<false>(w, nullptr, n, k, e - c, out + c);
         c = e;
     }
-}
-
-// k_settle_ties: round_half_even(fl(x / s)) from rr = round(t), t = x * (1/s), for a step
-// where some lane lies within `near` of a half-integer (k_round_quotient's test, with the
-// encode's per-grid window): a lane on a true tie x == h * s takes round(h); if any lane is
-// near a tie without being on one, the whole step takes the true division. Lanes that are
-// not near keep rr.
-QFORGE_KFN vf k_settle_ties(vf x, vf s, vf t, vf rr, vf near) noexcept {
-    const vf d = vabs(vsub(t, rr));
-    if (!vany_gt(d, near)) return rr;
-    const vf zero = vset(0.0f);
-    const vf h = vadd(rr, vsel_ge(t, rr, vset(0.5f), vset(-0.5f)));
-    const vf miss = vabs(vsub(x, vmul(h, s)));  // exactly 0 on a true tie
-    if (vany_gt(vsel_ge(zero, miss, zero, d), near)) return vround(vmin(vmax(vdiv(x, s), vset(-512.0f)), vset(512.0f)));
-    return vsel_ge(zero, miss, vround(h), rr);
 }
 
 // k_settle_ties4: k_settle_ties for the four steps of k_encode_t at w, from scratch. Out of
