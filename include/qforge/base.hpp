@@ -62,6 +62,7 @@
 #include "qforge/layout/quantize_packed.hpp"
 #include "qforge/io/atomic_dir.hpp"
 #include "qforge/io/checkpoint.hpp"
+#include "qforge/io/early_writeback.hpp"
 #include "qforge/io/fault_injector.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/gguf/imatrix.hpp"

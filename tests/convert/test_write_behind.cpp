@@ -19,7 +19,7 @@
 
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/demo_checkpoint.hpp"
-#include "qforge/convert/detail/early_writeback.hpp"
+#include "qforge/io/early_writeback.hpp"
 #include "qforge/convert/detail/write_behind.hpp"
 #include "qforge/io/fault_injector.hpp"
 #include "qforge/io/file.hpp"
@@ -178,7 +178,7 @@ TEST_CASE("early_writeback: flushes run behind the writer, and starts during one
     std::ofstream(b) << "more tensor bytes";
     recorded_flushes r;
     {
-        detail::early_writeback_with<recording_flush> wb(recording_flush{&r});
+        io::early_writeback_with<recording_flush> wb(recording_flush{&r});
         // The writer goes on while a flush runs: no start waits for one.
         auto first = std::async(std::launch::async, [&] { wb.start(a); });
         const bool first_returned =
@@ -210,7 +210,7 @@ TEST_CASE("early_writeback: a file that cannot be opened is skipped") {
     recorded_flushes r;
     r.hold = false;
     {
-        detail::early_writeback_with<recording_flush> wb(recording_flush{&r});
+        io::early_writeback_with<recording_flush> wb(recording_flush{&r});
         wb.start(dir.path + "/missing.bin");  // advice only: no throw, no flush
         wb.start(a);
         REQUIRE(r.wait_for_count(1));

@@ -21,7 +21,7 @@
 #include "qforge/convert/activation_fold.hpp"
 #include "qforge/convert/converter.hpp"
 #include "qforge/convert/detail/copy_chunks.hpp"
-#include "qforge/convert/detail/early_writeback.hpp"
+#include "qforge/io/early_writeback.hpp"
 #include "qforge/convert/detail/plan_steps.hpp"
 #include "qforge/convert/detail/quantize_step.hpp"
 #include "qforge/convert/detail/write_behind.hpp"
@@ -530,7 +530,7 @@ private:
     /// source_read::copied, and whole reads under pread: the current source tensor (split
     /// parts share it). Before behind_, so an exception waits for the job that reads it.
     owned_tensor copied_;
-    early_writeback writeback_;  // used by the jobs behind only
+    io::early_writeback writeback_;  // used by the jobs behind only
     /// The quantizer's band buffers and the output tensors' storage, given back by the job
     /// behind once written. Before behind_, so it outlives every job.
     packed_workspace workspace_;

@@ -24,6 +24,7 @@
 #include "qforge/core/config.hpp"
 #include "qforge/core/error.hpp"
 #include "qforge/core/ggml_type.hpp"
+#include "qforge/io/early_writeback.hpp"
 #include "qforge/io/file.hpp"
 #include "qforge/io/gguf/value.hpp"
 
@@ -109,6 +110,7 @@ private:
     std::vector<std::uint64_t> offsets_;
     std::uint32_t align_ = default_alignment;
     io::output_file out_;
+    io::early_writeback writeback_;  ///< flushes the file behind the writes (finish() fsyncs)
     std::uint64_t data_start_ = 0;
     std::size_t next_ = 0;
     std::uint64_t part_ = 0;
@@ -265,6 +267,7 @@ QFORGE_DECL void file_writer::end_tensor() {
         fail<io_error>(path_, t.name, "internal: data position does not match the declared offset");
     ++next_;
     part_ = 0;
+    writeback_.start(tmp_);
 }
 
 QFORGE_DECL void file_writer::write_tensor(std::span<const std::byte> bytes) {

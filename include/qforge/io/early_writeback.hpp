@@ -1,8 +1,9 @@
 // Making output files durable while the conversion is still computing.
 //
-// The converter's shards are fsynced when they are finished (atomic output). With buffered
-// writes the page cache holds every dirty byte until then, and that one fsync waited for the
-// whole output at the end: 0.4 s of idle cores after a 1.5 s conversion of a 1 GiB model.
+// Output files (the converter's shards, a GGUF file) are fsynced when they are finished
+// (atomic output). With buffered writes the page cache holds every dirty byte until then, and
+// that one fsync waited for the whole output at the end: 0.4 s of idle cores after a 1.5 s
+// conversion of a 1 GiB model.
 // Two steps move that wait under the computation:
 //  * after each tensor, the kernel is asked to start the write-out (Linux sync_file_range
 //    with SYNC_FILE_RANGE_WRITE: start, do not wait);
@@ -12,8 +13,13 @@
 // Requests for a file whose flush is running coalesce into one more flush, so the flusher
 // never falls behind the writer by more than one pass, and it rests 25 ms between passes: a
 // pass after every tensor (norms included) was ~190 flushes for a 1 GiB model, ~30 with the
-// rest, at the same wall time. The final fsync still guarantees
-// durability and now only waits for what was written since the last flush.
+// rest, at the same wall time. The final fsync still guarantees durability and now only
+// waits for what was written since the last flush.
+//
+//   io::early_writeback wb;
+//   ... write a tensor to shard.safetensors ...
+//   wb.start(path_of_shard);   // returns at once; the flush runs behind
+//   ... at the end: fsync the shard as before (io::atomic_dir's commit) ...
 //
 // Advisory only: a file that cannot be opened, a kernel without the calls or a thread that
 // cannot start changes nothing (the fsync at the end is what counts, and a flush's error is
@@ -36,7 +42,7 @@
 
 #include "qforge/io/file.hpp"
 
-namespace qforge::detail {
+namespace qforge::io {
 
 /// What the flusher does to an output file: fdatasync (size and data, not timestamps).
 struct data_sync {
@@ -69,7 +75,7 @@ public:
     void start(const std::string& path) noexcept {
         try {
             auto it = files_.find(path);
-            if (it == files_.end()) it = files_.emplace(path, io::unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC))).first;
+            if (it == files_.end()) it = files_.emplace(path, unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC))).first;
             const int fd = it->second.get();
             if (fd < 0) return;
 #if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
@@ -105,7 +111,7 @@ private:
     }
 
     Flush flush_;
-    std::map<std::string, io::unique_fd> files_;  ///< touched by start() only, one caller at a time
+    std::map<std::string, unique_fd> files_;  ///< touched by start() only, one caller at a time
     std::mutex mutex_;
     std::condition_variable wake_;
     std::set<int> requested_;  ///< files to flush on the next pass
@@ -115,4 +121,4 @@ private:
 
 using early_writeback = early_writeback_with<>;
 
-}  // namespace qforge::detail
+}  // namespace qforge::io
