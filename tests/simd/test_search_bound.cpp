@@ -1,9 +1,10 @@
 // search_groups skips candidates whose power error cannot win (a lower bound from their
-// first and second moments, for norms above 2). The pick must stay exactly the one that
-// computing every candidate's error and scanning for the first strict minimum gives, on
-// every ISA, including the groups where the bound's safety margins matter: errors that the
-// power counts as 0, ties between candidates, zero and extreme importances, values near the
-// bound's 2^32 cut-off, and one-element groups.
+// first three moments and largest error, for norms above 2). The pick must stay exactly the
+// one that computing every candidate's error and scanning for the first strict minimum
+// gives, on every ISA, including the groups where the bound's safety margins matter: errors
+// that the power counts as 0, ties between candidates, equal errors (where the bound meets
+// the sum), zero and extreme importances, values near the bound's 2^32 cut-off, and
+// one-element groups.
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -549,102 +549,168 @@ QFORGE_KFN std::int64_t k_to_f32(const std::byte* src, dtype type, std::size_t n
     return -1;
 }
 
-// k_moments_c: for C candidates in one pass, S1 = sum v |e| and S2 = sum v e^2 (v the
-// importance, or 1), with e the error k_error_fast would see. They only feed
-// k_best_by_bound's bound, which allows for the way they differ from the exact sums: the
-// quotient is rounded without the near-tie check (a code can then differ where x / s is
-// within |t| 2^-22 of a half-integer, changing that |e| by at most 2^-20 |t| < 2.5e-4 of it),
-// and the sums are in any order.
+// The moments of k_best_by_bound's candidates (k_moments_c), padded to whole vectors.
+struct candidate_moments {
+    float s1[max_search_candidates], s2[max_search_candidates], s3[max_search_candidates];
+    float top[max_search_candidates];  ///< the largest |e|
+};
+
+// k_moments_c: for C candidates in one pass, S1 = sum v |e|, S2 = sum v e^2, S3 = sum v |e|^3
+// (v the importance, or 1) and the largest |e|, with e the error k_error_fast would see. They
+// only feed k_best_by_bound's bounds, which allow for the way they differ from the exact
+// sums: the quotient is rounded without the near-tie check (a code can then differ where
+// x / s is within |t| 2^-22 of a half-integer, changing that |e| by at most 2^-20 |t| < 2.5e-4
+// of it), and the sums are in any order.
 // The candidates are the search's columns, as in k_errors_c. Each candidate's four vectors
 // are set once per call: set from a grid_params per step, with the sums in arrays, the
 // candidate loop stayed rolled and went through memory (half the norm-2.4 search's time).
 template <bool Weighted, std::size_t C>
 [[gnu::always_inline]] QFORGE_KFN void k_moments_step(vf x, vf iw, const vf* sc, const vf* rc, const vf* zc, const vf* hc,
-                                                      vf* a1, vf* a2) noexcept {
+                                                      vf* a1, vf* a2, vf* a3, vf* top) noexcept {
 #pragma GCC unroll 8
     for (std::size_t c = 0; c < C; ++c) {
         const vf q = vmin(vmax(vround(vmul(x, rc[c])), zc[c]), hc[c]);
         const vf e = vabs(vsub(vmul(q, sc[c]), x));
         const vf ev = Weighted ? vmul(e, iw) : e;
+        const vf e2v = vmul(ev, e);
         a1[c] = vadd(a1[c], ev);
-        a2[c] = vadd(a2[c], vmul(ev, e));
+        a2[c] = vadd(a2[c], e2v);
+        a3[c] = vadd(a3[c], vmul(e2v, e));
+        top[c] = vmax(top[c], e);
     }
 }
 
+// The lane sums of four vectors, in any order.
+QFORGE_KFN void k_lane_sums4(const vf* a, float* out) noexcept {
+    acc_sum4(acc_add(acc_zero(), a[0]), acc_add(acc_zero(), a[1]), acc_add(acc_zero(), a[2]), acc_add(acc_zero(), a[3]), out);
+}
+
 template <bool Weighted, std::size_t C>
-QFORGE_KFN void k_moments_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k, float* s1,
-                            float* s2) noexcept {
-    vf a1[C], a2[C], sc[C], rc[C], zc[C], hc[C];
+QFORGE_KFN void k_moments_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k,
+                            candidate_moments& out, std::size_t first) noexcept {
+    vf a1[C], a2[C], a3[C], top[C], sc[C], rc[C], zc[C], hc[C];
 #pragma GCC unroll 8
     for (std::size_t c = 0; c < C; ++c) {
-        a1[c] = vset(0.0f), a2[c] = vset(0.0f);
-        sc[c] = vset(k.scale[c]), rc[c] = vset(k.rinv[c]), zc[c] = vset(k.neg_zero[c]), hc[c] = vset(k.top[c]);
+        a1[c] = vset(0.0f), a2[c] = vset(0.0f), a3[c] = vset(0.0f), top[c] = vset(0.0f);
+        const std::size_t j = first + c;
+        sc[c] = vset(k.scale[j]), rc[c] = vset(k.rinv[j]), zc[c] = vset(k.neg_zero[j]), hc[c] = vset(k.top[j]);
     }
     const vf x1 = vset(1.0f);
     std::size_t i = 0;
     for (; i + lanes <= n; i += lanes)
-        k_moments_step<Weighted, C>(vload(w + i), Weighted ? vload(imp + i) : x1, sc, rc, zc, hc, a1, a2);
+        k_moments_step<Weighted, C>(vload(w + i), Weighted ? vload(imp + i) : x1, sc, rc, zc, hc, a1, a2, a3, top);
     if (i < n) {  // padding lanes: x = 0 codes to 0 exactly, and weight 0
         alignas(64) float wb[lanes] = {}, ib[lanes] = {};
         std::memcpy(wb, w + i, (n - i) * sizeof(float));
         if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
-        k_moments_step<Weighted, C>(vload(wb), vload(ib), sc, rc, zc, hc, a1, a2);
+        k_moments_step<Weighted, C>(vload(wb), vload(ib), sc, rc, zc, hc, a1, a2, a3, top);
     }
-    for (std::size_t c = 0; c < C; ++c) {
-        alignas(64) float l1[lanes], l2[lanes];
-        vstore(l1, a1[c]);
-        vstore(l2, a2[c]);
-        float t1 = 0, t2 = 0;
-        for (std::size_t k = 0; k < lanes; ++k) t1 += l1[k], t2 += l2[k];
-        s1[c] = t1, s2[c] = t2;
+    for (std::size_t c = 0; c < C; ++c) out.top[first + c] = vhmax(top[c]);
+    if constexpr (C == 4) {  // the lanes' sums of four candidates at once: scalar, they were a tenth of the search
+        k_lane_sums4(a1, out.s1 + first);
+        k_lane_sums4(a2, out.s2 + first);
+        k_lane_sums4(a3, out.s3 + first);
+    } else {
+        for (std::size_t c = 0; c < C; ++c) {
+            alignas(64) float l1[lanes], l2[lanes], l3[lanes];
+            vstore(l1, a1[c]);
+            vstore(l2, a2[c]);
+            vstore(l3, a3[c]);
+            float t1 = 0, t2 = 0, t3 = 0;
+            for (std::size_t k = 0; k < lanes; ++k) t1 += l1[k], t2 += l2[k], t3 += l3[k];
+            out.s1[first + c] = t1, out.s2[first + c] = t2, out.s3[first + c] = t3;
+        }
     }
 }
 
-// k_moment_bounds: for m <= lanes candidates' S1, S2, log2 of the lower bound
-// S2^(p-1) / S1^(p-2) of their power errors (see k_best_by_bound), S2 lowered and S1 raised
-// by `margin` and S2 lowered by `tiny` (what terms the power counts as 0 add to it); -inf
-// where a log would not be defined.
-QFORGE_KFN void k_moment_bounds(const float* s1, const float* s2, std::size_t m, float p, float margin, float tiny,
-                                float* out) noexcept {
-    alignas(64) float a1b[lanes] = {}, a2b[lanes] = {}, ob[lanes];
-    std::memcpy(a1b, s1, m * sizeof(float));
-    std::memcpy(a2b, s2, m * sizeof(float));
-    const vf a1 = vload(a1b), a2 = vload(a2b), ok = vset(0x1p-100f), big = vset(0x1p120f), ninf = vset(-INFINITY);
-    const vf lo = vsub(vmul(a2, vset(1 / (1 + margin))), vset(tiny)), hi = vmul(a1, vset(1 + margin));
-    vf b = vsub(vmul(k_log2(lo), vset(p - 1)), vmul(k_log2(hi), vset(p - 2)));
-    b = vsel_ge(lo, ok, b, ninf);
-    b = vsel_ge(hi, ok, b, ninf);
-    b = vsel_ge(big, a2, b, ninf);
-    b = vsel_ge(big, a1, b, ninf);
-    vstore(ob, b);
-    std::memcpy(out, ob, m * sizeof(float));
+// The cubic lower bounds of k_best_by_bound for a norm p in [2, 3]: for each contact point
+// xi, P(u) = c1 u + c2 u^2 + c3 u^3 meets g(u) = u^p at 0, at xi with g's slope, and at 1, so
+// that u^p >= P(u) on [0, 1] (see k_best_by_bound). xi = 1/2 fits rounding errors spread
+// evenly up to the largest one; xi = 1/4 fits groups where a clamped outlier's error is the
+// largest. The coefficients in closed form, from P(xi) = xi^p, P'(xi) = p xi^(p-1), P(1) = 1:
+//   r1 = (xi^p - xi) / (xi (xi - 1)),  c3 = (p xi^(p-1) - 1 - r1 (2 xi - 1)) / (xi (xi - 1)),
+//   c2 = r1 - c3 (xi + 1),  c1 = 1 - c2 - c3;
+// computed in double, within 1e-15 of the exact ones (k_moment_bounds allows 2^-30).
+struct cubic_bounds {
+    static constexpr std::size_t count = 2;
+    float c1[count], c2[count], c3[count];
+    explicit cubic_bounds(float norm) noexcept {
+        const double p = norm, contact[count] = {0.5, 0.25};
+        for (std::size_t j = 0; j < count; ++j) {
+            const double x = contact[j], d = x * (x - 1);
+            const double r1 = (std::pow(x, p) - x) / d;
+            const double k3 = (p * std::pow(x, p - 1) - 1 - r1 * (2 * x - 1)) / d, k2 = r1 - k3 * (x + 1);
+            c1[j] = static_cast<float>(1 - k2 - k3), c2[j] = static_cast<float>(k2), c3[j] = static_cast<float>(k3);
+        }
+    }
+};
+
+// k_moment_bounds: for the `lanes` candidates from `first` (a multiple of lanes), a lower
+// bound of their power errors (see k_best_by_bound), the largest of the cubic_bounds'
+// b^p sum v P(|e| / b) = c1 b^(p-1) S1 + c2 b^(p-2) S2 + c3 b^(p-3) S3; -inf where it cannot
+// be computed. b is the largest |e| raised by `margin` (so above every error the power sees).
+// Each term is moved against the bound by `margin` of itself and 2^-30 of the terms' sum (the
+// coefficients' rounding); then what the terms the power counts as 0 (|e| < 2^-40) may add
+// to the sum is taken off: with u <= 1, at most c1 b^(p-1) `tiny1` + (c2 + c3) b^(p-2) `tiny2`
+// for positive c, tiny1 and tiny2 at least the weights' sum times 2^-40 and 2^-80. b^(p-1) is
+// k_pow_abs's, within 1e-5. In linear terms, not logs: no power of the moments is needed.
+QFORGE_KFN void k_moment_bounds(const candidate_moments& cm, std::size_t first, float p, const cubic_bounds& cb,
+                                float margin, float tiny1, float tiny2, float* out) noexcept {
+    const vf top = vmul(vload(cm.top + first), vset(1 + margin));
+    const vf bp1 = k_pow_abs(top, vset(p - 1)), inv = vdiv(vset(1.0f), top);
+    const vf bp2 = vmul(bp1, inv);
+    const vf t1 = vmul(bp1, vload(cm.s1 + first)), t2 = vmul(bp2, vload(cm.s2 + first));
+    const vf t3 = vmul(vmul(bp2, inv), vload(cm.s3 + first));
+    const vf rounding = vmul(vadd(vadd(t1, t2), t3), vset(0x1p-30f)), m_ = vset(margin);
+    vf best = vset(-INFINITY);
+    for (std::size_t j = 0; j < cubic_bounds::count; ++j) {
+        const vf u1 = vmul(vset(cb.c1[j]), t1), u2 = vmul(vset(cb.c2[j]), t2), u3 = vmul(vset(cb.c3[j]), t3);
+        const vf spread = vadd(vadd(vabs(u1), vabs(u2)), vabs(u3));
+        const float z1 = cb.c1[j] > 0 ? cb.c1[j] * tiny1 : 0.0f;
+        const float z2 = (cb.c2[j] > 0 ? cb.c2[j] : 0.0f) + (cb.c3[j] > 0 ? cb.c3[j] : 0.0f);
+        vf bound = vsub(vsub(vadd(vadd(u1, u2), u3), vmul(spread, m_)), rounding);
+        bound = vsub(bound, vadd(vmul(bp1, vset(z1)), vmul(bp2, vset(z2 * tiny2))));
+        best = vmax(best, bound);
+    }
+    // Tiny errors: a term the power counts as 0 could then be a large u. Past 2^120 (or NaN):
+    // a sum may have overflowed.
+    const vf ninf = vset(-INFINITY), big = vset(0x1p120f);
+    best = vsel_ge(top, vset(0x1p-30f), best, ninf);
+    best = vsel_ge(big, t1, best, ninf);
+    best = vsel_ge(big, t2, best, ninf);
+    best = vsel_ge(big, t3, best, ninf);
+    vstore(out, best);
 }
 
-// log2 of what a skipped candidate's bound must exceed: best / (1 - margin) plus what
-// underflowing terms may lose (n 2^-126), and 1e-3 for the logs' own error.
+// What a skipped candidate's bound must exceed: best / (1 - margin) plus what underflowing
+// terms may lose (n 2^-126). The margin covers the power error's own error (1e-3) twice over,
+// and this float's roundings with it.
 QFORGE_KFN float k_bound_limit(float best, float margin, std::size_t n) noexcept {
     if (!(best < 0x1p120f)) return INFINITY;
-    alignas(64) float l[lanes];
-    vstore(l, k_log2(vset(best / (1 - margin) + static_cast<float>(n) * 0x1p-126f)));
-    return l[0] + 1e-3f;
+    return best / (1 - margin) + static_cast<float>(n) * 0x1p-126f;
 }
 
 // k_best_by_bound: for a norm p in (2, 3], the candidate that k_errors and a strict-< scan
 // would pick (the lowest power error, earliest on ties), computing the power error only for
 // candidates that can still win: the power costs five times the moments below, and most
-// candidates of a shrink grid cannot win. The log of sum v |e|^t is convex in t (Hoelder),
-// so with t = 1, 2, p:  sum v |e|^p >= S2^(p-1) / S1^(p-2)  (k_moments_c gives S1, S2). The
-// candidate with the least S2 goes first; then, in list order, any other whose bound exceeds
-// the best error so far is skipped. The bound is made safe against every way the computed
-// values differ from exact ones: relative margins of 2e-3 on S1, S2 and the power error
-// (its polynomials and float sums of up to 65536 terms are within 1e-3), absolute ones for
-// terms the power counts as 0 (|e| < 2^-40) or that underflow, and 1e-3 on the logs (their
-// polynomial and roundings are within 1e-4). The caller guarantees that no power term is
-// clamped (|e| well below 2^42).
+// candidates of a shrink grid cannot win. The bound on sum v |e|^p comes from the moments
+// (k_moments_c): with b at least every |e|, u^p >= P(u) on [0, 1] for each of cubic_bounds'
+// cubics, because h = u^p - P has h(0) = h(xi) = h'(xi) = h(1) = 0 and a fourth derivative
+// p (p-1) (p-2) (p-3) u^(p-4) <= 0 for p in [2, 3] (Rolle: h(u) = h''''(eta) / 24 u (u - xi)^2
+// (u - 1) >= 0). So the sum is at least b^p sum v P(|e| / b), a sum of S1, S2 and S3: within
+// 0.5% for errors spread evenly up to b. (Hoelder's S2^(p-1) / S1^(p-2), the least sum that S1
+// and S2 allow, is 3-4% under there and left twice as many candidates to the power error.)
+// The candidate with the least S2 goes first; then, in list order, any other whose bound
+// exceeds the best error so far is skipped. The bound is made safe against every way the
+// computed values differ from exact ones: relative margins of 2e-3 on the moments, the
+// largest error and the power error (its polynomials and float sums of up to 65536 terms are
+// within 1e-3), and absolute ones for terms the power counts as 0 (|e| < 2^-40) or that
+// underflow. The caller guarantees that no power term is clamped (|e| well below 2^42).
 template <bool Weighted>
 QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::size_t n, const candidate_columns& k,
-                                       std::size_t count) noexcept {
-    alignas(64) float s1[max_search_candidates], s2[max_search_candidates], bound[max_search_candidates];
+                                       std::size_t count, const cubic_bounds& cb) noexcept {
+    alignas(64) candidate_moments cm;
+    alignas(64) float bound[max_search_candidates];
     double v = static_cast<double>(n);
     if constexpr (Weighted) {
         v = 0;
@@ -652,18 +718,17 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
         v *= 1 + 1e-6;  // at least the exact sum
     }
     std::size_t c = 0;
-    for (; c + 4 <= count; c += 4)
-        k_moments_c<Weighted, 4>(w, imp, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm}, s1 + c, s2 + c);
-    for (; c < count; ++c)
-        k_moments_c<Weighted, 1>(w, imp, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm}, s1 + c, s2 + c);
+    for (; c + 4 <= count; c += 4) k_moments_c<Weighted, 4>(w, imp, n, k, cm, c);
+    for (; c < count; ++c) k_moments_c<Weighted, 1>(w, imp, n, k, cm, c);
+    for (; c % lanes; ++c) cm.s1[c] = cm.s2[c] = cm.s3[c] = cm.top[c] = 0.0f;  // whole vectors of bounds
     const float margin = 2e-3f;
     for (c = 0; c < count; c += lanes)
-        k_moment_bounds(s1 + c, s2 + c, count - c < lanes ? count - c : lanes, k.norm, margin,
-                        static_cast<float>(v * 0x1p-80), bound + c);
+        k_moment_bounds(cm, c, k.norm, cb, margin, static_cast<float>(v * 0x1p-40), static_cast<float>(v * 0x1p-80),
+                        bound + c);
     std::size_t best = 0;
-    float least = s2[0];
+    float least = cm.s2[0];
     for (c = 1; c < count; ++c)
-        if (s2[c] < least) best = c, least = s2[c];
+        if (cm.s2[c] < least) best = c, least = cm.s2[c];
     float best_err = k_error_t<Weighted, false>(w, imp, n, k.params(best));
     float limit = k_bound_limit(best_err, margin, n);
     for (c = 0; c < count; ++c) {
@@ -758,6 +823,7 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
     search_columns k;
     const bool symmetric = rc.rule == grid_rule::symmetric;
     std::memcpy(f, factors, count * sizeof(float));  // padded to whole vectors with 0
+    const cubic_bounds cubic(rc.norm);
     for (std::size_t c0 = 0, j = 0; c0 < n; c0 += gsize, ++j) {
         const std::size_t len = n - c0 < gsize ? n - c0 : gsize;
         // The candidates' inputs factor * amax (or * lo, * hi), a vector at a time: written
@@ -779,8 +845,8 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
         const bool bounded = rc.norm > 2.0f && rc.norm <= 3.0f && count > 1 && len <= 65536 && amax < 0x1p32f;
         std::size_t best = 0;
         if (bounded) {
-            best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, k.view(rc.norm), count)
-                       : k_best_by_bound<false>(w + c0, nullptr, len, k.view(rc.norm), count);
+            best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, k.view(rc.norm), count, cubic)
+                       : k_best_by_bound<false>(w + c0, nullptr, len, k.view(rc.norm), count, cubic);
         } else {
             const std::ptrdiff_t proven =
                 !imp && rc.norm == 2.0f ? k_square_best_proven(w + c0, len, k.view(rc.norm), count, err) : -1;
