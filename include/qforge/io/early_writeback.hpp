@@ -35,6 +35,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include <fcntl.h>
@@ -55,7 +56,12 @@ struct data_sync {
     }
 };
 
-template <class Flush = data_sync>
+/// What early_writeback_with calls on its flusher thread: a const call with the descriptor,
+/// which must not throw (there is no one to catch it on that thread).
+template <class F>
+concept flush_function = std::is_nothrow_invocable_v<const F&, int>;
+
+template <flush_function Flush = data_sync>
 class early_writeback_with {
 public:
     explicit early_writeback_with(Flush flush = {}) : flush_(std::move(flush)) {}
