@@ -120,6 +120,8 @@ QFORGE_P vf vload_bf16_bytes(const std::byte* p) noexcept {
 }
 QFORGE_P acc8 acc_zero() noexcept { return _mm256_setzero_ps(); }
 QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept { return _mm256_add_ps(acc, e); }
+QFORGE_P acc8 acc_add_square(acc8 acc, vf e) noexcept { return _mm256_fmadd_ps(e, e, acc); }  // see scalar.hpp
+QFORGE_P vf vmul_exact_sub(vf a, vf b, vf c) noexcept { return _mm256_fmsub_ps(a, b, c); }     // see scalar.hpp
 QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, acc); }
 // acc_sum4: four accumulators' sums in k_sum8's order ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)):
 // hadd pairs neighbours within each 128-bit half, twice, and the halves add last.

@@ -120,6 +120,12 @@ QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept {
     acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
     return _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
 }
+// see scalar.hpp: the two halves fused in acc_add's order, the low one first.
+QFORGE_P acc8 acc_add_square(acc8 acc, vf e) noexcept {
+    const __m256 lo = _mm512_castps512_ps256(e), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1));
+    return _mm256_fmadd_ps(hi, hi, _mm256_fmadd_ps(lo, lo, acc));
+}
+QFORGE_P vf vmul_exact_sub(vf a, vf b, vf c) noexcept { return _mm512_fmsub_ps(a, b, c); }  // see scalar.hpp
 QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, acc); }
 // acc_sum4: four accumulators' sums in k_sum8's order ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)):
 // hadd pairs neighbours within each 128-bit half, twice, and the halves add last.

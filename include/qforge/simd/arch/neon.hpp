@@ -136,6 +136,10 @@ inline vf vload_bf16_bytes(const std::byte* p) noexcept {
 }
 inline acc8 acc_zero() noexcept { return vset(0.0f); }
 inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
+inline acc8 acc_add_square(acc8 acc, vf e) noexcept {  // see scalar.hpp: fused here
+    return {vfmaq_f32(acc.a, e.a, e.a), vfmaq_f32(acc.b, e.b, e.b)};
+}
+inline vf vmul_exact_sub(vf a, vf b, vf c) noexcept { return vsub(vmul(a, b), c); }  // see scalar.hpp
 inline void acc_store(float* out, acc8 acc) noexcept { vstore(out, acc); }
 /// Four accumulators' sums in k_sum8's order: pairwise adds of neighbours, twice, per half
 /// (p0..p3, p4..p7), and the halves add last.

@@ -160,6 +160,13 @@ inline vf vload_bf16_bytes(const std::byte* p) noexcept {
 }
 inline acc8 acc_zero() noexcept { return vset(0.0f); }
 inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
+// acc_add_square: acc + e * e, fused where the ISA has a fused multiply-add (x86, NEON) and
+// with the product rounded first here: the two differ in the last bit. Only for sums that a
+// bound allows for, never for a defined error (k_square_best_proven's unwatched sums).
+inline acc8 acc_add_square(acc8 acc, vf e) noexcept { return vadd(acc, vmul(e, e)); }
+// vmul_exact_sub: a * b - c for a product a * b that is exact in float (a code times its
+// scale), so fusing changes nothing: one operation where the ISA has fms, the same value.
+inline vf vmul_exact_sub(vf a, vf b, vf c) noexcept { return vsub(vmul(a, b), c); }
 inline void acc_store(float* out, acc8 acc) noexcept { vstore(out, acc); }
 /// Four accumulators' sums, each ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) (k_sum8's order).
 inline void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
