@@ -639,7 +639,8 @@ QFORGE_KFN void k_moments_c(const float* w, const float* imp, std::size_t n, con
 // computed in double, within 1e-15 of the exact ones (k_moment_bounds allows 2^-30).
 struct cubic_bounds {
     static constexpr std::size_t count = 2;
-    float c1[count], c2[count], c3[count];
+    float c1[count] = {}, c2[count] = {}, c3[count] = {};
+    cubic_bounds() noexcept = default;
     explicit cubic_bounds(float norm) noexcept {
         const double p = norm, contact[count] = {0.5, 0.25};
         for (std::size_t j = 0; j < count; ++j) {
@@ -831,7 +832,8 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
     search_columns k;
     const bool symmetric = rc.rule == grid_rule::symmetric;
     std::memcpy(f, factors, count * sizeof(float));  // padded to whole vectors with 0
-    const cubic_bounds cubic(rc.norm);
+    cubic_bounds cubic;  // four pow calls: only for the norms that take the bound (`bounded`)
+    if (rc.norm > 2.0f && rc.norm <= 3.0f) cubic = cubic_bounds(rc.norm);
     for (std::size_t c0 = 0, j = 0; c0 < n; c0 += gsize, ++j) {
         const std::size_t len = n - c0 < gsize ? n - c0 : gsize;
         // The candidates' inputs factor * amax (or * lo, * hi), a vector at a time: written
