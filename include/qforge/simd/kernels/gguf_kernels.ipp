@@ -2,8 +2,8 @@
 //
 // No include guard on purpose: simd/gguf_kernels.hpp has simd/detail/instantiate.ipp compile it
 // inside each ISA's namespace. How the results stay ggml's bytes on every ISA:
-//  * the searches put one sub-block in each lane: W lanes (two vectors, whose sequential sums
-//    interleave to hide their latency) hold W sub-blocks, transposed so that row i holds
+//  * the searches put one sub-block in each lane: W lanes (several vectors, whose sequential
+//    sums interleave to hide their latency) hold W sub-blocks, transposed so that row i holds
 //    element i of each. Each lane then runs ggml's scalar sequence for its sub-block, the same
 //    operations with every sum in element order, so each lane's result is the scalar one;
 //  * vmul launders its product (simd/arch/<isa>.hpp), so no product fuses into a later add;
@@ -14,38 +14,82 @@
 
 namespace gguf_family {
 
-inline constexpr std::size_t W = 2 * lanes;  // sub-blocks per search
+/// Sub-blocks per search: 32 on every ISA, so four vectors on AVX2 and two on AVX-512. Each
+/// lane's sums are sequential (ggml's order) and its steps wait on each other's accepts, so a
+/// step takes the same chain of dependent adds at any width; only more lanes per chain spread
+/// it. Two 256-bit vectors left AVX2 3-10% slower per weight (Q2_K, Q4_K, Q5_K, Q6_K).
+inline constexpr std::size_t W = 32;
+static_assert(W % lanes == 0 && W % 8 == 0);
 
-// ---- W-lane vectors: two vf ----------------------------------------------------------------
-struct wv {
-    vf a, b;
+// ---- W-lane vectors: K vf ------------------------------------------------------------------
+template <std::size_t K>
+struct wvec {
+    vf p[K];
 };
-struct wm {
-    gg_mask a, b;
+template <std::size_t K>
+struct wmask {
+    gg_mask p[K];
 };
-QFORGE_KFN wv wload(const float* p) noexcept { return {vload(p), vload(p + lanes)}; }
-QFORGE_KFN void wstore(float* p, wv v) noexcept {
-    vstore(p, v.a);
-    vstore(p + lanes, v.b);
+using wv = wvec<W / lanes>;
+using wm = wmask<W / lanes>;
+
+// Each operation applies one primitive to every part. A macro, not a lambda: a lambda would
+// not carry the ISA's target attribute, and the primitives inside it would not inline.
+#define QFORGE_W_EACH(R, expr)                                                      \
+    R r;                                                                            \
+    _Pragma("GCC unroll 4") for (std::size_t k = 0; k < K; ++k) r.p[k] = (expr);    \
+    return r
+
+template <std::size_t K = W / lanes>
+QFORGE_KFN wvec<K> wload(const float* p) noexcept { QFORGE_W_EACH(wvec<K>, vload(p + lanes * k)); }
+template <std::size_t K = W / lanes>
+QFORGE_KFN wvec<K> wset(float x) noexcept { QFORGE_W_EACH(wvec<K>, vset(x)); }
+template <std::size_t K>
+QFORGE_KFN void wstore(float* p, wvec<K> v) noexcept {
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < K; ++k) vstore(p + lanes * k, v.p[k]);
 }
-QFORGE_KFN wv wset(float x) noexcept { return {vset(x), vset(x)}; }
-QFORGE_KFN wv operator+(wv x, wv y) noexcept { return {vadd(x.a, y.a), vadd(x.b, y.b)}; }
-QFORGE_KFN wv operator-(wv x, wv y) noexcept { return {vsub(x.a, y.a), vsub(x.b, y.b)}; }
-QFORGE_KFN wv operator*(wv x, wv y) noexcept { return {vmul(x.a, y.a), vmul(x.b, y.b)}; }
-QFORGE_KFN wv operator/(wv x, wv y) noexcept { return {vdiv(x.a, y.a), vdiv(x.b, y.b)}; }
+template <std::size_t K>
+QFORGE_KFN wvec<K> operator+(wvec<K> x, wvec<K> y) noexcept { QFORGE_W_EACH(wvec<K>, vadd(x.p[k], y.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wvec<K> operator-(wvec<K> x, wvec<K> y) noexcept { QFORGE_W_EACH(wvec<K>, vsub(x.p[k], y.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wvec<K> operator*(wvec<K> x, wvec<K> y) noexcept { QFORGE_W_EACH(wvec<K>, vmul(x.p[k], y.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wvec<K> operator/(wvec<K> x, wvec<K> y) noexcept { QFORGE_W_EACH(wvec<K>, vdiv(x.p[k], y.p[k])); }
 /// x < y ? x : y and x > y ? x : y: ggml's `if (x < m) m = x` exactly.
-QFORGE_KFN wv wmin(wv x, wv y) noexcept { return {vmin(x.a, y.a), vmin(x.b, y.b)}; }
-QFORGE_KFN wv wmax(wv x, wv y) noexcept { return {vmax(x.a, y.a), vmax(x.b, y.b)}; }
-QFORGE_KFN wv wabs(wv x) noexcept { return {vabs(x.a), vabs(x.b)}; }
-QFORGE_KFN wv wsqrt(wv x) noexcept { return {gg_sqrt(x.a), gg_sqrt(x.b)}; }
-QFORGE_KFN wm wlt(wv x, wv y) noexcept { return {gg_lt(x.a, y.a), gg_lt(x.b, y.b)}; }
-QFORGE_KFN wm wgt(wv x, wv y) noexcept { return {gg_gt(x.a, y.a), gg_gt(x.b, y.b)}; }
-QFORGE_KFN wm weq(wv x, wv y) noexcept { return {gg_eq(x.a, y.a), gg_eq(x.b, y.b)}; }
-QFORGE_KFN wm wne(wv x, wv y) noexcept { return {gg_ne(x.a, y.a), gg_ne(x.b, y.b)}; }
-QFORGE_KFN wm wand(wm x, wm y) noexcept { return {gg_and(x.a, y.a), gg_and(x.b, y.b)}; }
-QFORGE_KFN bool wany(wm m) noexcept { return gg_any(m.a) || gg_any(m.b); }
+template <std::size_t K>
+QFORGE_KFN wvec<K> wmin(wvec<K> x, wvec<K> y) noexcept { QFORGE_W_EACH(wvec<K>, vmin(x.p[k], y.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wvec<K> wmax(wvec<K> x, wvec<K> y) noexcept { QFORGE_W_EACH(wvec<K>, vmax(x.p[k], y.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wvec<K> wabs(wvec<K> x) noexcept { QFORGE_W_EACH(wvec<K>, vabs(x.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wvec<K> wsqrt(wvec<K> x) noexcept { QFORGE_W_EACH(wvec<K>, gg_sqrt(x.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wvec<K> wnearest_int(wvec<K> x) noexcept { QFORGE_W_EACH(wvec<K>, g3_nearest_int(x.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wmask<K> wlt(wvec<K> x, wvec<K> y) noexcept { QFORGE_W_EACH(wmask<K>, gg_lt(x.p[k], y.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wmask<K> wgt(wvec<K> x, wvec<K> y) noexcept { QFORGE_W_EACH(wmask<K>, gg_gt(x.p[k], y.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wmask<K> weq(wvec<K> x, wvec<K> y) noexcept { QFORGE_W_EACH(wmask<K>, gg_eq(x.p[k], y.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wmask<K> wne(wvec<K> x, wvec<K> y) noexcept { QFORGE_W_EACH(wmask<K>, gg_ne(x.p[k], y.p[k])); }
+template <std::size_t K>
+QFORGE_KFN wmask<K> wand(wmask<K> x, wmask<K> y) noexcept { QFORGE_W_EACH(wmask<K>, gg_and(x.p[k], y.p[k])); }
 /// m ? t : f
-QFORGE_KFN wv wblend(wm m, wv t, wv f) noexcept { return {gg_blend(m.a, t.a, f.a), gg_blend(m.b, t.b, f.b)}; }
+template <std::size_t K>
+QFORGE_KFN wvec<K> wblend(wmask<K> m, wvec<K> t, wvec<K> f) noexcept {
+    QFORGE_W_EACH(wvec<K>, gg_blend(m.p[k], t.p[k], f.p[k]));
+}
+template <std::size_t K>
+QFORGE_KFN bool wany(wmask<K> m) noexcept {
+    bool any = false;
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < K; ++k) any |= gg_any(m.p[k]);
+    return any;
+}
 
 /// nearest_int(f) clamped to [lo, hi], as a float. Lo/Hi false: the caller knows that bound
 /// cannot be crossed.
@@ -56,42 +100,51 @@ QFORGE_KFN vf round_clamp(vf f, vf lo, vf hi) noexcept {
     if constexpr (Hi) r = vmin(r, hi);
     return r;
 }
-template <bool Lo = true, bool Hi = true>
-QFORGE_KFN wv wround_clamp(wv f, wv lo, wv hi) noexcept {
-    return {round_clamp<Lo, Hi>(f.a, lo.a, hi.a), round_clamp<Lo, Hi>(f.b, lo.b, hi.b)};
+template <bool Lo = true, bool Hi = true, std::size_t K>
+QFORGE_KFN wvec<K> wround_clamp(wvec<K> f, wvec<K> lo, wvec<K> hi) noexcept {
+    QFORGE_W_EACH(wvec<K>, (round_clamp<Lo, Hi>(f.p[k], lo.p[k], hi.p[k])));
 }
+#undef QFORGE_W_EACH
 
-/// Loads W sub-blocks of `len` floats starting at sub-block `first` of x (count in all, a
-/// multiple of 8) transposed: xt[i][lane] = element i of sub-block first + lane. Lanes past
+/// Loads `Lanes` sub-blocks of `len` floats starting at sub-block `first` of x (count in all,
+/// a multiple of 8) transposed: xt[i][lane] = element i of sub-block first + lane. Lanes past
 /// the end repeat the last 8 sub-blocks.
+template <std::size_t Lanes = W>
 QFORGE_KFN void load_lanes(const float* x, std::size_t count, std::size_t first, std::size_t len, float* xt) noexcept {
-    for (std::size_t h = 0; h < W; h += 8) {
+    for (std::size_t h = 0; h < Lanes; h += 8) {
         const std::size_t sb = first + h < count ? first + h : count - 8;
-        for (std::size_t e = 0; e < len; e += 8) gg_transpose8(x + len * sb + e, len, xt + e * W + h, W);
+        for (std::size_t e = 0; e < len; e += 8) gg_transpose8(x + len * sb + e, len, xt + e * Lanes + h, Lanes);
     }
 }
 
 // ---- make_qkx2_quants, one sub-block per lane (Q4_K, Q5_K: 32 elements; Q2_K: 16) ---------
 /// One search step: this iscale's codes round(iscale * (x - min)) and their weighted sums.
+/// Inlined, and the sums returned by value: out of line, behind references that the code
+/// stores may alias, every add went through memory.
+struct qkx2_sums {
+    wv l, l2, xl;
+};
 template <int N, bool Lo, bool Hi>
-QFORGE_KFN void qkx2_step(const float (*xt)[W], const float (*wt)[W], float (*laux)[W], wv iscale, wv min, wv fmax,
-                          wv& sum_l, wv& sum_l2, wv& sum_xl) noexcept {
+[[gnu::always_inline]] QFORGE_KFN qkx2_sums qkx2_step(const float (*xt)[W], const float (*wt)[W], float (*laux)[W],
+                                                      wv iscale, wv min, wv fmax) noexcept {
     const wv zero = wset(0.f);
+    qkx2_sums s{zero, zero, zero};
     for (int i = 0; i < N; ++i) {
         const wv x = wload(xt[i]);
         const wv l = wround_clamp<Lo, Hi>(iscale * (x - min), zero, fmax);
         wstore(laux[i], l);
         const wv wl = wload(wt[i]) * l;
-        sum_l = sum_l + wl;
-        sum_l2 = sum_l2 + wl * l;
-        sum_xl = sum_xl + wl * x;
+        s.l = s.l + wl;
+        s.l2 = s.l2 + wl * l;
+        s.xl = s.xl + wl * x;
     }
+    return s;
 }
 
 /// ggml's weights (Q4_K/Q5_K: av_x + |x|, av_x = sqrt(sum x^2 / N); Q2_K: |x|) and the sums
 /// before the search: min (at most 0), the lowest x, max, sum_w, sum_x.
 template <int N, bool AvX>
-QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& lowest, wv& max, wv& sum_w,
+[[gnu::always_inline]] QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& lowest, wv& max, wv& sum_w,
                            wv& sum_x) noexcept {
     if constexpr (AvX) {
         wv sum_x2 = wload(xt[0]) * wload(xt[0]);
@@ -147,17 +200,14 @@ QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nst
     for (int is = 0; is <= nstep; ++is) {
         const float c = rmin + detail::no_contract(0.1f * static_cast<float>(is)) + fmax;
         iscale = wset(c) / (max - min);  // min moves when a step is accepted, as in ggml
-        wv sum_l = zero, sum_l2 = zero, sum_xl = zero;
         // t = iscale*(x - min) <= c (to a few ulp), so the upper clamp only matters when c can
         // round above fmax, and the lower one only once an accepted min left some x below it.
         const bool hi = c >= fmax + 0.499f;
-        if (below_min) {
-            if (hi) qkx2_step<N, true, true>(xt, wt, laux, iscale, min, top, sum_l, sum_l2, sum_xl);
-            else qkx2_step<N, true, false>(xt, wt, laux, iscale, min, top, sum_l, sum_l2, sum_xl);
-        } else {
-            if (hi) qkx2_step<N, false, true>(xt, wt, laux, iscale, min, top, sum_l, sum_l2, sum_xl);
-            else qkx2_step<N, false, false>(xt, wt, laux, iscale, min, top, sum_l, sum_l2, sum_xl);
-        }
+        const qkx2_sums sums = below_min ? (hi ? qkx2_step<N, true, true>(xt, wt, laux, iscale, min, top)
+                                               : qkx2_step<N, true, false>(xt, wt, laux, iscale, min, top))
+                                         : (hi ? qkx2_step<N, false, true>(xt, wt, laux, iscale, min, top)
+                                               : qkx2_step<N, false, false>(xt, wt, laux, iscale, min, top));
+        const wv sum_l = sums.l, sum_l2 = sums.l2, sum_xl = sums.xl;
         const wv D = sum_w * sum_l2 - sum_l * sum_l;
         const wm d_pos = wgt(D, zero);
         if (!wany(d_pos)) continue;
@@ -298,6 +348,13 @@ QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale) n
 }
 
 // ---- make_q3_quants(16, 4, x, L, true), one 16-element sub-block per lane (Q3_K) ----------
+/// Two vectors of sub-blocks here, not W lanes: about 2% of elements change per try, so the
+/// descent branches on whether any lane accepts, and 32 lanes accept twice as often as 16
+/// (measured on AVX2: 13% slower with 32).
+inline constexpr std::size_t W3 = 2 * lanes;
+using wv3 = wvec<2>;
+using wm3 = wmask<2>;
+
 /// One coordinate-descent try of every lane: element by element, the code that the other
 /// fifteen's sums call for replaces the current one where that raises sumlx^2 / suml2. The
 /// masks are ggml's branches, each lane's updates its sequence. `moved` becomes 1 in the lanes
@@ -307,21 +364,21 @@ QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale) n
 /// About 2% of elements change (Student-t weights), so the state update is a branch: while no
 /// lane accepts, the next element's sums are the ones already known, and the elements overlap
 /// instead of waiting on each other's ~50-cycle chain of divide, round and compare.
-QFORGE_KFN bool q3_try(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], float (*lf)[W], wv& sumlx,
-                       wv& suml2, wv& moved) noexcept {
-    const wv zero = wset(0.f), lo = wset(-4.f), hi = wset(3.f), one = wset(1.f);
+QFORGE_KFN bool q3_try(const float (*xt)[W3], const float (*w)[W3], const float (*wx)[W3], float (*lf)[W3], wv3& sumlx,
+                       wv3& suml2, wv3& moved) noexcept {
+    const wv3 zero = wset<2>(0.f), lo = wset<2>(-4.f), hi = wset<2>(3.f), one = wset<2>(1.f);
     bool changed = false;
     for (int i = 0; i < 16; ++i) {
-        const wv x = wload(xt[i]), wi = wload(w[i]), wxi = wload(wx[i]), li = wload(lf[i]);
-        wv slx = sumlx - wxi * li;
-        const wm positive = wgt(slx, zero);
-        wv sl2 = suml2 - (wi * li) * li;
-        const wv q = x * sl2 / slx;  // (x * sl2) / slx, as ggml's x[i] * sl2 / slx
-        const wv nl = wmin(wmax(wv{g3_nearest_int(q.a), g3_nearest_int(q.b)}, lo), hi);
+        const wv3 x = wload<2>(xt[i]), wi = wload<2>(w[i]), wxi = wload<2>(wx[i]), li = wload<2>(lf[i]);
+        wv3 slx = sumlx - wxi * li;
+        const wm3 positive = wgt(slx, zero);
+        wv3 sl2 = suml2 - (wi * li) * li;
+        const wv3 q = x * sl2 / slx;  // (x * sl2) / slx, as ggml's x[i] * sl2 / slx
+        const wv3 nl = wmin(wmax(wnearest_int(q), lo), hi);
         slx = slx + wxi * nl;
         sl2 = sl2 + (wi * nl) * nl;
-        const wm better = wand(wgt(sl2, zero), wgt(slx * slx * suml2, sumlx * sumlx * sl2));
-        const wm accept = wand(wand(positive, wne(nl, li)), better);
+        const wm3 better = wand(wgt(sl2, zero), wgt(slx * slx * suml2, sumlx * sumlx * sl2));
+        const wm3 accept = wand(wand(positive, wne(nl, li)), better);
         if (!wany(accept)) continue;
         wstore(lf[i], wblend(accept, nl, li));
         sumlx = wblend(accept, slx, sumlx);
@@ -332,11 +389,11 @@ QFORGE_KFN bool q3_try(const float (*xt)[W], const float (*w)[W], const float (*
     return changed;
 }
 
-/// The weights x^2 and (x^2) x of W lanes (ggml recomputes them each use; the same products).
-QFORGE_KFN void q3_weights(const float (*xt)[W], float (*w)[W], float (*wx)[W]) noexcept {
+/// The weights x^2 and (x^2) x of W3 lanes (ggml recomputes them each use; the same products).
+QFORGE_KFN void q3_weights(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3]) noexcept {
     for (int i = 0; i < 16; ++i) {
-        const wv x = wload(xt[i]);
-        const wv xx = x * x;
+        const wv3 x = wload<2>(xt[i]);
+        const wv3 xx = x * x;
         wstore(w[i], xx);
         wstore(wx[i], xx * x);
     }
@@ -344,45 +401,45 @@ QFORGE_KFN void q3_weights(const float (*xt)[W], float (*w)[W], float (*wx)[W]) 
 
 /// make_q3_quants up to its descent: the weights, max |x| (returned: the lanes below
 /// GROUP_MAX_EPS take ggml's early return at the end), the first codes and their sums.
-QFORGE_KFN wv q3_setup(const float (*xt)[W], float (*w)[W], float (*wx)[W], float (*lf)[W], wv& sumlx,
-                       wv& suml2) noexcept {
-    const wv zero = wset(0.f), lo = wset(-4.f), hi = wset(3.f);
-    wv amax = zero, max = zero;
+QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], float (*lf)[W3], wv3& sumlx,
+                       wv3& suml2) noexcept {
+    const wv3 zero = wset<2>(0.f), lo = wset<2>(-4.f), hi = wset<2>(3.f);
+    wv3 amax = zero, max = zero;
     for (int i = 0; i < 16; ++i) {
-        const wv x = wload(xt[i]);
-        const wv ax = wabs(x);
-        const wm gt = wgt(ax, amax);
+        const wv3 x = wload<2>(xt[i]);
+        const wv3 ax = wabs(x);
+        const wm3 gt = wgt(ax, amax);
         amax = wblend(gt, ax, amax);
         max = wblend(gt, x, max);
     }
     q3_weights(xt, w, wx);
     // |iscale * x| <= 4 (to an ulp) on the lanes kept: vround is nearest_int there
-    const wv iscale = wset(-4.f) / max;
+    const wv3 iscale = wset<2>(-4.f) / max;
     sumlx = suml2 = zero;
     for (int i = 0; i < 16; ++i) {
-        const wv l = wround_clamp(iscale * wload(xt[i]), lo, hi);
+        const wv3 l = wround_clamp(iscale * wload<2>(xt[i]), lo, hi);
         wstore(lf[i], l);
-        sumlx = sumlx + wload(wx[i]) * l;
-        suml2 = suml2 + (wload(w[i]) * l) * l;
+        sumlx = sumlx + wload<2>(wx[i]) * l;
+        suml2 = suml2 + (wload<2>(w[i]) * l) * l;
     }
     return amax;
 }
 
 /// The sub-blocks of one k_q3_search step: 64 (four Q3_K super-blocks), as q3_groups groups
-/// of W lanes, transposed (xt[g][i][lane]).
-inline constexpr std::size_t q3_groups = 64 / W;
+/// of W3 lanes, transposed (xt[g][i][lane]).
+inline constexpr std::size_t q3_groups = 64 / W3;
 struct q3_state {
-    alignas(64) float xt[q3_groups][16][W], w[q3_groups][16][W], wx[q3_groups][16][W], lf[q3_groups][16][W];
-    alignas(64) float sumlx[q3_groups][W], suml2[q3_groups][W], amax[q3_groups][W], moved[q3_groups][W];
+    alignas(64) float xt[q3_groups][16][W3], w[q3_groups][16][W3], wx[q3_groups][16][W3], lf[q3_groups][16][W3];
+    alignas(64) float sumlx[q3_groups][W3], suml2[q3_groups][W3], amax[q3_groups][W3], moved[q3_groups][W3];
 };
 
-/// Tries 1..4 for the sub-blocks that moved in try 0 (about one in six): gathered W at a time
+/// Tries 1..4 for the sub-blocks that moved in try 0 (about one in six): gathered W3 at a time
 /// into one group, so that a try runs for the lanes that need it rather than for every group
 /// with one such lane. Spare lanes repeat the last one and are not written back.
 QFORGE_KFN void q3_retry(q3_state& st, const std::uint16_t* which, std::size_t m) noexcept {
-    alignas(64) float xt[16][W], w[16][W], wx[16][W], lf[16][W], sx[W], s2[W];
-    for (std::size_t r = 0; r < W; ++r) {
-        const std::size_t g = which[r < m ? r : m - 1] / W, l = which[r < m ? r : m - 1] % W;
+    alignas(64) float xt[16][W3], w[16][W3], wx[16][W3], lf[16][W3], sx[W3], s2[W3];
+    for (std::size_t r = 0; r < W3; ++r) {
+        const std::size_t g = which[r < m ? r : m - 1] / W3, l = which[r < m ? r : m - 1] % W3;
         for (int i = 0; i < 16; ++i) {
             xt[i][r] = st.xt[g][i][l];
             lf[i][r] = st.lf[g][i][l];
@@ -391,13 +448,13 @@ QFORGE_KFN void q3_retry(q3_state& st, const std::uint16_t* which, std::size_t m
         s2[r] = st.suml2[g][l];
     }
     q3_weights(xt, w, wx);
-    wv sumlx = wload(sx), suml2 = wload(s2), moved = wset(0.f);
+    wv3 sumlx = wload<2>(sx), suml2 = wload<2>(s2), moved = wset<2>(0.f);
     for (int itry = 1; itry < 5; ++itry)
         if (!q3_try(xt, w, wx, lf, sumlx, suml2, moved)) break;
     wstore(sx, sumlx);
     wstore(s2, suml2);
     for (std::size_t r = 0; r < m; ++r) {  // the codes themselves are not wanted (q3_search)
-        const std::size_t g = which[r] / W, l = which[r] % W;
+        const std::size_t g = which[r] / W3, l = which[r] % W3;
         st.sumlx[g][l] = sx[r];
         st.suml2[g][l] = s2[r];
     }
@@ -405,38 +462,38 @@ QFORGE_KFN void q3_retry(q3_state& st, const std::uint16_t* which, std::size_t m
 
 /// The scale suml2 > 0 ? sumlx / suml2 : 0, or ggml's early return (scale 0) where max |x| <
 /// GROUP_MAX_EPS.
-QFORGE_KFN wv q3_finish(const float* amax, const float* sumlx, const float* suml2) noexcept {
-    const wv zero = wset(0.f);
-    const wm zero_lane = wlt(wload(amax), wset(1e-15f));
-    const wv sx = wload(sumlx), s2 = wload(suml2);
+QFORGE_KFN wv3 q3_finish(const float* amax, const float* sumlx, const float* suml2) noexcept {
+    const wv3 zero = wset<2>(0.f);
+    const wm3 zero_lane = wlt(wload<2>(amax), wset<2>(1e-15f));
+    const wv3 sx = wload<2>(sumlx), s2 = wload<2>(suml2);
     return wblend(zero_lane, zero, wblend(wgt(s2, zero), sx / s2, zero));
 }
 
 QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noexcept {
     q3_state st;
-    alignas(64) float s[W];
+    alignas(64) float s[W3];
     for (std::size_t first = 0; first < count; first += 64) {
-        const std::size_t n = count - first < 64 ? count - first : 64, ng = (n + W - 1) / W;
+        const std::size_t n = count - first < 64 ? count - first : 64, ng = (n + W3 - 1) / W3;
         std::uint16_t which[64];
         std::size_t m = 0;
         for (std::size_t g = 0; g < ng; ++g) {
-            load_lanes(x, count, first + g * W, 16, &st.xt[g][0][0]);
-            wv sumlx, suml2, moved = wset(0.f);
+            load_lanes<W3>(x, count, first + g * W3, 16, &st.xt[g][0][0]);
+            wv3 sumlx, suml2, moved = wset<2>(0.f);
             wstore(st.amax[g], q3_setup(st.xt[g], st.w[g], st.wx[g], st.lf[g], sumlx, suml2));
             q3_try(st.xt[g], st.w[g], st.wx[g], st.lf[g], sumlx, suml2, moved);
             wstore(st.sumlx[g], sumlx);
             wstore(st.suml2[g], suml2);
             wstore(st.moved[g], moved);
             // no branch per lane: about one lane in six moved, which no predictor guesses
-            for (std::size_t l = 0; l < W && g * W + l < n; ++l) {
-                which[m] = static_cast<std::uint16_t>(g * W + l);
+            for (std::size_t l = 0; l < W3 && g * W3 + l < n; ++l) {
+                which[m] = static_cast<std::uint16_t>(g * W3 + l);
                 m += st.moved[g][l] != 0;
             }
         }
-        for (std::size_t r = 0; r < m; r += W) q3_retry(st, which + r, m - r < W ? m - r : W);
+        for (std::size_t r = 0; r < m; r += W3) q3_retry(st, which + r, m - r < W3 ? m - r : W3);
         for (std::size_t g = 0; g < ng; ++g) {
             wstore(s, q3_finish(st.amax[g], st.sumlx[g], st.suml2[g]));
-            for (std::size_t l = 0; l < W && g * W + l < n; ++l) scale[first + g * W + l] = s[l];
+            for (std::size_t l = 0; l < W3 && g * W3 + l < n; ++l) scale[first + g * W3 + l] = s[l];
         }
     }
 }
