@@ -9,6 +9,7 @@
 // codes where that product is 0. Products feeding sums are never fused (detail/fp.hpp).
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -314,11 +315,12 @@ inline void q6k_pack(const std::int8_t* L, block_q6_k& y) noexcept {
 inline bool q6k_scales(const float* scales, block_q6_k& y, float* d) noexcept {
     float max_scale = 0, max_abs_scale = 0;
     for (int ib = 0; ib < 16; ++ib) {
+        // a select by mask, not a branch: where the largest |scale| falls is a coin toss
         const float a = std::fabs(scales[ib]);
-        if (a > max_abs_scale) {
-            max_abs_scale = a;
-            max_scale = scales[ib];
-        }
+        const std::uint32_t pick = 0u - static_cast<std::uint32_t>(a > max_abs_scale);
+        max_scale = std::bit_cast<float>((std::bit_cast<std::uint32_t>(scales[ib]) & pick) |
+                                         (std::bit_cast<std::uint32_t>(max_scale) & ~pick));
+        max_abs_scale = a > max_abs_scale ? a : max_abs_scale;
     }
     if (max_abs_scale < group_max_eps) {
         std::memset(&y, 0, sizeof y);
