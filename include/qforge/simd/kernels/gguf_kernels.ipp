@@ -14,11 +14,13 @@
 
 namespace gguf_family {
 
-/// Sub-blocks per search: 32 on every ISA, so four vectors on AVX2 and two on AVX-512. Each
-/// lane's sums are sequential (ggml's order) and its steps wait on each other's accepts, so a
-/// step takes the same chain of dependent adds at any width; only more lanes per chain spread
-/// it. Two 256-bit vectors left AVX2 3-10% slower per weight (Q2_K, Q4_K, Q5_K, Q6_K).
-inline constexpr std::size_t W = 32;
+/// Sub-blocks per search: two vectors, four on AVX2 (32 lanes, as on AVX-512). Each lane's
+/// sums are sequential (ggml's order) and its steps wait on each other's accepts, so a step
+/// takes the same chain of dependent adds at any width; only more lanes per chain spread it.
+/// Two 256-bit vectors left AVX2 3-10% slower per weight (Q2_K, Q4_K, Q5_K, Q6_K). NEON keeps
+/// two (no ARM machine here to measure it on), and so does the scalar ISA, whose vectors are
+/// arrays: there four only lengthened the compile (15 s more for the base TU).
+inline constexpr std::size_t W = (QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2 ? 4 : 2) * lanes;
 static_assert(W % lanes == 0 && W % 8 == 0);
 
 // ---- W-lane vectors: K vf ------------------------------------------------------------------
