@@ -9,7 +9,6 @@
 // codes where that product is 0. Products feeding sums are never fused (detail/fp.hpp).
 #pragma once
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -315,12 +314,11 @@ inline void q6k_pack(const std::int8_t* L, block_q6_k& y) noexcept {
 inline bool q6k_scales(const float* scales, block_q6_k& y, float* d) noexcept {
     float max_scale = 0, max_abs_scale = 0;
     for (int ib = 0; ib < 16; ++ib) {
-        // a select by mask, not a branch: where the largest |scale| falls is a coin toss
+        // selects, not a branch: where the largest |scale| falls is a coin toss
         const float a = std::fabs(scales[ib]);
-        const std::uint32_t pick = 0u - static_cast<std::uint32_t>(a > max_abs_scale);
-        max_scale = std::bit_cast<float>((std::bit_cast<std::uint32_t>(scales[ib]) & pick) |
-                                         (std::bit_cast<std::uint32_t>(max_scale) & ~pick));
-        max_abs_scale = a > max_abs_scale ? a : max_abs_scale;
+        const bool larger = a > max_abs_scale;
+        max_scale = larger ? scales[ib] : max_scale;
+        max_abs_scale = larger ? a : max_abs_scale;
     }
     if (max_abs_scale < group_max_eps) {
         std::memset(&y, 0, sizeof y);

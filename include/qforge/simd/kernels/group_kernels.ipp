@@ -832,8 +832,9 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
     search_columns k;
     const bool symmetric = rc.rule == grid_rule::symmetric;
     std::memcpy(f, factors, count * sizeof(float));  // padded to whole vectors with 0
-    cubic_bounds cubic;  // four pow calls: only for the norms that take the bound (`bounded`)
-    if (rc.norm > 2.0f && rc.norm <= 3.0f) cubic = cubic_bounds(rc.norm);
+    const bool bounded_norm = rc.norm > 2.0f && rc.norm <= 3.0f;  // the norms k_best_by_bound takes
+    cubic_bounds cubic;  // four pow calls: only for those norms
+    if (bounded_norm) cubic = cubic_bounds(rc.norm);
     for (std::size_t c0 = 0, j = 0; c0 < n; c0 += gsize, ++j) {
         const std::size_t len = n - c0 < gsize ? n - c0 : gsize;
         // The candidates' inputs factor * amax (or * lo, * hi), a vector at a time: written
@@ -852,7 +853,7 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
         if (k_grid_columns(a, symmetric ? nullptr : b, count, rc, k)) return static_cast<std::int64_t>(j);
         // The bound needs every power term unclamped: |e| <= amax (1 + 2 maxq) < 2^42.
         const float amax = group_abs_max(mn[j], mx[j]);
-        const bool bounded = rc.norm > 2.0f && rc.norm <= 3.0f && count > 1 && len <= 65536 && amax < 0x1p32f;
+        const bool bounded = bounded_norm && count > 1 && len <= 65536 && amax < 0x1p32f;
         std::size_t best = 0;
         if (bounded) {
             best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, k.view(rc.norm), count, cubic)
