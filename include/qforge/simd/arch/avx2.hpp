@@ -224,6 +224,7 @@ QFORGE_GG gg_mask gg_gt(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_G
 QFORGE_GG gg_mask gg_eq(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
 QFORGE_GG gg_mask gg_ne(vf a, vf b) noexcept { return _mm256_cmp_ps(a, b, _CMP_NEQ_UQ); }
 QFORGE_GG gg_mask gg_and(gg_mask a, gg_mask b) noexcept { return _mm256_and_ps(a, b); }
+QFORGE_GG gg_mask gg_or(gg_mask a, gg_mask b) noexcept { return _mm256_or_ps(a, b); }
 QFORGE_GG bool gg_any(gg_mask a) noexcept { return _mm256_movemask_ps(a) != 0; }
 QFORGE_GG int gg_first(gg_mask a) noexcept {
     const int bits = _mm256_movemask_ps(a);
@@ -260,6 +261,45 @@ QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* ds
 QFORGE_GG std::uint16_t gg_fp16(float f) noexcept {
     if (f != f) return float_to_fp16(f);
     return static_cast<std::uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
+}
+template <bool Max>
+QFORGE_GG vf gg_min_or_max(vf a, vf b) noexcept {
+    if constexpr (Max) {
+        return _mm256_max_ps(a, b);
+    } else {
+        return _mm256_min_ps(a, b);
+    }
+}
+// Eight reductions by vhmin's (vhmax's) own tree and operand order, sharing its shuffles: the
+// 128-bit halves, then lanes i and i + 2, then i and i + 1, each round over every vector.
+template <bool Max>
+QFORGE_GG vf gg_reduce_each(const vf* v) noexcept {
+    vf half[4], quarter[2];  // half[i]: v[2i]'s four partial results, then v[2i + 1]'s
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+        half[i] = gg_min_or_max<Max>(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20),
+                                     _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i)  // quarter[0]: v0 v0 v2 v2 | v1 v1 v3 v3; quarter[1] the same of v4..v7
+        quarter[i] = gg_min_or_max<Max>(_mm256_shuffle_ps(half[2 * i], half[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                        _mm256_shuffle_ps(half[2 * i], half[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const vf r = gg_min_or_max<Max>(_mm256_shuffle_ps(quarter[0], quarter[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm256_shuffle_ps(quarter[0], quarter[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));  // from v0 v2 v4 v6 | v1 v3 v5 v7
+}
+QFORGE_GG vf gg_hmin_each(const vf* v) noexcept { return gg_reduce_each<false>(v); }
+QFORGE_GG vf gg_hmax_each(const vf* v) noexcept { return gg_reduce_each<true>(v); }
+QFORGE_GG void gg_fp16_pairs(vf a, vf b, std::uint16_t* out) noexcept {
+    const __m128i ha = _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i hb = _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi16(ha, hb));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8), _mm_unpackhi_epi16(ha, hb));
+    const vf nan = _mm256_or_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+    if (_mm256_movemask_ps(nan) == 0) return;
+    alignas(32) float ta[8], tb[8];
+    _mm256_store_ps(ta, a);
+    _mm256_store_ps(tb, b);
+    for (int j = 0; j < 8; ++j) out[2 * j] = gg_fp16(ta[j]), out[2 * j + 1] = gg_fp16(tb[j]);
 }
 QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     const __m256i i = _mm256_cvttps_epi32(q);

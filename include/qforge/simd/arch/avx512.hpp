@@ -206,6 +206,7 @@ QFORGE_GG gg_mask gg_gt(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _
 QFORGE_GG gg_mask gg_eq(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 QFORGE_GG gg_mask gg_ne(vf a, vf b) noexcept { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); }
 QFORGE_GG gg_mask gg_and(gg_mask a, gg_mask b) noexcept { return static_cast<gg_mask>(a & b); }
+QFORGE_GG gg_mask gg_or(gg_mask a, gg_mask b) noexcept { return static_cast<gg_mask>(a | b); }
 QFORGE_GG bool gg_any(gg_mask a) noexcept { return a != 0; }
 QFORGE_GG int gg_first(gg_mask a) noexcept { return a == 0 ? -1 : __builtin_ctz(static_cast<unsigned>(a)); }
 QFORGE_GG vf gg_blend(gg_mask m, vf t, vf f) noexcept { return _mm512_mask_blend_ps(m, f, t); }
@@ -216,6 +217,26 @@ QFORGE_GG void gg_transpose8(const float* src, std::size_t src_stride, float* ds
     avx2_isa::gg_transpose8(src, src_stride, dst, dst_stride);
 }
 QFORGE_GG std::uint16_t gg_fp16(float f) noexcept { return avx2_isa::gg_fp16(f); }
+// Eight reductions: each vector's 256-bit halves first, then the AVX2 reductions of all eight
+// at once; the result in both halves. The order differs from vhmin's, which changes no min or
+// max but a zero's sign (or a NaN's pick).
+template <bool Max>
+QFORGE_GG vf gg_reduce_each(const vf* v) noexcept {
+    __m256 half[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j)
+        half[j] = avx2_isa::gg_min_or_max<Max>(_mm512_castps512_ps256(v[j]),
+                                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v[j]), 1)));
+    const __m256d r = _mm256_castps_pd(avx2_isa::gg_reduce_each<Max>(half));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(r), r, 1));
+}
+QFORGE_GG vf gg_hmin_each(const vf* v) noexcept { return gg_reduce_each<false>(v); }
+QFORGE_GG vf gg_hmax_each(const vf* v) noexcept { return gg_reduce_each<true>(v); }
+QFORGE_GG void gg_fp16_pairs(vf a, vf b, std::uint16_t* out) noexcept {
+    avx2_isa::gg_fp16_pairs(_mm512_castps512_ps256(a), _mm512_castps512_ps256(b), out);
+    avx2_isa::gg_fp16_pairs(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)),
+                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b), 1)), out + 16);
+}
 QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q)));
 }

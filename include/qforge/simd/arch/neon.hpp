@@ -282,6 +282,7 @@ inline gg_mask gg_gt(vf x, vf y) noexcept { return {vcgtq_f32(x.a, y.a), vcgtq_f
 inline gg_mask gg_eq(vf x, vf y) noexcept { return {vceqq_f32(x.a, y.a), vceqq_f32(x.b, y.b)}; }
 inline gg_mask gg_ne(vf x, vf y) noexcept { return {vmvnq_u32(vceqq_f32(x.a, y.a)), vmvnq_u32(vceqq_f32(x.b, y.b))}; }
 inline gg_mask gg_and(gg_mask x, gg_mask y) noexcept { return {vandq_u32(x.a, y.a), vandq_u32(x.b, y.b)}; }
+inline gg_mask gg_or(gg_mask x, gg_mask y) noexcept { return {vorrq_u32(x.a, y.a), vorrq_u32(x.b, y.b)}; }
 inline bool gg_any(gg_mask m) noexcept { return vmaxvq_u32(vorrq_u32(m.a, m.b)) != 0; }
 inline int gg_first(gg_mask m) noexcept {
     // lane j's bit j, then the lowest set bit (vaddv of disjoint bits is their OR)
@@ -319,6 +320,22 @@ inline void gg_transpose8(const float* src, std::size_t src_stride, float* dst, 
 inline std::uint16_t gg_fp16(float f) noexcept {
     if (f != f) return float_to_fp16(f);
     return vget_lane_u16(vreinterpret_u16_f16(vcvt_f16_f32(vdupq_n_f32(f))), 0);
+}
+inline vf gg_hmin_each(const vf* v) noexcept {
+    alignas(16) float t[8];
+    for (std::size_t j = 0; j < 8; ++j) t[j] = vhmin(v[j]);
+    return vload(t);
+}
+inline vf gg_hmax_each(const vf* v) noexcept {
+    alignas(16) float t[8];
+    for (std::size_t j = 0; j < 8; ++j) t[j] = vhmax(v[j]);
+    return vload(t);
+}
+inline void gg_fp16_pairs(vf a, vf b, std::uint16_t* out) noexcept {
+    alignas(16) float ta[8], tb[8];
+    vstore(ta, a);
+    vstore(tb, b);
+    for (std::size_t j = 0; j < 8; ++j) out[2 * j] = gg_fp16(ta[j]), out[2 * j + 1] = gg_fp16(tb[j]);
 }
 inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     const int16x8_t w = vcombine_s16(vmovn_s32(vcvtq_s32_f32(q.a)), vmovn_s32(vcvtq_s32_f32(q.b)));

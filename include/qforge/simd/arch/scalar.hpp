@@ -350,6 +350,7 @@ inline gg_mask gg_gt(vf a, vf b) noexcept { QFORGE_GG_MASK(a.v[j] > b.v[j]); }
 inline gg_mask gg_eq(vf a, vf b) noexcept { QFORGE_GG_MASK(a.v[j] == b.v[j]); }
 inline gg_mask gg_ne(vf a, vf b) noexcept { QFORGE_GG_MASK(a.v[j] != b.v[j]); }
 inline gg_mask gg_and(gg_mask a, gg_mask b) noexcept { QFORGE_GG_MASK(a.m[j] && b.m[j]); }
+inline gg_mask gg_or(gg_mask a, gg_mask b) noexcept { QFORGE_GG_MASK(a.m[j] || b.m[j]); }
 #undef QFORGE_GG_MASK
 inline bool gg_any(gg_mask a) noexcept {
     bool any = false;
@@ -386,6 +387,22 @@ inline void gg_transpose8(const float* src, std::size_t src_stride, float* dst, 
 /// The fp16 bits of f, round to nearest even (core/half.hpp's definition, which the vector ISAs'
 /// conversion instructions give too; a NaN goes through the definition everywhere).
 inline std::uint16_t gg_fp16(float f) noexcept { return float_to_fp16(f); }
+/// Lane j: vhmin(v[j]) (vhmax), for the eight vectors v[0..8) (lane j + 8 too where a vector
+/// has 16 lanes): one horizontal reduction per lane (the vector ISAs share their shuffles).
+inline vf gg_hmin_each(const vf* v) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = vhmin(v[j]);
+    return r;
+}
+inline vf gg_hmax_each(const vf* v) noexcept {
+    vf r;
+    for (std::size_t j = 0; j < 8; ++j) r.v[j] = vhmax(v[j]);
+    return r;
+}
+/// out[2j] = gg_fp16(lane j of a), out[2j + 1] = gg_fp16(lane j of b): fp16 pairs as blocks store them.
+inline void gg_fp16_pairs(vf a, vf b, std::uint16_t* out) noexcept {
+    for (std::size_t j = 0; j < 8; ++j) out[2 * j] = gg_fp16(a.v[j]), out[2 * j + 1] = gg_fp16(b.v[j]);
+}
 /// Integral floats in -128..127 as their int8 bytes (lanes of them; x4: four vectors in order).
 inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(static_cast<std::int32_t>(q.v[j])));

@@ -643,27 +643,37 @@ QFORGE_KFN float block_signed_max(const float* x) noexcept {
     return 0.0f;
 }
 
-/// Loads one block and gives ggml's min_max of it (`if (x < min) min = x`, and so for max:
-/// the first of equal extremes). Only a zero's sign tells equal values apart, so a block whose
-/// min or max is zero takes ggml's loop.
-QFORGE_KFN void block_min_max(const float* x, vf* v, float& mn, float& mx) noexcept {
-    vf lo = vload(x), hi = lo;
-    v[0] = lo;
-#pragma GCC unroll 4
-    for (std::size_t k = 1; k < block_steps; ++k) {
-        v[k] = vload(x + lanes * k);
-        lo = vmin(lo, v[k]);
-        hi = vmax(hi, v[k]);
-    }
-    mn = vhmin(lo);
-    mx = vhmax(hi);
-    if (mn != 0 && mx != 0) return;
+/// ggml's min_max: `if (x < min) min = x`, and so for max (the first of equal extremes).
+QFORGE_KFN void ggml_min_max(const float* x, float& mn, float& mx) noexcept {
     mn = 3.40282347e38f;
     mx = -3.40282347e38f;
     for (std::size_t j = 0; j < 32; ++j) {
         if (x[j] < mn) mn = x[j];
         if (x[j] > mx) mx = x[j];
     }
+}
+
+/// A block's lane-wise min and max over its vectors (the order every reduction below takes).
+QFORGE_KFN void block_lane_min_max(const float* x, vf& lo, vf& hi) noexcept {
+    vf l = vload(x), h = l;  // locals: a vector type may alias x, so stores through lo would reload x
+#pragma GCC unroll 4
+    for (std::size_t k = 1; k < block_steps; ++k) {
+        const vf v = vload(x + lanes * k);
+        l = vmin(l, v);
+        h = vmax(h, v);
+    }
+    lo = l;
+    hi = h;
+}
+
+/// One block's ggml min_max. Only a zero's sign tells equal values apart, so a block whose min
+/// or max is zero takes ggml's loop.
+QFORGE_KFN void block_min_max(const float* x, float& mn, float& mx) noexcept {
+    vf lo, hi;
+    block_lane_min_max(x, lo, hi);
+    mn = vhmin(lo);
+    mx = vhmax(hi);
+    if (mn == 0 || mx == 0) ggml_min_max(x, mn, mx);
 }
 
 /// ggml's 32-bit qh, little-endian.
@@ -703,30 +713,114 @@ QFORGE_KFN void signed_codes(const float* x, float levels, float id, std::uint8_
 
 /// Q4_1 / Q5_1 (levels 16 / 32): ggml's min_max and d = (max - min) / (levels - 1).
 QFORGE_KFN block_scale offset_scale(const float* x, float levels) noexcept {
-    vf v[block_steps];
     float mn, mx;
-    block_min_max(x, v, mn, mx);
+    block_min_max(x, mn, mx);
     const float d = (mx - mn) / (levels - 1);
     return {d, d != 0 ? 1.0f / d : 0.0f, mn};
 }
 
-/// Q4_1 / Q5_1's codes (int8_t)((x - min) / d + 0.5f) into q[32], clamped to levels - 1 where
-/// ggml clamps (Q4_1; Q5_1's codes stay below 32 unclamped). With 1 / d infinite (d subnormal)
-/// or 0 (d 0 or infinite) every code is ggml's (int8_t) cast of 0.5f, +-inf or NaN: 0.
-template <bool Clamp>
-QFORGE_KFN void offset_codes(const float* x, float levels, const block_scale& s, std::uint8_t* q) noexcept {
-    if (!(s.id > 0 && s.id <= 3.40282347e38f)) {
-        std::memset(q, 0, 32);
-        return;
-    }
-    const vf vmn = vset(s.mn), vid = vset(s.id), half = vset(0.5f), top = vset(levels - 1);
+/// Q4_1 / Q5_1's codes (int8_t)((x - min) / d + 0.5f) into q[32] (the conversion to bytes
+/// truncates, as the cast does), where 1 / d is finite and positive. They need no clamp: ggml
+/// clamps Q4_1's to 15, but x - min <= max - min (rounding is monotonic) and (max - min) / d
+/// is levels - 1 within three roundings (2^-21 relative where d is subnormal), so no code
+/// reaches levels - 1 + 0.5.
+QFORGE_KFN void offset_codes(const float* x, float mn, float id, std::uint8_t* q) noexcept {
+    const vf vmn = vset(mn), vid = vset(id), half = vset(0.5f);
     vf c[block_steps];
 #pragma GCC unroll 4
-    for (std::size_t k = 0; k < block_steps; ++k) {
-        c[k] = gg_trunc(vadd(vmul(vsub(vload(x + lanes * k), vmn), vid), half));
-        if constexpr (Clamp) c[k] = vmin(c[k], top);
-    }
+    for (std::size_t k = 0; k < block_steps; ++k) c[k] = vadd(vmul(vsub(vload(x + lanes * k), vmn), vid), half);
     store_block_codes(reinterpret_cast<std::byte*>(q), c);
+}
+
+/// Whether a block's 1 / d gives it codes; without, every code is ggml's (int8_t) cast of
+/// 0.5f, +-inf or NaN: 0 (1 / d infinite: d subnormal; 0: d 0 or infinite).
+QFORGE_KFN bool offset_codes_defined(float id) noexcept { return id > 0 && id <= 3.40282347e38f; }
+
+/// Q4_1 / Q5_1 take their blocks in batches of eight, and the scales of a batch in the lanes of
+/// one vector (block j in lane j, and j + 8 where a vector has 16): offset_scale's values, with
+/// every block's min and max reduced into one vector, so that the divisions and the fp16
+/// conversions take one vector operation for the batch. dm16: each block's fp16 d and min.
+inline constexpr std::size_t offset_batch = 8;
+struct offset_scales {
+    alignas(64) float mn[lanes], id[lanes];
+    std::uint16_t dm16[2 * lanes];
+    bool all_defined;  ///< every lane's offset_codes_defined
+};
+
+/// The first stage of a batch's scales: each block's lane-wise min and max.
+struct lane_extremes {
+    vf lo[offset_batch], hi[offset_batch];
+};
+
+/// The second stage: the blocks' min and max, as block_min_max gives them.
+QFORGE_KFN void batch_min_max(const float* x, const lane_extremes& e, vf& mn, vf& mx) noexcept {
+    mn = gg_hmin_each(e.lo);
+    mx = gg_hmax_each(e.hi);
+    const vf zero = vset(0.f);
+    if (!gg_any(gg_or(gg_eq(mn, zero), gg_eq(mx, zero)))) return;
+    alignas(64) float a[lanes], b[lanes];
+    vstore(a, mn);
+    vstore(b, mx);
+    for (std::size_t j = 0; j < lanes; ++j)
+        if (a[j] == 0 || b[j] == 0) ggml_min_max(x + 32 * (j % offset_batch), a[j], b[j]);
+    mn = vload(a);
+    mx = vload(b);
+}
+
+/// The last stage: offset_scale's d and 1 / d.
+QFORGE_KFN void batch_offset_scales(float levels, vf mn, vf mx, offset_scales& s) noexcept {
+    const vf zero = vset(0.f);
+    const vf d = vdiv(vsub(mx, mn), vset(levels - 1));
+    const vf id = gg_blend(gg_ne(d, zero), vdiv(vset(1.f), d), zero);  // ggml: d ? 1 / d : 0
+    vstore(s.id, id);
+    vstore(s.mn, mn);
+    gg_fp16_pairs(d, mn, s.dm16);
+    const gg_mask defined = gg_and(gg_gt(id, zero), gg_lt(id, vset(std::numeric_limits<float>::infinity())));
+    s.all_defined = !gg_any(gg_eq(gg_blend(defined, zero, vset(1.f)), vset(1.f)));
+}
+
+/// Q4_1 / Q5_1 rows, a batch at a time: each block's codes (`emit(x, s, j, block)` for lane j
+/// of the batch's scales), the last nb % offset_batch blocks one by one. A batch's scales are
+/// a long chain (reductions, then two divisions: ~60 cycles), and the out-of-order window stalls
+/// on a chain longer than the work behind it. So the stages of the next batches' scales go
+/// between this batch's codes: every block's lane-wise extremes for the batch after next, the
+/// next batch's min and max before the first half of the codes, its divisions before the second.
+template <std::int64_t Bytes, class Emit>
+QFORGE_KFN void offset_blocks(const float* x, std::int64_t nb, float levels, std::byte* blocks, Emit emit) noexcept {
+    const auto batch = static_cast<std::int64_t>(offset_batch);
+    const std::int64_t batches = nb / batch;
+    lane_extremes e[2];  // e[n % 2]: batch n's
+    offset_scales s[2];  // s[n % 2]: batch n's
+    for (std::int64_t n = 0; n < 2 && n < batches; ++n)
+        for (std::size_t j = 0; j < offset_batch; ++j)
+            block_lane_min_max(x + 32 * (n * batch + static_cast<std::int64_t>(j)), e[n].lo[j], e[n].hi[j]);
+    vf mn, mx;
+    if (batches > 0) {
+        batch_min_max(x, e[0], mn, mx);
+        batch_offset_scales(levels, mn, mx, s[0]);
+    }
+    for (std::int64_t n = 0; n < batches; ++n) {
+        const float* now = x + 32 * n * batch;
+        const bool next = n + 1 < batches, more = n + 2 < batches;
+        if (next) batch_min_max(now + 32 * batch, e[(n + 1) % 2], mn, mx);
+        lane_extremes& after = e[n % 2];  // batch n + 2's, in the place of batch n's
+        for (std::size_t j = 0; j < offset_batch; ++j) {
+            const auto at = static_cast<std::int64_t>(j);
+            if (j == offset_batch / 2 && next) batch_offset_scales(levels, mn, mx, s[(n + 1) % 2]);
+            if (more) block_lane_min_max(now + 32 * (2 * batch + at), after.lo[j], after.hi[j]);
+            emit(now + 32 * at, s[n % 2], j, blocks + Bytes * (n * batch + at));
+        }
+    }
+    offset_scales& one = s[0];
+    one.all_defined = false;
+    for (std::int64_t i = batches * batch; i < nb; ++i) {
+        const block_scale b = offset_scale(x + 32 * i, levels);
+        one.mn[0] = b.mn;
+        one.id[0] = b.id;
+        one.dm16[0] = gg_fp16(b.d);
+        one.dm16[1] = gg_fp16(b.mn);
+        emit(x + 32 * i, one, 0, blocks + Bytes * i);
+    }
 }
 
 /// Blocks [i, i + n) of a row of 32-element blocks of `bytes` each: the scales of the batch
@@ -791,20 +885,25 @@ QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
     in_batches<18>(x, nb, blocks, q4_0_scale{}, q4_0_emit{});
 }
 
-struct q4_1_scale {
-    QFORGE_KFN block_scale operator()(const float* x) const noexcept { return offset_scale(x, 16); }
-};
+/// Lane j's block: its fp16 d and min (Q4_1 / Q5_1's first four bytes), and its codes into q.
+QFORGE_KFN void offset_block(const float* x, const offset_scales& s, std::size_t j, std::byte* block,
+                             std::uint8_t* q) noexcept {
+    std::memcpy(block, &s.dm16[2 * j], 4);
+    if (s.all_defined || offset_codes_defined(s.id[j])) {
+        offset_codes(x, s.mn[j], s.id[j], q);
+    } else {
+        std::memset(q, 0, 32);
+    }
+}
 struct q4_1_emit {
-    QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
+    QFORGE_KFN void operator()(const float* x, const offset_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
-        offset_codes<true>(x, 16, s, q);
-        store_fp16(block, s.d);
-        store_fp16(block + 2, s.mn);
+        offset_block(x, s, j, block, q);
         gg_store_nibbles32(block + 4, q);
     }
 };
 QFORGE_KFN void k_q4_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    in_batches<20>(x, nb, blocks, q4_1_scale{}, q4_1_emit{});
+    offset_blocks<20>(x, nb, 16, blocks, q4_1_emit{});
 }
 
 struct q5_0_scale {
@@ -823,21 +922,16 @@ QFORGE_KFN void k_q5_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
     in_batches<22>(x, nb, blocks, q5_0_scale{}, q5_0_emit{});
 }
 
-struct q5_1_scale {
-    QFORGE_KFN block_scale operator()(const float* x) const noexcept { return offset_scale(x, 32); }
-};
 struct q5_1_emit {
-    QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
+    QFORGE_KFN void operator()(const float* x, const offset_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
-        offset_codes<false>(x, 32, s, q);
-        store_fp16(block, s.d);
-        store_fp16(block + 2, s.mn);
+        offset_block(x, s, j, block, q);
         store_fifth_bits(block + 4, gg_fifth_bits32(q));
         gg_store_nibbles32(block + 8, q);
     }
 };
 QFORGE_KFN void k_q5_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    in_batches<24>(x, nb, blocks, q5_1_scale{}, q5_1_emit{});
+    offset_blocks<24>(x, nb, 32, blocks, q5_1_emit{});
 }
 
 // ---- the blocks the vector paths leave to the scalar port --------------------------------
