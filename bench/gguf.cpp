@@ -48,15 +48,18 @@ void scalar_port(ggml_type t, const float* x, std::int64_t nrow, std::byte* out)
     });
 }
 
-/// Best of `reps` process-CPU times of `run()`.
+/// Best of the process-CPU times of `run()`: at least `reps` runs, and more until the runs add
+/// up to 0.2 s (a fast kernel's rows take half a millisecond, where three runs are noise).
 template <class Run>
 double best_seconds(int reps, Run run) {
-    double best = 1e30;
-    for (int r = 0; r < reps; ++r) {
+    double best = 1e30, spent = 0;
+    for (int r = 0; r < reps || (spent < 0.2 && r < 1000); ++r) {
         const std::clock_t t0 = std::clock();
         run();
         benchmark::ClobberMemory();
-        best = std::min(best, static_cast<double>(std::clock() - t0) / CLOCKS_PER_SEC);
+        const double s = static_cast<double>(std::clock() - t0) / CLOCKS_PER_SEC;
+        best = std::min(best, s);
+        spent += s;
     }
     return best;
 }
