@@ -696,7 +696,8 @@ QFORGE_KFN block_scale signed_scale(const float* x, float levels) noexcept {
     return {d, d != 0 ? 1.0f / d : 0.0f, 0};
 }
 
-/// Q4_0 / Q5_0's codes MIN(levels - 1, (int8_t)(x / d + levels / 2 + 0.5f)), >= 0, into q[32].
+/// Q4_0 / Q5_0's codes MIN(levels - 1, (int8_t)(x / d + levels / 2 + 0.5f)), >= 0, into q[32]
+/// (the clamp before the truncating conversion to bytes: the same, levels - 1 being whole).
 /// With 1 / d infinite every product is +-inf or NaN, which ggml's (int8_t) cast (x86
 /// cvttss2si) turns into code 0.
 QFORGE_KFN void signed_codes(const float* x, float levels, float id, std::uint8_t* q) noexcept {
@@ -707,7 +708,7 @@ QFORGE_KFN void signed_codes(const float* x, float levels, float id, std::uint8_
     const vf vid = vset(id), bias = vset(levels / 2 + 0.5f), top = vset(levels - 1);
     vf c[block_steps];
 #pragma GCC unroll 4
-    for (std::size_t k = 0; k < block_steps; ++k) c[k] = vmin(gg_trunc(vadd(vmul(vload(x + lanes * k), vid), bias)), top);
+    for (std::size_t k = 0; k < block_steps; ++k) c[k] = vmin(vadd(vmul(vload(x + lanes * k), vid), bias), top);
     store_block_codes(reinterpret_cast<std::byte*>(q), c);
 }
 
@@ -736,20 +737,20 @@ QFORGE_KFN void offset_codes(const float* x, float mn, float id, std::uint8_t* q
 /// 0.5f, +-inf or NaN: 0 (1 / d infinite: d subnormal; 0: d 0 or infinite).
 QFORGE_KFN bool offset_codes_defined(float id) noexcept { return id > 0 && id <= 3.40282347e38f; }
 
-/// Q4_1 / Q5_1 take their blocks in batches of eight, and the scales of a batch in the lanes of
-/// one vector (block j in lane j, and j + 8 where a vector has 16): offset_scale's values, with
-/// every block's min and max reduced into one vector, so that the divisions and the fp16
-/// conversions take one vector operation for the batch. dm16: each block's fp16 d and min.
-inline constexpr std::size_t offset_batch = 8;
-struct offset_scales {
+/// Q4_0, Q4_1, Q5_0 and Q5_1 take their blocks in batches of eight, and the scales of a batch
+/// in the lanes of one vector (block j in lane j, and j + 8 where a vector has 16), every
+/// block's min and max reduced into one vector: the divisions and fp16 conversions then take
+/// one vector operation for the batch. dm16: each block's fp16 d and, Q4_1 / Q5_1, min.
+inline constexpr std::size_t scale_batch = 8;
+struct batch_scales {
     alignas(64) float mn[lanes], id[lanes];
     std::uint16_t dm16[2 * lanes];
-    bool all_defined;  ///< every lane's offset_codes_defined
+    bool all_defined;  ///< every lane's 1 / d gives codes (no lane takes the all-zero codes)
 };
 
 /// The first stage of a batch's scales: each block's lane-wise min and max.
 struct lane_extremes {
-    vf lo[offset_batch], hi[offset_batch];
+    vf lo[scale_batch], hi[scale_batch];
 };
 
 /// The second stage: the blocks' min and max, as block_min_max gives them.
@@ -762,64 +763,102 @@ QFORGE_KFN void batch_min_max(const float* x, const lane_extremes& e, vf& mn, vf
     vstore(a, mn);
     vstore(b, mx);
     for (std::size_t j = 0; j < lanes; ++j)
-        if (a[j] == 0 || b[j] == 0) ggml_min_max(x + 32 * (j % offset_batch), a[j], b[j]);
+        if (a[j] == 0 || b[j] == 0) ggml_min_max(x + 32 * (j % scale_batch), a[j], b[j]);
     mn = vload(a);
     mx = vload(b);
 }
 
-/// The last stage: offset_scale's d and 1 / d.
-QFORGE_KFN void batch_offset_scales(float levels, vf mn, vf mx, offset_scales& s) noexcept {
-    const vf zero = vset(0.f);
-    const vf d = vdiv(vsub(mx, mn), vset(levels - 1));
-    const vf id = gg_blend(gg_ne(d, zero), vdiv(vset(1.f), d), zero);  // ggml: d ? 1 / d : 0
-    vstore(s.id, id);
-    vstore(s.mn, mn);
-    gg_fp16_pairs(d, mn, s.dm16);
-    const gg_mask defined = gg_and(gg_gt(id, zero), gg_lt(id, vset(std::numeric_limits<float>::infinity())));
-    s.all_defined = !gg_any(gg_eq(gg_blend(defined, zero, vset(1.f)), vset(1.f)));
-}
+/// The last stage for Q4_1 / Q5_1 (levels 16 / 32): offset_scale's d and 1 / d.
+struct offset_scales {
+    float levels;
+    QFORGE_KFN void operator()(const float*, vf mn, vf mx, batch_scales& s) const noexcept {
+        const vf zero = vset(0.f);
+        const vf d = vdiv(vsub(mx, mn), vset(levels - 1));
+        const vf id = gg_blend(gg_ne(d, zero), vdiv(vset(1.f), d), zero);  // ggml: d ? 1 / d : 0
+        vstore(s.id, id);
+        vstore(s.mn, mn);
+        gg_fp16_pairs(d, mn, s.dm16);
+        const gg_mask defined = gg_and(gg_gt(id, zero), gg_lt(id, vset(std::numeric_limits<float>::infinity())));
+        s.all_defined = !gg_any(gg_eq(gg_blend(defined, zero, vset(1.f)), vset(1.f)));
+    }
+    QFORGE_KFN void one(const float* x, batch_scales& s) const noexcept {
+        const block_scale b = offset_scale(x, levels);
+        s.mn[0] = b.mn;
+        s.id[0] = b.id;
+        s.dm16[0] = gg_fp16(b.d);
+        s.dm16[1] = gg_fp16(b.mn);
+        s.all_defined = offset_codes_defined(b.id);
+    }
+};
 
-/// Q4_1 / Q5_1 rows, a batch at a time: each block's codes (`emit(x, s, j, block)` for lane j
-/// of the batch's scales), the last nb % offset_batch blocks one by one. A batch's scales are
-/// a long chain (reductions, then two divisions: ~60 cycles), and the out-of-order window stalls
-/// on a chain longer than the work behind it. So the stages of the next batches' scales go
-/// between this batch's codes: every block's lane-wise extremes for the batch after next, the
-/// next batch's min and max before the first half of the codes, its divisions before the second.
-template <std::int64_t Bytes, class Emit>
-QFORGE_KFN void offset_blocks(const float* x, std::int64_t nb, float levels, std::byte* blocks, Emit emit) noexcept {
-    const auto batch = static_cast<std::int64_t>(offset_batch);
+/// The last stage for Q4_0 / Q5_0 (levels 16 / 32): signed_scale's d and 1 / d, from
+/// block_signed_max's rule: the max or the min, whichever is larger in magnitude; 0 where both
+/// are 0; where they are +a and -a, the first element at a (block_signed_max's search).
+struct signed_scales {
+    float levels;
+    QFORGE_KFN void operator()(const float* x, vf mn, vf mx, batch_scales& s) const noexcept {
+        const vf zero = vset(0.f), minus_mn = vsub(zero, mn);
+        const gg_mask tie = gg_eq(mx, minus_mn);
+        vf sm = gg_blend(tie, zero, gg_blend(gg_gt(mx, minus_mn), mx, mn));
+        if (gg_any(gg_and(tie, gg_gt(mx, zero)))) {
+            alignas(64) float m[lanes], h[lanes], l[lanes];
+            vstore(m, sm);
+            vstore(h, mx);
+            vstore(l, mn);
+            for (std::size_t j = 0; j < lanes; ++j)
+                if (h[j] == -l[j] && h[j] > 0) m[j] = block_signed_max(x + 32 * (j % scale_batch));
+            sm = vload(m);
+        }
+        const vf d = vdiv(sm, vset(-(levels / 2)));
+        const vf id = gg_blend(gg_ne(d, zero), vdiv(vset(1.f), d), zero);  // ggml: d ? 1 / d : 0
+        vstore(s.id, id);
+        gg_fp16_pairs(d, d, s.dm16);
+        s.all_defined = !gg_any(gg_gt(vabs(id), vset(3.40282347e38f)));
+    }
+    QFORGE_KFN void one(const float* x, batch_scales& s) const noexcept {
+        const block_scale b = signed_scale(x, levels);
+        s.id[0] = b.id;
+        s.dm16[0] = gg_fp16(b.d);
+        s.all_defined = std::fabs(b.id) <= 3.40282347e38f;
+    }
+};
+
+/// The rows of a batched type, a batch at a time: each block's codes (`emit(x, s, j, block)`
+/// for lane j of the batch's scales), the last nb % scale_batch blocks one by one. A batch's
+/// scales are a long chain (reductions, then two divisions: ~60 cycles), and the out-of-order
+/// window stalls on a chain longer than the work behind it. So the stages of the next batches'
+/// scales go between this batch's codes: every block's lane-wise extremes for the batch after
+/// next, the next batch's min and max before the first half of the codes, its last stage
+/// (`scales`) before the second.
+template <std::int64_t Bytes, class Scales, class Emit>
+QFORGE_KFN void batched_blocks(const float* x, std::int64_t nb, std::byte* blocks, Scales scales, Emit emit) noexcept {
+    const auto batch = static_cast<std::int64_t>(scale_batch);
     const std::int64_t batches = nb / batch;
     lane_extremes e[2];  // e[n % 2]: batch n's
-    offset_scales s[2];  // s[n % 2]: batch n's
+    batch_scales s[2];   // s[n % 2]: batch n's
     for (std::int64_t n = 0; n < 2 && n < batches; ++n)
-        for (std::size_t j = 0; j < offset_batch; ++j)
+        for (std::size_t j = 0; j < scale_batch; ++j)
             block_lane_min_max(x + 32 * (n * batch + static_cast<std::int64_t>(j)), e[n].lo[j], e[n].hi[j]);
     vf mn, mx;
     if (batches > 0) {
         batch_min_max(x, e[0], mn, mx);
-        batch_offset_scales(levels, mn, mx, s[0]);
+        scales(x, mn, mx, s[0]);
     }
     for (std::int64_t n = 0; n < batches; ++n) {
         const float* now = x + 32 * n * batch;
         const bool next = n + 1 < batches, more = n + 2 < batches;
         if (next) batch_min_max(now + 32 * batch, e[(n + 1) % 2], mn, mx);
         lane_extremes& after = e[n % 2];  // batch n + 2's, in the place of batch n's
-        for (std::size_t j = 0; j < offset_batch; ++j) {
+        for (std::size_t j = 0; j < scale_batch; ++j) {
             const auto at = static_cast<std::int64_t>(j);
-            if (j == offset_batch / 2 && next) batch_offset_scales(levels, mn, mx, s[(n + 1) % 2]);
+            if (j == scale_batch / 2 && next) scales(now + 32 * batch, mn, mx, s[(n + 1) % 2]);
             if (more) block_lane_min_max(now + 32 * (2 * batch + at), after.lo[j], after.hi[j]);
             emit(now + 32 * at, s[n % 2], j, blocks + Bytes * (n * batch + at));
         }
     }
-    offset_scales& one = s[0];
-    one.all_defined = false;
     for (std::int64_t i = batches * batch; i < nb; ++i) {
-        const block_scale b = offset_scale(x + 32 * i, levels);
-        one.mn[0] = b.mn;
-        one.id[0] = b.id;
-        one.dm16[0] = gg_fp16(b.d);
-        one.dm16[1] = gg_fp16(b.mn);
-        emit(x + 32 * i, one, 0, blocks + Bytes * i);
+        scales.one(x + 32 * i, s[0]);
+        emit(x + 32 * i, s[0], 0, blocks + Bytes * i);
     }
 }
 
@@ -870,23 +909,20 @@ QFORGE_KFN void k_q8_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
     in_batches<34>(x, nb, blocks, q8_0_scale{}, q8_0_emit{});
 }
 
-struct q4_0_scale {
-    QFORGE_KFN block_scale operator()(const float* x) const noexcept { return signed_scale(x, 16); }
-};
 struct q4_0_emit {
-    QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
+    QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
-        signed_codes(x, 16, s.id, q);
-        store_fp16(block, s.d);
+        signed_codes(x, 16, s.id[j], q);
+        std::memcpy(block, &s.dm16[2 * j], 2);
         gg_store_nibbles32(block + 2, q);
     }
 };
 QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    in_batches<18>(x, nb, blocks, q4_0_scale{}, q4_0_emit{});
+    batched_blocks<18>(x, nb, blocks, signed_scales{16}, q4_0_emit{});
 }
 
 /// Lane j's block: its fp16 d and min (Q4_1 / Q5_1's first four bytes), and its codes into q.
-QFORGE_KFN void offset_block(const float* x, const offset_scales& s, std::size_t j, std::byte* block,
+QFORGE_KFN void offset_block(const float* x, const batch_scales& s, std::size_t j, std::byte* block,
                              std::uint8_t* q) noexcept {
     std::memcpy(block, &s.dm16[2 * j], 4);
     if (s.all_defined || offset_codes_defined(s.id[j])) {
@@ -896,34 +932,31 @@ QFORGE_KFN void offset_block(const float* x, const offset_scales& s, std::size_t
     }
 }
 struct q4_1_emit {
-    QFORGE_KFN void operator()(const float* x, const offset_scales& s, std::size_t j, std::byte* block) const noexcept {
+    QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
         offset_block(x, s, j, block, q);
         gg_store_nibbles32(block + 4, q);
     }
 };
 QFORGE_KFN void k_q4_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    offset_blocks<20>(x, nb, 16, blocks, q4_1_emit{});
+    batched_blocks<20>(x, nb, blocks, offset_scales{16}, q4_1_emit{});
 }
 
-struct q5_0_scale {
-    QFORGE_KFN block_scale operator()(const float* x) const noexcept { return signed_scale(x, 32); }
-};
 struct q5_0_emit {
-    QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
+    QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
-        signed_codes(x, 32, s.id, q);
-        store_fp16(block, s.d);
+        signed_codes(x, 32, s.id[j], q);
+        std::memcpy(block, &s.dm16[2 * j], 2);
         store_fifth_bits(block + 2, gg_fifth_bits32(q));
         gg_store_nibbles32(block + 6, q);
     }
 };
 QFORGE_KFN void k_q5_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    in_batches<22>(x, nb, blocks, q5_0_scale{}, q5_0_emit{});
+    batched_blocks<22>(x, nb, blocks, signed_scales{32}, q5_0_emit{});
 }
 
 struct q5_1_emit {
-    QFORGE_KFN void operator()(const float* x, const offset_scales& s, std::size_t j, std::byte* block) const noexcept {
+    QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
         offset_block(x, s, j, block, q);
         store_fifth_bits(block + 4, gg_fifth_bits32(q));
@@ -931,7 +964,7 @@ struct q5_1_emit {
     }
 };
 QFORGE_KFN void k_q5_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    offset_blocks<24>(x, nb, 32, blocks, q5_1_emit{});
+    batched_blocks<24>(x, nb, blocks, offset_scales{32}, q5_1_emit{});
 }
 
 // ---- the blocks the vector paths leave to the scalar port --------------------------------
