@@ -1,6 +1,7 @@
 // Every SIMD path of the GGUF quantizers gives the scalar reference's bytes: Student-t rows,
 // odd super-block counts (the AVX2 K-quant kernel pairs super-blocks), and the edge rows of
-// the golden set (zeros, constant, one outlier, negative only, tiny, huge, ramp).
+// the golden set (zeros, constant, one outlier, negative only, tiny, huge, ramp), and blocks
+// whose scale is subnormal.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -29,6 +30,8 @@ std::vector<float> test_rows(std::int64_t n_per_row) {
     row([](std::int64_t i) { return 6e4f * std::sin(static_cast<float>(i)); });
     row([&](std::int64_t i) { return -1.0f + 2.0f * static_cast<float>(i) / static_cast<float>(n_per_row - 1); });
     row([](std::int64_t i) { return i % 2 ? -0.02f : 0.02f; });
+    // blocks whose d is subnormal, so that 1 / d is infinite: the 32-element types' zero codes
+    row([](std::int64_t i) { return 4e-38f * std::sin(static_cast<float>(i)); });
     return x;
 }
 

@@ -679,12 +679,6 @@ QFORGE_KFN void block_min_max(const float* x, float& mn, float& mx) noexcept {
 /// ggml's 32-bit qh, little-endian.
 QFORGE_KFN void store_fifth_bits(std::byte* qh, std::uint32_t bits) noexcept { std::memcpy(qh, &bits, 4); }
 
-// The 32-element types in batches of blocks: first every block's scale (its max |x| or min and
-// max, then one or two divisions: a chain of ~100 cycles per block, but the blocks' chains are
-// independent, so a batch of them overlaps), then every block's codes under it. Each block
-// takes ggml's operations in ggml's order either way; only their interleaving changes.
-inline constexpr std::int64_t blocks_per_batch = 8;
-
 /// A block's d and 1 / d as ggml's quantize_row_q*_ref compute them (id = d ? 1 / d : 0).
 struct block_scale {
     float d = 0, id = 0, mn = 0;  ///< mn: the block's min (Q4_1 / Q5_1)
@@ -696,12 +690,16 @@ QFORGE_KFN block_scale signed_scale(const float* x, float levels) noexcept {
     return {d, d != 0 ? 1.0f / d : 0.0f, 0};
 }
 
+/// Whether a block's 1 / d (Q4_0, Q5_0, Q8_0) gives it codes: with 1 / d infinite (d
+/// subnormal) every product is +-inf or NaN, which ggml's (int8_t) cast (x86 cvttss2si) turns
+/// into code 0, and the block takes zero codes instead.
+QFORGE_KFN bool signed_codes_defined(float id) noexcept { return std::fabs(id) <= 3.40282347e38f; }
+
 /// Q4_0 / Q5_0's codes MIN(levels - 1, (int8_t)(x / d + levels / 2 + 0.5f)), >= 0, into q[32]
-/// (the clamp before the truncating conversion to bytes: the same, levels - 1 being whole).
-/// With 1 / d infinite every product is +-inf or NaN, which ggml's (int8_t) cast (x86
-/// cvttss2si) turns into code 0.
-QFORGE_KFN void signed_codes(const float* x, float levels, float id, std::uint8_t* q) noexcept {
-    if (!(std::fabs(id) <= 3.40282347e38f)) {
+/// (the clamp before the truncating conversion to bytes: the same, levels - 1 being whole),
+/// or zero codes where 1 / d gives none.
+QFORGE_KFN void signed_codes(const float* x, float levels, float id, bool defined, std::uint8_t* q) noexcept {
+    if (!defined) {
         std::memset(q, 0, 32);
         return;
     }
@@ -737,16 +735,30 @@ QFORGE_KFN void offset_codes(const float* x, float mn, float id, std::uint8_t* q
 /// 0.5f, +-inf or NaN: 0 (1 / d infinite: d subnormal; 0: d 0 or infinite).
 QFORGE_KFN bool offset_codes_defined(float id) noexcept { return id > 0 && id <= 3.40282347e38f; }
 
-/// Q4_0, Q4_1, Q5_0 and Q5_1 take their blocks in batches of eight, and the scales of a batch
+/// The 32-element types take their blocks in batches of eight, and the scales of a batch
 /// in the lanes of one vector (block j in lane j, and j + 8 where a vector has 16), every
 /// block's min and max reduced into one vector: the divisions and fp16 conversions then take
-/// one vector operation for the batch. dm16: each block's fp16 d and, Q4_1 / Q5_1, min.
+/// one vector operation for the batch. dm16: each block's fp16 d and (Q4_1 / Q5_1) min.
 inline constexpr std::size_t scale_batch = 8;
 struct batch_scales {
     alignas(64) float mn[lanes], id[lanes];
     std::uint16_t dm16[2 * lanes];
     bool all_defined;  ///< every lane's 1 / d gives codes (no lane takes the all-zero codes)
 };
+
+/// Whether every lane of m is set.
+QFORGE_KFN bool every_lane(gg_mask m) noexcept {
+    const vf one = vset(1.f);
+    return !gg_any(gg_eq(gg_blend(m, vset(0.f), one), one));
+}
+
+/// Whether every lane's 1 / d is finite (signed_codes_defined; NaN is not), and positive too
+/// where `positive` (offset_codes_defined).
+QFORGE_KFN bool all_codes_defined(vf id, bool positive) noexcept {
+    const vf inf = vset(std::numeric_limits<float>::infinity());
+    if (positive) return every_lane(gg_and(gg_gt(id, vset(0.f)), gg_lt(id, inf)));
+    return every_lane(gg_lt(vabs(id), inf));
+}
 
 /// The first stage of a batch's scales: each block's lane-wise min and max.
 struct lane_extremes {
@@ -778,8 +790,7 @@ struct offset_scales {
         vstore(s.id, id);
         vstore(s.mn, mn);
         gg_fp16_pairs(d, mn, s.dm16);
-        const gg_mask defined = gg_and(gg_gt(id, zero), gg_lt(id, vset(std::numeric_limits<float>::infinity())));
-        s.all_defined = !gg_any(gg_eq(gg_blend(defined, zero, vset(1.f)), vset(1.f)));
+        s.all_defined = all_codes_defined(id, true);
     }
     QFORGE_KFN void one(const float* x, batch_scales& s) const noexcept {
         const block_scale b = offset_scale(x, levels);
@@ -813,13 +824,33 @@ struct signed_scales {
         const vf id = gg_blend(gg_ne(d, zero), vdiv(vset(1.f), d), zero);  // ggml: d ? 1 / d : 0
         vstore(s.id, id);
         gg_fp16_pairs(d, d, s.dm16);
-        s.all_defined = !gg_any(gg_gt(vabs(id), vset(3.40282347e38f)));
+        s.all_defined = all_codes_defined(id, false);
     }
     QFORGE_KFN void one(const float* x, batch_scales& s) const noexcept {
         const block_scale b = signed_scale(x, levels);
         s.id[0] = b.id;
         s.dm16[0] = gg_fp16(b.d);
-        s.all_defined = std::fabs(b.id) <= 3.40282347e38f;
+        s.all_defined = signed_codes_defined(b.id);
+    }
+};
+
+/// The last stage for Q8_0: d = max |x| / 127 and 1 / d (max |x| is the max or minus the min;
+/// its absolute value, so that a block of zeros of either sign gets ggml's +0).
+struct absmax_scales {
+    QFORGE_KFN void operator()(const float*, vf mn, vf mx, batch_scales& s) const noexcept {
+        const vf zero = vset(0.f);
+        const vf d = vdiv(vabs(vmax(mx, vsub(zero, mn))), vset(127.f));
+        const vf id = gg_blend(gg_ne(d, zero), vdiv(vset(1.f), d), zero);  // ggml: d ? 1 / d : 0
+        vstore(s.id, id);
+        gg_fp16_pairs(d, d, s.dm16);
+        s.all_defined = all_codes_defined(id, false);
+    }
+    QFORGE_KFN void one(const float* x, batch_scales& s) const noexcept {
+        vf v[block_steps];
+        const float d = block_absmax(x, v) / 127;
+        s.id[0] = d != 0 ? 1.0f / d : 0.0f;
+        s.dm16[0] = gg_fp16(d);
+        s.all_defined = signed_codes_defined(s.id[0]);
     }
 };
 
@@ -862,33 +893,14 @@ QFORGE_KFN void batched_blocks(const float* x, std::int64_t nb, std::byte* block
     }
 }
 
-/// Blocks [i, i + n) of a row of 32-element blocks of `bytes` each: the scales of the batch
-/// (`scale(x)`), then `emit(x, scale, block)` for each.
-template <std::int64_t Bytes, class Scale, class Emit>
-QFORGE_KFN void in_batches(const float* x, std::int64_t nb, std::byte* blocks, Scale scale, Emit emit) noexcept {
-    for (std::int64_t i = 0; i < nb; i += blocks_per_batch) {
-        const std::int64_t n = nb - i < blocks_per_batch ? nb - i : blocks_per_batch;
-        block_scale s[blocks_per_batch];
-        for (std::int64_t j = 0; j < n; ++j) s[j] = scale(x + 32 * (i + j));
-        for (std::int64_t j = 0; j < n; ++j) emit(x + 32 * (i + j), s[j], blocks + Bytes * (i + j));
-    }
-}
-
-struct q8_0_scale {
-    QFORGE_KFN block_scale operator()(const float* x) const noexcept {
-        vf v[block_steps];
-        const float d = block_absmax(x, v) / 127;
-        return {d, d != 0 ? 1.0f / d : 0.0f, 0};
-    }
-};
 struct q8_0_emit {
-    QFORGE_KFN void operator()(const float* x, const block_scale& s, std::byte* block) const noexcept {
-        store_fp16(block, s.d);
-        if (!(std::fabs(s.id) <= 3.40282347e38f)) {  // subnormal d: every x * id is +-inf or NaN, which ggml's
-            std::memset(block + 2, 0, 32);            // (int8_t) cast (x86 cvttss2si) turns into code 0
+    QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
+        std::memcpy(block, &s.dm16[2 * j], 2);
+        if (!s.all_defined && !signed_codes_defined(s.id[j])) {
+            std::memset(block + 2, 0, 32);
             return;
         }
-        const vf vid = vset(s.id), half = vset(0.5f), zero = vset(0.f), one = vset(1.f), minus_one = vset(-1.f);
+        const vf vid = vset(s.id[j]), half = vset(0.5f), zero = vset(0.f), one = vset(1.f), minus_one = vset(-1.f);
         vf c[block_steps];
 #pragma GCC unroll 4
         for (std::size_t k = 0; k < block_steps; ++k) {
@@ -906,13 +918,13 @@ struct q8_0_emit {
     }
 };
 QFORGE_KFN void k_q8_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
-    in_batches<34>(x, nb, blocks, q8_0_scale{}, q8_0_emit{});
+    batched_blocks<34>(x, nb, blocks, absmax_scales{}, q8_0_emit{});
 }
 
 struct q4_0_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
-        signed_codes(x, 16, s.id[j], q);
+        signed_codes(x, 16, s.id[j], s.all_defined || signed_codes_defined(s.id[j]), q);
         std::memcpy(block, &s.dm16[2 * j], 2);
         gg_store_nibbles32(block + 2, q);
     }
@@ -945,7 +957,7 @@ QFORGE_KFN void k_q4_1(const float* x, std::int64_t nb, std::byte* blocks) noexc
 struct q5_0_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
-        signed_codes(x, 32, s.id[j], q);
+        signed_codes(x, 32, s.id[j], s.all_defined || signed_codes_defined(s.id[j]), q);
         std::memcpy(block, &s.dm16[2 * j], 2);
         store_fifth_bits(block + 2, gg_fifth_bits32(q));
         gg_store_nibbles32(block + 6, q);
