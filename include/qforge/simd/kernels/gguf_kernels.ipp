@@ -9,8 +9,9 @@
 //  * vmul launders its product (simd/arch/<isa>.hpp), so no product fuses into a later add;
 //    scalar products here go through no_contract;
 //  * elementwise steps (requantization, the 32-element types' codes) are exact in any lane order,
-//    and the reductions in them (max |x|, min and max) are order-free but for a zero's sign,
-//    which block_min_max settles as ggml does.
+//    and the reductions in them (max |x|, min and max, eight blocks' at once in the batched
+//    scales) are order-free but for a zero's sign, which block_min_max and batch_min_max settle
+//    as ggml does.
 
 namespace gguf_family {
 
@@ -741,7 +742,7 @@ QFORGE_KFN bool offset_codes_defined(float id) noexcept { return id > 0 && id <=
 /// one vector operation for the batch. dm16: each block's fp16 d and (Q4_1 / Q5_1) min.
 inline constexpr std::size_t scale_batch = 8;
 struct batch_scales {
-    alignas(64) float mn[lanes], id[lanes];
+    alignas(64) float mn[lanes], id[lanes];  // mn: Q4_1 / Q5_1 only
     std::uint16_t dm16[2 * lanes];
     bool all_defined;  ///< every lane's 1 / d gives codes (no lane takes the all-zero codes)
 };
