@@ -99,6 +99,33 @@ TEST_CASE("gguf kernels: every ISA gives the scalar port's bytes for every GGUF 
     CHECK(compared >= 40);  // scalar at least, every type and length
 }
 
+TEST_CASE("gguf kernels: the 32-element types' last blocks, past the batches of eight, keep the port's bytes") {
+    // Their kernels take eight blocks' scales at a time; a buffer whose block count is no
+    // multiple of eight ends in blocks taken one by one. The scalar ISA shares that code, so
+    // each ISA is held against the scalar port itself.
+    const auto isas = qforge::testing::available_isas();
+    for (std::int64_t n_per_row : {96, 416}) {  // 3 blocks a row, and 13 (a batch and five)
+        const auto x = kernel_rows(n_per_row);
+        const std::int64_t nrow = static_cast<std::int64_t>(x.size()) / n_per_row;
+        for (ggml_type t : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q8_0}) {
+            for (std::int64_t rows : {std::int64_t{1}, std::int64_t{5}, nrow}) {
+                const auto size = static_cast<std::size_t>(quantized_size(t, rows, n_per_row));
+                std::vector<std::uint16_t> port(size / 2 + 1), ours(size / 2 + 1);
+                scalar_port(t, x.data(), rows * n_per_row, reinterpret_cast<std::byte*>(port.data()));
+                for (simd::isa i : isas) {
+                    quantize_rows(t, x.data(), rows, n_per_row, nullptr, reinterpret_cast<std::byte*>(ours.data()), i,
+                                  true);
+                    CAPTURE(simd::isa_name(i));
+                    CAPTURE(type_name(t));
+                    CAPTURE(n_per_row);
+                    CAPTURE(rows);
+                    CHECK(std::memcmp(port.data(), ours.data(), size) == 0);
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("gguf kernels: a scalar lookup is the path quantize_rows runs") {
     const auto x = kernel_rows(256);
     std::vector<std::uint16_t> out(static_cast<std::size_t>(quantized_size(ggml_type::q8_0, 1, 256)));  // >= each type used
