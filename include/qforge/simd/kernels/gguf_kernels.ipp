@@ -10,8 +10,7 @@
 //    scalar products here go through no_contract;
 //  * elementwise steps (requantization, the 32-element types' codes) are exact in any lane order,
 //    and the reductions in them (max |x|, min and max, eight blocks' at once in the batched
-//    scales) are order-free but for a zero's sign, which block_min_max and batch_min_max settle
-//    as ggml does.
+//    scales) are order-free but for a zero's sign, which batch_min_max settles as ggml does.
 
 namespace gguf_family {
 
@@ -591,22 +590,6 @@ QFORGE_KFN void k_pack_q3k(const std::uint8_t* codes, std::uint8_t* hmask, std::
 // ---- Q8_0 / Q4_0: elementwise within a 32-element block -----------------------------------
 inline constexpr std::size_t block_steps = 32 / lanes;
 
-/// Loads one block and returns max |x| (order-free).
-QFORGE_KFN float block_absmax(const float* x, vf* v) noexcept {
-    vf amax = vset(0.f);
-#pragma GCC unroll 4
-    for (std::size_t k = 0; k < block_steps; ++k) {
-        v[k] = vload(x + lanes * k);
-        amax = vmax(amax, vabs(v[k]));
-    }
-    return vhmax(amax);
-}
-
-QFORGE_KFN void store_fp16(std::byte* p, float f) noexcept {
-    const std::uint16_t h = gg_fp16(f);  // inline: a call here spilled the block's vectors
-    std::memcpy(p, &h, 2);
-}
-
 /// One block's 32 codes (integral floats 0..255, block_steps vectors) as 32 bytes.
 QFORGE_KFN void store_block_codes(std::byte* out, const vf* c) noexcept {
     auto* p = reinterpret_cast<std::uint8_t*>(out);
@@ -667,29 +650,8 @@ QFORGE_KFN void block_lane_min_max(const float* x, vf& lo, vf& hi) noexcept {
     hi = h;
 }
 
-/// One block's ggml min_max. Only a zero's sign tells equal values apart, so a block whose min
-/// or max is zero takes ggml's loop.
-QFORGE_KFN void block_min_max(const float* x, float& mn, float& mx) noexcept {
-    vf lo, hi;
-    block_lane_min_max(x, lo, hi);
-    mn = vhmin(lo);
-    mx = vhmax(hi);
-    if (mn == 0 || mx == 0) ggml_min_max(x, mn, mx);
-}
-
 /// ggml's 32-bit qh, little-endian.
 QFORGE_KFN void store_fifth_bits(std::byte* qh, std::uint32_t bits) noexcept { std::memcpy(qh, &bits, 4); }
-
-/// A block's d and 1 / d as ggml's quantize_row_q*_ref compute them (id = d ? 1 / d : 0).
-struct block_scale {
-    float d = 0, id = 0, mn = 0;  ///< mn: the block's min (Q4_1 / Q5_1)
-};
-
-/// Q4_0 / Q5_0 (levels 16 / 32): ggml's d = signed max / -(levels / 2).
-QFORGE_KFN block_scale signed_scale(const float* x, float levels) noexcept {
-    const float d = block_signed_max(x) / -(levels / 2);
-    return {d, d != 0 ? 1.0f / d : 0.0f, 0};
-}
 
 /// Whether a block's 1 / d (Q4_0, Q5_0, Q8_0) gives it codes: with 1 / d infinite (d
 /// subnormal) every product is +-inf or NaN, which ggml's (int8_t) cast (x86 cvttss2si) turns
@@ -709,14 +671,6 @@ QFORGE_KFN void signed_codes(const float* x, float levels, float id, bool define
 #pragma GCC unroll 4
     for (std::size_t k = 0; k < block_steps; ++k) c[k] = vmin(vadd(vmul(vload(x + lanes * k), vid), bias), top);
     store_block_codes(reinterpret_cast<std::byte*>(q), c);
-}
-
-/// Q4_1 / Q5_1 (levels 16 / 32): ggml's min_max and d = (max - min) / (levels - 1).
-QFORGE_KFN block_scale offset_scale(const float* x, float levels) noexcept {
-    float mn, mx;
-    block_min_max(x, mn, mx);
-    const float d = (mx - mn) / (levels - 1);
-    return {d, d != 0 ? 1.0f / d : 0.0f, mn};
 }
 
 /// Q4_1 / Q5_1's codes (int8_t)((x - min) / d + 0.5f) into q[32] (the conversion to bytes
@@ -766,7 +720,8 @@ struct lane_extremes {
     vf lo[scale_batch], hi[scale_batch];
 };
 
-/// The second stage: the blocks' min and max, as block_min_max gives them.
+/// The second stage: the blocks' ggml min_max. Only a zero's sign tells equal values apart,
+/// so a block whose min or max is zero takes ggml's loop.
 QFORGE_KFN void batch_min_max(const float* x, const lane_extremes& e, vf& mn, vf& mx) noexcept {
     mn = gg_hmin_each(e.lo);
     mx = gg_hmax_each(e.hi);
@@ -781,7 +736,8 @@ QFORGE_KFN void batch_min_max(const float* x, const lane_extremes& e, vf& mn, vf
     mx = vload(b);
 }
 
-/// The last stage for Q4_1 / Q5_1 (levels 16 / 32): offset_scale's d and 1 / d.
+/// The last stage for Q4_1 / Q5_1 (levels 16 / 32): ggml's d = (max - min) / (levels - 1)
+/// and 1 / d.
 struct offset_scales {
     float levels;
     QFORGE_KFN void operator()(const float*, vf mn, vf mx, batch_scales& s) const noexcept {
@@ -793,19 +749,12 @@ struct offset_scales {
         gg_fp16_pairs(d, mn, s.dm16);
         s.all_defined = all_codes_defined(id, true);
     }
-    QFORGE_KFN void one(const float* x, batch_scales& s) const noexcept {
-        const block_scale b = offset_scale(x, levels);
-        s.mn[0] = b.mn;
-        s.id[0] = b.id;
-        s.dm16[0] = gg_fp16(b.d);
-        s.dm16[1] = gg_fp16(b.mn);
-        s.all_defined = offset_codes_defined(b.id);
-    }
 };
 
-/// The last stage for Q4_0 / Q5_0 (levels 16 / 32): signed_scale's d and 1 / d, from
-/// block_signed_max's rule: the max or the min, whichever is larger in magnitude; 0 where both
-/// are 0; where they are +a and -a, the first element at a (block_signed_max's search).
+/// The last stage for Q4_0 / Q5_0 (levels 16 / 32): ggml's d = signed max / -(levels / 2) and
+/// 1 / d. The signed max by block_signed_max's rule: the max or the min, whichever is larger
+/// in magnitude; 0 where both are 0; where they are +a and -a, the first element at a
+/// (block_signed_max's search).
 struct signed_scales {
     float levels;
     QFORGE_KFN void operator()(const float* x, vf mn, vf mx, batch_scales& s) const noexcept {
@@ -827,12 +776,6 @@ struct signed_scales {
         gg_fp16_pairs(d, d, s.dm16);
         s.all_defined = all_codes_defined(id, false);
     }
-    QFORGE_KFN void one(const float* x, batch_scales& s) const noexcept {
-        const block_scale b = signed_scale(x, levels);
-        s.id[0] = b.id;
-        s.dm16[0] = gg_fp16(b.d);
-        s.all_defined = signed_codes_defined(b.id);
-    }
 };
 
 /// The last stage for Q8_0: d = max |x| / 127 and 1 / d (max |x| is the max or minus the min;
@@ -846,17 +789,10 @@ struct absmax_scales {
         gg_fp16_pairs(d, d, s.dm16);
         s.all_defined = all_codes_defined(id, false);
     }
-    QFORGE_KFN void one(const float* x, batch_scales& s) const noexcept {
-        vf v[block_steps];
-        const float d = block_absmax(x, v) / 127;
-        s.id[0] = d != 0 ? 1.0f / d : 0.0f;
-        s.dm16[0] = gg_fp16(d);
-        s.all_defined = signed_codes_defined(s.id[0]);
-    }
 };
 
 /// The rows of a batched type, a batch at a time: each block's codes (`emit(x, s, j, block)`
-/// for lane j of the batch's scales), the last nb % scale_batch blocks one by one. A batch's
+/// for lane j of the batch's scales), the last nb % scale_batch blocks as one padded batch. A batch's
 /// scales are a long chain (reductions, then two divisions: ~60 cycles), and the out-of-order
 /// window stalls on a chain longer than the work behind it. So the stages of the next batches'
 /// scales go between this batch's codes: every block's lane-wise extremes for the batch after
@@ -888,9 +824,18 @@ QFORGE_KFN void batched_blocks(const float* x, std::int64_t nb, std::byte* block
             emit(now + 32 * at, s[n % 2], j, blocks + Bytes * (n * batch + at));
         }
     }
-    for (std::int64_t i = batches * batch; i < nb; ++i) {
-        scales.one(x + 32 * i, s[0]);
-        emit(x + 32 * i, s[0], 0, blocks + Bytes * i);
+    const std::int64_t done = batches * batch;
+    if (done == nb) return;
+    // The last nb % scale_batch blocks as one batch, padded with blocks of zeros (their lanes'
+    // scales are computed and not used), so that they take the same stages as every other.
+    alignas(64) float tail[32 * scale_batch] = {};
+    std::memcpy(tail, x + 32 * done, static_cast<std::size_t>(32 * (nb - done)) * sizeof(float));
+    for (std::size_t j = 0; j < scale_batch; ++j) block_lane_min_max(tail + 32 * j, e[0].lo[j], e[0].hi[j]);
+    batch_min_max(tail, e[0], mn, mx);
+    scales(tail, mn, mx, s[0]);
+    for (std::int64_t i = done; i < nb; ++i) {
+        const auto j = static_cast<std::size_t>(i - done);
+        emit(tail + 32 * j, s[0], j, blocks + Bytes * i);
     }
 }
 
