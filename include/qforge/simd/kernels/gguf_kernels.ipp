@@ -350,45 +350,30 @@ QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale) n
 }
 
 // ---- make_q3_quants(16, 4, x, L, true), one 16-element sub-block per lane (Q3_K) ----------
-/// Two vectors of sub-blocks here, not W lanes: about 2% of elements change per try, so the
-/// descent branches on whether any lane accepts, and with 32 lanes some lane accepts at nearly
-/// twice as many elements as with 16 (measured on AVX2: 13% slower with 32).
+/// Groups of two vectors of sub-blocks here, not W lanes: about 2% of elements change per try,
+/// so the retries branch on whether any lane of a group accepts, and with 32 lanes some lane
+/// accepts at nearly twice as many elements as with 16 (measured on AVX2: 13% slower with 32).
 inline constexpr std::size_t W3 = 2 * lanes;
 using wv3 = wvec<2>;
 using wm3 = wmask<2>;
 
-/// One coordinate-descent try of every lane: element by element, the code that the other
-/// fifteen's sums call for replaces the current one where that raises sumlx^2 / suml2. The
-/// masks are ggml's branches, each lane's updates its sequence. `moved` becomes 1 in the lanes
-/// that changed; returns whether one did. A lane that did not would change nothing in a
-/// further try (its state is the same), which is what lets lanes run tries they do not need.
-///
-/// About 2% of elements change (Student-t weights), so the state update is a branch: while no
-/// lane accepts, the next element's sums are the ones already known, and the elements overlap
-/// instead of waiting on each other's ~50-cycle chain of divide, round and compare.
-QFORGE_KFN bool q3_try(const float (*xt)[W3], const float (*w)[W3], const float (*wx)[W3], float (*lf)[W3],
-                       wv3& sumlx, wv3& suml2, wv3& moved) noexcept {
-    const wv3 zero = wset<2>(0.f), lo = wset<2>(-4.f), hi = wset<2>(3.f), one = wset<2>(1.f);
-    bool changed = false;
-    for (int i = 0; i < 16; ++i) {
-        const wv3 x = wload<2>(xt[i]), wi = wload<2>(w[i]), wxi = wload<2>(wx[i]), li = wload<2>(lf[i]);
-        wv3 slx = sumlx - wxi * li;
-        const wm3 positive = wgt(slx, zero);
-        wv3 sl2 = suml2 - (wi * li) * li;
-        const wv3 q = x * sl2 / slx;  // (x * sl2) / slx, as ggml's x[i] * sl2 / slx
-        const wv3 nl = wmin(wmax(wnearest_int(q), lo), hi);
-        slx = slx + wxi * nl;
-        sl2 = sl2 + (wi * nl) * nl;
-        const wm3 better = wand(wgt(sl2, zero), wgt(slx * slx * suml2, sumlx * sumlx * sl2));
-        const wm3 accept = wand(wand(positive, wne(nl, li)), better);
-        if (!wany(accept)) continue;
-        wstore(lf[i], wblend(accept, nl, li));
-        sumlx = wblend(accept, slx, sumlx);
-        suml2 = wblend(accept, sl2, suml2);
-        moved = wblend(accept, one, moved);
-        changed = true;
-    }
-    return changed;
+/// Element i's move in every lane: the code that the other fifteen's sums call for, the sums
+/// it gives, and whether it raises sumlx^2 / suml2 (the masks are ggml's branches).
+struct q3_move {
+    wv3 nl, slx, sl2;
+    wm3 accept;
+};
+[[gnu::always_inline]] QFORGE_KFN q3_move q3_propose(wv3 x, wv3 wi, wv3 wxi, wv3 li, wv3 sumlx, wv3 suml2) noexcept {
+    const wv3 zero = wset<2>(0.f), lo = wset<2>(-4.f), hi = wset<2>(3.f);
+    wv3 slx = sumlx - wxi * li;
+    const wm3 positive = wgt(slx, zero);
+    wv3 sl2 = suml2 - (wi * li) * li;
+    const wv3 q = x * sl2 / slx;  // (x * sl2) / slx, as ggml's x[i] * sl2 / slx
+    const wv3 nl = wmin(wmax(wnearest_int(q), lo), hi);
+    slx = slx + wxi * nl;
+    sl2 = sl2 + (wi * nl) * nl;
+    const wm3 better = wand(wgt(sl2, zero), wgt(slx * slx * suml2, sumlx * sumlx * sl2));
+    return {nl, slx, sl2, wand(wand(positive, wne(nl, li)), better)};
 }
 
 /// The weights x^2 and (x^2) x of W3 lanes (ggml recomputes them each use; the same products).
@@ -435,6 +420,50 @@ struct q3_state {
     alignas(64) float sumlx[q3_groups][W3], suml2[q3_groups][W3], amax[q3_groups][W3], moved[q3_groups][W3];
 };
 
+/// One coordinate-descent try of the first ng groups: element by element, the move
+/// q3_propose finds replaces the current code where it is accepted, each lane's updates its
+/// sequence; `moved` becomes 1 in the lanes that changed. A lane that did not would change
+/// nothing in a further try (its state is the same), which is what lets lanes run tries they
+/// do not need.
+///
+/// The groups go element by element together, without a branch: about 2% of elements change
+/// (Student-t weights), so with 16 lanes some lane accepts at about one element in four, and
+/// a branch on that mispredicted there and waited on the accept's ~50-cycle chain of divide,
+/// round and compare. The groups' chains are independent, and interleaved they fill each
+/// other's wait.
+QFORGE_KFN void q3_try(q3_state& st, std::size_t ng) noexcept {
+    const wv3 one = wset<2>(1.f);
+    for (int i = 0; i < 16; ++i) {
+        for (std::size_t g = 0; g < ng; ++g) {
+            const wv3 li = wload<2>(st.lf[g][i]), sumlx = wload<2>(st.sumlx[g]), suml2 = wload<2>(st.suml2[g]);
+            const q3_move m = q3_propose(wload<2>(st.xt[g][i]), wload<2>(st.w[g][i]), wload<2>(st.wx[g][i]), li, sumlx,
+                                         suml2);
+            wstore(st.lf[g][i], wblend(m.accept, m.nl, li));
+            wstore(st.sumlx[g], wblend(m.accept, m.slx, sumlx));
+            wstore(st.suml2[g], wblend(m.accept, m.sl2, suml2));
+            wstore(st.moved[g], wblend(m.accept, one, wload<2>(st.moved[g])));
+        }
+    }
+}
+
+/// A try of one gathered group (q3_retry's), as q3_try's, but the state update a branch: few
+/// groups need retries, too few to interleave, and while no lane accepts the next element's
+/// sums are the ones already known, so the elements overlap.
+QFORGE_KFN bool q3_retry_try(const float (*xt)[W3], const float (*w)[W3], const float (*wx)[W3], float (*lf)[W3],
+                             wv3& sumlx, wv3& suml2) noexcept {
+    bool changed = false;
+    for (int i = 0; i < 16; ++i) {
+        const wv3 li = wload<2>(lf[i]);
+        const q3_move m = q3_propose(wload<2>(xt[i]), wload<2>(w[i]), wload<2>(wx[i]), li, sumlx, suml2);
+        if (!wany(m.accept)) continue;
+        wstore(lf[i], wblend(m.accept, m.nl, li));
+        sumlx = wblend(m.accept, m.slx, sumlx);
+        suml2 = wblend(m.accept, m.sl2, suml2);
+        changed = true;
+    }
+    return changed;
+}
+
 /// Tries 1..4 for the sub-blocks that moved in try 0 (about one in six): gathered W3 at a time
 /// into one group, so that a try runs for the lanes that need it rather than for every group
 /// with one such lane. Spare lanes repeat the last one and are not written back.
@@ -450,9 +479,9 @@ QFORGE_KFN void q3_retry(q3_state& st, const std::uint16_t* which, std::size_t m
         s2[r] = st.suml2[g][l];
     }
     q3_weights(xt, w, wx);
-    wv3 sumlx = wload<2>(sx), suml2 = wload<2>(s2), moved = wset<2>(0.f);
+    wv3 sumlx = wload<2>(sx), suml2 = wload<2>(s2);
     for (int itry = 1; itry < 5; ++itry)
-        if (!q3_try(xt, w, wx, lf, sumlx, suml2, moved)) break;
+        if (!q3_retry_try(xt, w, wx, lf, sumlx, suml2)) break;
     wstore(sx, sumlx);
     wstore(s2, suml2);
     for (std::size_t r = 0; r < m; ++r) {  // the codes themselves are not wanted (q3_search)
@@ -480,12 +509,14 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
         std::size_t m = 0;
         for (std::size_t g = 0; g < ng; ++g) {
             load_lanes<W3>(x, count, first + g * W3, 16, &st.xt[g][0][0]);
-            wv3 sumlx, suml2, moved = wset<2>(0.f);
+            wv3 sumlx, suml2;
             wstore(st.amax[g], q3_setup(st.xt[g], st.w[g], st.wx[g], st.lf[g], sumlx, suml2));
-            q3_try(st.xt[g], st.w[g], st.wx[g], st.lf[g], sumlx, suml2, moved);
             wstore(st.sumlx[g], sumlx);
             wstore(st.suml2[g], suml2);
-            wstore(st.moved[g], moved);
+            wstore(st.moved[g], wset<2>(0.f));
+        }
+        q3_try(st, ng);
+        for (std::size_t g = 0; g < ng; ++g) {
             // no branch per lane: about one lane in six moved, which no predictor guesses
             for (std::size_t l = 0; l < W3 && g * W3 + l < n; ++l) {
                 which[m] = static_cast<std::uint16_t>(g * W3 + l);
