@@ -113,11 +113,11 @@ inline int q3k_get_scale(int j, const std::uint8_t* scales) noexcept {
 inline void q3k_scales(const float* scales, block_q3_k& y, float* d = nullptr) noexcept {
     float max_scale = 0, amax = 0;
     for (int j = 0; j < 16; ++j) {
+        // selects, not a branch: where the largest |scale| falls is a coin toss
         const float a = std::fabs(scales[j]);
-        if (a > amax) {
-            amax = a;
-            max_scale = scales[j];
-        }
+        const bool larger = a > amax;
+        max_scale = larger ? scales[j] : max_scale;
+        amax = larger ? a : amax;
     }
     std::memset(y.scales, 0, 12);
     int stored[16] = {};  // 6-bit scales; all 0 (stored as -32) when every scale is 0
