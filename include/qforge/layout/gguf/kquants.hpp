@@ -485,7 +485,8 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
 }
 
 inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q3_k* y, std::int64_t k) noexcept {
-    constexpr std::int64_t chunk = detail::kernel_chunk;
+    // q3_search's retry passes gather sub-blocks across a call: 1024 a call fill them, 64 did not
+    constexpr std::int64_t chunk = 16 * detail::kernel_chunk;
     float scales[16 * chunk];
     std::uint8_t L[256 * chunk];
     for (std::int64_t i = 0; i < k / 256; i += chunk) {

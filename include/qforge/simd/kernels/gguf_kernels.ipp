@@ -351,8 +351,9 @@ QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale) n
 
 // ---- make_q3_quants(16, 4, x, L, true), one 16-element sub-block per lane (Q3_K) ----------
 /// Groups of two vectors of sub-blocks here, not W lanes: about 2% of elements change per try,
-/// so the retries branch on whether any lane of a group accepts, and with 32 lanes some lane
-/// accepts at nearly twice as many elements as with 16 (measured on AVX2: 13% slower with 32).
+/// so a lone group's try branches on whether any of its lanes accepts (q3_try_one), and with
+/// 32 lanes some lane accepts at nearly twice as many elements as with 16 (measured on AVX2:
+/// 13% slower with 32).
 inline constexpr std::size_t W3 = 2 * lanes;
 using wv3 = wvec<2>;
 using wm3 = wmask<2>;
@@ -446,49 +447,24 @@ QFORGE_KFN void q3_try(q3_state& st, std::size_t ng) noexcept {
     }
 }
 
-/// A try of one gathered group (q3_retry's), as q3_try's, but the state update a branch: few
-/// groups need retries, too few to interleave, and while no lane accepts the next element's
-/// sums are the ones already known, so the elements overlap.
-QFORGE_KFN bool q3_retry_try(const float (*xt)[W3], const float (*w)[W3], const float (*wx)[W3], float (*lf)[W3],
-                             wv3& sumlx, wv3& suml2) noexcept {
-    bool changed = false;
+/// q3_try of group 0 alone, with the state update a branch: a pass with one group has nothing
+/// to interleave, and while no lane accepts, the next element's sums are the ones already
+/// known, so the elements overlap.
+QFORGE_KFN void q3_try_one(q3_state& st) noexcept {
+    const wv3 one = wset<2>(1.f);
+    wv3 sumlx = wload<2>(st.sumlx[0]), suml2 = wload<2>(st.suml2[0]), moved = wload<2>(st.moved[0]);
     for (int i = 0; i < 16; ++i) {
-        const wv3 li = wload<2>(lf[i]);
-        const q3_move m = q3_propose(wload<2>(xt[i]), wload<2>(w[i]), wload<2>(wx[i]), li, sumlx, suml2);
+        const wv3 li = wload<2>(st.lf[0][i]);
+        const q3_move m = q3_propose(wload<2>(st.xt[0][i]), wload<2>(st.w[0][i]), wload<2>(st.wx[0][i]), li, sumlx, suml2);
         if (!wany(m.accept)) continue;
-        wstore(lf[i], wblend(m.accept, m.nl, li));
+        wstore(st.lf[0][i], wblend(m.accept, m.nl, li));
         sumlx = wblend(m.accept, m.slx, sumlx);
         suml2 = wblend(m.accept, m.sl2, suml2);
-        changed = true;
+        moved = wblend(m.accept, one, moved);
     }
-    return changed;
-}
-
-/// Tries 1..4 for the sub-blocks that moved in try 0 (about one in six): gathered W3 at a time
-/// into one group, so that a try runs for the lanes that need it rather than for every group
-/// with one such lane. Spare lanes repeat the last one and are not written back.
-QFORGE_KFN void q3_retry(q3_state& st, const std::uint16_t* which, std::size_t m) noexcept {
-    alignas(64) float xt[16][W3], w[16][W3], wx[16][W3], lf[16][W3], sx[W3], s2[W3];
-    for (std::size_t r = 0; r < W3; ++r) {
-        const std::size_t g = which[r < m ? r : m - 1] / W3, l = which[r < m ? r : m - 1] % W3;
-        for (int i = 0; i < 16; ++i) {
-            xt[i][r] = st.xt[g][i][l];
-            lf[i][r] = st.lf[g][i][l];
-        }
-        sx[r] = st.sumlx[g][l];
-        s2[r] = st.suml2[g][l];
-    }
-    q3_weights(xt, w, wx);
-    wv3 sumlx = wload<2>(sx), suml2 = wload<2>(s2);
-    for (int itry = 1; itry < 5; ++itry)
-        if (!q3_retry_try(xt, w, wx, lf, sumlx, suml2)) break;
-    wstore(sx, sumlx);
-    wstore(s2, suml2);
-    for (std::size_t r = 0; r < m; ++r) {  // the codes themselves are not wanted (q3_search)
-        const std::size_t g = which[r] / W3, l = which[r] % W3;
-        st.sumlx[g][l] = sx[r];
-        st.suml2[g][l] = s2[r];
-    }
+    wstore(st.sumlx[0], sumlx);
+    wstore(st.suml2[0], suml2);
+    wstore(st.moved[0], moved);
 }
 
 /// The scale suml2 > 0 ? sumlx / suml2 : 0, or ggml's early return (scale 0) where max |x| <
@@ -500,13 +476,66 @@ QFORGE_KFN wv3 q3_finish(const float* amax, const float* sumlx, const float* sum
     return wblend(zero_lane, zero, wblend(wgt(s2, zero), sx / s2, zero));
 }
 
+/// Sub-block l of group g of `from` into lane tl of group tg of `to`: its values, codes, sums
+/// and max |x|, not its weights (q3_weights recomputes a group's with four multiplies a
+/// vector, where copying them takes 32 scalar moves a lane).
+QFORGE_KFN void q3_copy_lane(const q3_state& from, std::size_t g, std::size_t l, q3_state& to, std::size_t tg,
+                             std::size_t tl) noexcept {
+    for (int i = 0; i < 16; ++i) {
+        to.xt[tg][i][tl] = from.xt[g][i][l];
+        to.lf[tg][i][tl] = from.lf[g][i][l];
+    }
+    to.sumlx[tg][tl] = from.sumlx[g][l];
+    to.suml2[tg][tl] = from.suml2[g][l];
+    to.amax[tg][tl] = from.amax[g][l];
+}
+
+/// The sub-blocks that moved in try 0 (about one in six) wait here for tries 1..4. A pass
+/// gives each of them one more try, the groups together (q3_try interleaves them); one that
+/// did not change, or has had its five tries, leaves with its scale, and the rest stay for the
+/// next pass. Passes run when the groups are full and at the end of a call, so a try runs for
+/// the sub-blocks that need it rather than for every lane of a group with one such sub-block.
+struct q3_retries {
+    q3_state st;
+    std::size_t dest[64];  ///< each sub-block's index in the call
+    int tries[64];         ///< the tries it has had
+    std::size_t m = 0;
+};
+
+QFORGE_KFN void q3_retry_pass(q3_retries& r, float* scale) noexcept {
+    const std::size_t m = r.m, ng = (m + W3 - 1) / W3;
+    for (std::size_t k = m; k < ng * W3; ++k) q3_copy_lane(r.st, 0, 0, r.st, k / W3, k % W3);  // spare lanes
+    for (std::size_t g = 0; g < ng; ++g) {
+        q3_weights(r.st.xt[g], r.st.w[g], r.st.wx[g]);
+        wstore(r.st.moved[g], wset<2>(0.f));
+    }
+    if (ng == 1) q3_try_one(r.st);
+    else q3_try(r.st, ng);
+    alignas(64) float s[q3_groups][W3];
+    for (std::size_t g = 0; g < ng; ++g) wstore(s[g], q3_finish(r.st.amax[g], r.st.sumlx[g], r.st.suml2[g]));
+    std::size_t kept = 0;  // lanes below `kept` hold the sub-blocks that stay, in order
+    for (std::size_t k = 0; k < m; ++k) {
+        const std::size_t g = k / W3, l = k % W3;
+        if (r.st.moved[g][l] != 0 && ++r.tries[k] < 5) {
+            if (kept != k) {
+                q3_copy_lane(r.st, g, l, r.st, kept / W3, kept % W3);
+                r.dest[kept] = r.dest[k];
+                r.tries[kept] = r.tries[k];
+            }
+            ++kept;
+        } else {
+            scale[r.dest[k]] = s[g][l];
+        }
+    }
+    r.m = kept;
+}
+
 QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noexcept {
     q3_state st;
+    q3_retries retries;
     alignas(64) float s[W3];
     for (std::size_t first = 0; first < count; first += 64) {
         const std::size_t n = count - first < 64 ? count - first : 64, ng = (n + W3 - 1) / W3;
-        std::uint16_t which[64];
-        std::size_t m = 0;
         for (std::size_t g = 0; g < ng; ++g) {
             load_lanes<W3>(x, count, first + g * W3, 16, &st.xt[g][0][0]);
             wv3 sumlx, suml2;
@@ -517,18 +546,20 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
         }
         q3_try(st, ng);
         for (std::size_t g = 0; g < ng; ++g) {
-            // no branch per lane: about one lane in six moved, which no predictor guesses
+            wstore(s, q3_finish(st.amax[g], st.sumlx[g], st.suml2[g]));
             for (std::size_t l = 0; l < W3 && g * W3 + l < n; ++l) {
-                which[m] = static_cast<std::uint16_t>(g * W3 + l);
-                m += st.moved[g][l] != 0;
+                scale[first + g * W3 + l] = s[l];  // a moved sub-block's is replaced by its retries
+                if (st.moved[g][l] == 0) continue;
+                q3_copy_lane(st, g, l, retries.st, retries.m / W3, retries.m % W3);
+                retries.dest[retries.m] = first + g * W3 + l;
+                retries.tries[retries.m] = 1;
+                // a pass may keep every sub-block (each changed again): then it is full still
+                if (++retries.m == 64)
+                    while (retries.m == 64) q3_retry_pass(retries, scale);
             }
         }
-        for (std::size_t r = 0; r < m; r += W3) q3_retry(st, which + r, m - r < W3 ? m - r : W3);
-        for (std::size_t g = 0; g < ng; ++g) {
-            wstore(s, q3_finish(st.amax[g], st.sumlx[g], st.suml2[g]));
-            for (std::size_t l = 0; l < W3 && g * W3 + l < n; ++l) scale[first + g * W3 + l] = s[l];
-        }
     }
+    while (retries.m > 0) q3_retry_pass(retries, scale);
 }
 
 // ---- requantization against the stored scales ----------------------------------------------
