@@ -413,9 +413,10 @@ QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], 
     return amax;
 }
 
-/// The sub-blocks of one k_q3_search step: 64 (four Q3_K super-blocks), as q3_groups groups
-/// of W3 lanes, transposed (xt[g][i][lane]).
-inline constexpr std::size_t q3_groups = 64 / W3;
+/// The sub-blocks of one k_q3_search step: q3_step of them (four Q3_K super-blocks on AVX2,
+/// eight on AVX-512), as q3_groups groups of W3 lanes, transposed (xt[g][i][lane]). Four
+/// groups: enough for q3_try's interleaved chains to fill each other's wait.
+inline constexpr std::size_t q3_groups = 4, q3_step = q3_groups * W3;
 struct q3_state {
     alignas(64) float xt[q3_groups][16][W3], w[q3_groups][16][W3], wx[q3_groups][16][W3], lf[q3_groups][16][W3];
     alignas(64) float sumlx[q3_groups][W3], suml2[q3_groups][W3], amax[q3_groups][W3], moved[q3_groups][W3];
@@ -497,8 +498,8 @@ QFORGE_KFN void q3_copy_lane(const q3_state& from, std::size_t g, std::size_t l,
 /// the sub-blocks that need it rather than for every lane of a group with one such sub-block.
 struct q3_retries {
     q3_state st;
-    std::size_t dest[64];  ///< each sub-block's index in the call
-    int tries[64];         ///< the tries it has had
+    std::size_t dest[q3_step];  ///< each sub-block's index in the call
+    int tries[q3_step];         ///< the tries it has had
     std::size_t m = 0;
 };
 
@@ -534,8 +535,8 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
     q3_state st;
     q3_retries retries;
     alignas(64) float s[W3];
-    for (std::size_t first = 0; first < count; first += 64) {
-        const std::size_t n = count - first < 64 ? count - first : 64, ng = (n + W3 - 1) / W3;
+    for (std::size_t first = 0; first < count; first += q3_step) {
+        const std::size_t n = count - first < q3_step ? count - first : q3_step, ng = (n + W3 - 1) / W3;
         for (std::size_t g = 0; g < ng; ++g) {
             load_lanes<W3>(x, count, first + g * W3, 16, &st.xt[g][0][0]);
             wv3 sumlx, suml2;
@@ -554,8 +555,8 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
                 retries.dest[retries.m] = first + g * W3 + l;
                 retries.tries[retries.m] = 1;
                 // a pass may keep every sub-block (each changed again): then it is full still
-                if (++retries.m == 64)
-                    while (retries.m == 64) q3_retry_pass(retries, scale);
+                if (++retries.m == q3_step)
+                    while (retries.m == q3_step) q3_retry_pass(retries, scale);
             }
         }
     }
