@@ -387,10 +387,10 @@ QFORGE_KFN void q3_weights(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3
     }
 }
 
-/// make_q3_quants up to its descent: the weights, max |x| (returned: the lanes below
-/// GROUP_MAX_EPS take ggml's early return at the end), the first codes and their sums.
-QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], float (*lf)[W3], wv3& sumlx,
-                        wv3& suml2) noexcept {
+/// make_q3_quants up to its descent for one group: the weights, max |x| (returned: the lanes
+/// below GROUP_MAX_EPS take ggml's early return at the end) and the first codes. Their sums
+/// are q3_first_sums'.
+QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], float (*lf)[W3]) noexcept {
     const wv3 zero = wset<2>(0.f), lo = wset<2>(-4.f), hi = wset<2>(3.f);
     wv3 amax = zero, max = zero;
     for (int i = 0; i < 16; ++i) {
@@ -403,13 +403,7 @@ QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], 
     q3_weights(xt, w, wx);
     // |iscale * x| <= 4 (to an ulp) on the lanes kept: vround is nearest_int there
     const wv3 iscale = wset<2>(-4.f) / max;
-    sumlx = suml2 = zero;
-    for (int i = 0; i < 16; ++i) {
-        const wv3 l = wround_clamp(iscale * wload<2>(xt[i]), lo, hi);
-        wstore(lf[i], l);
-        sumlx = sumlx + wload<2>(wx[i]) * l;
-        suml2 = suml2 + (wload<2>(w[i]) * l) * l;
-    }
+    for (int i = 0; i < 16; ++i) wstore(lf[i], wround_clamp(iscale * wload<2>(xt[i]), lo, hi));
     return amax;
 }
 
@@ -477,6 +471,19 @@ QFORGE_KFN wv3 q3_finish(const float* amax, const float* sumlx, const float* sum
     return wblend(zero_lane, zero, wblend(wgt(s2, zero), sx / s2, zero));
 }
 
+/// The first codes' sums of the first ng groups, element by element across the groups: each
+/// group's two sums are a chain of sixteen adds, and interleaved the chains overlap.
+QFORGE_KFN void q3_first_sums(q3_state& st, std::size_t ng) noexcept {
+    for (std::size_t g = 0; g < ng; ++g) wstore(st.sumlx[g], wset<2>(0.f)), wstore(st.suml2[g], wset<2>(0.f));
+    for (int i = 0; i < 16; ++i) {
+        for (std::size_t g = 0; g < ng; ++g) {
+            const wv3 l = wload<2>(st.lf[g][i]);
+            wstore(st.sumlx[g], wload<2>(st.sumlx[g]) + wload<2>(st.wx[g][i]) * l);
+            wstore(st.suml2[g], wload<2>(st.suml2[g]) + (wload<2>(st.w[g][i]) * l) * l);
+        }
+    }
+}
+
 /// Sub-block l of group g of `from` into lane tl of group tg of `to`: its values, codes, sums
 /// and max |x|, not its weights (q3_weights recomputes a group's with four multiplies a
 /// vector, where copying them takes 32 scalar moves a lane).
@@ -539,12 +546,10 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
         const std::size_t n = count - first < q3_step ? count - first : q3_step, ng = (n + W3 - 1) / W3;
         for (std::size_t g = 0; g < ng; ++g) {
             load_lanes<W3>(x, count, first + g * W3, 16, &st.xt[g][0][0]);
-            wv3 sumlx, suml2;
-            wstore(st.amax[g], q3_setup(st.xt[g], st.w[g], st.wx[g], st.lf[g], sumlx, suml2));
-            wstore(st.sumlx[g], sumlx);
-            wstore(st.suml2[g], suml2);
+            wstore(st.amax[g], q3_setup(st.xt[g], st.w[g], st.wx[g], st.lf[g]));
             wstore(st.moved[g], wset<2>(0.f));
         }
+        q3_first_sums(st, ng);
         q3_try(st, ng);
         for (std::size_t g = 0; g < ng; ++g) {
             wstore(s, q3_finish(st.amax[g], st.sumlx[g], st.suml2[g]));
