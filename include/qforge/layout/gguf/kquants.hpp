@@ -488,7 +488,7 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
     // q3_search's retry passes gather sub-blocks across a call: 1024 a call fill them, 64 did not
     constexpr std::int64_t chunk = 16 * detail::kernel_chunk;
     float scales[16 * chunk];
-    std::uint8_t L[256 * chunk];
+    std::uint8_t L[256];  // one super-block's codes at a time (the search's own go unused)
     for (std::int64_t i = 0; i < k / 256; i += chunk) {
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
         kern.q3_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales);
@@ -496,9 +496,9 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
             float d[16];
             block_q3_k& b = y[i + h];
             detail::q3k_scales(scales + 16 * h, b, d);
-            detail::kept_search_codes(d, 16, 16, x + 256 * (i + h), L + 256 * h, detail::q3k_sub_search);
-            kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -4.f, 3.f, 4.f, L + 256 * h);
-            kern.pack_q3k(L + 256 * h, b.hmask, b.qs);
+            detail::kept_search_codes(d, 16, 16, x + 256 * (i + h), L, detail::q3k_sub_search);
+            kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -4.f, 3.f, 4.f, L);
+            kern.pack_q3k(L, b.hmask, b.qs);
         }
     }
 }

@@ -510,6 +510,7 @@ struct q3_retries {
     std::size_t m = 0;
 };
 
+/// One pass over the waiting sub-blocks: each one's next try; the ones done write their scale.
 QFORGE_KFN void q3_retry_pass(q3_retries& r, float* scale) noexcept {
     const std::size_t m = r.m, ng = (m + W3 - 1) / W3;
     for (std::size_t k = m; k < ng * W3; ++k) q3_copy_lane(r.st, 0, 0, r.st, k / W3, k % W3);  // spare lanes
@@ -560,8 +561,8 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
                 retries.dest[retries.m] = first + g * W3 + l;
                 retries.tries[retries.m] = 1;
                 // a pass may keep every sub-block (each changed again): then it is full still
-                if (++retries.m == q3_step)
-                    while (retries.m == q3_step) q3_retry_pass(retries, scale);
+                ++retries.m;
+                while (retries.m == q3_step) q3_retry_pass(retries, scale);
             }
         }
     }
