@@ -7,7 +7,8 @@
 // llama.cpp c392e509, built with -ffp-contract=off) operation for operation, with every sum
 // in ggml's order and every product rounded before it is added; the scalar instance is the
 // definition and every other ISA gives its bytes. The parts of the quantizers that are plain
-// scalar bookkeeping (the super-block scale steps, Q6_K's packing) stay in layout/gguf.
+// scalar bookkeeping (the super-block scale steps, the codes a search keeps where a stored
+// scale is 0) stay in layout/gguf.
 //
 // Codes are the float results of round-half-even (ggml's nearest_int: exact for |q| <= 2^22,
 // which ggml asserts) clamped to the grid, so they never leave the float domain.
