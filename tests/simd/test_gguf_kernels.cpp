@@ -110,8 +110,8 @@ TEST_CASE("gguf kernels: every ISA gives the scalar port's bytes for every GGUF 
 
 TEST_CASE("gguf kernels: the 32-element types' last blocks, past the batches of eight, keep the port's bytes") {
     // Their kernels take eight blocks' scales at a time; a buffer whose block count is no
-    // multiple of eight ends in blocks taken one by one. The scalar ISA shares that code, so
-    // each ISA is held against the scalar port itself.
+    // multiple of eight ends in a batch padded with blocks of zeros. The scalar ISA shares that
+    // code, so each ISA is held against the scalar port itself.
     const auto isas = qforge::testing::available_isas();
     for (std::int64_t n_per_row : {96, 416}) {  // 3 blocks a row, and 13 (a batch and five)
         const auto x = kernel_rows(n_per_row);

@@ -110,15 +110,24 @@ inline int q3k_get_scale(int j, const std::uint8_t* scales) noexcept {
 /// quantize_row_q3_K_ref's super-block step: 6-bit signed scales against the largest |scale|
 /// (the first of equal ones), and the fp16 d. With `d`, also the sub-block scales the block
 /// stores, d * (6-bit scale - 32), from the scales as set rather than unpacked again.
-inline void q3k_scales(const float* scales, block_q3_k& y, float* d = nullptr) noexcept {
-    float max_scale = 0, amax = 0;
+/// ggml's search of a super-block's 16 sub-block scales for the first one largest in magnitude
+/// (`if (|s| > amax)`, so NaN never wins): that scale, and its magnitude in amax (0 if none).
+/// Selects, not a branch: where the largest falls is a coin toss.
+inline float largest_scale(const float* scales, float& amax) noexcept {
+    float max_scale = 0;
+    amax = 0;
     for (int j = 0; j < 16; ++j) {
-        // selects, not a branch: where the largest |scale| falls is a coin toss
         const float a = std::fabs(scales[j]);
         const bool larger = a > amax;
         max_scale = larger ? scales[j] : max_scale;
         amax = larger ? a : amax;
     }
+    return max_scale;
+}
+
+inline void q3k_scales(const float* scales, block_q3_k& y, float* d = nullptr) noexcept {
+    float amax;
+    const float max_scale = largest_scale(scales, amax);
     std::memset(y.scales, 0, 12);
     int stored[16] = {};  // 6-bit scales; all 0 (stored as -32) when every scale is 0
     if (max_scale != 0) {
@@ -312,14 +321,8 @@ inline void q6k_pack(const std::int8_t* L, block_q6_k& y) noexcept {
 /// |scale|, and d[j] = d * scale_j to requantize with. Returns false (y all zero) when every
 /// sub-block scale is below GROUP_MAX_EPS.
 inline bool q6k_scales(const float* scales, block_q6_k& y, float* d) noexcept {
-    float max_scale = 0, max_abs_scale = 0;
-    for (int ib = 0; ib < 16; ++ib) {
-        // selects, not a branch: where the largest |scale| falls is a coin toss
-        const float a = std::fabs(scales[ib]);
-        const bool larger = a > max_abs_scale;
-        max_scale = larger ? scales[ib] : max_scale;
-        max_abs_scale = larger ? a : max_abs_scale;
-    }
+    float max_abs_scale;
+    const float max_scale = largest_scale(scales, max_abs_scale);
     if (max_abs_scale < group_max_eps) {
         std::memset(&y, 0, sizeof y);
         return false;
@@ -488,7 +491,7 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
     // q3_search's retry passes gather sub-blocks across a call: 1024 a call fill them, 64 did not
     constexpr std::int64_t chunk = 16 * detail::kernel_chunk;
     float scales[16 * chunk];
-    std::uint8_t L[256];  // one super-block's codes at a time (the search's own go unused)
+    std::uint8_t L[256];  // one super-block's codes, requantized (or kept from its search) and packed before the next
     for (std::int64_t i = 0; i < k / 256; i += chunk) {
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
         kern.q3_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales);
