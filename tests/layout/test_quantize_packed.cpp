@@ -370,6 +370,54 @@ TEST_CASE("AWQ and compressed-tensors pack_band: refusals name the weight's row 
     refuse(compressed_tensors_layout<4>{}, dtype::BF16);
 }
 
+TEST_CASE("pack_band scans codes and zero points unless they were made in range; the other checks run either way") {
+    // quantize_packed passes made_in_range for the bands it has just made; a caller's band
+    // keeps the scans by default.
+    const std::int64_t rows = 64, cols = 256, n = 128;
+    const auto w = testing::student_t_floats(static_cast<std::size_t>(rows * cols), 5);
+    const tensor_view v = testing::view_of(w, rows, cols, dtype::F32, "c.weight");
+    const simd::isa isa = simd::active_isa();
+    auto scan = [&](const auto& layout, dtype scale_dtype, dtype other_dtype) {
+        std::vector<owned_tensor> out;
+        for (const tensor_spec& t : layout.specs(n, cols, 64, true))
+            out.push_back(detail::alloc_tensor("c" + t.suffix, t.type, t.shape));
+        const quantized_tensor good = quantize(v, opts_for(4, 64, true, scale_dtype));
+        quantized_tensor band = good;
+        band.codes[static_cast<std::size_t>(5 * cols + 7)] = 16;  // row 5, column 7: past 4 bits
+        CHECK_THROWS_AS(layout.pack_band(band, 0, n, out), shape_error);
+        CHECK_THROWS_AS(layout.pack_band(band, 0, n, out, isa, value_check::scan), shape_error);
+        CHECK_NOTHROW(layout.pack_band(band, 0, n, out, isa, value_check::made_in_range));
+        band = good;
+        band.zeros[3] = 3;  // a symmetric weight's zero point off the midpoint 8
+        CHECK_THROWS_AS(layout.pack_band(band, 0, n, out), shape_error);
+        CHECK_NOTHROW(layout.pack_band(band, 0, n, out, isa, value_check::made_in_range));
+        band = good;
+        band.zeros[3] = 16;  // past 4 bits
+        CHECK_THROWS_AS(layout.pack_band(band, 0, n, out), shape_error);
+        CHECK_NOTHROW(layout.pack_band(band, 0, n, out, isa, value_check::made_in_range));
+        // what the quantizer does not decide is checked either way
+        CHECK_THROWS_AS(layout.pack_band(good, 96, n, out, isa, value_check::made_in_range),
+                        shape_error);  // runs past N
+        std::vector<owned_tensor> fewer(out.begin(), out.end() - 1);  // not the specs' tensors: refused, not written past
+        CHECK_THROWS_AS(layout.pack_band(good, 0, n, fewer, isa, value_check::made_in_range), shape_error);
+        std::vector<owned_tensor> short_first = out;
+        short_first[0].bytes.resize(short_first[0].bytes.size() / 2);
+        CHECK_THROWS_AS(layout.pack_band(good, 0, n, short_first), shape_error);
+        const quantized_tensor other = quantize(v, opts_for(4, 64, true, other_dtype));
+        CHECK_THROWS_AS(layout.pack_band(other, 0, n, out, isa, value_check::made_in_range), unsupported_error);
+    };
+    scan(gptq_layout<4>{}, dtype::F16, dtype::BF16);
+    scan(awq_layout<4>{}, dtype::F16, dtype::BF16);
+    scan(compressed_tensors_layout<4>{}, dtype::BF16, dtype::F16);
+    // GPTQ v1 cannot store a zero point of 0: a format's limit, refused whoever made the band
+    quantized_tensor zero0 = quantize(v, opts_for(4, 64, false, dtype::F16));
+    zero0.zeros[3] = 0;
+    std::vector<owned_tensor> out;
+    const gptq_layout<4> v1;
+    for (const tensor_spec& t : v1.specs(n, cols, 64, false)) out.push_back(detail::alloc_tensor("c" + t.suffix, t.type, t.shape));
+    CHECK_THROWS_AS(v1.pack_band(zero0, 0, n, out, isa, value_check::made_in_range), unsupported_error);
+}
+
 TEST_CASE("AWQ and compressed-tensors: quantize_packed refuses what pack(quantize) refuses, in its words") {
     const std::int64_t cols = 256;
     const auto w36 = testing::student_t_floats(static_cast<std::size_t>(36 * cols), 4);

@@ -53,9 +53,10 @@ public:
 
     /// Every refusal, before anything is packed. `first_row` is the weight row of q's row 0
     /// when q is a band of a larger weight (messages name the weight's rows). `isa`: the pack
-    /// kernels the code scan runs on (simd/pack_kernels.hpp).
-    void check(const quantized_tensor& q, std::int64_t first_row = 0, simd::isa isa = simd::active_isa()) const {
-        detail::check_common(q, "AWQ", first_row, isa);
+    /// kernels the code scan runs on (simd/pack_kernels.hpp); `values`: whether the scans run.
+    void check(const quantized_tensor& q, std::int64_t first_row = 0, simd::isa isa = simd::active_isa(),
+               value_check values = value_check::scan) const {
+        detail::check_common(q, "AWQ", first_row, isa, values);
         if (q.bits != Bits)
             fail<unsupported_error>({}, q.name, "AWQ packs 4 bits only; got a " +
                                                     std::to_string(q.bits) + "-bit weight");
@@ -93,10 +94,12 @@ public:
     /// 32 rows owns word columns first_row/8 .. of qweight and qzeros outright, and its scales
     /// columns: bands may be packed in any order or at once on different threads.
     void pack_band(const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
-                   std::span<owned_tensor> out, simd::isa isa = simd::active_isa()) const {
+                   std::span<owned_tensor> out, simd::isa isa = simd::active_isa(),
+                   value_check values = value_check::scan) const {
         check_shape(band.name, n, band.cols, band.group_size);  // the whole weight's N, as pack() words it
-        check(band, first_row, isa);
+        check(band, first_row, isa, values);
         detail::check_band_bounds(band, first_row, n, "AWQ");
+        detail::check_band_outputs(specs(n, band.cols, band.group_size, band.symmetric), out, band.name, "AWQ");
         const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows;
         detail::pack_awq4_band(band.codes.data(), rows, k, detail::words_of(out[0]) + first_row / 8, n / 8, isa);
         const std::vector<std::uint8_t> zeros(band.zeros.begin(), band.zeros.end());  // [rows][groups], 0..15

@@ -180,9 +180,10 @@ public:
 
     /// Every refusal, before anything is packed. `first_row` is the weight row of q's row 0
     /// when q is a band of a larger weight (messages name the weight's rows). `isa`: the pack
-    /// kernels the code scan runs on (simd/pack_kernels.hpp).
-    void check(const quantized_tensor& q, std::int64_t first_row = 0, simd::isa isa = simd::active_isa()) const {
-        detail::check_common(q, "compressed-tensors", first_row, isa);
+    /// kernels the code scan runs on (simd/pack_kernels.hpp); `values`: whether the scans run.
+    void check(const quantized_tensor& q, std::int64_t first_row = 0, simd::isa isa = simd::active_isa(),
+               value_check values = value_check::scan) const {
+        detail::check_common(q, "compressed-tensors", first_row, isa, values);
         if (q.bits != Bits)
             fail<unsupported_error>({}, q.name, "compressed-tensors layout for " + std::to_string(Bits) +
                                                     " bits given a " + std::to_string(q.bits) +
@@ -229,9 +230,11 @@ public:
     /// fields go in atomically (detail::pack_padded_part). Bands may be packed in any order or
     /// at once on different threads.
     void pack_band(const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
-                   std::span<owned_tensor> out, simd::isa isa = simd::active_isa()) const {
-        check(band, first_row, isa);
+                   std::span<owned_tensor> out, simd::isa isa = simd::active_isa(),
+                   value_check values = value_check::scan) const {
+        check(band, first_row, isa, values);
         detail::check_band_bounds(band, first_row, n, "compressed-tensors");
+        detail::check_band_outputs(specs(n, band.cols, band.group_size, band.symmetric), out, band.name, "compressed-tensors");
         const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows, wk = words(k);
         std::uint32_t* packed = detail::words_of(out[0]) + first_row * wk;
         for (std::int64_t r = 0; r < rows; ++r) pack_run(band.codes.data() + r * k, 1, k, packed + r * wk, 1);

@@ -32,6 +32,7 @@
 #include "qforge/core/tensor_source.hpp"
 #include "qforge/core/tensor_view.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
+#include "qforge/layout/detail/pack_band.hpp"
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/layout/packing.hpp"
@@ -182,9 +183,10 @@ public:
 
     /// Every refusal, before anything is packed. `first_row` is the weight row of q's row 0
     /// when q is a band of a larger weight (messages name the weight's rows). `isa`: the pack
-    /// kernels the code scan runs on (simd/pack_kernels.hpp).
-    void check(const quantized_tensor& q, std::int64_t first_row = 0, simd::isa isa = simd::active_isa()) const {
-        detail::check_common(q, "GPTQ", first_row, isa);
+    /// kernels the code scan runs on (simd/pack_kernels.hpp); `values`: whether the scans run.
+    void check(const quantized_tensor& q, std::int64_t first_row = 0, simd::isa isa = simd::active_isa(),
+               value_check values = value_check::scan) const {
+        detail::check_common(q, "GPTQ", first_row, isa, values);
         if (q.bits != Bits)
             fail<unsupported_error>({}, q.name, "GPTQ layout for " + std::to_string(Bits) +
                                                     " bits given a " + std::to_string(q.bits) +
@@ -201,7 +203,9 @@ public:
                                                 std::to_string(q.group_of(k)) +
                                                 " (act-order g_idx) but desc_act is off, so loaders "
                                                 "would ignore g_idx; export with desc_act");
-        if (opt_.format == gptq_format::v1)
+        // a symmetric band made in range has every zero point at the midpoint, never 0
+        const bool zeros_at_midpoint = q.symmetric && values == value_check::made_in_range;
+        if (opt_.format == gptq_format::v1 && !zeros_at_midpoint)
             for (std::size_t i = 0; i < q.zeros.size(); ++i)
                 if (q.zeros[i] == 0)
                     fail<unsupported_error>(
@@ -246,9 +250,12 @@ public:
     /// it, quantized. Bands start on a multiple of 32 rows, so their qzeros fill whole words,
     /// and may be packed in any order or at once on different threads (they share no word).
     void pack_band(const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
-                   std::span<owned_tensor> out, simd::isa isa = simd::active_isa()) const {
+                   std::span<owned_tensor> out, simd::isa isa = simd::active_isa(),
+                   value_check values = value_check::scan) const {
         check_shape(band.name, n, band.cols, band.group_size);
-        check(band, first_row, isa);
+        check(band, first_row, isa, values);
+        detail::check_band_bounds(band, first_row, n, "GPTQ");
+        detail::check_band_outputs(specs(n, band.cols, band.group_size, band.symmetric), out, band.name, "GPTQ");
         const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows;
         detail::pack_dense_transposed(band.codes.data(), rows, k, Bits, detail::words_of(out[0]) + first_row, isa, n);
         const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;

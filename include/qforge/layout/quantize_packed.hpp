@@ -99,11 +99,16 @@ std::vector<owned_tensor> pack_on(const L& layout, const quantized_tensor& q, st
     else return layout.pack(q, prefix);
 }
 
-/// layout.pack_band(...), on the pack kernels of `isa` when the layout takes one.
+/// layout.pack_band(...) of a band quantize_band has just made, on the pack kernels of `isa`
+/// and without the scans of its codes and zero points where the layout takes value_check (the
+/// in-tree layouts do).
 template <band_packing_layout L>
 void pack_band_on(const L& layout, const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
                   std::span<owned_tensor> out, simd::isa isa) {
-    if constexpr (requires { layout.pack_band(band, first_row, n, out, isa); }) layout.pack_band(band, first_row, n, out, isa);
+    if constexpr (requires { layout.pack_band(band, first_row, n, out, isa, value_check::made_in_range); })
+        layout.pack_band(band, first_row, n, out, isa, value_check::made_in_range);
+    else if constexpr (requires { layout.pack_band(band, first_row, n, out, isa); })
+        layout.pack_band(band, first_row, n, out, isa);
     else layout.pack_band(band, first_row, n, out);
 }
 
