@@ -42,6 +42,9 @@ class awq_layout {
 public:
     static constexpr std::string_view format_name = "awq";
     static constexpr int bits = Bits;
+    /// pack_band's bands write every byte of the specs' tensors between them (whole words of
+    /// qweight and qzeros, every scale): quantize_packed need not zero recycled output storage.
+    static constexpr bool bands_write_every_byte = true;
 
     std::vector<tensor_spec> specs(std::int64_t n, std::int64_t k, std::int64_t group,
                                    bool /*symmetric*/) const {

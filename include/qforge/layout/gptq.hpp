@@ -167,6 +167,10 @@ class gptq_layout {
 public:
     static constexpr std::string_view format_name = "gptq";
     static constexpr int bits = Bits;
+    /// pack_band's bands write every byte of the specs' tensors between them (whole words of
+    /// qweight and qzeros, every scale, g_idx with the first band): quantize_packed need not
+    /// zero recycled output storage first.
+    static constexpr bool bands_write_every_byte = true;
 
     explicit gptq_layout(gptq_options options = {}) : opt_(options) {}
     const gptq_options& options() const noexcept { return opt_; }

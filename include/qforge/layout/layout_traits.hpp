@@ -288,11 +288,13 @@ owned_tensor make_tensor(std::string name, dtype type, shape_t shape, const std:
 }
 
 /// An owned tensor of `shape` with zeroed bytes, for packers to fill in place; its storage
-/// comes from `storage` when given (a recycled buffer: no fresh pages to fault in).
-inline owned_tensor alloc_tensor(std::string name, dtype type, shape_t shape, buffer_recycler* storage = nullptr) {
+/// comes from `storage` when given (a recycled buffer: no fresh pages to fault in), and keeps
+/// that buffer's old bytes instead where `zeroed` is false (a packer that writes every byte).
+inline owned_tensor alloc_tensor(std::string name, dtype type, shape_t shape, buffer_recycler* storage = nullptr,
+                                 bool zeroed = true) {
     const auto n = static_cast<std::size_t>(checked_numel(shape, {}, name));
     owned_tensor t{std::move(name), type, std::move(shape), {}};
-    if (storage) t.bytes = storage->take_zeroed(n * dtype_size(type));
+    if (storage) t.bytes = zeroed ? storage->take_zeroed(n * dtype_size(type)) : storage->take(n * dtype_size(type));
     else assign_zeros(t.bytes, n * dtype_size(type));
     return t;
 }

@@ -65,6 +65,11 @@ inline std::int64_t band_rows(std::int64_t cols) noexcept {
     return std::max<std::int64_t>(128, 32 * units);
 }
 
+/// Whether L's bands write every byte of its outputs between them (L::bands_write_every_byte),
+/// so that recycled output storage is taken as it is, not zeroed first.
+template <class L>
+inline constexpr bool bands_write_every_byte = requires { requires L::bands_write_every_byte; };
+
 /// What one task works in: the band's codes and, with a band_source, its source rows.
 struct band_work {
     quantized_tensor codes;
@@ -148,7 +153,8 @@ std::vector<owned_tensor> quantize_packed(const tensor_view& weight, const quant
         const std::string p(prefix);
         std::vector<owned_tensor> out;
         for (const tensor_spec& t : layout.specs(n, cols, opt.group_size, opt.symmetric))
-            out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape, workspace ? &workspace->outputs : nullptr));
+            out.push_back(detail::alloc_tensor(p + t.suffix, t.type, t.shape, workspace ? &workspace->outputs : nullptr,
+                                               !detail::bands_write_every_byte<L>));
         const std::int64_t band = detail::band_rows(cols);
         std::vector<snr_sums> rows_snr(snr ? static_cast<std::size_t>(n) : 0);
         detail::band_buffers local_buffers;
