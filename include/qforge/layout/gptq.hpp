@@ -262,13 +262,7 @@ public:
         detail::check_band_outputs(specs(n, band.cols, band.group_size, band.symmetric), out, band.name, "GPTQ");
         const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows;
         detail::pack_dense_transposed(band.codes.data(), rows, k, Bits, detail::words_of(out[0]) + first_row, isa, n);
-        const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
-        std::vector<std::uint8_t> stored(band.zeros.size()), by_group(band.zeros.size());
-        for (std::size_t i = 0; i < stored.size(); ++i) stored[i] = static_cast<std::uint8_t>(band.zeros[i] - offset);
-        detail::transpose_into(stored.data(), rows, groups, by_group.data());
-        std::uint32_t* qzeros = detail::words_of(out[1]);
-        for (std::int64_t g = 0; g < groups; ++g)
-            detail::pack_dense(by_group.data() + g * rows, 1, rows, Bits, qzeros + g * (n * Bits / 32) + first_row * Bits / 32, 1);
+        pack_band_zeros(band, first_row, n, detail::words_of(out[1]));
         detail::transpose_into(band.scales.data(), rows, groups,
                                reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n);
         if (first_row == 0) {
@@ -518,6 +512,30 @@ private:
                                            std::to_string(zero) + " (expected " + std::to_string(mid) +
                                            "; is checkpoint_format " + (args.v2 ? "gptq_v2" : "gptq (v1)") + " right?)");
             }
+    }
+
+    /// A band's part of qzeros [groups][n * Bits / 32]: its rows' words in every group's row.
+    /// A symmetric band's zero points are all the midpoint (check refused any other, or the
+    /// quantizer made them so), so one packed row serves every group; packing each group's
+    /// column of zero points was 3% of RTN 4-bit + pack.
+    void pack_band_zeros(const quantized_tensor& band, std::int64_t first_row, std::int64_t n,
+                         std::uint32_t* qzeros) const {
+        const std::int64_t groups = band.groups(), rows = band.rows, words = rows * Bits / 32, row_words = n * Bits / 32;
+        const std::int32_t offset = opt_.format == gptq_format::v1 ? 1 : 0;
+        std::uint32_t* dst = qzeros + first_row * Bits / 32;
+        if (band.symmetric) {
+            const std::vector<std::uint8_t> mid(static_cast<std::size_t>(rows), static_cast<std::uint8_t>((1 << (Bits - 1)) - offset));
+            std::vector<std::uint32_t> row(static_cast<std::size_t>(words));
+            detail::pack_dense(mid.data(), 1, rows, Bits, row.data(), 1);
+            for (std::int64_t g = 0; g < groups; ++g) std::memcpy(dst + g * row_words, row.data(), row.size() * sizeof(std::uint32_t));
+            return;
+        }
+        std::vector<std::uint8_t> stored(band.zeros.size()), by_group(band.zeros.size());
+        const std::int32_t* zeros = band.zeros.data();
+        std::uint8_t* st = stored.data();  // a byte store may alias the vector's own pointer: keep it in a local
+        for (std::size_t i = 0; i < stored.size(); ++i) st[i] = static_cast<std::uint8_t>(zeros[i] - offset);
+        detail::transpose_into(stored.data(), rows, groups, by_group.data());
+        for (std::int64_t g = 0; g < groups; ++g) detail::pack_dense(by_group.data() + g * rows, 1, rows, Bits, dst + g * row_words, 1);
     }
 
     static void check_shape(const std::string& tensor, std::int64_t n, std::int64_t k,
