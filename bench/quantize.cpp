@@ -7,8 +7,10 @@
 // on a machine shared with other jobs the wall clock overstates the cost, CPU time much less
 // (for multi-threaded runs CPU time adds up all threads, so use the wall figures there).
 // Floors (single thread, issue 3): RTN symmetric 4-bit g64 quantize + GPTQ pack >= 1.5 G w/s
-// (rtn_sym4_g64_quantize_packed_gptq: quantize_packed, what the converter runs; the two-step
-// quantize() then pack() is listed beside it), seed 8-candidate search >= 0.3 G w/s, the
+// (rtn_sym4_g64_quantize_packed_gptq: quantize_packed on fresh output storage each call;
+// _workspace: with a packed_workspace that takes each call's outputs back, as the converter
+// gives back every tensor once written; the two-step quantize() then pack() is listed beside
+// it), seed 8-candidate search >= 0.3 G w/s, the
 // shrink search >= 0.04 G w/s (llm-compressor's grid 100 with max shrink 0.2, i.e. 20
 // candidates, norm 2.4 and 2.0; the 100-candidate variant is listed for reference), and two
 // threads >= 1.8x one thread on the search paths. rtn_encode_l2 times the encode kernel
@@ -84,7 +86,7 @@ void bm_memcpy(benchmark::State& state) {
     state.counters["GB_per_cpu_s"] = memcpy_bytes_per_cpu_s / 1e9;
 }
 
-enum class path { rtn_packed, rtn_packed_snr, rtn_pack, rtn, seed_search, mse20, mse20_sq, mse100 };
+enum class path { rtn_packed, rtn_packed_workspace, rtn_packed_snr, rtn_pack, rtn, seed_search, mse20, mse20_sq, mse100 };
 
 template <class Tag>
 void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned threads) {
@@ -101,6 +103,7 @@ void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned th
     o.isa = Tag::id;
     switch (p) {
         case path::rtn_packed:
+        case path::rtn_packed_workspace:
         case path::rtn_packed_snr:
         case path::rtn_pack:
         case path::rtn: o.policy = scale_policy::gptq_absmax; break;
@@ -118,17 +121,21 @@ void bm_quantize(benchmark::State& state, path p, std::int64_t rows, unsigned th
     thread_pool pool(threads);
     const executor ex = threads > 1 ? pool.executor() : executor{};
     const gptq_layout<4> layout;
+    packed_workspace workspace;  // rtn_packed_workspace: the converter's, outputs given back once "written"
     double total = 0;
     const double cpu0 = cpu_seconds();
     for (auto _ : state) {
         const auto t0 = std::chrono::steady_clock::now();
-        if (p == path::rtn_packed || p == path::rtn_packed_snr) {
+        if (p == path::rtn_packed || p == path::rtn_packed_workspace || p == path::rtn_packed_snr) {
             snr_sums sums;  // the converter's report asks for them
-            auto packed = quantize_packed(v, o, layout, "bench", ex, p == path::rtn_packed_snr ? &sums : nullptr);
+            auto packed = quantize_packed(v, o, layout, "bench", ex, p == path::rtn_packed_snr ? &sums : nullptr, {},
+                                          p == path::rtn_packed_workspace ? &workspace : nullptr);
             benchmark::DoNotOptimize(packed.data());
             const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             state.SetIterationTime(dt);
             total += dt;
+            if (p == path::rtn_packed_workspace)
+                for (owned_tensor& t : packed) workspace.outputs.give(std::move(t.bytes));
             continue;
         }
         auto q = quantize(v, o, ex);
@@ -181,6 +188,9 @@ template <class Tag>
 void register_tag() {
     const std::string n(Tag::name());
     benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_packed_gptq/" + n).c_str(), bm_quantize<Tag>, path::rtn_packed, kRows, 1u)
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+    benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_packed_gptq_workspace/" + n).c_str(), bm_quantize<Tag>,
+                                 path::rtn_packed_workspace, kRows, 1u)
         ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
     benchmark::RegisterBenchmark(("rtn_sym4_g64_quantize_packed_gptq_snr/" + n).c_str(), bm_quantize<Tag>, path::rtn_packed_snr,
                                  kRows, 1u)
