@@ -328,9 +328,11 @@ QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const 
 // hot loop and crowded AVX2's sixteen registers, which spilled them on every step.
 // The steps that reach it are nearly all true ties (BF16 weights, g64: every one of 4.4% of
 // the chunks), so they are settled without a branch: a lane on a true tie takes round(h),
-// as in k_settle_ties (such a lane is always near: x / s = h puts t within |h| 2^-23 of h),
-// and only a lane near a tie but off one sends the four steps to k_settle_ties itself. A
-// branch per step mispredicted at about one step in four and cost a tenth of RTN + pack.
+// as in k_settle_ties, which does so only in a step with a lane near a tie. The two agree:
+// x / s = h puts t within |h| 2^-23 of h, inside the window wherever |h| < 8 (maxq + 1), and
+// past maxq + 1 both roundings clamp to the same code. Only a lane near a tie but off one
+// sends the four steps to k_settle_ties itself. A branch per step mispredicted at about one
+// step in four and cost a tenth of RTN + pack.
 [[gnu::noinline, gnu::cold]] QFORGE_KFN void k_settle_ties4(const float* w, float scale, float rinv, float near,
                                                             vf* rr) noexcept {
     const vf s = vset(scale), r = vset(rinv), nr = vset(near), zero = vset(0.0f);
