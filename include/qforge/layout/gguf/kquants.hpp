@@ -107,9 +107,7 @@ inline int q3k_get_scale(int j, const std::uint8_t* scales) noexcept {
     const int lo = j < 8 ? (scales[j] & 0xF) : (scales[j - 8] >> 4);
     return (lo | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
 }
-/// quantize_row_q3_K_ref's super-block step: 6-bit signed scales against the largest |scale|
-/// (the first of equal ones), and the fp16 d. With `d`, also the sub-block scales the block
-/// stores, d * (6-bit scale - 32), from the scales as set rather than unpacked again.
+
 /// ggml's search of a super-block's 16 sub-block scales for the first one largest in magnitude
 /// (`if (|s| > amax)`, so NaN never wins): that scale, and its magnitude in amax (0 if none).
 /// Selects, not a branch: where the largest falls is a coin toss.
@@ -125,6 +123,9 @@ inline float largest_scale(const float* scales, float& amax) noexcept {
     return max_scale;
 }
 
+/// quantize_row_q3_K_ref's super-block step: 6-bit signed scales against the largest |scale|
+/// (the first of equal ones), and the fp16 d. With `d`, also the sub-block scales the block
+/// stores, d * (6-bit scale - 32), from the scales as set rather than unpacked again.
 inline void q3k_scales(const float* scales, block_q3_k& y, float* d = nullptr) noexcept {
     float amax;
     const float max_scale = largest_scale(scales, amax);
