@@ -207,9 +207,9 @@ public:
                                                 std::to_string(q.group_of(k)) +
                                                 " (act-order g_idx) but desc_act is off, so loaders "
                                                 "would ignore g_idx; export with desc_act");
-        // a symmetric band made in range has every zero point at the midpoint, never 0
-        const bool zeros_at_midpoint = q.symmetric && values == value_check::made_in_range;
-        if (opt_.format == gptq_format::v1 && !zeros_at_midpoint)
+        // a symmetric weight's zero points are all the midpoint, never 0 (check_common refused
+        // any other, or the quantizer made them so)
+        if (opt_.format == gptq_format::v1 && !q.symmetric)
             for (std::size_t i = 0; i < q.zeros.size(); ++i)
                 if (q.zeros[i] == 0)
                     fail<unsupported_error>(
