@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -192,6 +193,71 @@ TEST_CASE("gguf kernels: Q3_K and Q6_K keep the port's bytes on extreme rows (fp
             CAPTURE(simd::isa_name(i));
             CAPTURE(type_name(t));
             CHECK(std::memcmp(port.data(), ours.data(), size) == 0);
+        }
+    }
+}
+
+namespace {
+/// Super-blocks of 16 sub-block scales that ggml's searches rarely or never give, for the
+/// super-block step: equal magnitudes of both signs (the first wins), NaN (never wins), all
+/// zero or NaN (no largest), a largest below GROUP_MAX_EPS, infinities, subnormals, quotients
+/// on rounding ties, the largest last, and Student-t draws.
+std::vector<float> edge_scales() {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    std::vector<float> s;
+    auto block = [&](auto f) {
+        for (int j = 0; j < 16; ++j) s.push_back(f(j));
+    };
+    block([](int j) { return j == 3 ? -2.f : j == 9 ? 2.f : 0.1f * static_cast<float>(j % 5); });
+    block([](int j) { return j == 2 ? 2.f : j == 7 ? -2.f : -0.1f * static_cast<float>(j % 3); });
+    block([&](int j) { return j == 0 ? nan : j == 5 ? -nan : 0.25f * static_cast<float>(j) - 1.f; });
+    block([&](int) { return nan; });
+    block([](int j) { return j % 2 ? -0.f : 0.f; });
+    block([](int j) { return 1e-16f * static_cast<float>(j % 4); });
+    block([&](int j) { return j == 6 ? -inf : j == 11 ? inf : 1.f; });
+    block([](int j) { return j == 15 ? -3.f : 0.2f * static_cast<float>(j); });
+    block([](int j) { return j == 0 ? -128.f : 0.5f * static_cast<float>(j) - 3.5f; });  // iscale 1: quotients on ties
+    block([](int j) { return j == 4 ? 3e38f : 1e-30f * static_cast<float>(j); });
+    block([](int j) { return 1e-40f * static_cast<float>(j + 1) * (j % 2 ? -1.f : 1.f); });
+    block([](int j) { return j == 8 ? 1e-5f : -7e-6f; });
+    const auto draws = testing::student_t_floats(16 * 6, 20261206);
+    s.insert(s.end(), draws.begin(), draws.end());
+    return s;
+}
+}  // namespace
+
+TEST_CASE("gguf kernels: every ISA's super-block step gives the port's Q3_K and Q6_K scales and d") {
+    const auto s = edge_scales();
+    const std::size_t count = s.size() / 16;  // 18: one batch and a part on eight lanes, a part on sixteen
+    for (simd::isa i : qforge::testing::available_isas()) {
+        const auto& kern = simd::kernels_of<simd::gguf_kernels>(i);
+        for (float nmax : {32.f, 128.f}) {
+            std::vector<std::uint16_t> d16(count);
+            std::vector<float> dd(count), q(s.size()), amax(count);
+            kern.super_block_scales(s.data(), count, nmax, d16.data(), dd.data(), q.data(), amax.data());
+            for (std::size_t b = 0; b < count; ++b) {
+                CAPTURE(simd::isa_name(i));
+                CAPTURE(nmax);
+                CAPTURE(b);
+                float d_port[16], d_ours[16];
+                if (nmax == 128.f) {
+                    block_q6_k port, ours;
+                    std::memset(&port, 0x5a, sizeof port);
+                    std::memset(&ours, 0x5a, sizeof ours);
+                    const bool kept = gguf::detail::q6k_scales(s.data() + 16 * b, port, d_port);
+                    CHECK(gguf::detail::q6k_stored_scales(amax[b], d16[b], dd[b], q.data() + 16 * b, ours, d_ours) == kept);
+                    CHECK(std::memcmp(&port, &ours, sizeof port) == 0);
+                    if (kept) CHECK(std::memcmp(d_port, d_ours, sizeof d_port) == 0);
+                } else {
+                    block_q3_k port, ours;
+                    std::memset(&port, 0x5a, sizeof port);
+                    std::memset(&ours, 0x5a, sizeof ours);
+                    gguf::detail::q3k_scales(s.data() + 16 * b, port, d_port);
+                    gguf::detail::q3k_stored_scales(amax[b], d16[b], dd[b], q.data() + 16 * b, ours, d_ours);
+                    CHECK(std::memcmp(&port, &ours, sizeof port) == 0);
+                    CHECK(std::memcmp(d_port, d_ours, sizeof d_port) == 0);
+                }
+            }
         }
     }
 }

@@ -7,7 +7,7 @@
 // llama.cpp c392e509, built with -ffp-contract=off) operation for operation, with every sum
 // in ggml's order and every product rounded before it is added; the scalar instance is the
 // definition and every other ISA gives its bytes. The parts of the quantizers that are plain
-// scalar bookkeeping (the super-block scale steps, the codes a search keeps where a stored
+// scalar bookkeeping (most super-block scale steps, the codes a search keeps where a stored
 // scale is 0) stay in layout/gguf.
 //
 // Codes are the float results of round-half-even (ggml's nearest_int: exact for |q| <= 2^22,
@@ -114,6 +114,16 @@ struct gguf_kernels {
     /// null), once layout/gguf has unpacked the codes to one byte each.
     void (*dequantize_codes)(const std::uint8_t* codes, std::size_t count, std::size_t len, const float* d,
                              const float* m, float offset, float* y) noexcept;
+
+    /// The super-block step of quantize_row_q3_K_ref (nmax 32) and q6_K_ref (nmax 128) up to
+    /// each type's own clamps, for `count` super-blocks of 16 sub-block scales each
+    /// (scale[16 b + j], as the searches give them): amax[b] = the largest |scale| (NaN and 0
+    /// never win; 0 where none is above 0), largest = the first scale at it, iscale = -nmax /
+    /// largest, d16[b] = fp16(1 / iscale), dd[b] = the value of that fp16, and q[16 b + j] =
+    /// nearest_int(iscale * scale[16 b + j]) (ggml's bit trick). Where amax[b] is 0 the others
+    /// are unspecified.
+    void (*super_block_scales)(const float* scale, std::size_t count, float nmax, std::uint16_t* d16, float* dd, float* q,
+                         float* amax) noexcept;
 };
 
 }  // namespace qforge::simd

@@ -146,6 +146,25 @@ inline void q3k_scales(const float* scales, block_q3_k& y, float* d = nullptr) n
     const float dd = fp16_to_float(y.d);
     for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(stored[j] - 32);
 }
+/// q3k_scales from the kernels' step (simd::gguf_kernels::super_block_scales, nmax 32): the same
+/// block bytes and d.
+inline void q3k_stored_scales(float amax, std::uint16_t d16, float dd, const float* q, block_q3_k& y,
+                              float* d) noexcept {
+    std::memset(y.scales, 0, 12);
+    int stored[16] = {};  // all 0 (stored as -32) when every scale is 0
+    if (amax > 0) {
+        for (int j = 0; j < 16; ++j) {
+            const auto l8 = static_cast<std::int8_t>(static_cast<int>(q[j]));
+            stored[j] = clamp_int(l8, -32, 31) + 32;
+            q3k_set_scale(j, stored[j], y.scales);
+        }
+        y.d = d16;
+    } else {
+        y.d = float_to_fp16(0.f);
+        dd = 0.f;
+    }
+    for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(stored[j] - 32);
+}
 /// quantize_row_q3_K_ref's search of one 16-element sub-block, for its codes L (code + 4).
 inline void q3k_sub_search(const float* xs, std::uint8_t* L) noexcept {
     std::int8_t l8[16];
@@ -339,6 +358,23 @@ inline bool q6k_scales(const float* scales, block_q6_k& y, float* d) noexcept {
     return true;
 }
 
+/// q6k_scales from the kernels' step (simd::gguf_kernels::super_block_scales, nmax 128): the same
+/// block bytes and d.
+inline bool q6k_stored_scales(float amax, std::uint16_t d16, float dd, const float* q, block_q6_k& y,
+                              float* d) noexcept {
+    if (amax < group_max_eps) {
+        std::memset(&y, 0, sizeof y);
+        return false;
+    }
+    y.d = d16;
+    for (int ib = 0; ib < 16; ++ib) {
+        const int v = static_cast<int>(q[ib]);
+        y.scales[ib] = static_cast<std::int8_t>(v < 127 ? v : 127);
+    }
+    for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(y.scales[j]);
+    return true;
+}
+
 /// quantize_row_q6_K_ref's search of one 16-element sub-block, for its codes L (code + 32).
 inline void q6k_sub_search(const float* xs, std::uint8_t* L) noexcept {
     std::int8_t l8[16];
@@ -491,15 +527,17 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
 inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q3_k* y, std::int64_t k) noexcept {
     // q3_search's retry passes gather sub-blocks across a call: 1024 a call fill them, 64 did not
     constexpr std::int64_t chunk = 16 * detail::kernel_chunk;
-    float scales[16 * chunk];
+    float scales[16 * chunk], q[16 * chunk], dd[chunk], amax[chunk];
+    std::uint16_t d16[chunk];
     std::uint8_t L[256];  // one super-block's codes, requantized (or kept from its search) and packed before the next
     for (std::int64_t i = 0; i < k / 256; i += chunk) {
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
         kern.q3_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales);
+        kern.super_block_scales(scales, static_cast<std::size_t>(n), 32.f, d16, dd, q, amax);
         for (std::int64_t h = 0; h < n; ++h) {
             float d[16];
             block_q3_k& b = y[i + h];
-            detail::q3k_scales(scales + 16 * h, b, d);
+            detail::q3k_stored_scales(amax[h], d16[h], dd[h], q + 16 * h, b, d);
             detail::kept_search_codes(d, 16, 16, x + 256 * (i + h), L, detail::q3k_sub_search);
             kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -4.f, 3.f, 4.f, L);
             kern.pack_q3k(L, b.hmask, b.qs);
@@ -509,14 +547,16 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
 
 inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q6_k* y, std::int64_t k) noexcept {
     constexpr std::int64_t chunk = detail::kernel_chunk;
-    float scales[16 * chunk];
+    float scales[16 * chunk], q[16 * chunk], dd[chunk], amax[chunk];
+    std::uint16_t d16[chunk];
     std::uint8_t L[256 * chunk];
     for (std::int64_t i = 0; i < k / 256; i += chunk) {
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
         kern.qx32_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales);
+        kern.super_block_scales(scales, static_cast<std::size_t>(n), 128.f, d16, dd, q, amax);
         for (std::int64_t h = 0; h < n; ++h) {
             float d[16];
-            if (!detail::q6k_scales(scales + 16 * h, y[i + h], d)) continue;
+            if (!detail::q6k_stored_scales(amax[h], d16[h], dd[h], q + 16 * h, y[i + h], d)) continue;
             detail::kept_search_codes(d, 16, 16, x + 256 * (i + h), L + 256 * h, detail::q6k_sub_search);
             kern.requantize(x + 256 * (i + h), 16, 16, d, nullptr, -32.f, 31.f, 32.f, L + 256 * h);
             kern.pack_q6k(L + 256 * h, y[i + h].ql, y[i + h].qh);

@@ -349,6 +349,55 @@ QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale) n
     }
 }
 
+// ---- the super-block scale step of Q3_K and Q6_K ---------------------------------------------
+/// A super-block's largest |scale| of its 16 into amax, and the first scale at it: ggml's
+/// `if (ax > amax)` from amax 0, so NaN and zero never win. The lanes take the magnitudes NaN
+/// to 0, so that every ISA's max and min see the same values.
+QFORGE_KFN float largest_scale(const float* scale, float& amax) noexcept {
+    constexpr std::size_t steps = 16 / lanes;
+    alignas(64) static constexpr float index[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const vf zero = vset(0.f);
+    vf a[steps], m = zero;
+    for (std::size_t k = 0; k < steps; ++k) {
+        const vf v = vabs(vload(scale + lanes * k));
+        a[k] = gg_blend(gg_gt(v, zero), v, zero);
+        m = vmax(m, a[k]);
+    }
+    amax = vhmax(m);
+    if (!(amax > 0)) return 0.f;
+    const vf at = vset(amax), past = vset(16.f);
+    vf first = past;
+    for (std::size_t k = 0; k < steps; ++k) first = vmin(first, gg_blend(gg_eq(a[k], at), vload(index + lanes * k), past));
+    return scale[static_cast<std::size_t>(vhmin(first))];
+}
+
+/// See simd/gguf_kernels.hpp. The divisions and fp16 conversions of a call's super-blocks go
+/// one lane each: ggml's scalar chain of them was most of the step.
+QFORGE_KFN void k_super_block_scales(const float* scale, std::size_t count, float nmax, std::uint16_t* d16, float* dd,
+                               float* q, float* amax) noexcept {
+    for (std::size_t b0 = 0; b0 < count; b0 += lanes) {
+        const std::size_t m = count - b0 < lanes ? count - b0 : lanes;
+        alignas(64) float largest[lanes] = {}, iscale[lanes];
+        for (std::size_t j = 0; j < m; ++j) largest[j] = largest_scale(scale + 16 * (b0 + j), amax[b0 + j]);
+        const vf is = vdiv(vset(-nmax), vload(largest));  // lanes past m: unused
+        vstore(iscale, is);
+        alignas(64) std::uint16_t pairs[2 * lanes], h[lanes];
+        gg_fp16_pairs(vdiv(vset(1.f), is), is, pairs);
+        for (std::size_t j = 0; j < lanes; ++j) h[j] = pairs[2 * j];
+        alignas(64) float d[lanes];
+        vstore(d, vload_f16_bytes(reinterpret_cast<const std::byte*>(h)));
+        for (std::size_t j = 0; j < m; ++j) {
+            d16[b0 + j] = h[j];
+            dd[b0 + j] = d[j];
+            const vf vi = vset(iscale[j]);
+            for (std::size_t k = 0; k < 16 / lanes; ++k) {
+                const std::size_t at = 16 * (b0 + j) + lanes * k;
+                vstore(q + at, g3_nearest_int(vmul(vi, vload(scale + at))));
+            }
+        }
+    }
+}
+
 // ---- make_q3_quants(16, 4, x, L, true), one 16-element sub-block per lane (Q3_K) ----------
 /// Groups of two vectors of sub-blocks here, not W lanes: about 2% of elements change per try,
 /// so a lone group's try branches on whether any of its lanes accepts (q3_try_one), and with
@@ -1037,6 +1086,7 @@ QFORGE_DECL const gguf_kernels& family_table<gguf_kernels>() noexcept {
                                         &gguf_family::k_q4_0,        &gguf_family::k_q3_search,
                                         &gguf_family::k_pack_q3k,    &gguf_family::k_q4_1,
                                         &gguf_family::k_q5_0,        &gguf_family::k_q5_1,
-                                        &gguf_family::k_first_tiny_block, &gguf_family::k_dequantize_codes};
+                                        &gguf_family::k_first_tiny_block, &gguf_family::k_dequantize_codes,
+                                        &gguf_family::k_super_block_scales};
     return table;
 }
