@@ -123,35 +123,33 @@ inline float largest_scale(const float* scales, float& amax) noexcept {
     return max_scale;
 }
 
-/// quantize_row_q3_K_ref's super-block step: 6-bit signed scales against the largest |scale|
-/// (the first of equal ones), and the fp16 d. With `d`, also the sub-block scales the block
-/// stores, d * (6-bit scale - 32), from the scales as set rather than unpacked again.
-inline void q3k_scales(const float* scales, block_q3_k& y, float* d = nullptr) noexcept {
+/// The super-block step that Q3_K and Q6_K share up to their own clamps, the scalar definition
+/// of simd::gguf_kernels::super_block_scales: amax, the largest |scale| (the first of equal
+/// ones: ggml's `if (ax > amax)` from 0), iscale = -nmax / the scale at it, the fp16 d =
+/// 1 / iscale and its value, and each nearest_int(iscale * scale).
+struct super_block_step {
     float amax;
-    const float max_scale = largest_scale(scales, amax);
-    std::memset(y.scales, 0, 12);
-    int stored[16] = {};  // 6-bit scales; all 0 (stored as -32) when every scale is 0
-    if (max_scale != 0) {
-        const float iscale = -32.f / max_scale;
-        for (int j = 0; j < 16; ++j) {
-            auto l8 = static_cast<std::int8_t>(nearest_int(iscale * scales[j]));
-            stored[j] = clamp_int(l8, -32, 31) + 32;
-            q3k_set_scale(j, stored[j], y.scales);
-        }
-        y.d = float_to_fp16(1 / iscale);
-    } else {
-        y.d = float_to_fp16(0.f);
-    }
-    if (!d) return;
-    const float dd = fp16_to_float(y.d);
-    for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(stored[j] - 32);
+    std::uint16_t d16;
+    float dd;
+    float q[16];
+};
+inline super_block_step super_block_scales(const float* scales, float nmax) noexcept {
+    super_block_step s;
+    const float iscale = -nmax / largest_scale(scales, s.amax);  // -inf where amax is 0: unused there
+    s.d16 = float_to_fp16(1 / iscale);
+    s.dd = fp16_to_float(s.d16);
+    for (int j = 0; j < 16; ++j) s.q[j] = static_cast<float>(nearest_int(iscale * scales[j]));
+    return s;
 }
-/// q3k_scales from the kernels' step (simd::gguf_kernels::super_block_scales, nmax 32): the same
-/// block bytes and d.
+
+/// Q3_K's block bytes from its super-block step (`super_block_scales` at nmax 32, or the
+/// kernel's): the 6-bit signed scales MAX(-32, MIN(31, (int8_t)q)) + 32 and the fp16 d, or,
+/// where every scale is 0, scales of 0 (stored as -32) and d 0. d[j] = d * (6-bit scale - 32),
+/// the sub-block scales the block stores, from the scales as set rather than unpacked again.
 inline void q3k_stored_scales(float amax, std::uint16_t d16, float dd, const float* q, block_q3_k& y,
                               float* d) noexcept {
     std::memset(y.scales, 0, 12);
-    int stored[16] = {};  // all 0 (stored as -32) when every scale is 0
+    int stored[16] = {};
     if (amax > 0) {
         for (int j = 0; j < 16; ++j) {
             const auto l8 = static_cast<std::int8_t>(static_cast<int>(q[j]));
@@ -164,6 +162,14 @@ inline void q3k_stored_scales(float amax, std::uint16_t d16, float dd, const flo
         dd = 0.f;
     }
     for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(stored[j] - 32);
+}
+
+/// quantize_row_q3_K_ref's super-block step: 6-bit signed scales against the largest |scale|,
+/// and the fp16 d; with `d`, also the sub-block scales the block stores (q3k_stored_scales).
+inline void q3k_scales(const float* scales, block_q3_k& y, float* d = nullptr) noexcept {
+    const super_block_step s = super_block_scales(scales, 32.f);
+    float unused[16];
+    q3k_stored_scales(s.amax, s.d16, s.dd, s.q, y, d ? d : unused);
 }
 /// quantize_row_q3_K_ref's search of one 16-element sub-block, for its codes L (code + 4).
 inline void q3k_sub_search(const float* xs, std::uint8_t* L) noexcept {
@@ -337,29 +343,10 @@ inline void q6k_pack(const std::int8_t* L, block_q6_k& y) noexcept {
     }
 }
 
-/// Q6_K's super-block step: the fp16 d and the 8-bit sub-block scales against the largest
-/// |scale|, and d[j] = d * scale_j to requantize with. Returns false (y all zero) when every
-/// sub-block scale is below GROUP_MAX_EPS.
-inline bool q6k_scales(const float* scales, block_q6_k& y, float* d) noexcept {
-    float max_abs_scale;
-    const float max_scale = largest_scale(scales, max_abs_scale);
-    if (max_abs_scale < group_max_eps) {
-        std::memset(&y, 0, sizeof y);
-        return false;
-    }
-    const float iscale = -128.f / max_scale;
-    y.d = float_to_fp16(1 / iscale);
-    for (int ib = 0; ib < 16; ++ib) {
-        const int v = nearest_int(iscale * scales[ib]);
-        y.scales[ib] = static_cast<std::int8_t>(v < 127 ? v : 127);
-    }
-    const float dd = fp16_to_float(y.d);
-    for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(y.scales[j]);
-    return true;
-}
-
-/// q6k_scales from the kernels' step (simd::gguf_kernels::super_block_scales, nmax 128): the same
-/// block bytes and d.
+/// Q6_K's block bytes from its super-block step (`super_block_scales` at nmax 128, or the
+/// kernel's): the fp16 d and the 8-bit sub-block scales (int8_t)MIN(127, q), and d[j] = d *
+/// scale_j to requantize with. Returns false (y all zero) when every sub-block scale is below
+/// GROUP_MAX_EPS.
 inline bool q6k_stored_scales(float amax, std::uint16_t d16, float dd, const float* q, block_q6_k& y,
                               float* d) noexcept {
     if (amax < group_max_eps) {
@@ -373,6 +360,13 @@ inline bool q6k_stored_scales(float amax, std::uint16_t d16, float dd, const flo
     }
     for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(y.scales[j]);
     return true;
+}
+
+/// Q6_K's super-block step: the fp16 d and the 8-bit sub-block scales against the largest
+/// |scale| (q6k_stored_scales).
+inline bool q6k_scales(const float* scales, block_q6_k& y, float* d) noexcept {
+    const super_block_step s = super_block_scales(scales, 128.f);
+    return q6k_stored_scales(s.amax, s.d16, s.dd, s.q, y, d);
 }
 
 /// quantize_row_q6_K_ref's search of one 16-element sub-block, for its codes L (code + 32).
