@@ -138,8 +138,8 @@ int main() {
             same = std::memcmp(ref_out, fast_out, part) == 0;
         }
         // The SIMD paths and ggml's quantizer in alternating rounds, best of each: the machine's
-        // speed drifts over seconds, and blocks of runs one after the other put the same kernels
-        // 5% apart from one invocation to the next.
+        // speed drifts over seconds, and timed in blocks one after the other the same kernels'
+        // ratio moved by up to 10% between invocations (Q4_K: 9.9x in one, 10.9x in another).
         double s_fast = 1e30, s_wide = 1e30;
 #ifdef QFORGE_BENCH_WITH_GGML
         double s_ggml = 1e30;

@@ -122,8 +122,8 @@ struct gguf_kernels {
     /// largest, d16[b] = fp16(1 / iscale), dd[b] = the value of that fp16, and q[16 b + j] =
     /// nearest_int(iscale * scale[16 b + j]) (ggml's bit trick). Where amax[b] is 0 the others
     /// are unspecified.
-    void (*super_block_scales)(const float* scale, std::size_t count, float nmax, std::uint16_t* d16, float* dd, float* q,
-                         float* amax) noexcept;
+    void (*super_block_scales)(const float* scale, std::size_t count, float nmax, std::uint16_t* d16, float* dd,
+                               float* q, float* amax) noexcept;
 };
 
 }  // namespace qforge::simd

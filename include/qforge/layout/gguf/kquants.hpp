@@ -123,10 +123,10 @@ inline float largest_scale(const float* scales, float& amax) noexcept {
     return max_scale;
 }
 
-/// The super-block step that Q3_K and Q6_K share up to their own clamps, the scalar definition
-/// of simd::gguf_kernels::super_block_scales: amax, the largest |scale| (the first of equal
-/// ones: ggml's `if (ax > amax)` from 0), iscale = -nmax / the scale at it, the fp16 d =
-/// 1 / iscale and its value, and each nearest_int(iscale * scale).
+/// The super-block step that Q3_K and Q6_K share up to their own clamps (what the kernel
+/// simd::gguf_kernels::super_block_scales computes for many super-blocks at once): amax, the
+/// largest |scale| (the first of equal ones: ggml's `if (ax > amax)` from 0), iscale = -nmax /
+/// the scale at it, the fp16 d = 1 / iscale and its value, and each nearest_int(iscale * scale).
 struct super_block_step {
     float amax;
     std::uint16_t d16;

@@ -367,14 +367,15 @@ QFORGE_KFN float largest_scale(const float* scale, float& amax) noexcept {
     if (!(amax > 0)) return 0.f;
     const vf at = vset(amax), past = vset(16.f);
     vf first = past;
-    for (std::size_t k = 0; k < steps; ++k) first = vmin(first, gg_blend(gg_eq(a[k], at), vload(index + lanes * k), past));
+    for (std::size_t k = 0; k < steps; ++k)
+        first = vmin(first, gg_blend(gg_eq(a[k], at), vload(index + lanes * k), past));
     return scale[static_cast<std::size_t>(vhmin(first))];
 }
 
 /// See simd/gguf_kernels.hpp. The divisions and fp16 conversions of a call's super-blocks go
 /// one lane each: ggml's scalar chain of them was most of the step.
-QFORGE_KFN void k_super_block_scales(const float* scale, std::size_t count, float nmax, std::uint16_t* d16, float* dd,
-                               float* q, float* amax) noexcept {
+QFORGE_KFN void k_super_block_scales(const float* scale, std::size_t count, float nmax, std::uint16_t* d16,
+                                     float* dd, float* q, float* amax) noexcept {
     for (std::size_t b0 = 0; b0 < count; b0 += lanes) {
         const std::size_t m = count - b0 < lanes ? count - b0 : lanes;
         alignas(64) float largest[lanes] = {}, iscale[lanes];
