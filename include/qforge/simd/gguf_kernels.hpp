@@ -22,7 +22,6 @@
 #include <limits>
 #include <string_view>
 
-#include "qforge/simd/arch/detail/byte_bits.hpp"
 #include "qforge/simd/family.hpp"
 #include "qforge/simd/tags.hpp"
 

@@ -197,6 +197,12 @@ QFORGE_P void pk_store32(void* p, pk_u8x32 a) noexcept { _mm256_storeu_si256(sta
 QFORGE_P pk_u8x32 pk_splat8x32(std::uint8_t x) noexcept { return _mm256_set1_epi8(static_cast<char>(x)); }
 QFORGE_P pk_u8x32 pk_and(pk_u8x32 a, pk_u8x32 b) noexcept { return _mm256_and_si256(a, b); }
 QFORGE_P pk_u8x32 pk_or(pk_u8x32 a, pk_u8x32 b) noexcept { return _mm256_or_si256(a, b); }
+template <int N>
+QFORGE_P pk_u8x32 pk_shift16(pk_u8x32 a) noexcept {
+    if constexpr (N > 0) return _mm256_slli_epi16(a, N);
+    else if constexpr (N < 0) return _mm256_srli_epi16(a, -N);
+    else return a;
+}
 // bytes (lo, hi) times (1, 16), pairs added: lo + 16 hi, never saturating.
 QFORGE_P pk_u8x32 pk_join_nibbles16(pk_u8x32 a) noexcept { return _mm256_maddubs_epi16(a, _mm256_set1_epi16(0x1001)); }
 QFORGE_P pk_u8x32 pk_packus16(pk_u8x32 a, pk_u8x32 b) noexcept { return _mm256_packus_epi16(a, b); }

@@ -182,6 +182,7 @@ using avx2_isa::pk_high_blocks;
 using avx2_isa::pk_or;
 using avx2_isa::pk_or_reduce;
 using avx2_isa::pk_packus16;
+using avx2_isa::pk_shift16;
 using avx2_isa::pk_shl16;
 using avx2_isa::pk_splat8;
 using avx2_isa::pk_splat8x32;

@@ -256,6 +256,15 @@ inline void pk_store32(void* p, pk_u8x32 a) noexcept {
 inline pk_u8x32 pk_splat8x32(std::uint8_t x) noexcept { return {vdupq_n_u8(x), vdupq_n_u8(x)}; }
 inline pk_u8x32 pk_and(pk_u8x32 a, pk_u8x32 b) noexcept { return {vandq_u8(a.lo, b.lo), vandq_u8(a.hi, b.hi)}; }
 inline pk_u8x32 pk_or(pk_u8x32 a, pk_u8x32 b) noexcept { return {vorrq_u8(a.lo, b.lo), vorrq_u8(a.hi, b.hi)}; }
+template <int N>
+inline vi128 pk_shift16(vi128 a) noexcept {
+    const uint16x8_t u = vreinterpretq_u16_u8(a);
+    if constexpr (N > 0) return vreinterpretq_u8_u16(vshlq_n_u16(u, N));
+    else if constexpr (N < 0) return vreinterpretq_u8_u16(vshrq_n_u16(u, -N));
+    else return a;
+}
+template <int N>
+inline pk_u8x32 pk_shift16(pk_u8x32 a) noexcept { return {pk_shift16<N>(a.lo), pk_shift16<N>(a.hi)}; }
 inline pk_u8x32 pk_join_nibbles16(pk_u8x32 a) noexcept { return {pk_join_nibbles16(a.lo), pk_join_nibbles16(a.hi)}; }
 inline pk_u8x32 pk_packus16(pk_u8x32 a, pk_u8x32 b) noexcept {
     return {pk_packus16(a.lo, b.lo), pk_packus16(a.hi, b.hi)};

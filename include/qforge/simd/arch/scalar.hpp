@@ -318,6 +318,21 @@ inline void pk_store32(void* p, pk_u8x32 a) noexcept {
 inline pk_u8x32 pk_splat8x32(std::uint8_t x) noexcept { return {pk_splat8(x), pk_splat8(x)}; }
 inline pk_u8x32 pk_and(pk_u8x32 a, pk_u8x32 b) noexcept { return {pk_and(a.lo, b.lo), pk_and(a.hi, b.hi)}; }
 inline pk_u8x32 pk_or(pk_u8x32 a, pk_u8x32 b) noexcept { return {pk_or(a.lo, b.lo), pk_or(a.hi, b.hi)}; }
+// pk_shift16<n>: each u16 lane shifted left by n, or right by -n where n < 0 (zeros in). The
+// GGUF packers mask each field first, so no bit crosses into the other byte of its lane.
+template <int N>
+inline pk_u8x32 pk_shift16(pk_u8x32 a) noexcept {
+    for (vi128* h : {&a.lo, &a.hi}) {
+        std::uint16_t u[8];
+        std::memcpy(u, h->b, 16);
+        for (auto& v : u) {
+            if constexpr (N >= 0) v = static_cast<std::uint16_t>(v << N);
+            else v = static_cast<std::uint16_t>(v >> -N);
+        }
+        std::memcpy(h->b, u, 16);
+    }
+    return a;
+}
 inline pk_u8x32 pk_join_nibbles16(pk_u8x32 a) noexcept { return {pk_join_nibbles16(a.lo), pk_join_nibbles16(a.hi)}; }
 inline pk_u8x32 pk_packus16(pk_u8x32 a, pk_u8x32 b) noexcept {
     return {pk_packus16(a.lo, b.lo), pk_packus16(a.hi, b.hi)};

@@ -653,56 +653,60 @@ QFORGE_KFN void k_requantize(const float* x, std::size_t count, std::size_t len,
     else requantize_t<false>(x, count, len, d, dm, lo, hi, offset, codes);
 }
 
-// ---- packing: byte-parallel integer code, the same on every ISA --------------------------
-inline constexpr std::uint64_t nibbles = 0x0F0F0F0F0F0F0F0Full, low_bits = 0x0101010101010101ull;
+// ---- packing: 32 codes a step, each field masked and then shifted into place ---------------
+// A field is masked before its shift, so pk_shift16's u16 lanes never carry a bit into the
+// other byte: every ISA gives the same bytes as the layout's scalar packers.
 
-using byte_bits::load8;  // simd/arch/detail/byte_bits.hpp
-
-QFORGE_KFN void k_pack_q45k(const std::uint8_t* codes, bool five, std::uint8_t* qh, std::uint8_t* qs) noexcept {
-    std::uint64_t h[4] = {0, 0, 0, 0};
-    for (unsigned c = 0; c < 4; ++c) {
-        for (unsigned w = 0; w < 4; ++w) {
-            const std::uint64_t a = load8(codes + 64 * c + 8 * w), b = load8(codes + 64 * c + 32 + 8 * w);
-            // masked to 4 bits first, so the shift cannot carry into the next byte
-            const std::uint64_t q = (a & nibbles) | ((b & nibbles) << 4);
-            std::memcpy(qs + 32 * c + 8 * w, &q, 8);
-            h[w] |= (((a >> 4) & low_bits) << (2 * c)) | (((b >> 4) & low_bits) << (2 * c + 1));
-        }
-    }
-    if (five) std::memcpy(qh, h, sizeof h);
+/// `codes` & `mask`, moved left by Shift bits (right by -Shift).
+template <int Shift>
+QFORGE_KFN pk_u8x32 field(const std::uint8_t* codes, std::uint8_t mask) noexcept {
+    return pk_shift16<Shift>(pk_and(pk_load32(codes), pk_splat8x32(mask)));
 }
 
+/// Q4_K / Q5_K: codes 64 c + l and 64 c + 32 + l share qs byte 32 c + l (low, high nibble);
+/// bit 4 of each is bit 2 c (2 c + 1) of qh[l].
+template <int C>
+QFORGE_KFN pk_u8x32 pack_q45k_chunk(const std::uint8_t* codes, std::uint8_t* qs) noexcept {
+    const std::uint8_t* p = codes + 64 * C;
+    pk_store32(qs + 32 * C, pk_or(field<0>(p, 0x0F), field<4>(p + 32, 0x0F)));
+    return pk_or(field<2 * C - 4>(p, 0x10), field<2 * C - 3>(p + 32, 0x10));
+}
+
+QFORGE_KFN void k_pack_q45k(const std::uint8_t* codes, bool five, std::uint8_t* qh, std::uint8_t* qs) noexcept {
+    const pk_u8x32 h = pk_or(pk_or(pack_q45k_chunk<0>(codes, qs), pack_q45k_chunk<1>(codes, qs)),
+                             pk_or(pack_q45k_chunk<2>(codes, qs), pack_q45k_chunk<3>(codes, qs)));
+    if (five) pk_store32(qh, h);
+}
+
+/// Q6_K, per 128-code half: codes l and l + 64 share ql byte l, codes l + 32 and l + 96 byte
+/// l + 32 (low, high nibble); bits 4-5 of the four go to qh[l] as bits 0-1, 2-3, 4-5, 6-7.
 QFORGE_KFN void k_pack_q6k(const std::uint8_t* codes, std::uint8_t* ql, std::uint8_t* qh) noexcept {
-    constexpr std::uint64_t two_bits = 0x0303030303030303ull;
     for (unsigned h = 0; h < 2; ++h) {
-        for (unsigned w = 0; w < 4; ++w) {
-            const std::uint8_t* p = codes + 128 * h + 8 * w;
-            const std::uint64_t a = load8(p), b = load8(p + 32), c = load8(p + 64), e = load8(p + 96);
-            const std::uint64_t lo = (a & nibbles) | ((c & nibbles) << 4), hi = (b & nibbles) | ((e & nibbles) << 4);
-            const std::uint64_t top = ((a >> 4) & two_bits) | (((b >> 4) & two_bits) << 2) |
-                                      (((c >> 4) & two_bits) << 4) | (((e >> 4) & two_bits) << 6);
-            std::memcpy(ql + 64 * h + 8 * w, &lo, 8);
-            std::memcpy(ql + 64 * h + 32 + 8 * w, &hi, 8);
-            std::memcpy(qh + 32 * h + 8 * w, &top, 8);
-        }
+        const std::uint8_t* p = codes + 128 * h;
+        pk_store32(ql + 64 * h, pk_or(field<0>(p, 0x0F), field<4>(p + 64, 0x0F)));
+        pk_store32(ql + 64 * h + 32, pk_or(field<0>(p + 32, 0x0F), field<4>(p + 96, 0x0F)));
+        pk_store32(qh + 32 * h, pk_or(pk_or(field<-4>(p, 0x30), field<-2>(p + 32, 0x30)),
+                                      pk_or(field<0>(p + 64, 0x30), field<2>(p + 96, 0x30))));
     }
 }
 
 /// Q3_K's packing of 256 codes 0..7: bit 2 of code 32 b + l is bit b of hmask[l]; bits 0-1 go
 /// to qs as Q2_K's (per 128-code half, byte l holds codes l, l + 32, l + 64, l + 96).
+template <int B>
+QFORGE_KFN pk_u8x32 q3k_high_bits(const std::uint8_t* codes) noexcept {
+    if constexpr (B == 8) {
+        return pk_splat8x32(0);
+    } else {
+        return pk_or(field<B - 2>(codes + 32 * B, 0x04), q3k_high_bits<B + 1>(codes));
+    }
+}
+
 QFORGE_KFN void k_pack_q3k(const std::uint8_t* codes, std::uint8_t* hmask, std::uint8_t* qs) noexcept {
-    constexpr std::uint64_t two_bits = 0x0303030303030303ull;
-    std::uint64_t h[4] = {0, 0, 0, 0};
-    for (unsigned b = 0; b < 8; ++b)
-        for (unsigned w = 0; w < 4; ++w) h[w] |= ((load8(codes + 32 * b + 8 * w) >> 2) & low_bits) << b;
-    std::memcpy(hmask, h, sizeof h);
+    pk_store32(hmask, q3k_high_bits<0>(codes));
     for (unsigned half = 0; half < 2; ++half) {
-        for (unsigned w = 0; w < 4; ++w) {
-            const std::uint8_t* p = codes + 128 * half + 8 * w;
-            const std::uint64_t q = (load8(p) & two_bits) | ((load8(p + 32) & two_bits) << 2) |
-                                    ((load8(p + 64) & two_bits) << 4) | ((load8(p + 96) & two_bits) << 6);
-            std::memcpy(qs + 32 * half + 8 * w, &q, 8);
-        }
+        const std::uint8_t* p = codes + 128 * half;
+        pk_store32(qs + 32 * half, pk_or(pk_or(field<0>(p, 0x03), field<2>(p + 32, 0x03)),
+                                         pk_or(field<4>(p + 64, 0x03), field<6>(p + 96, 0x03))));
     }
 }
 
