@@ -848,8 +848,9 @@ struct lane_extremes {
 };
 
 /// The second stage: the blocks' ggml min_max. Only a zero's sign tells equal values apart,
-/// so a block whose min or max is zero takes ggml's loop.
-QFORGE_KFN void batch_min_max(const float* x, const lane_extremes& e, vf& mn, vf& mx) noexcept {
+/// so a block whose min or max is zero takes ggml's loop. Inlined: out of line, its results
+/// went back through memory (AVX-512's Q8_0 and Q5_1 8-14% slower on Zen 5; AVX2 no change).
+[[gnu::always_inline]] QFORGE_KFN void batch_min_max(const float* x, const lane_extremes& e, vf& mn, vf& mx) noexcept {
     mn = gg_hmin_each(e.lo);
     mx = gg_hmax_each(e.hi);
     const vf zero = vset(0.f);
