@@ -663,7 +663,7 @@ QFORGE_KFN void k_requantize(const float* x, std::size_t count, std::size_t len,
 
 /// `codes` & `mask`, moved left by Shift bits (right by -Shift).
 template <int Shift>
-QFORGE_KFN pk_u8x32 field(const std::uint8_t* codes, std::uint8_t mask) noexcept {
+QFORGE_KFN pk_u8x32 code_field(const std::uint8_t* codes, std::uint8_t mask) noexcept {
     return pk_shift16<Shift>(pk_and(pk_load32(codes), pk_splat8x32(mask)));
 }
 
@@ -672,8 +672,8 @@ QFORGE_KFN pk_u8x32 field(const std::uint8_t* codes, std::uint8_t mask) noexcept
 template <int C>
 QFORGE_KFN pk_u8x32 pack_q45k_chunk(const std::uint8_t* codes, std::uint8_t* qs) noexcept {
     const std::uint8_t* p = codes + 64 * C;
-    pk_store32(qs + 32 * C, pk_or(field<0>(p, 0x0F), field<4>(p + 32, 0x0F)));
-    return pk_or(field<2 * C - 4>(p, 0x10), field<2 * C - 3>(p + 32, 0x10));
+    pk_store32(qs + 32 * C, pk_or(code_field<0>(p, 0x0F), code_field<4>(p + 32, 0x0F)));
+    return pk_or(code_field<2 * C - 4>(p, 0x10), code_field<2 * C - 3>(p + 32, 0x10));
 }
 
 QFORGE_KFN void k_pack_q45k(const std::uint8_t* codes, bool five, std::uint8_t* qh, std::uint8_t* qs) noexcept {
@@ -687,10 +687,10 @@ QFORGE_KFN void k_pack_q45k(const std::uint8_t* codes, bool five, std::uint8_t* 
 QFORGE_KFN void k_pack_q6k(const std::uint8_t* codes, std::uint8_t* ql, std::uint8_t* qh) noexcept {
     for (unsigned h = 0; h < 2; ++h) {
         const std::uint8_t* p = codes + 128 * h;
-        pk_store32(ql + 64 * h, pk_or(field<0>(p, 0x0F), field<4>(p + 64, 0x0F)));
-        pk_store32(ql + 64 * h + 32, pk_or(field<0>(p + 32, 0x0F), field<4>(p + 96, 0x0F)));
-        pk_store32(qh + 32 * h, pk_or(pk_or(field<-4>(p, 0x30), field<-2>(p + 32, 0x30)),
-                                      pk_or(field<0>(p + 64, 0x30), field<2>(p + 96, 0x30))));
+        pk_store32(ql + 64 * h, pk_or(code_field<0>(p, 0x0F), code_field<4>(p + 64, 0x0F)));
+        pk_store32(ql + 64 * h + 32, pk_or(code_field<0>(p + 32, 0x0F), code_field<4>(p + 96, 0x0F)));
+        pk_store32(qh + 32 * h, pk_or(pk_or(code_field<-4>(p, 0x30), code_field<-2>(p + 32, 0x30)),
+                                      pk_or(code_field<0>(p + 64, 0x30), code_field<2>(p + 96, 0x30))));
     }
 }
 
@@ -701,7 +701,7 @@ QFORGE_KFN pk_u8x32 q3k_high_bits(const std::uint8_t* codes) noexcept {
     if constexpr (B == 8) {
         return pk_splat8x32(0);
     } else {
-        return pk_or(field<B - 2>(codes + 32 * B, 0x04), q3k_high_bits<B + 1>(codes));
+        return pk_or(code_field<B - 2>(codes + 32 * B, 0x04), q3k_high_bits<B + 1>(codes));
     }
 }
 
@@ -709,8 +709,8 @@ QFORGE_KFN void k_pack_q3k(const std::uint8_t* codes, std::uint8_t* hmask, std::
     pk_store32(hmask, q3k_high_bits<0>(codes));
     for (unsigned half = 0; half < 2; ++half) {
         const std::uint8_t* p = codes + 128 * half;
-        pk_store32(qs + 32 * half, pk_or(pk_or(field<0>(p, 0x03), field<2>(p + 32, 0x03)),
-                                         pk_or(field<4>(p + 64, 0x03), field<6>(p + 96, 0x03))));
+        pk_store32(qs + 32 * half, pk_or(pk_or(code_field<0>(p, 0x03), code_field<2>(p + 32, 0x03)),
+                                         pk_or(code_field<4>(p + 64, 0x03), code_field<6>(p + 96, 0x03))));
     }
 }
 
