@@ -226,6 +226,86 @@ std::vector<float> edge_scales() {
 }
 }  // namespace
 
+namespace {
+
+/// Sub-blocks for the search tests: normal, uniform and Student-t draws, then three 16-element
+/// sub-blocks whose make_qx_quants scale comes from its last step (is = +9) and from no other,
+/// found by running ggml's loop with and without that step over normal, uniform and Student-t
+/// (2 degrees) draws (1 in 2,000,000 to 1 in 8,000 differ), then Student-t up to whole Q4_K
+/// super-blocks. 304 16-element sub-blocks: the last group of lanes is partly filled on every ISA.
+std::vector<float> search_rows() {
+    std::mt19937 gen(20261206);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+    std::vector<float> x;
+    for (int i = 0; i < 1536; ++i) x.push_back(normal(gen));
+    for (int i = 0; i < 1536; ++i) x.push_back(uniform(gen));
+    const auto t = testing::student_t_floats(1536 + 256, 20261206);
+    x.insert(x.end(), t.begin(), t.begin() + 1536);
+    const float last_step_wins[3][16] = {
+        {-0x1.5aeb8ep-1f, -0x1.b7875ep+0f, -0x1.c11a34p-2f, -0x1.b1320ep+0f, -0x1.bd5a88p-2f, -0x1.41018cp-4f,
+         0x1.efa4dap-2f, -0x1.afc22ap-2f, 0x1.4b9dc2p-1f, 0x1.2be6fcp+0f, -0x1.9e44cep-5f, 0x1.afa2fep-1f,
+         0x1.35328p-4f, -0x1.85a80ep-3f, -0x1.0a895p-1f, 0x1.4fea84p+0f},
+        {0x1.74422p-4f, -0x1.ca322cp-2f, -0x1.f242fcp-2f, -0x1.c255cp-4f, 0x1.65b80cp-1f, -0x1.3a647p-3f,
+         0x1.dd8ffp-1f, 0x1.6ef98p-5f, 0x1.3f58e8p-1f, -0x1.1d76ap-2f, -0x1.bcp-14f, -0x1.783e4p-5f,
+         -0x1.f59182p-1f, -0x1.1868aep-1f, -0x1.acab14p-1f, -0x1.a33188p-1f},
+        {0x1.7d1326p+0f, -0x1.31c1ep-3f, -0x1.45170ep+2f, 0x1.1bced2p+1f, -0x1.2647fap+0f, -0x1.e62f3cp-1f,
+         0x1.24f56ep-2f, -0x1.9e6edep+0f, -0x1.31fa7cp+0f, 0x1.289648p+1f, -0x1.e623f2p-1f, 0x1.17453p-1f,
+         -0x1.905e48p+0f, -0x1.f0486cp-1f, -0x1.f90448p-2f, 0x1.0319d6p+5f}};
+    for (const auto& b : last_step_wins) x.insert(x.end(), b, b + 16);
+    x.insert(x.end(), t.begin() + 1536, t.begin() + 1536 + (256 - x.size() % 256));
+    return x;
+}
+
+/// The sub-blocks whose (scale, min) differ in any bit between the kernel and the scalar port.
+int differing(const std::vector<float>& a, const std::vector<float>& b) {
+    int n = 0;
+    for (std::size_t j = 0; j < a.size(); ++j) n += std::memcmp(&a[j], &b[j], sizeof(float)) != 0;
+    return n;
+}
+
+}  // namespace
+
+// The quantizers' bytes keep a search's scale only as a 6- or 8-bit fraction of its super-
+// block's largest, so a search that picks a neighbouring step's scale often leaves them as they
+// were. The searches are held to the scalar port on their own results here.
+TEST_CASE("gguf kernels: every ISA's sub-block searches return the port's scales and mins, bit for bit") {
+    const std::vector<float> x = search_rows();
+    const std::size_t n16 = x.size() / 16, n32 = x.size() / 32;
+    REQUIRE(x.size() % 256 == 0);
+    std::vector<float> qx_port(n16), q3_port(n16), q2_port(n16), q2_min_port(n16);
+    std::vector<float> q4_port(n32), q4_min_port(n32), q5_port(n32), q5_min_port(n32);
+    std::int8_t l8[16];
+    std::uint8_t L[32];
+    for (std::size_t j = 0; j < n16; ++j) {
+        qx_port[j] = gguf::detail::make_qx_quants(16, 32, x.data() + 16 * j, l8, 1, nullptr);
+        q3_port[j] = gguf::detail::make_q3_quants(16, 4, x.data() + 16 * j, l8, true);
+        q2_port[j] = gguf::detail::q2k_sub_search(x.data() + 16 * j, L, &q2_min_port[j]);
+    }
+    for (std::size_t j = 0; j < n32; ++j) {
+        q4_port[j] = gguf::detail::qk45_sub_search<15>(x.data() + 32 * j, L, &q4_min_port[j]);
+        q5_port[j] = gguf::detail::qk45_sub_search<31>(x.data() + 32 * j, L, &q5_min_port[j]);
+    }
+    for (simd::isa i : qforge::testing::available_isas()) {
+        const auto& kern = simd::kernels_of<simd::gguf_kernels>(i);
+        CAPTURE(simd::isa_name(i));
+        std::vector<float> s16(n16), m16(n16), s32(n32), m32(n32);
+        kern.qx32_search(x.data(), n16, s16.data());
+        CHECK(differing(s16, qx_port) == 0);
+        kern.q3_search(x.data(), n16, s16.data());
+        CHECK(differing(s16, q3_port) == 0);
+        kern.q2k_search(x.data(), n16, s16.data(), m16.data());
+        CHECK(differing(s16, q2_port) == 0);
+        CHECK(differing(m16, q2_min_port) == 0);
+        kern.qkx2_search(x.data(), n32, 15, -1.f, 20, s32.data(), m32.data());
+        CHECK(differing(s32, q4_port) == 0);
+        CHECK(differing(m32, q4_min_port) == 0);
+        kern.qkx2_search(x.data(), n32, 31, -0.5f, 15, s32.data(), m32.data());
+        CHECK(differing(s32, q5_port) == 0);
+        CHECK(differing(m32, q5_min_port) == 0);
+    }
+}
+
 TEST_CASE("gguf kernels: every ISA's super-block step gives the port's Q3_K and Q6_K scales and d") {
     const auto s = edge_scales();
     const std::size_t count = s.size() / 16;  // 18: one batch and a part on eight lanes, a part on sixteen
