@@ -667,12 +667,25 @@ QFORGE_KFN pk_u8x32 code_field(const std::uint8_t* codes, std::uint8_t mask) noe
     return pk_shift16<Shift>(pk_and(pk_load32(codes), pk_splat8x32(mask)));
 }
 
+/// Bytes of two rows of codes: the low nibble of `lo`'s | the low nibble of `hi`'s << 4.
+QFORGE_KFN pk_u8x32 nibble_pairs(const std::uint8_t* lo, const std::uint8_t* hi) noexcept {
+    return pk_or(code_field<0>(lo, 0x0F), code_field<4>(hi, 0x0F));
+}
+
+/// Bytes of four rows of codes 32 apart: bits Bit and Bit + 1 of row r's at bits 2 r, 2 r + 1.
+template <int Bit>
+QFORGE_KFN pk_u8x32 two_bit_fields(const std::uint8_t* p) noexcept {
+    constexpr std::uint8_t mask = 3 << Bit;
+    return pk_or(pk_or(code_field<-Bit>(p, mask), code_field<2 - Bit>(p + 32, mask)),
+                 pk_or(code_field<4 - Bit>(p + 64, mask), code_field<6 - Bit>(p + 96, mask)));
+}
+
 /// Q4_K / Q5_K: codes 64 c + l and 64 c + 32 + l share qs byte 32 c + l (low, high nibble);
 /// bit 4 of each is bit 2 c (2 c + 1) of qh[l].
 template <int C>
 QFORGE_KFN pk_u8x32 pack_q45k_chunk(const std::uint8_t* codes, std::uint8_t* qs) noexcept {
     const std::uint8_t* p = codes + 64 * C;
-    pk_store32(qs + 32 * C, pk_or(code_field<0>(p, 0x0F), code_field<4>(p + 32, 0x0F)));
+    pk_store32(qs + 32 * C, nibble_pairs(p, p + 32));
     return pk_or(code_field<2 * C - 4>(p, 0x10), code_field<2 * C - 3>(p + 32, 0x10));
 }
 
@@ -687,10 +700,9 @@ QFORGE_KFN void k_pack_q45k(const std::uint8_t* codes, bool five, std::uint8_t* 
 QFORGE_KFN void k_pack_q6k(const std::uint8_t* codes, std::uint8_t* ql, std::uint8_t* qh) noexcept {
     for (unsigned h = 0; h < 2; ++h) {
         const std::uint8_t* p = codes + 128 * h;
-        pk_store32(ql + 64 * h, pk_or(code_field<0>(p, 0x0F), code_field<4>(p + 64, 0x0F)));
-        pk_store32(ql + 64 * h + 32, pk_or(code_field<0>(p + 32, 0x0F), code_field<4>(p + 96, 0x0F)));
-        pk_store32(qh + 32 * h, pk_or(pk_or(code_field<-4>(p, 0x30), code_field<-2>(p + 32, 0x30)),
-                                      pk_or(code_field<0>(p + 64, 0x30), code_field<2>(p + 96, 0x30))));
+        pk_store32(ql + 64 * h, nibble_pairs(p, p + 64));
+        pk_store32(ql + 64 * h + 32, nibble_pairs(p + 32, p + 96));
+        pk_store32(qh + 32 * h, two_bit_fields<4>(p));
     }
 }
 
@@ -707,11 +719,7 @@ QFORGE_KFN pk_u8x32 q3k_high_bits(const std::uint8_t* codes) noexcept {
 
 QFORGE_KFN void k_pack_q3k(const std::uint8_t* codes, std::uint8_t* hmask, std::uint8_t* qs) noexcept {
     pk_store32(hmask, q3k_high_bits<0>(codes));
-    for (unsigned half = 0; half < 2; ++half) {
-        const std::uint8_t* p = codes + 128 * half;
-        pk_store32(qs + 32 * half, pk_or(pk_or(code_field<0>(p, 0x03), code_field<2>(p + 32, 0x03)),
-                                         pk_or(code_field<4>(p + 64, 0x03), code_field<6>(p + 96, 0x03))));
-    }
+    for (unsigned half = 0; half < 2; ++half) pk_store32(qs + 32 * half, two_bit_fields<0>(codes + 128 * half));
 }
 
 // ---- Q8_0 / Q4_0: elementwise within a 32-element block -----------------------------------
