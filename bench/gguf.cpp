@@ -104,7 +104,11 @@ int main() {
     const std::vector<float> x = testing::student_t_floats(static_cast<std::size_t>(rows * cols), 20261130, 5, 0.02);
     const bool simd_ok = simd::avx2_tag::available();
     const bool wide = simd::avx512_tag::available();
-    std::printf("SIMD path: %s\n\n", simd_ok ? (wide ? "avx2 (ratio, floor) and avx512" : "avx2") : "none (scalar only)");
+    std::printf("SIMD path: %s\n", simd_ok ? (wide ? "avx2 (ratio, floor) and avx512" : "avx2") : "none (scalar only)");
+    const auto vendor = simd::cpu().vendor;
+    std::printf("AVX2 K-quant searches: %d vectors of 8 sub-blocks a step (CPU vendor: %s)\n\n",
+                simd::detail::avx2_search_vectors().load(),
+                vendor == simd::cpu_vendor::amd ? "AMD" : vendor == simd::cpu_vendor::intel ? "Intel" : "other");
     std::printf("%-6s %9s %12s %11s %7s %6s %s %12s %7s %11s\n", "type", "rows", "scalar Mw/s", "simd Mw/s", "ratio",
                 "floor", "identical", "avx512 Mw/s", "ratio", "whole Mw/s");
     struct row {

@@ -4,9 +4,13 @@
 // check that the OS saves the YMM (and for AVX-512 the opmask/ZMM) state: a CPU bit alone is
 // not enough under an OS or hypervisor that disabled it. AArch64: Advanced SIMD is part of the
 // base architecture; getauxval(AT_HWCAP) is still read so a kernel that hides it is honoured.
+// The x86 vendor (cpuid leaf 0) is read too: it tunes, never selects, a kernel (bytes are the
+// same either way; simd/gguf_kernels.hpp).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <string_view>
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -17,10 +21,14 @@
 
 namespace qforge::simd {
 
+/// Hygon's CPUs are AMD's Zen cores and count as AMD.
+enum class cpu_vendor { other, intel, amd };
+
 struct cpu_features {
     bool avx2 = false, fma = false, f16c = false;
     bool avx512f = false, avx512bw = false, avx512vl = false;
     bool neon = false;
+    cpu_vendor vendor = cpu_vendor::other;
 };
 
 namespace detail {
@@ -33,8 +41,22 @@ inline std::uint64_t read_xcr0() noexcept {
     return (static_cast<std::uint64_t>(hi) << 32) | lo;
 }
 
+/// The vendor string of cpuid leaf 0, in ebx, edx, ecx order.
+inline cpu_vendor read_vendor() noexcept {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return cpu_vendor::other;
+    char name[13] = {};
+    std::memcpy(name, &b, 4);
+    std::memcpy(name + 4, &d, 4);
+    std::memcpy(name + 8, &c, 4);
+    const std::string_view v(name, 12);
+    if (v == "GenuineIntel") return cpu_vendor::intel;
+    if (v == "AuthenticAMD" || v == "HygonGenuine") return cpu_vendor::amd;
+    return cpu_vendor::other;
+}
 inline cpu_features detect_cpu() noexcept {
     cpu_features f;
+    f.vendor = read_vendor();
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
     const bool osxsave = (c >> 27) & 1u;

@@ -14,6 +14,7 @@
 // which ggml asserts) clamped to the grid, so they never leave the float domain.
 #pragma once
 
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -22,6 +23,7 @@
 #include <limits>
 #include <string_view>
 
+#include "qforge/simd/cpu_features.hpp"
 #include "qforge/simd/family.hpp"
 #include "qforge/simd/tags.hpp"
 
@@ -124,6 +126,20 @@ struct gguf_kernels {
     void (*super_block_scales)(const float* scale, std::size_t count, float nmax, std::uint16_t* d16, float* dd,
                                float* q, float* amax) noexcept;
 };
+
+namespace detail {
+/// How many vectors of eight sub-blocks the AVX2 searches (qkx2_search, q2k_search,
+/// qx32_search) take a step: 4 on AMD, 2 elsewhere. The bytes are the same; the speed is not.
+/// Four vectors keep more independent chains in flight but need more of AVX2's 16 registers
+/// than there are (g++ 12's Q4_K search touches the stack 272 times at four, 53 at two, the
+/// same arrays there in both): Zen 5 ran four 3-10% faster than two, an Intel Xeon (Sapphire
+/// Rapids class, 2026-12-06) 2-9% slower (Q2_K, Q4_K, Q5_K, Q6_K). Read at each call; tests
+/// set it to run both.
+inline std::atomic<int>& avx2_search_vectors() noexcept {
+    static std::atomic<int> vectors{cpu().vendor == cpu_vendor::amd ? 4 : 2};
+    return vectors;
+}
+}  // namespace detail
 
 }  // namespace qforge::simd
 

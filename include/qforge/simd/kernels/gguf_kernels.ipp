@@ -14,15 +14,6 @@
 
 namespace gguf_family {
 
-/// Sub-blocks per search: two vectors, four on AVX2 (32 lanes, as on AVX-512). Each lane's
-/// sums are sequential (ggml's order) and its steps wait on each other's accepts, so a step
-/// takes the same chain of dependent adds at any width; only more lanes per chain spread it.
-/// Two 256-bit vectors left AVX2 3-10% slower per weight (Q2_K, Q4_K, Q5_K, Q6_K). NEON keeps
-/// two (no ARM machine here to measure it on), and so does the scalar ISA, whose vectors are
-/// arrays: there four only lengthened the compile (15 s more for the base TU).
-inline constexpr std::size_t W = (QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2 ? 4 : 2) * lanes;
-static_assert(W % lanes == 0 && W % 8 == 0);
-
 // ---- W-lane vectors: K vf ------------------------------------------------------------------
 template <std::size_t K>
 struct wvec {
@@ -32,8 +23,6 @@ template <std::size_t K>
 struct wmask {
     gg_mask p[K];
 };
-using wv = wvec<W / lanes>;
-using wm = wmask<W / lanes>;
 
 // Each operation applies one primitive to every part. A macro, not a lambda: a lambda would
 // not carry the ISA's target attribute, and the primitives inside it would not inline.
@@ -42,9 +31,9 @@ using wm = wmask<W / lanes>;
     _Pragma("GCC unroll 4") for (std::size_t k = 0; k < K; ++k) r.p[k] = (expr);    \
     return r
 
-template <std::size_t K = W / lanes>
+template <std::size_t K>
 QFORGE_KFN wvec<K> wload(const float* p) noexcept { QFORGE_W_EACH(wvec<K>, vload(p + lanes * k)); }
-template <std::size_t K = W / lanes>
+template <std::size_t K>
 QFORGE_KFN wvec<K> wset(float x) noexcept { QFORGE_W_EACH(wvec<K>, vset(x)); }
 template <std::size_t K>
 QFORGE_KFN void wstore(float* p, wvec<K> v) noexcept {
@@ -111,7 +100,7 @@ QFORGE_KFN wvec<K> wround_clamp(wvec<K> f, wvec<K> lo, wvec<K> hi) noexcept {
 /// Loads `Lanes` sub-blocks of `len` floats starting at sub-block `first` of x (count in all,
 /// a multiple of 8) transposed: xt[i][lane] = element i of sub-block first + lane. Lanes past
 /// the end repeat the last 8 sub-blocks.
-template <std::size_t Lanes = W>
+template <std::size_t Lanes>
 QFORGE_KFN void load_lanes(const float* x, std::size_t count, std::size_t first, std::size_t len, float* xt) noexcept {
     for (std::size_t h = 0; h < Lanes; h += 8) {
         const std::size_t sb = first + h < count ? first + h : count - 8;
@@ -119,238 +108,271 @@ QFORGE_KFN void load_lanes(const float* x, std::size_t count, std::size_t first,
     }
 }
 
-// ---- make_qkx2_quants, one sub-block per lane (Q4_K, Q5_K: 32 elements; Q2_K: 16) ---------
-/// One search step: this iscale's codes round(iscale * (x - min)) and their weighted sums.
-/// Inlined, and the sums returned by value: out of line, behind references that the code
-/// stores may alias, every add went through memory.
-struct qkx2_sums {
-    wv l, l2, xl;
-};
-template <int N, bool Lo, bool Hi>
-[[gnu::always_inline]] QFORGE_KFN qkx2_sums qkx2_step(const float (*xt)[W], const float (*wt)[W], float (*laux)[W],
-                                                      wv iscale, wv min, wv fmax) noexcept {
-    const wv zero = wset(0.f);
-    qkx2_sums s{zero, zero, zero};
-    for (int i = 0; i < N; ++i) {
-        const wv x = wload(xt[i]);
-        const wv l = wround_clamp<Lo, Hi>(iscale * (x - min), zero, fmax);
-        wstore(laux[i], l);
-        const wv wl = wload(wt[i]) * l;
-        s.l = s.l + wl;
-        s.l2 = s.l2 + wl * l;
-        s.xl = s.xl + wl * x;
-    }
-    return s;
-}
+// ---- the searches: one sub-block per lane, W lanes --------------------------------------------
+/// Each lane's sums are sequential (ggml's order) and its steps wait on each other's accepts,
+/// so a step takes the same chain of dependent adds at any width; only more lanes per chain
+/// spread it, and more lanes hold more registers. W is 32 (two vectors) on AVX-512, NEON (no
+/// ARM machine here to measure it on) and the scalar ISA (whose vectors are arrays: four there
+/// only lengthened the compile, 15 s more for the base TU); AVX2 takes 32 or 16 by the CPU
+/// (simd/gguf_kernels.hpp, detail::avx2_search_vectors).
+template <std::size_t W>
+struct lane_searches {
+    static_assert(W % lanes == 0 && W % 8 == 0);
+    using wv = wvec<W / lanes>;
+    using wm = wmask<W / lanes>;
+    // W-lane loads and constants: these hide the family's templates of any width.
+    static QFORGE_KFN wv wload(const float* p) noexcept { return gguf_family::wload<W / lanes>(p); }
+    static QFORGE_KFN wv wset(float x) noexcept { return gguf_family::wset<W / lanes>(x); }
 
-/// ggml's weights (Q4_K/Q5_K: av_x + |x|, av_x = sqrt(sum x^2 / N); Q2_K: |x|) and the sums
-/// before the search: min (at most 0), the lowest x, max, sum_w, sum_x.
-template <int N, bool AvX>
-[[gnu::always_inline]] QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& lowest, wv& max,
-                                                  wv& sum_w, wv& sum_x) noexcept {
-    if constexpr (AvX) {
-        wv sum_x2 = wload(xt[0]) * wload(xt[0]);
-        for (int i = 1; i < N; ++i) sum_x2 = sum_x2 + wload(xt[i]) * wload(xt[i]);
-        const wv av_x = wsqrt(sum_x2 / wset(static_cast<float>(N)));
-        for (int i = 0; i < N; ++i) wstore(wt[i], av_x + wabs(wload(xt[i])));
-    } else {
-        for (int i = 0; i < N; ++i) wstore(wt[i], wabs(wload(xt[i])));
-    }
-    min = wload(xt[0]);
-    max = min;
-    sum_w = wload(wt[0]);
-    sum_x = sum_w * wload(xt[0]);
-    for (int i = 1; i < N; ++i) {
-        const wv x = wload(xt[i]), w = wload(wt[i]);
-        min = wmin(x, min);
-        max = wmax(x, max);
-        sum_w = sum_w + w;
-        sum_x = sum_x + w * x;
-    }
-    lowest = min;
-    min = wmin(wset(0.f), min);
-}
-
-/// The error of one element: squared, or absolute (ggml's use_mad, Q2_K).
-template <bool Mad>
-QFORGE_KFN wv qkx2_err(wv diff) noexcept {
-    if constexpr (Mad) return wabs(diff);
-    else return diff * diff;
-}
-
-/// The search of W sub-blocks of N elements (xt transposed): scale and min. Its codes are not
-/// kept (see simd/gguf_kernels.hpp): with W lanes some lane accepts at most steps, and copying
-/// its N codes each time cost a quarter of the search.
-template <int N, bool AvX, bool Mad>
-QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nstep, wv& scale_out,
-                           wv& min_out) noexcept {
-    alignas(64) float wt[32][W], laux[32][W];  // weights, this step's codes
-    wv min, lowest, max, sum_w, sum_x;
-    qkx2_setup<N, AvX>(xt, wt, min, lowest, max, sum_w, sum_x);
-    const wv min0 = min, top = wset(fmax), zero = wset(0.f);
-    const wm degenerate = weq(max, min);
-    wv iscale = top / (max - min);
-    wv scale = wset(1.f) / iscale;
-    wv best_error = zero;
-    for (int i = 0; i < N; ++i) {
-        const wv x = wload(xt[i]);
-        const wv l = wround_clamp(iscale * (x - min), zero, top);
-        const wv diff = scale * l + min - x;
-        best_error = best_error + wload(wt[i]) * qkx2_err<Mad>(diff);
-    }
-    bool below_min = false;  // some x < min (never before a min is accepted)
-    for (int is = 0; is <= nstep; ++is) {
-        const float c = rmin + detail::no_contract(0.1f * static_cast<float>(is)) + fmax;
-        iscale = wset(c) / (max - min);  // min moves when a step is accepted, as in ggml
-        // t = iscale*(x - min) <= c (to a few ulp), so the upper clamp only matters when c can
-        // round above fmax, and the lower one only once an accepted min left some x below it.
-        const bool hi = c >= fmax + 0.499f;
-        const qkx2_sums sums = below_min ? (hi ? qkx2_step<N, true, true>(xt, wt, laux, iscale, min, top)
-                                               : qkx2_step<N, true, false>(xt, wt, laux, iscale, min, top))
-                                         : (hi ? qkx2_step<N, false, true>(xt, wt, laux, iscale, min, top)
-                                               : qkx2_step<N, false, false>(xt, wt, laux, iscale, min, top));
-        const wv sum_l = sums.l, sum_l2 = sums.l2, sum_xl = sums.xl;
-        const wv D = sum_w * sum_l2 - sum_l * sum_l;
-        const wm d_pos = wgt(D, zero);
-        if (!wany(d_pos)) continue;
-        wv this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-        wv this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-        const wm min_pos = wgt(this_min, zero);
-        if (wany(min_pos)) {  // rare: the division below is a tenth of a step's time
-            this_min = wblend(min_pos, zero, this_min);
-            this_scale = wblend(min_pos, sum_xl / sum_l2, this_scale);
-        }
-        wv cur_error = zero;
+    // ---- make_qkx2_quants, one sub-block per lane (Q4_K, Q5_K: 32 elements; Q2_K: 16) ---------
+    /// One search step: this iscale's codes round(iscale * (x - min)) and their weighted sums.
+    /// Inlined, and the sums returned by value: out of line, behind references that the code
+    /// stores may alias, every add went through memory.
+    struct qkx2_sums {
+        wv l, l2, xl;
+    };
+    template <int N, bool Lo, bool Hi>
+    [[gnu::always_inline]] static QFORGE_KFN qkx2_sums qkx2_step(const float (*xt)[W], const float (*wt)[W], float (*laux)[W],
+                                                          wv iscale, wv min, wv fmax) noexcept {
+        const wv zero = wset(0.f);
+        qkx2_sums s{zero, zero, zero};
         for (int i = 0; i < N; ++i) {
-            const wv diff = this_scale * wload(laux[i]) + this_min - wload(xt[i]);
-            cur_error = cur_error + wload(wt[i]) * qkx2_err<Mad>(diff);
+            const wv x = wload(xt[i]);
+            const wv l = wround_clamp<Lo, Hi>(iscale * (x - min), zero, fmax);
+            wstore(laux[i], l);
+            const wv wl = wload(wt[i]) * l;
+            s.l = s.l + wl;
+            s.l2 = s.l2 + wl * l;
+            s.xl = s.xl + wl * x;
         }
-        const wm accept = wand(d_pos, wlt(cur_error, best_error));
-        if (!wany(accept)) continue;
-        best_error = wblend(accept, cur_error, best_error);
-        scale = wblend(accept, this_scale, scale);
-        min = wblend(accept, this_min, min);
-        below_min = wany(wlt(lowest, min));  // x - min < 0 exactly where x < min
+        return s;
     }
-    // ggml returns early for max == min: scale 0, min untouched.
-    scale_out = wblend(degenerate, zero, scale);
-    min_out = wblend(degenerate, min0, min);
-}
 
-template <int N, bool AvX, bool Mad>
-QFORGE_KFN void qkx_search_t(const float* x, std::size_t count, float nmax, float rmin, int nstep, float* scale,
-                             float* neg_min) noexcept {
-    alignas(64) float xt[N][W], s[W], m[W];
-    for (std::size_t first = 0; first < count; first += W) {
-        load_lanes(x, count, first, N, &xt[0][0]);
-        wv vs, vm;
-        qkx2_lanes<N, AvX, Mad>(xt, nmax, rmin, nstep, vs, vm);
-        wstore(s, vs);
-        wstore(m, wset(-0.f) - vm);  // -min, exactly
-        for (std::size_t l = 0; l < W && first + l < count; ++l) {
-            scale[first + l] = s[l];
-            neg_min[first + l] = m[l];
+    /// ggml's weights (Q4_K/Q5_K: av_x + |x|, av_x = sqrt(sum x^2 / N); Q2_K: |x|) and the sums
+    /// before the search: min (at most 0), the lowest x, max, sum_w, sum_x.
+    template <int N, bool AvX>
+    [[gnu::always_inline]] static QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& lowest, wv& max,
+                                                      wv& sum_w, wv& sum_x) noexcept {
+        if constexpr (AvX) {
+            wv sum_x2 = wload(xt[0]) * wload(xt[0]);
+            for (int i = 1; i < N; ++i) sum_x2 = sum_x2 + wload(xt[i]) * wload(xt[i]);
+            const wv av_x = wsqrt(sum_x2 / wset(static_cast<float>(N)));
+            for (int i = 0; i < N; ++i) wstore(wt[i], av_x + wabs(wload(xt[i])));
+        } else {
+            for (int i = 0; i < N; ++i) wstore(wt[i], wabs(wload(xt[i])));
+        }
+        min = wload(xt[0]);
+        max = min;
+        sum_w = wload(wt[0]);
+        sum_x = sum_w * wload(xt[0]);
+        for (int i = 1; i < N; ++i) {
+            const wv x = wload(xt[i]), w = wload(wt[i]);
+            min = wmin(x, min);
+            max = wmax(x, max);
+            sum_w = sum_w + w;
+            sum_x = sum_x + w * x;
+        }
+        lowest = min;
+        min = wmin(wset(0.f), min);
+    }
+
+    /// The error of one element: squared, or absolute (ggml's use_mad, Q2_K).
+    template <bool Mad>
+    static QFORGE_KFN wv qkx2_err(wv diff) noexcept {
+        if constexpr (Mad) return wabs(diff);
+        else return diff * diff;
+    }
+
+    /// The search of W sub-blocks of N elements (xt transposed): scale and min. Its codes are not
+    /// kept (see simd/gguf_kernels.hpp): with W lanes some lane accepts at most steps, and copying
+    /// its N codes each time cost a quarter of the search.
+    template <int N, bool AvX, bool Mad>
+    static QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nstep, wv& scale_out,
+                               wv& min_out) noexcept {
+        alignas(64) float wt[32][W], laux[32][W];  // weights, this step's codes
+        wv min, lowest, max, sum_w, sum_x;
+        qkx2_setup<N, AvX>(xt, wt, min, lowest, max, sum_w, sum_x);
+        const wv min0 = min, top = wset(fmax), zero = wset(0.f);
+        const wm degenerate = weq(max, min);
+        wv iscale = top / (max - min);
+        wv scale = wset(1.f) / iscale;
+        wv best_error = zero;
+        for (int i = 0; i < N; ++i) {
+            const wv x = wload(xt[i]);
+            const wv l = wround_clamp(iscale * (x - min), zero, top);
+            const wv diff = scale * l + min - x;
+            best_error = best_error + wload(wt[i]) * qkx2_err<Mad>(diff);
+        }
+        bool below_min = false;  // some x < min (never before a min is accepted)
+        for (int is = 0; is <= nstep; ++is) {
+            const float c = rmin + detail::no_contract(0.1f * static_cast<float>(is)) + fmax;
+            iscale = wset(c) / (max - min);  // min moves when a step is accepted, as in ggml
+            // t = iscale*(x - min) <= c (to a few ulp), so the upper clamp only matters when c can
+            // round above fmax, and the lower one only once an accepted min left some x below it.
+            const bool hi = c >= fmax + 0.499f;
+            const qkx2_sums sums = below_min ? (hi ? qkx2_step<N, true, true>(xt, wt, laux, iscale, min, top)
+                                                   : qkx2_step<N, true, false>(xt, wt, laux, iscale, min, top))
+                                             : (hi ? qkx2_step<N, false, true>(xt, wt, laux, iscale, min, top)
+                                                   : qkx2_step<N, false, false>(xt, wt, laux, iscale, min, top));
+            const wv sum_l = sums.l, sum_l2 = sums.l2, sum_xl = sums.xl;
+            const wv D = sum_w * sum_l2 - sum_l * sum_l;
+            const wm d_pos = wgt(D, zero);
+            if (!wany(d_pos)) continue;
+            wv this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            wv this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            const wm min_pos = wgt(this_min, zero);
+            if (wany(min_pos)) {  // rare: the division below is a tenth of a step's time
+                this_min = wblend(min_pos, zero, this_min);
+                this_scale = wblend(min_pos, sum_xl / sum_l2, this_scale);
+            }
+            wv cur_error = zero;
+            for (int i = 0; i < N; ++i) {
+                const wv diff = this_scale * wload(laux[i]) + this_min - wload(xt[i]);
+                cur_error = cur_error + wload(wt[i]) * qkx2_err<Mad>(diff);
+            }
+            const wm accept = wand(d_pos, wlt(cur_error, best_error));
+            if (!wany(accept)) continue;
+            best_error = wblend(accept, cur_error, best_error);
+            scale = wblend(accept, this_scale, scale);
+            min = wblend(accept, this_min, min);
+            below_min = wany(wlt(lowest, min));  // x - min < 0 exactly where x < min
+        }
+        // ggml returns early for max == min: scale 0, min untouched.
+        scale_out = wblend(degenerate, zero, scale);
+        min_out = wblend(degenerate, min0, min);
+    }
+
+    template <int N, bool AvX, bool Mad>
+    static QFORGE_KFN void qkx_search_t(const float* x, std::size_t count, float nmax, float rmin, int nstep, float* scale,
+                                 float* neg_min) noexcept {
+        alignas(64) float xt[N][W], s[W], m[W];
+        for (std::size_t first = 0; first < count; first += W) {
+            load_lanes<W>(x, count, first, N, &xt[0][0]);
+            wv vs, vm;
+            qkx2_lanes<N, AvX, Mad>(xt, nmax, rmin, nstep, vs, vm);
+            wstore(s, vs);
+            wstore(m, wset(-0.f) - vm);  // -min, exactly
+            for (std::size_t l = 0; l < W && first + l < count; ++l) {
+                scale[first + l] = s[l];
+                neg_min[first + l] = m[l];
+            }
         }
     }
+
+    // ---- make_qx_quants(16, 32, x, L, 1, NULL), one 16-element sub-block per lane (Q6_K) --------
+    /// One step's sums for codes round(iscale * x) clamped to [-32, 31]. Lo/Hi false: no lane's
+    /// code can cross that bound at this step, so the clamp is left out (min and max share the
+    /// multiplier's ports, and the step has eight multiplies already).
+    struct qx32_sums_t {
+        wv lx, l2;  ///< sumlx, suml2
+    };
+    template <bool Lo, bool Hi>
+    [[gnu::always_inline]] static QFORGE_KFN qx32_sums_t qx32_step(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], wv iscale) noexcept {
+        const wv lo = wset(-32.f), hi = wset(31.f);
+        wv sumlx = wset(0.f), suml2 = sumlx;
+        for (int i = 0; i < 16; ++i) {
+            const wv l = wround_clamp<Lo, Hi>(iscale * wload(xt[i]), lo, hi);
+            sumlx = sumlx + wload(wx[i]) * l;
+            suml2 = suml2 + (wload(w[i]) * l) * l;
+        }
+        return {sumlx, suml2};
+    }
+
+    /// qx32_step with only the clamps some lane needs. A product iscale * x is monotonic in x, so
+    /// a lane's lowest code comes from its signed max (`low_x`) and its highest from its extreme of
+    /// the other sign (`high_x`); the bounds test below is looser than rounding's half.
+    [[gnu::always_inline]] static QFORGE_KFN qx32_sums_t qx32_sums(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], wv iscale, wv low_x,
+                                     wv high_x) noexcept {
+        const bool lo = wany(wlt(iscale * low_x, wset(-32.25f))) || wany(wne(low_x, low_x));
+        const bool hi = wany(wgt(iscale * high_x, wset(31.25f))) || wany(wne(high_x, high_x));
+        if (lo && hi) return qx32_step<true, true>(xt, w, wx, iscale);
+        if (lo) return qx32_step<true, false>(xt, w, wx, iscale);
+        if (hi) return qx32_step<false, true>(xt, w, wx, iscale);
+        return qx32_step<false, false>(xt, w, wx, iscale);
+    }
+
+    /// The scales of W sub-blocks (xt transposed); as in qkx2_lanes, their codes are not kept.
+    static QFORGE_KFN void qx32_lanes(const float (*xt)[W], wv& scale_out) noexcept {
+        constexpr float nmax = 32;
+        alignas(64) float w[16][W], wx[16][W];  // x*x and (x*x)*x: the same every step
+        const wv zero = wset(0.f);
+        wv amax = zero, max = zero, xmin = wload(xt[0]), xmax = xmin;
+        for (int i = 0; i < 16; ++i) {
+            const wv x = wload(xt[i]);
+            const wv ax = wabs(x);
+            const wm gt = wgt(ax, amax);
+            amax = wblend(gt, ax, amax);
+            max = wblend(gt, x, max);
+            xmin = wmin(x, xmin);
+            xmax = wmax(x, xmax);
+            const wv xx = x * x;
+            wstore(w[i], xx);
+            wstore(wx[i], xx * x);
+        }
+        const wm zero_lane = wlt(amax, wset(1e-15f));  // GROUP_MAX_EPS
+        // iscale has the sign of -max: the highest code comes from the extreme of the other sign
+        const wv high_x = wblend(wgt(max, zero), xmin, xmax);
+        // ggml's first try (iscale -nmax / max, taken as it is), then is = -9..9 but 0 (the same
+        // iscale), each taken where it raises sumlx^2 / suml2. Every try's iscale is divided out
+        // first, so no try waits on a division's latency before its multiplies, and a try's result
+        // is blended in, not branched on: whether some lane accepts is a coin toss that the branch
+        // predictor loses (together +5-7% on AVX2, +16% on AVX-512, measured on Zen 5).
+        constexpr int tries = 19;
+        wv iscale[tries];
+        for (int t = 0; t < tries; ++t) {
+            const int is = t < 10 ? t - 10 : t - 9;  // -10 stands for the first try
+            iscale[t] = wset(t == 0 ? -nmax : -(nmax + detail::no_contract(0.1f * static_cast<float>(is)))) / max;
+        }
+        wv scale = zero, best = zero;
+        for (int t = 0; t < tries; ++t) {  // one call site keeps the step inline
+            const auto [sumlx, suml2] = qx32_sums(xt, w, wx, iscale[t], max, high_x);
+            if (t == 0) {
+                scale = wblend(wne(suml2, zero), sumlx / suml2, zero);
+                best = scale * sumlx;
+                continue;
+            }
+            const wm accept = wand(wgt(suml2, zero), wgt(sumlx * sumlx, best * suml2));
+            scale = wblend(accept, sumlx / suml2, scale);
+            best = wblend(accept, scale * sumlx, best);
+        }
+        scale_out = wblend(zero_lane, zero, scale);
+    }
+
+    static QFORGE_KFN void qx32_search_t(const float* x, std::size_t count, float* scale) noexcept {
+        alignas(64) float xt[16][W], s[W];
+        for (std::size_t first = 0; first < count; first += W) {
+            load_lanes<W>(x, count, first, 16, &xt[0][0]);
+            wv vs;
+            qx32_lanes(xt, vs);
+            wstore(s, vs);
+            for (std::size_t l = 0; l < W && first + l < count; ++l) scale[first + l] = s[l];
+        }
+    }
+};
+
+/// The searches' lane count on this ISA: on AVX2 the CPU's (see lane_searches).
+QFORGE_KFN bool wide_avx2_searches() noexcept {
+    return QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2 &&
+           ::qforge::simd::detail::avx2_search_vectors().load(std::memory_order_relaxed) == 4;
 }
+inline constexpr std::size_t narrow_lanes = 2 * lanes,
+                             wide_lanes = (QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2 ? 4 : 2) * lanes;
 
 QFORGE_KFN void k_qkx2_search(const float* x, std::size_t count, int nmax, float rmin, int nstep, float* scale,
                               float* neg_min) noexcept {
-    qkx_search_t<32, true, false>(x, count, static_cast<float>(nmax), rmin, nstep, scale, neg_min);
+    const float fmax = static_cast<float>(nmax);
+    if (wide_avx2_searches()) return lane_searches<wide_lanes>::qkx_search_t<32, true, false>(x, count, fmax, rmin, nstep, scale, neg_min);
+    lane_searches<narrow_lanes>::qkx_search_t<32, true, false>(x, count, fmax, rmin, nstep, scale, neg_min);
 }
 
 QFORGE_KFN void k_q2k_search(const float* x, std::size_t count, float* scale, float* neg_min) noexcept {
-    qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
-}
-
-// ---- make_qx_quants(16, 32, x, L, 1, NULL), one 16-element sub-block per lane (Q6_K) --------
-/// One step's sums for codes round(iscale * x) clamped to [-32, 31]. Lo/Hi false: no lane's
-/// code can cross that bound at this step, so the clamp is left out (min and max share the
-/// multiplier's ports, and the step has eight multiplies already).
-struct qx32_sums_t {
-    wv lx, l2;  ///< sumlx, suml2
-};
-template <bool Lo, bool Hi>
-[[gnu::always_inline]] QFORGE_KFN qx32_sums_t qx32_step(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], wv iscale) noexcept {
-    const wv lo = wset(-32.f), hi = wset(31.f);
-    wv sumlx = wset(0.f), suml2 = sumlx;
-    for (int i = 0; i < 16; ++i) {
-        const wv l = wround_clamp<Lo, Hi>(iscale * wload(xt[i]), lo, hi);
-        sumlx = sumlx + wload(wx[i]) * l;
-        suml2 = suml2 + (wload(w[i]) * l) * l;
-    }
-    return {sumlx, suml2};
-}
-
-/// qx32_step with only the clamps some lane needs. A product iscale * x is monotonic in x, so
-/// a lane's lowest code comes from its signed max (`low_x`) and its highest from its extreme of
-/// the other sign (`high_x`); the bounds test below is looser than rounding's half.
-[[gnu::always_inline]] QFORGE_KFN qx32_sums_t qx32_sums(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], wv iscale, wv low_x,
-                                 wv high_x) noexcept {
-    const bool lo = wany(wlt(iscale * low_x, wset(-32.25f))) || wany(wne(low_x, low_x));
-    const bool hi = wany(wgt(iscale * high_x, wset(31.25f))) || wany(wne(high_x, high_x));
-    if (lo && hi) return qx32_step<true, true>(xt, w, wx, iscale);
-    if (lo) return qx32_step<true, false>(xt, w, wx, iscale);
-    if (hi) return qx32_step<false, true>(xt, w, wx, iscale);
-    return qx32_step<false, false>(xt, w, wx, iscale);
-}
-
-/// The scales of W sub-blocks (xt transposed); as in qkx2_lanes, their codes are not kept.
-QFORGE_KFN void qx32_lanes(const float (*xt)[W], wv& scale_out) noexcept {
-    constexpr float nmax = 32;
-    alignas(64) float w[16][W], wx[16][W];  // x*x and (x*x)*x: the same every step
-    const wv zero = wset(0.f);
-    wv amax = zero, max = zero, xmin = wload(xt[0]), xmax = xmin;
-    for (int i = 0; i < 16; ++i) {
-        const wv x = wload(xt[i]);
-        const wv ax = wabs(x);
-        const wm gt = wgt(ax, amax);
-        amax = wblend(gt, ax, amax);
-        max = wblend(gt, x, max);
-        xmin = wmin(x, xmin);
-        xmax = wmax(x, xmax);
-        const wv xx = x * x;
-        wstore(w[i], xx);
-        wstore(wx[i], xx * x);
-    }
-    const wm zero_lane = wlt(amax, wset(1e-15f));  // GROUP_MAX_EPS
-    // iscale has the sign of -max: the highest code comes from the extreme of the other sign
-    const wv high_x = wblend(wgt(max, zero), xmin, xmax);
-    // ggml's first try (iscale -nmax / max, taken as it is), then is = -9..9 but 0 (the same
-    // iscale), each taken where it raises sumlx^2 / suml2. Every try's iscale is divided out
-    // first, so no try waits on a division's latency before its multiplies, and a try's result
-    // is blended in, not branched on: whether some lane accepts is a coin toss that the branch
-    // predictor loses (together +5-7% on AVX2, +16% on AVX-512, measured on Zen 5).
-    constexpr int tries = 19;
-    wv iscale[tries];
-    for (int t = 0; t < tries; ++t) {
-        const int is = t < 10 ? t - 10 : t - 9;  // -10 stands for the first try
-        iscale[t] = wset(t == 0 ? -nmax : -(nmax + detail::no_contract(0.1f * static_cast<float>(is)))) / max;
-    }
-    wv scale = zero, best = zero;
-    for (int t = 0; t < tries; ++t) {  // one call site keeps the step inline
-        const auto [sumlx, suml2] = qx32_sums(xt, w, wx, iscale[t], max, high_x);
-        if (t == 0) {
-            scale = wblend(wne(suml2, zero), sumlx / suml2, zero);
-            best = scale * sumlx;
-            continue;
-        }
-        const wm accept = wand(wgt(suml2, zero), wgt(sumlx * sumlx, best * suml2));
-        scale = wblend(accept, sumlx / suml2, scale);
-        best = wblend(accept, scale * sumlx, best);
-    }
-    scale_out = wblend(zero_lane, zero, scale);
+    if (wide_avx2_searches()) return lane_searches<wide_lanes>::qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
+    lane_searches<narrow_lanes>::qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
 }
 
 QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale) noexcept {
-    alignas(64) float xt[16][W], s[W];
-    for (std::size_t first = 0; first < count; first += W) {
-        load_lanes(x, count, first, 16, &xt[0][0]);
-        wv vs;
-        qx32_lanes(xt, vs);
-        wstore(s, vs);
-        for (std::size_t l = 0; l < W && first + l < count; ++l) scale[first + l] = s[l];
-    }
+    if (wide_avx2_searches()) return lane_searches<wide_lanes>::qx32_search_t(x, count, scale);
+    lane_searches<narrow_lanes>::qx32_search_t(x, count, scale);
 }
 
 // ---- the super-block scale step of Q3_K and Q6_K ---------------------------------------------
