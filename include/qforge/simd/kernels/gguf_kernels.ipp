@@ -124,7 +124,7 @@ struct lane_searches {
     static QFORGE_KFN wv wload(const float* p) noexcept { return gguf_family::wload<W / lanes>(p); }
     static QFORGE_KFN wv wset(float x) noexcept { return gguf_family::wset<W / lanes>(x); }
 
-    // ---- make_qkx2_quants, one sub-block per lane (Q4_K, Q5_K: 32 elements; Q2_K: 16) ---------
+    // ---- make_qkx2_quants, one sub-block per lane (Q4_K, Q5_K: 32 elements; Q2_K: 16) -----
     /// One search step: this iscale's codes round(iscale * (x - min)) and their weighted sums.
     /// Inlined, and the sums returned by value: out of line, behind references that the code
     /// stores may alias, every add went through memory.
@@ -132,8 +132,9 @@ struct lane_searches {
         wv l, l2, xl;
     };
     template <int N, bool Lo, bool Hi>
-    [[gnu::always_inline]] static QFORGE_KFN qkx2_sums qkx2_step(const float (*xt)[W], const float (*wt)[W], float (*laux)[W],
-                                                          wv iscale, wv min, wv fmax) noexcept {
+    [[gnu::always_inline]] static QFORGE_KFN qkx2_sums qkx2_step(const float (*xt)[W], const float (*wt)[W],
+                                                                 float (*laux)[W], wv iscale, wv min,
+                                                                 wv fmax) noexcept {
         const wv zero = wset(0.f);
         qkx2_sums s{zero, zero, zero};
         for (int i = 0; i < N; ++i) {
@@ -151,8 +152,8 @@ struct lane_searches {
     /// ggml's weights (Q4_K/Q5_K: av_x + |x|, av_x = sqrt(sum x^2 / N); Q2_K: |x|) and the sums
     /// before the search: min (at most 0), the lowest x, max, sum_w, sum_x.
     template <int N, bool AvX>
-    [[gnu::always_inline]] static QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min, wv& lowest, wv& max,
-                                                      wv& sum_w, wv& sum_x) noexcept {
+    [[gnu::always_inline]] static QFORGE_KFN void qkx2_setup(const float (*xt)[W], float (*wt)[W], wv& min,
+                                                             wv& lowest, wv& max, wv& sum_w, wv& sum_x) noexcept {
         if constexpr (AvX) {
             wv sum_x2 = wload(xt[0]) * wload(xt[0]);
             for (int i = 1; i < N; ++i) sum_x2 = sum_x2 + wload(xt[i]) * wload(xt[i]);
@@ -188,7 +189,7 @@ struct lane_searches {
     /// its N codes each time cost a quarter of the search.
     template <int N, bool AvX, bool Mad>
     static QFORGE_KFN void qkx2_lanes(const float (*xt)[W], float fmax, float rmin, int nstep, wv& scale_out,
-                               wv& min_out) noexcept {
+                                      wv& min_out) noexcept {
         alignas(64) float wt[32][W], laux[32][W];  // weights, this step's codes
         wv min, lowest, max, sum_w, sum_x;
         qkx2_setup<N, AvX>(xt, wt, min, lowest, max, sum_w, sum_x);
@@ -243,8 +244,8 @@ struct lane_searches {
     }
 
     template <int N, bool AvX, bool Mad>
-    static QFORGE_KFN void qkx_search_t(const float* x, std::size_t count, float nmax, float rmin, int nstep, float* scale,
-                                 float* neg_min) noexcept {
+    static QFORGE_KFN void qkx_search_t(const float* x, std::size_t count, float nmax, float rmin, int nstep,
+                                        float* scale, float* neg_min) noexcept {
         alignas(64) float xt[N][W], s[W], m[W];
         for (std::size_t first = 0; first < count; first += W) {
             load_lanes<W>(x, count, first, N, &xt[0][0]);
@@ -259,7 +260,7 @@ struct lane_searches {
         }
     }
 
-    // ---- make_qx_quants(16, 32, x, L, 1, NULL), one 16-element sub-block per lane (Q6_K) --------
+    // ---- make_qx_quants(16, 32, x, L, 1, NULL), one 16-element sub-block per lane (Q6_K) ----
     /// One step's sums for codes round(iscale * x) clamped to [-32, 31]. Lo/Hi false: no lane's
     /// code can cross that bound at this step, so the clamp is left out (min and max share the
     /// multiplier's ports, and the step has eight multiplies already).
@@ -267,7 +268,8 @@ struct lane_searches {
         wv lx, l2;  ///< sumlx, suml2
     };
     template <bool Lo, bool Hi>
-    [[gnu::always_inline]] static QFORGE_KFN qx32_sums_t qx32_step(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], wv iscale) noexcept {
+    [[gnu::always_inline]] static QFORGE_KFN qx32_sums_t qx32_step(const float (*xt)[W], const float (*w)[W],
+                                                                   const float (*wx)[W], wv iscale) noexcept {
         const wv lo = wset(-32.f), hi = wset(31.f);
         wv sumlx = wset(0.f), suml2 = sumlx;
         for (int i = 0; i < 16; ++i) {
@@ -281,8 +283,9 @@ struct lane_searches {
     /// qx32_step with only the clamps some lane needs. A product iscale * x is monotonic in x, so
     /// a lane's lowest code comes from its signed max (`low_x`) and its highest from its extreme of
     /// the other sign (`high_x`); the bounds test below is looser than rounding's half.
-    [[gnu::always_inline]] static QFORGE_KFN qx32_sums_t qx32_sums(const float (*xt)[W], const float (*w)[W], const float (*wx)[W], wv iscale, wv low_x,
-                                     wv high_x) noexcept {
+    [[gnu::always_inline]] static QFORGE_KFN qx32_sums_t qx32_sums(const float (*xt)[W], const float (*w)[W],
+                                                                   const float (*wx)[W], wv iscale, wv low_x,
+                                                                   wv high_x) noexcept {
         const bool lo = wany(wlt(iscale * low_x, wset(-32.25f))) || wany(wne(low_x, low_x));
         const bool hi = wany(wgt(iscale * high_x, wset(31.25f))) || wany(wne(high_x, high_x));
         if (lo && hi) return qx32_step<true, true>(xt, w, wx, iscale);
@@ -350,23 +353,26 @@ struct lane_searches {
     }
 };
 
-/// The searches' lane count on this ISA: on AVX2 the CPU's (see lane_searches).
+/// The searches' lanes: two vectors, or on AVX2 four where the CPU takes them (see
+/// lane_searches). wide_lanes is narrow_lanes on every other ISA, which so compiles one width.
+inline constexpr std::size_t narrow_lanes = 2 * lanes,
+                             wide_lanes = (QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2 ? 4 : 2) * lanes;
 QFORGE_KFN bool wide_avx2_searches() noexcept {
     return QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2 &&
            ::qforge::simd::detail::avx2_search_vectors().load(std::memory_order_relaxed) == 4;
 }
-inline constexpr std::size_t narrow_lanes = 2 * lanes,
-                             wide_lanes = (QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2 ? 4 : 2) * lanes;
 
 QFORGE_KFN void k_qkx2_search(const float* x, std::size_t count, int nmax, float rmin, int nstep, float* scale,
                               float* neg_min) noexcept {
     const float fmax = static_cast<float>(nmax);
-    if (wide_avx2_searches()) return lane_searches<wide_lanes>::qkx_search_t<32, true, false>(x, count, fmax, rmin, nstep, scale, neg_min);
+    if (wide_avx2_searches())
+        return lane_searches<wide_lanes>::qkx_search_t<32, true, false>(x, count, fmax, rmin, nstep, scale, neg_min);
     lane_searches<narrow_lanes>::qkx_search_t<32, true, false>(x, count, fmax, rmin, nstep, scale, neg_min);
 }
 
 QFORGE_KFN void k_q2k_search(const float* x, std::size_t count, float* scale, float* neg_min) noexcept {
-    if (wide_avx2_searches()) return lane_searches<wide_lanes>::qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
+    if (wide_avx2_searches())
+        return lane_searches<wide_lanes>::qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
     lane_searches<narrow_lanes>::qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
 }
 
