@@ -23,7 +23,10 @@
 #include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "qforge/layout/gguf/quantize.hpp"
@@ -64,6 +67,14 @@ double best_seconds(int reps, Run run) {
         spent += s;
     }
     return best;
+}
+
+/// The CPU's model name (/proc/cpuinfo on Linux): the figures belong to a machine class.
+std::string cpu_model() {
+    std::ifstream f("/proc/cpuinfo");
+    for (std::string line; std::getline(f, line);)
+        if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+    return "unknown";
 }
 
 /// isa: a SIMD path of quantize_rows; nullopt: the scalar port.
@@ -108,6 +119,7 @@ int main() {
     const bool wide = simd::avx512_tag::available();
     std::printf("SIMD path: %s\n", simd_ok ? (wide ? "avx2 (ratio, floor) and avx512" : "avx2") : "none (scalar only)");
     const auto vendor = simd::cpu().vendor;
+    std::printf("CPU: %s, %u logical CPUs\n", cpu_model().c_str(), std::thread::hardware_concurrency());
     std::printf("AVX2 K-quant searches: %d vectors of 8 sub-blocks a step (CPU vendor: %s)\n\n",
                 simd::detail::avx2_search_vectors().load(),
                 vendor == simd::cpu_vendor::amd ? "AMD" : vendor == simd::cpu_vendor::intel ? "Intel" : "other");
