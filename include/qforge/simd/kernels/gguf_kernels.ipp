@@ -111,10 +111,10 @@ QFORGE_KFN void load_lanes(const float* x, std::size_t count, std::size_t first,
 // ---- the searches: one sub-block per lane, W lanes --------------------------------------------
 /// Each lane's sums are sequential (ggml's order) and its steps wait on each other's accepts,
 /// so a step takes the same chain of dependent adds at any width; only more lanes per chain
-/// spread it, and more lanes hold more registers. W is 32 (two vectors) on AVX-512, NEON (no
-/// ARM machine here to measure it on) and the scalar ISA (whose vectors are arrays: four there
-/// only lengthened the compile, 15 s more for the base TU); AVX2 takes 32 or 16 by the CPU
-/// (simd/gguf_kernels.hpp, detail::avx2_search_vectors).
+/// spread it, and more lanes hold more registers. W is two vectors: 32 lanes on AVX-512, 16 on
+/// NEON (no ARM machine here to measure it on) and on the scalar ISA (whose vectors are arrays:
+/// four there only lengthened the compile, 15 s more for the base TU); AVX2 takes 16 or 32 by
+/// the CPU (simd/gguf_kernels.hpp, detail::avx2_search_vectors).
 template <std::size_t W>
 struct lane_searches {
     static_assert(W % lanes == 0 && W % 8 == 0);
