@@ -71,11 +71,19 @@ inline void quantize_ref_with(const simd::gguf_kernels& kern, const float* src, 
     if constexpr (requires { quantize_ref(kern, src, y, k); } && Elems == 32) {
         quantize_ref(kern, src, y, k);  // the 32-element types: their kernels give code 0 under an infinite 1 / d
     } else if constexpr (requires { quantize_ref(kern, src, y, k); }) {
+        // The scan goes a window ahead of the kernels, not over all k first: the window's 64 KB
+        // are still in cache when the kernels read them (a whole-matrix scan streamed it twice).
+        constexpr std::int64_t window = 64 * 256 / Elems;
         const std::int64_t nb = k / Elems;
         for (std::int64_t run = 0; run < nb;) {  // run: first block the kernels take
-            const std::int64_t b = run + kern.first_tiny_block(src + run * Elems, nb - run, Elems);
+            const std::int64_t span = nb - run < window ? nb - run : window;
+            const std::int64_t b = run + kern.first_tiny_block(src + run * Elems, span, Elems);
             if (b > run) quantize_ref(kern, src + run * Elems, y + run, (b - run) * Elems);
-            if (b < nb) quantize_ref(src + b * Elems, y + b, Elems);
+            if (b == run + span) {
+                run = b;
+                continue;
+            }
+            quantize_ref(src + b * Elems, y + b, Elems);
             run = b + 1;
         }
     } else {
