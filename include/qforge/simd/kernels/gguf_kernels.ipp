@@ -621,6 +621,14 @@ QFORGE_KFN void q3_retry_pass(q3_retries& r, float* scale) noexcept {
     r.m = kept;
 }
 
+/// Lane l of the first `count` whose `moved` is set, at bit l.
+static_assert(W3 <= 32);
+QFORGE_KFN std::uint32_t moved_bits(const float* moved, std::size_t count) noexcept {
+    std::uint32_t bits = 0;
+    for (std::size_t l = 0; l < count; ++l) bits |= static_cast<std::uint32_t>(moved[l] != 0) << l;
+    return bits;
+}
+
 QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noexcept {
     q3_state st;
     q3_retries retries;
@@ -636,9 +644,12 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
         q3_try(st, ng);
         for (std::size_t g = 0; g < ng; ++g) {
             wstore(s, q3_finish(st.amax[g], st.sumlx[g], st.suml2[g]));
-            for (std::size_t l = 0; l < W3 && g * W3 + l < n; ++l) {
+            const std::size_t lanes_here = n - g * W3 < W3 ? n - g * W3 : W3;
+            for (std::size_t l = 0; l < lanes_here; ++l)
                 scale[first + g * W3 + l] = s[l];  // a moved sub-block's is replaced by its retries
-                if (st.moved[g][l] == 0) continue;
+            // the moved lanes by their bits: a branch per lane mispredicted on each of them
+            for (std::uint32_t bits = moved_bits(st.moved[g], lanes_here); bits != 0; bits &= bits - 1) {
+                const auto l = static_cast<std::size_t>(__builtin_ctz(bits));
                 q3_copy_lane(st, g, l, retries.st, retries.m / W3, retries.m % W3);
                 retries.dest[retries.m] = first + g * W3 + l;
                 retries.tries[retries.m] = 1;
