@@ -50,6 +50,11 @@ std::vector<float> kernel_rows(std::int64_t n_per_row) {
     // single max in each of a block's positions in turn
     row([](std::int64_t i) { return i % 32 == 3 ? -2.5f : (i % 32 == 20 ? 2.5f : 0.01f * static_cast<float>(i % 13)); });
     row([](std::int64_t i) { return i % 32 == (i / 32) % 32 ? -4.0f + static_cast<float>((i / 32) % 2) * 8.0f : 0.3f * static_cast<float>(i % 5); });
+    // the same within each 16-element sub-block (Q3_K's signed max), either sign first in turn
+    row([](std::int64_t i) {
+        const float sign = (i / 16) % 2 ? 1.f : -1.f;
+        return i % 16 == 5 ? 1.5f * sign : (i % 16 == 9 ? -1.5f * sign : 0.1f * static_cast<float>(i % 7) - 0.3f);
+    });
     // a loud first sub-block over quiet ones whose scales round to 0 against it: there ggml
     // keeps the search's codes instead of requantizing, so the search's own codes are compared
     row([](std::int64_t i) {

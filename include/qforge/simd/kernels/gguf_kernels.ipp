@@ -469,19 +469,46 @@ QFORGE_KFN void q3_weights(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3
     }
 }
 
+/// ggml's max |x| of each lane and the first x at it (`if (ax > amax)` from 0: NaN and zero
+/// never win), from the lane's largest and smallest x taken from 0: the one larger in
+/// magnitude, unless +a and -a tie, where the lane looks for the first. Two ops an element
+/// where the running compare and its two blends took eight, in a chain.
+QFORGE_KFN void q3_signed_max(const float (*xt)[W3], wv3& amax, wv3& max) noexcept {
+    const wv3 zero = wset<2>(0.f);
+    wv3 top[2] = {zero, zero}, bottom[2] = {zero, zero};  // even and odd elements: two chains
+    for (int i = 0; i < 16; ++i) {
+        const wv3 x = wload<2>(xt[i]);
+        top[i % 2] = wmax(x, top[i % 2]);
+        bottom[i % 2] = wmin(x, bottom[i % 2]);
+    }
+    const wv3 t = wmax(top[0], top[1]), minus_b = zero - wmin(bottom[0], bottom[1]);
+    const wm3 below = wgt(minus_b, t);
+    amax = wblend(below, minus_b, t);
+    max = wblend(below, zero - minus_b, t);
+    const wm3 tie = wand(weq(t, minus_b), wgt(t, zero));
+    if (!wany(tie)) return;
+    alignas(64) float m[W3], a[W3], tied[W3];
+    wstore(m, max);
+    wstore(a, amax);
+    wstore(tied, wblend(tie, wset<2>(1.f), zero));
+    for (std::size_t l = 0; l < W3; ++l) {
+        if (tied[l] == 0) continue;
+        for (int i = 0; i < 16; ++i) {
+            if (std::fabs(xt[i][l]) != a[l]) continue;
+            m[l] = xt[i][l];
+            break;
+        }
+    }
+    max = wload<2>(m);
+}
+
 /// make_q3_quants up to its descent for one group: the weights, max |x| (returned: the lanes
 /// below GROUP_MAX_EPS take ggml's early return at the end) and the first codes. Their sums
 /// are q3_first_sums'.
 QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], float (*lf)[W3]) noexcept {
-    const wv3 zero = wset<2>(0.f), lo = wset<2>(-4.f), hi = wset<2>(3.f);
-    wv3 amax = zero, max = zero;
-    for (int i = 0; i < 16; ++i) {
-        const wv3 x = wload<2>(xt[i]);
-        const wv3 ax = wabs(x);
-        const wm3 gt = wgt(ax, amax);
-        amax = wblend(gt, ax, amax);
-        max = wblend(gt, x, max);
-    }
+    const wv3 lo = wset<2>(-4.f), hi = wset<2>(3.f);
+    wv3 amax, max;
+    q3_signed_max(xt, amax, max);
     q3_weights(xt, w, wx);
     // |iscale * x| <= 4 (to an ulp) on the lanes kept: vround is nearest_int there
     const wv3 iscale = wset<2>(-4.f) / max;
