@@ -95,13 +95,23 @@ inline void q2k_scales(const float* scales, const float* mins, block_q2_k& y) no
 }
 
 // ---- Q3_K ----
-inline void q3k_set_scale(int j, int l, std::uint8_t* scales) noexcept {
-    if (j < 8)
-        scales[j] = static_cast<std::uint8_t>(l & 0xF);
-    else
-        scales[j - 8] = static_cast<std::uint8_t>(scales[j - 8] | ((l & 0xF) << 4));
-    l >>= 4;
-    scales[j % 4 + 8] = static_cast<std::uint8_t>(scales[j % 4 + 8] | (l << (2 * (j / 4))));
+/// ggml's packing of Q3_K's 16 6-bit scales (0..63) into 12 bytes: the low four bits of scales
+/// j and j + 8 share byte j (low, high nibble), the top two of scales k, k + 4, k + 8 and k + 12
+/// make byte 8 + k. Eight and four bytes at a time: no shift carries a bit into another byte,
+/// so the bytes are the same at either endianness.
+inline void q3k_pack_scales(const std::uint8_t* l, std::uint8_t* scales) noexcept {
+    std::uint64_t first, second;
+    std::memcpy(&first, l, 8);
+    std::memcpy(&second, l + 8, 8);
+    constexpr std::uint64_t nibbles = 0x0F0F0F0F0F0F0F0Full;
+    const std::uint64_t low = (first & nibbles) | ((second & nibbles) << 4);
+    std::uint32_t q[4];
+    std::memcpy(q, l, 16);
+    constexpr std::uint32_t two_bits = 0x03030303u;
+    const std::uint32_t high = ((q[0] >> 4) & two_bits) | (((q[1] >> 4) & two_bits) << 2) |
+                               (((q[2] >> 4) & two_bits) << 4) | (((q[3] >> 4) & two_bits) << 6);
+    std::memcpy(scales, &low, 8);
+    std::memcpy(scales + 8, &high, 4);
 }
 inline int q3k_get_scale(int j, const std::uint8_t* scales) noexcept {
     const int lo = j < 8 ? (scales[j] & 0xF) : (scales[j - 8] >> 4);
@@ -148,19 +158,18 @@ inline super_block_step super_block_scales(const float* scales, float nmax) noex
 /// the sub-block scales the block stores, from the scales as set rather than unpacked again.
 inline void q3k_stored_scales(float amax, std::uint16_t d16, float dd, const float* q, block_q3_k& y,
                               float* d) noexcept {
-    std::memset(y.scales, 0, 12);
-    int stored[16] = {};
+    std::uint8_t stored[16] = {};
     if (amax > 0) {
         for (int j = 0; j < 16; ++j) {
             const auto l8 = static_cast<std::int8_t>(static_cast<int>(q[j]));
-            stored[j] = clamp_int(l8, -32, 31) + 32;
-            q3k_set_scale(j, stored[j], y.scales);
+            stored[j] = static_cast<std::uint8_t>(clamp_int(l8, -32, 31) + 32);
         }
         y.d = d16;
     } else {
         y.d = float_to_fp16(0.f);
         dd = 0.f;
     }
+    q3k_pack_scales(stored, y.scales);
     for (int j = 0; j < 16; ++j) d[j] = dd * static_cast<float>(stored[j] - 32);
 }
 
@@ -600,9 +609,8 @@ inline void quantize_weighted_row(const float* x, block_q3_k* y, std::int64_t n_
             sw[j] = sumw;
             scales[j] = detail::make_qx_quants(16, 4, x + 16 * j, L + 16 * j, 1, weight);
         }
-        std::memset(y[i].scales, 0, 12);
         const float d_block = detail::make_qx_quants(16, 32, scales, Ls, 1, sw);
-        for (int j = 0; j < 16; ++j) detail::q3k_set_scale(j, Ls[j], y[i].scales);
+        detail::q3k_pack_scales(reinterpret_cast<const std::uint8_t*>(Ls), y[i].scales);  // Ls: 0..63
         y[i].d = float_to_fp16(d_block);
         detail::q3k_finish(x, y[i], L);
     }
