@@ -649,8 +649,8 @@ QFORGE_KFN void q3_retry_pass(q3_retries& r, float* scale) noexcept {
 }
 
 /// Lane l of the first `count` whose `moved` is set, at bit l.
-static_assert(W3 <= 32);
 QFORGE_KFN std::uint32_t moved_bits(const float* moved, std::size_t count) noexcept {
+    static_assert(W3 <= 32, "a group's lanes fit the 32 bits");
     std::uint32_t bits = 0;
     for (std::size_t l = 0; l < count; ++l) bits |= static_cast<std::uint32_t>(moved[l] != 0) << l;
     return bits;
