@@ -442,23 +442,31 @@ inline constexpr std::size_t W3 = 2 * lanes;
 using wv3 = wvec<2>;
 using wm3 = wmask<2>;
 
-/// Element i's move in every lane: the code that the other fifteen's sums call for, the sums
-/// it gives, and whether it raises sumlx^2 / suml2 (the masks are ggml's branches).
+/// Element i's proposal in every lane: the sums without it, and the code they call for.
+struct q3_proposal {
+    wv3 slx, sl2, nl;
+};
+[[gnu::always_inline]] QFORGE_KFN q3_proposal q3_propose_code(wv3 x, wv3 wi, wv3 wxi, wv3 li, wv3 sumlx,
+                                                              wv3 suml2) noexcept {
+    const wv3 slx = sumlx - wxi * li, sl2 = suml2 - (wi * li) * li;
+    const wv3 q = x * sl2 / slx;  // (x * sl2) / slx, as ggml's x[i] * sl2 / slx
+    return {slx, sl2, wmin(wmax(wnearest_int(q), wset<2>(-4.f)), wset<2>(3.f))};
+}
+
+/// Element i's move in every lane: the proposed code, the sums it gives, and whether it is
+/// taken: slx > 0, a code other than the current one, and a higher sumlx^2 / suml2 (the masks
+/// are ggml's branches).
 struct q3_move {
     wv3 nl, slx, sl2;
     wm3 accept;
 };
 [[gnu::always_inline]] QFORGE_KFN q3_move q3_propose(wv3 x, wv3 wi, wv3 wxi, wv3 li, wv3 sumlx, wv3 suml2) noexcept {
-    const wv3 zero = wset<2>(0.f), lo = wset<2>(-4.f), hi = wset<2>(3.f);
-    wv3 slx = sumlx - wxi * li;
-    const wm3 positive = wgt(slx, zero);
-    wv3 sl2 = suml2 - (wi * li) * li;
-    const wv3 q = x * sl2 / slx;  // (x * sl2) / slx, as ggml's x[i] * sl2 / slx
-    const wv3 nl = wmin(wmax(wnearest_int(q), lo), hi);
-    slx = slx + wxi * nl;
-    sl2 = sl2 + (wi * nl) * nl;
+    const wv3 zero = wset<2>(0.f);
+    const q3_proposal p = q3_propose_code(x, wi, wxi, li, sumlx, suml2);
+    const wm3 positive = wgt(p.slx, zero);
+    const wv3 slx = p.slx + wxi * p.nl, sl2 = p.sl2 + (wi * p.nl) * p.nl;
     const wm3 better = wand(wgt(sl2, zero), wgt(slx * slx * suml2, sumlx * sumlx * sl2));
-    return {nl, slx, sl2, wand(wand(positive, wne(nl, li)), better)};
+    return {p.nl, slx, sl2, wand(wand(positive, wne(p.nl, li)), better)};
 }
 
 /// The weights x^2 and (x^2) x of W3 lanes (ggml recomputes them each use; the same products).
@@ -566,16 +574,15 @@ QFORGE_KFN void q3_try(q3_state& st, std::size_t ng) noexcept {
 /// sub-blocks) are done; the others (95% of which do move) take the try itself from the same
 /// state in the retries. The check is about half a try's operations, with no blends.
 QFORGE_KFN void q3_first_moves(q3_state& st, std::size_t ng) noexcept {
-    const wv3 one = wset<2>(1.f), zero = wset<2>(0.f), lo = wset<2>(-4.f), hi = wset<2>(3.f);
+    const wv3 one = wset<2>(1.f), zero = wset<2>(0.f);
     for (std::size_t g = 0; g < ng; ++g) {
         const wv3 sumlx = wload<2>(st.sumlx[g]), suml2 = wload<2>(st.suml2[g]);
         wm3 may = wlt(one, zero);
         for (int i = 0; i < 16; ++i) {
-            const wv3 li = wload<2>(st.lf[g][i]), wi = wload<2>(st.w[g][i]);
-            const wv3 slx = sumlx - wload<2>(st.wx[g][i]) * li;
-            const wv3 sl2 = suml2 - (wi * li) * li;
-            const wv3 nl = wmin(wmax(wnearest_int(wload<2>(st.xt[g][i]) * sl2 / slx), lo), hi);
-            may = wor(may, wand(wgt(slx, zero), wne(nl, li)));
+            const wv3 li = wload<2>(st.lf[g][i]);
+            const q3_proposal p = q3_propose_code(wload<2>(st.xt[g][i]), wload<2>(st.w[g][i]), wload<2>(st.wx[g][i]),
+                                                  li, sumlx, suml2);
+            may = wor(may, wand(wgt(p.slx, zero), wne(p.nl, li)));
         }
         wstore(st.moved[g], wblend(may, one, zero));
     }
