@@ -74,6 +74,7 @@ inline void quantize_ref_with(const simd::gguf_kernels& kern, const float* src, 
         // The scan goes a window ahead of the kernels, not over all k first: the window's 64 KB
         // are still in cache when the kernels read them (a whole-matrix scan streamed it twice).
         constexpr std::int64_t window = 64 * 256 / Elems;
+        static_assert(window > 0, "a window holds at least one block");
         const std::int64_t nb = k / Elems;
         for (std::int64_t run = 0; run < nb;) {  // run: first block the kernels take
             const std::int64_t span = nb - run < window ? nb - run : window;

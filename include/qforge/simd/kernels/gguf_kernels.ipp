@@ -577,7 +577,7 @@ QFORGE_KFN void q3_first_moves(q3_state& st, std::size_t ng) noexcept {
     const wv3 one = wset<2>(1.f), zero = wset<2>(0.f);
     for (std::size_t g = 0; g < ng; ++g) {
         const wv3 sumlx = wload<2>(st.sumlx[g]), suml2 = wload<2>(st.suml2[g]);
-        wm3 may = wlt(one, zero);
+        wm3 may = wlt(one, zero);  // no lane yet
         for (int i = 0; i < 16; ++i) {
             const wv3 li = wload<2>(st.lf[g][i]);
             const q3_proposal p = q3_propose_code(wload<2>(st.xt[g][i]), wload<2>(st.w[g][i]), wload<2>(st.wx[g][i]),
