@@ -133,8 +133,9 @@ namespace detail {
 /// Four vectors keep more independent chains in flight but need more of AVX2's 16 registers
 /// than there are (g++ 12's Q4_K search touches the stack 272 times at four, 53 at two, the
 /// same arrays there in both): a Zen 4 ran four 3-10% faster than two (2026-12-05), an Intel
-/// Xeon (Sapphire Rapids class, 2026-12-06) 7-12% slower (Q2_K, Q4_K, Q5_K, Q6_K). Read at each call; tests
-/// set it to run both.
+/// Xeon (Sapphire Rapids class, 2026-12-06) 7-12% slower (Q2_K, Q4_K, Q5_K, Q6_K). Read at
+/// each call; tests set it to run both. (Q3_K's search has no such knob: its groups stay two
+/// vectors, and which steps it takes is fixed by the ISA's width, q3_check_first.)
 inline std::atomic<int>& avx2_search_vectors() noexcept {
     static std::atomic<int> vectors{cpu().vendor == cpu_vendor::amd ? 4 : 2};
     return vectors;
