@@ -171,6 +171,9 @@ QFORGE_P void transpose4x4_u32(vi128& a, vi128& b, vi128& c, vi128& d) noexcept 
     c = _mm_unpacklo_epi64(t2, t3);
     d = _mm_unpackhi_epi64(t2, t3);
 }
+QFORGE_P void prefetch_read(const void* p, std::size_t ahead = 0) noexcept {
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) + ahead), _MM_HINT_T0);
+}
 // ---- end shared integer primitives ----
 
 // ---- pack kernels (simd/kernels/pack_kernels.ipp): integer primitives ----
@@ -344,7 +347,6 @@ QFORGE_TARGET_AVX2 inline void tp_stream8(std::uint32_t* p, tp_u32x8 a) noexcept
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), a);
 }
 QFORGE_TARGET_AVX2 inline void tp_stream_fence() noexcept { _mm_sfence(); }
-QFORGE_TARGET_AVX2 inline void tp_prefetch(const void* p) noexcept { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 QFORGE_TARGET_AVX2 inline void tp_transpose8x8(const tp_u32x8 a[8], tp_u32x8 o[8]) noexcept {
     const __m256i b0 = _mm256_unpacklo_epi32(a[0], a[1]), b1 = _mm256_unpackhi_epi32(a[0], a[1]);
     const __m256i b2 = _mm256_unpacklo_epi32(a[2], a[3]), b3 = _mm256_unpackhi_epi32(a[2], a[3]);

@@ -169,6 +169,7 @@ using x86_snr::snr_store;
 // AVX-512 reuses AVX2's (a subset of its target, so they inline into AVX-512 kernels).
 using avx2_isa::transpose4x4_u32;
 using avx2_isa::vi128;
+using avx2_isa::prefetch_read;
 // ---- end shared integer primitives ----
 
 // ---- pack kernels (simd/kernels/pack_kernels.ipp): integer primitives ----
@@ -262,7 +263,6 @@ using ::qforge::simd::detail::avx2_isa::u32x4_store;
 // The AVX2 ones, so that the family's text compiles here; its table is the AVX2 instance's
 // (see the end of transpose_kernels.ipp).
 using ::qforge::simd::detail::avx2_isa::tp_load8;
-using ::qforge::simd::detail::avx2_isa::tp_prefetch;
 using ::qforge::simd::detail::avx2_isa::tp_stream8;
 using ::qforge::simd::detail::avx2_isa::tp_stream_fence;
 using ::qforge::simd::detail::avx2_isa::tp_transpose8x8;

@@ -208,6 +208,9 @@ inline void transpose4x4_u32(vi128& a, vi128& b, vi128& c, vi128& d) noexcept {
     c = vreinterpretq_u8_u64(vzip1q_u64(vreinterpretq_u64_u32(t2), vreinterpretq_u64_u32(t3)));
     d = vreinterpretq_u8_u64(vzip2q_u64(vreinterpretq_u64_u32(t2), vreinterpretq_u64_u32(t3)));
 }
+inline void prefetch_read(const void* p, std::size_t ahead = 0) noexcept {
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + ahead));
+}
 // ---- end shared integer primitives ----
 
 // ---- pack kernels (simd/kernels/pack_kernels.ipp): integer primitives ----
@@ -387,7 +390,6 @@ inline void tp_stream8(std::uint32_t* p, tp_u32x8 a) noexcept {
     vst1q_u32(p + 4, a.hi);
 }
 inline void tp_stream_fence() noexcept {}
-inline void tp_prefetch(const void* p) noexcept { __builtin_prefetch(p); }
 // Four 4 x 4 blocks: rows 0-3 / 4-7 of columns 0-3 become the low / high halves of o[0..4),
 // those of columns 4-7 the halves of o[4..8).
 inline void tp_transpose8x8(const tp_u32x8 a[8], tp_u32x8 o[8]) noexcept {

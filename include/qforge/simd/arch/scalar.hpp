@@ -237,6 +237,17 @@ inline void transpose4x4_u32(vi128& a, vi128& b, vi128& c, vi128& d) noexcept {
     std::memcpy(c.b, t[2], 16);
     std::memcpy(d.b, t[3], 16);
 }
+// prefetch_read: asks for the cache line holding the byte `ahead` bytes past p, to be read
+// soon. The address is formed as an integer, and a prefetch never faults, so it may lie past
+// the end of the caller's data (the streaming kernels ask a fixed distance ahead).
+inline void prefetch_read(const void* p, std::size_t ahead = 0) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + ahead));
+#else
+    (void)p;
+    (void)ahead;
+#endif
+}
 // ---- end shared integer primitives ----
 
 // ---- pack kernels (simd/kernels/pack_kernels.ipp): integer primitives ----
@@ -465,13 +476,6 @@ inline tp_u32x8 tp_load8(const std::uint32_t* p) noexcept {
 }
 inline void tp_stream8(std::uint32_t* p, tp_u32x8 a) noexcept { std::memcpy(p, a.v, sizeof a.v); }
 inline void tp_stream_fence() noexcept {}
-inline void tp_prefetch(const void* p) noexcept {
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(p);
-#else
-    (void)p;
-#endif
-}
 // o[j] = column j of the 8 x 8 words whose rows are a[0..8).
 inline void tp_transpose8x8(const tp_u32x8 a[8], tp_u32x8 o[8]) noexcept {
     for (int j = 0; j < 8; ++j)

@@ -127,7 +127,7 @@ QFORGE_KFN void stream_short_pass(const word* src, i64 cols, word* dst, i64 rows
     const i64 steps = col_end / 8, lines = (next_end - r1) * cols * 4 / 64, per_step = (lines + steps - 1) / steps;
     i64 issued = 0;
     for (i64 c = 0; c < col_end; c += 8) {
-        for (i64 k = 0; k < per_step && issued < lines; ++k, ++issued) tp_prefetch(next + 64 * issued);
+        for (i64 k = 0; k < per_step && issued < lines; ++k, ++issued) prefetch_read(next + 64 * issued);
         for (i64 r = r0; r < r1; r += 16) stream_block16x8(src + r * cols + c, cols, dst + c * rows + r, rows);
     }
 }
@@ -138,7 +138,7 @@ QFORGE_KFN void stream_long_pass(const word* src, i64 cols, word* dst, i64 rows,
     constexpr i64 ahead = 64;  // words: four lines ahead of the loads
     for (i64 c = 0; c < col_end; c += 8) {
         if (c % 16 == 0 && c + ahead < cols)
-            for (i64 r = r0; r < r1; ++r) tp_prefetch(src + r * cols + c + ahead);
+            for (i64 r = r0; r < r1; ++r) prefetch_read(src + r * cols + c + ahead);
         for (i64 r = r0; r < r1; r += 16) stream_block16x8(src + r * cols + c, cols, dst + c * rows + r, rows);
     }
 }
