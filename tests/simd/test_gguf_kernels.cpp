@@ -14,6 +14,7 @@
 
 #include "qforge/layout/gguf/quantize.hpp"
 #include "qforge/simd/gguf_kernels.hpp"
+#include "support/guarded_span.hpp"
 #include "support/isas.hpp"
 #include "support/synthetic.hpp"
 
@@ -152,6 +153,25 @@ TEST_CASE("gguf kernels: the 32-element types' last blocks, past the batches of 
                     CHECK(std::memcmp(port.data(), ours.data(), size) == 0);
                 }
             }
+        }
+    }
+}
+
+TEST_CASE("gguf kernels: rows that end where their mapping ends quantize as anywhere else, every ISA") {
+    // The 32-element types prefetch 2 KB past a block two batches ahead of its codes; past
+    // the end of the rows that must not fault. 96 blocks: several whole batches and their tail.
+    const std::int64_t n = 96 * 32;
+    const auto x = testing::student_t_floats(static_cast<std::size_t>(n), 31);
+    const testing::guarded_span at_end(std::as_bytes(std::span(x)));
+    const auto* end_rows = reinterpret_cast<const float*>(at_end.data());
+    for (simd::isa i : testing::available_isas()) {
+        CAPTURE(simd::isa_name(i));
+        for (ggml_type t : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q8_0}) {
+            CAPTURE(type_name(t));
+            std::vector<std::byte> here(row_bytes(t, n)), there(row_bytes(t, n));
+            quantize_rows(t, x.data(), 1, n, nullptr, here.data(), i);
+            quantize_rows(t, end_rows, 1, n, nullptr, there.data(), i);
+            CHECK(here == there);
         }
     }
 }

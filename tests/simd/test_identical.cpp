@@ -15,6 +15,7 @@
 #include "qforge/quant/snr.hpp"
 #include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/dispatch.hpp"
+#include "support/guarded_span.hpp"
 #include "support/isas.hpp"
 #include "support/synthetic.hpp"
 
@@ -331,6 +332,33 @@ TEST_CASE("to_f32_min_max_groups equals to_f32 then min_max_groups, non-finite v
                 bb[bad] = 0x7F80;
                 run(bb.data(), dtype::BF16);
             }
+        }
+    }
+}
+
+TEST_CASE("to_f32_min_max_groups reads a weight that ends where its mapping ends, every ISA") {
+    // The convert pass prefetches 2 KB past what it reads; past the end of the data that must
+    // not fault, and the results are those of the same bytes anywhere else.
+    const std::size_t n = 1000;
+    const auto f = testing::student_t_floats(n, 12);
+    const auto b = testing::to_bf16(f);
+    for (simd::isa i : testing::available_isas()) {
+        CAPTURE(simd::isa_name(i));
+        const auto& k = simd::kernels(i);
+        for (std::size_t gsize : {64u, 1000u}) {
+            CAPTURE(gsize);
+            auto check_at_end = [&](std::span<const std::byte> bytes, dtype t) {
+                const testing::guarded_span at_end(bytes);
+                const std::size_t groups = (n + gsize - 1) / gsize;
+                std::vector<float> d1(n), d2(n), mn1(groups), mx1(groups), mn2(groups), mx2(groups);
+                CHECK(k.to_f32_min_max_groups(bytes.data(), t, n, gsize, d1.data(), mn1.data(), mx1.data()) == -1);
+                CHECK(k.to_f32_min_max_groups(at_end.data(), t, n, gsize, d2.data(), mn2.data(), mx2.data()) == -1);
+                CHECK(std::memcmp(d1.data(), d2.data(), n * sizeof(float)) == 0);
+                CHECK(std::memcmp(mn1.data(), mn2.data(), groups * sizeof(float)) == 0);
+                CHECK(std::memcmp(mx1.data(), mx2.data(), groups * sizeof(float)) == 0);
+            };
+            check_at_end(std::as_bytes(std::span(b)), dtype::BF16);
+            check_at_end(std::as_bytes(std::span(f)), dtype::F32);
         }
     }
 }
