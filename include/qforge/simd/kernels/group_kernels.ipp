@@ -911,11 +911,11 @@ QFORGE_KFN float k_convert_one(const std::byte* p) noexcept {
 
 // How far ahead of its loads the convert pass asks for the source: it is the first touch of
 // the weight, which streams from memory, and the hardware prefetchers alone left it waiting
-// (4096 x 11008 BF16, RTN 4-bit g64 + GPTQ pack, Intel Xeon AVX2 and AVX-512: 1.11-1.21 ->
-// 1.34-1.46 G weights/s; 1 KB and 8-16 KB ahead were slower than 2-4 KB). The requests go
-// out four lines at a time, each chunk's before its steps: a whole block's in one burst
-// filled the line-fill buffers and stalled on them, and a request tested for at every step
-// was slower by the test.
+// (4096 x 11008 BF16, RTN 4-bit g64 + GPTQ pack, Intel Xeon: AVX2 1.09-1.15 -> 1.31-1.37 G
+// weights/s, AVX-512 1.10-1.21 -> 1.38-1.50; 1 KB and 8-16 KB ahead were slower than 2-4
+// KB). The requests go out four lines at a time, each chunk's before its steps: a whole
+// block's in one burst filled the line-fill buffers and stalled on them, and a request
+// tested for at every step was slower by the test.
 inline constexpr std::size_t convert_prefetch_distance = 2048, convert_prefetch_chunk = 256;
 
 // The lines convert_prefetch_distance past bytes [from, to) of src.
