@@ -44,6 +44,10 @@ QFORGE_P vf vmax_magnitude(vf a, vf m) noexcept {  // see scalar.hpp
     return _mm256_castsi256_ps(_mm256_max_epu32(_mm256_castps_si256(vabs(a)), _mm256_castps_si256(m)));
 }
 QFORGE_P vf vround(vf a) noexcept { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+QFORGE_P vf vround_small(vf a) noexcept {  // see scalar.hpp
+    const __m256 shift = _mm256_set1_ps(12582912.0f);  // 1.5 * 2^23
+    return _mm256_sub_ps(_mm256_add_ps(a, shift), shift);
+}
 QFORGE_P vf vsel_ge(vf x, vf t, vf a, vf b) noexcept { return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, t, _CMP_GE_OQ)); }
 QFORGE_P vf vsplit_exponent(vf a, vf& m) noexcept {  // see scalar.hpp
     const __m256i bits = _mm256_castps_si256(a);

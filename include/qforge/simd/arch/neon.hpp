@@ -54,6 +54,7 @@ inline vf vmax_magnitude(vf x, vf m) noexcept {  // see scalar.hpp
     return {mag(x.a, m.a), mag(x.b, m.b)};
 }
 inline vf vround(vf x) noexcept { return {vrndnq_f32(x.a), vrndnq_f32(x.b)}; }
+inline vf vround_small(vf x) noexcept { return vround(x); }  // FRINTN is one operation: see scalar.hpp
 inline vf vsel_ge(vf x, vf t, vf p, vf q) noexcept {
     return {vbslq_f32(vcgeq_f32(x.a, t.a), p.a, q.a), vbslq_f32(vcgeq_f32(x.b, t.b), p.b, q.b)};
 }

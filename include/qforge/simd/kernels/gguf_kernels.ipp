@@ -84,14 +84,15 @@ QFORGE_KFN bool wany(wmask<K> m) noexcept {
     return any;
 }
 
-/// nearest_int(f) clamped to [lo, hi], as a float. Lo/Hi false: the caller knows that bound
-/// cannot be crossed.
+/// nearest_int(f) clamped to [lo, hi] (small integers), as a float. Lo/Hi false: the caller
+/// knows that the rounded code cannot cross that bound. Clamped before it is rounded (the same
+/// codes: the bounds are integers), so that f is small where it is rounded and vround_small,
+/// two adds beside the searches' multiplies, takes the place of the round instruction.
 template <bool Lo = true, bool Hi = true>
 QFORGE_KFN vf round_clamp(vf f, vf lo, vf hi) noexcept {
-    vf r = vround(f);
-    if constexpr (Lo) r = vmax(r, lo);
-    if constexpr (Hi) r = vmin(r, hi);
-    return r;
+    if constexpr (Lo) f = vmax(f, lo);
+    if constexpr (Hi) f = vmin(f, hi);
+    return vround_small(f);
 }
 template <bool Lo = true, bool Hi = true, std::size_t K>
 QFORGE_KFN wvec<K> wround_clamp(wvec<K> f, wvec<K> lo, wvec<K> hi) noexcept {

@@ -150,11 +150,11 @@ QFORGE_KFN float k_sum8(acc8 acc) noexcept {
 // that sum; its slack covers the fused rounding): a third fewer operations on AVX2.
 template <bool Weighted, bool Squared, bool Tracked = true>
 QFORGE_KFN void k_error_step(vf x, vf iw, vf s, vf r, vf z, vf hi, vf p, acc8& acc, vf& dmax) noexcept {
-    const vf t = vmul(x, r), rr = vround(t);
-    if constexpr (!Tracked && Squared && !Weighted) {
-        acc = acc_add_square(acc, vmul_exact_sub(vmin(vmax(rr, z), hi), s, x));
+    if constexpr (!Tracked && Squared && !Weighted) {  // the clamp first: the same codes, by vround_small
+        acc = acc_add_square(acc, vmul_exact_sub(vround_small(vmin(vmax(vmul(x, r), z), hi)), s, x));
         return;
     }
+    const vf t = vmul(x, r), rr = vround(t);
     if constexpr (Tracked) dmax = vmax_magnitude(vsub(t, rr), dmax);
     const vf e = vsub(vmul(vmin(vmax(rr, z), hi), s), x);
     vf term;
