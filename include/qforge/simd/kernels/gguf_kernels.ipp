@@ -86,8 +86,8 @@ QFORGE_KFN bool wany(wmask<K> m) noexcept {
 
 /// nearest_int(f) clamped to [lo, hi] (small integers), as a float. Lo/Hi false: the caller
 /// knows that the rounded code cannot cross that bound. Clamped before it is rounded (the same
-/// codes: the bounds are integers), so that f is small where it is rounded and vround_small,
-/// two adds beside the searches' multiplies, takes the place of the round instruction.
+/// codes: the bounds are integers), so that f is small where it is rounded, as vround_small
+/// needs (on AVX2, two adds beside the searches' multiplies instead of the round instruction).
 template <bool Lo = true, bool Hi = true>
 QFORGE_KFN vf round_clamp(vf f, vf lo, vf hi) noexcept {
     if constexpr (Lo) f = vmax(f, lo);
