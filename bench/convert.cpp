@@ -254,8 +254,10 @@ int main(int argc, char** argv) {
     };
     const double gw = static_cast<double>(g.weights) / 1e9;
     if (g.convert_s > 0) {
-        std::printf("\nconvert w4a8-cpu: %.3f G weights in %.2f s = %.3f G weights/s (floor 0.25); read alone %.2f s (%.2fx of convert)\n",
-                    gw, g.convert_s, g.convert_gws, g.read_s, g.read_s / g.convert_s);
+        char read_alone[64] = "n/a (read_input did not run)";
+        if (g.read_s > 0) std::snprintf(read_alone, sizeof read_alone, "%.2f s (%.2fx of convert)", g.read_s, g.read_s / g.convert_s);
+        std::printf("\nconvert w4a8-cpu: %.3f G weights in %.2f s = %.3f G weights/s (floor 0.25); read alone %s\n", gw,
+                    g.convert_s, g.convert_gws, read_alone);
         // Other work on the machine stretches the wall clock: the 1-minute load average says how much.
         std::printf("load average before the conversion: %s on %u cores\n", g.load.c_str(), std::thread::hardware_concurrency());
         // On a shared machine the wall clock also counts other people's work; CPU seconds over the
