@@ -188,3 +188,54 @@ TEST_CASE("search_groups: a square-error winner by less than the fast path's sla
         }
     }
 }
+
+TEST_CASE("search_groups: the bound's largest error holds on plain weights, every bounded norm and ISA") {
+    // The bound's b must be at least every |e| a candidate sees (rounding errors up to half a
+    // step, clamped values' distance past the grid). Student-t groups of every width, where
+    // the winner and its neighbours lie within the bound's margins: a b short of half a step
+    // picked another candidate in about 7% of these groups.
+    std::vector<float> factors;
+    for (int i = 0; i < 20; ++i) factors.push_back(static_cast<float>(1.0 - i / 100.0));  // grid 100, shrink 0.2
+    int mismatches = 0, groups_compared = 0;
+    for (simd::isa isa : isas_here()) {
+        const simd::group_kernels& k = simd::kernels(isa);
+        for (float norm : {2.4f, 2.7f})
+            for (bool symmetric : {true, false})
+                for (std::size_t gsize : {std::size_t{32}, std::size_t{64}, std::size_t{128}})
+                    for (bool weighted : {false, true}) {
+                        const std::size_t groups = 48, n = groups * gsize;
+                        const std::uint64_t seed = 4100 + gsize + (symmetric ? 1 : 0) + (weighted ? 2 : 0);
+                        const auto w = testing::student_t_floats(n, seed, 3 + static_cast<int>(gsize % 5), 0.02);
+                        const auto imp = importance(n, 0, seed);
+                        const float* ip = weighted ? imp.data() : nullptr;
+                        simd::grid_recipe r;
+                        r.rule = symmetric ? simd::grid_rule::symmetric : simd::grid_rule::range;
+                        r.bits = gsize == 64 ? 3 : 4;
+                        r.div = static_cast<float>((1 << r.bits) - 1) / 2.0f;
+                        r.norm = norm;
+                        std::vector<float> mn(groups), mx(groups);
+                        k.min_max_groups(w.data(), n, gsize, mn.data(), mx.data());
+                        std::vector<std::uint16_t> bits(groups);
+                        std::vector<simd::grid_params> grids(groups);
+                        REQUIRE(k.search_groups(w.data(), ip, n, gsize, mn.data(), mx.data(), factors.data(),
+                                                factors.size(), r, bits.data(), grids.data()) < 0);
+                        for (std::size_t j = 0; j < groups; ++j) {
+                            const std::size_t c0 = j * gsize;
+                            std::uint16_t want_bits;
+                            simd::grid_params want;
+                            reference_pick(k, w.data() + c0, ip ? ip + c0 : nullptr, gsize, mn[j], mx[j], factors, r,
+                                           want_bits, want);
+                            ++groups_compared;
+                            if (bits[j] != want_bits || grids[j].zero != want.zero) {
+                                ++mismatches;
+                                FAIL_CHECK(simd::isa_name(isa) << " norm " << norm << (symmetric ? " sym" : " asym")
+                                                               << " gsize " << gsize << " weighted " << weighted
+                                                               << " group " << j << ": picked " << bits[j]
+                                                               << ", every candidate gives " << want_bits);
+                            }
+                        }
+                    }
+    }
+    CHECK(mismatches == 0);
+    MESSAGE("groups compared: " << groups_compared);
+}

@@ -575,11 +575,10 @@ QFORGE_KFN std::int64_t k_to_f32(const std::byte* src, dtype type, std::size_t n
 // The moments of k_best_by_bound's candidates (k_moments_c), padded to whole vectors.
 struct candidate_moments {
     float s1[max_search_candidates], s2[max_search_candidates], s3[max_search_candidates];
-    float top[max_search_candidates];  ///< the largest |e|
 };
 
-// k_moments_c: for C candidates in one pass, S1 = sum v |e|, S2 = sum v e^2, S3 = sum v |e|^3
-// (v the importance, or 1) and the largest |e|, with e the error k_error_fast would see. They
+// k_moments_c: for C candidates in one pass, S1 = sum v |e|, S2 = sum v e^2 and S3 = sum v |e|^3
+// (v the importance, or 1), with e the error k_error_fast would see. They
 // only feed k_best_by_bound's bounds, which allow for the way they differ from the exact
 // sums: the quotient is rounded without the near-tie check (a code can then differ where
 // x / s is within |t| 2^-22 of a half-integer, changing that |e| by at most 2^-20 |t| < 2.5e-4
@@ -589,7 +588,7 @@ struct candidate_moments {
 // candidate loop stayed rolled and went through memory (half the norm-2.4 search's time).
 template <bool Weighted, std::size_t C>
 [[gnu::always_inline]] QFORGE_KFN void k_moments_step(vf x, vf iw, const vf* sc, const vf* rc, const vf* zc, const vf* hc,
-                                                      vf* a1, vf* a2, vf* a3, vf* top) noexcept {
+                                                      vf* a1, vf* a2, vf* a3) noexcept {
 #pragma GCC unroll 8
     for (std::size_t c = 0; c < C; ++c) {
         const vf q = vmin(vmax(vround(vmul(x, rc[c])), zc[c]), hc[c]);
@@ -599,7 +598,6 @@ template <bool Weighted, std::size_t C>
         a1[c] = vadd(a1[c], ev);
         a2[c] = vadd(a2[c], e2v);
         a3[c] = vadd(a3[c], vmul(e2v, e));
-        top[c] = vmax(top[c], e);
     }
 }
 
@@ -611,24 +609,23 @@ QFORGE_KFN void k_lane_sums4(const vf* a, float* out) noexcept {
 template <bool Weighted, std::size_t C>
 QFORGE_KFN void k_moments_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k,
                             candidate_moments& out, std::size_t first) noexcept {
-    vf a1[C], a2[C], a3[C], top[C], sc[C], rc[C], zc[C], hc[C];
+    vf a1[C], a2[C], a3[C], sc[C], rc[C], zc[C], hc[C];
 #pragma GCC unroll 8
     for (std::size_t c = 0; c < C; ++c) {
-        a1[c] = vset(0.0f), a2[c] = vset(0.0f), a3[c] = vset(0.0f), top[c] = vset(0.0f);
+        a1[c] = vset(0.0f), a2[c] = vset(0.0f), a3[c] = vset(0.0f);
         const std::size_t j = first + c;
         sc[c] = vset(k.scale[j]), rc[c] = vset(k.rinv[j]), zc[c] = vset(k.neg_zero[j]), hc[c] = vset(k.top[j]);
     }
     const vf x1 = vset(1.0f);
     std::size_t i = 0;
     for (; i + lanes <= n; i += lanes)
-        k_moments_step<Weighted, C>(vload(w + i), Weighted ? vload(imp + i) : x1, sc, rc, zc, hc, a1, a2, a3, top);
+        k_moments_step<Weighted, C>(vload(w + i), Weighted ? vload(imp + i) : x1, sc, rc, zc, hc, a1, a2, a3);
     if (i < n) {  // padding lanes: x = 0 codes to 0 exactly, and weight 0
         alignas(64) float wb[lanes] = {}, ib[lanes] = {};
         std::memcpy(wb, w + i, (n - i) * sizeof(float));
         if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
-        k_moments_step<Weighted, C>(vload(wb), vload(ib), sc, rc, zc, hc, a1, a2, a3, top);
+        k_moments_step<Weighted, C>(vload(wb), vload(ib), sc, rc, zc, hc, a1, a2, a3);
     }
-    for (std::size_t c = 0; c < C; ++c) out.top[first + c] = vhmax(top[c]);
     if constexpr (C == 4) {  // the lanes' sums of four candidates at once: scalar, they were a tenth of the search
         k_lane_sums4(a1, out.s1 + first);
         k_lane_sums4(a2, out.s2 + first);
@@ -669,18 +666,37 @@ struct cubic_bounds {
     }
 };
 
+// k_largest_errors: for the `lanes` candidates from `first` (whole vectors of columns), a
+// value at least every |e| that k_moments_c or the power error sees over values in [lo, hi]
+// (0 among them: the moments' padding lanes). Taken from the grid, not measured: a max per
+// element and candidate was one of the nine operations of k_moments_step on the two ports
+// that multiply. Codes q in [z, h] (z = -zero, h = maxq - zero) scale by s:
+//  * a value the clamp moves lies past h s (or z s) and its error is at most hi - h s (or
+//    z s - lo);
+//  * any other's code is within 0.5 + |x / s| 2^-23 of x / s (the quotient's roundings,
+//    either rounding of it), |x / s| <= max(|z|, |h|) + 1;
+// and the error's own roundings (q s, the difference) are within |q s| 2^-24 and 2^-24 of it:
+// all under the slack s (|z| + |h| + 2) 2^-21 and the factor 1 + 2^-20, which also hold this
+// function's own roundings.
+QFORGE_KFN vf k_largest_errors(const candidate_columns& k, std::size_t first, float lo, float hi) noexcept {
+    const vf s = vload(k.scale + first), z = vload(k.neg_zero + first), h = vload(k.top + first);
+    const vf clamped = vmax(vsub(vset(hi), vmul(h, s)), vsub(vmul(z, s), vset(lo)));
+    const vf slack = vmul(s, vmul(vadd(vadd(vabs(z), vabs(h)), vset(2.0f)), vset(0x1p-21f)));
+    return vmul(vadd(vmax(vmul(s, vset(0.5f)), clamped), slack), vset(1 + 0x1p-20f));
+}
+
 // k_moment_bounds: for the `lanes` candidates from `first` (a multiple of lanes), a lower
 // bound of their power errors (see k_best_by_bound), the largest of the cubic_bounds'
 // b^p sum v P(|e| / b) = c1 b^(p-1) S1 + c2 b^(p-2) S2 + c3 b^(p-3) S3; -inf where it cannot
-// be computed. b is the largest |e| raised by `margin` (so above every error the power sees).
+// be computed. b is `largest` (k_largest_errors) raised by `margin`.
 // Each term is moved against the bound by `margin` of itself and 2^-30 of the terms' sum (the
 // coefficients' rounding); then what the terms the power counts as 0 (|e| < 2^-40) may add
 // to the sum is taken off: with u <= 1, at most c1 b^(p-1) `tiny1` + (c2 + c3) b^(p-2) `tiny2`
 // for positive c, tiny1 and tiny2 at least the weights' sum times 2^-40 and 2^-80. b^(p-1) is
 // k_pow_abs's, within 1e-5. In linear terms, not logs: no power of the moments is needed.
-QFORGE_KFN void k_moment_bounds(const candidate_moments& cm, std::size_t first, float p, const cubic_bounds& cb,
-                                float margin, float tiny1, float tiny2, float* out) noexcept {
-    const vf top = vmul(vload(cm.top + first), vset(1 + margin));
+QFORGE_KFN void k_moment_bounds(const candidate_moments& cm, std::size_t first, vf largest, float p,
+                                const cubic_bounds& cb, float margin, float tiny1, float tiny2, float* out) noexcept {
+    const vf top = vmul(largest, vset(1 + margin));
     const vf bp1 = k_pow_abs(top, vset(p - 1)), inv = vdiv(vset(1.0f), top);
     const vf bp2 = vmul(bp1, inv);
     const vf t1 = vmul(bp1, vload(cm.s1 + first)), t2 = vmul(bp2, vload(cm.s2 + first));
@@ -744,11 +760,15 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
     std::size_t c = 0;
     for (; c + 4 <= count; c += 4) k_moments_c<Weighted, 4>(w, imp, n, k, cm, c);
     for (; c < count; ++c) k_moments_c<Weighted, 1>(w, imp, n, k, cm, c);
-    for (; c % lanes; ++c) cm.s1[c] = cm.s2[c] = cm.s3[c] = cm.top[c] = 0.0f;  // whole vectors of bounds
+    for (; c % lanes; ++c) cm.s1[c] = cm.s2[c] = cm.s3[c] = 0.0f;  // whole vectors of bounds
+    float lo, hi;
+    k_min_max(w, n, &lo, &hi);
+    lo = lo < 0.0f ? lo : 0.0f;
+    hi = hi > 0.0f ? hi : 0.0f;
     const float margin = 2e-3f;
     for (c = 0; c < count; c += lanes)
-        k_moment_bounds(cm, c, k.norm, cb, margin, static_cast<float>(v * 0x1p-40), static_cast<float>(v * 0x1p-80),
-                        bound + c);
+        k_moment_bounds(cm, c, k_largest_errors(k, c, lo, hi), k.norm, cb, margin, static_cast<float>(v * 0x1p-40),
+                        static_cast<float>(v * 0x1p-80), bound + c);
     std::size_t best = 0;
     float least = cm.s2[0];
     for (c = 1; c < count; ++c)
