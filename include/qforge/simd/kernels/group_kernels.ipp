@@ -688,15 +688,14 @@ QFORGE_KFN vf k_largest_errors(const candidate_columns& k, std::size_t first, fl
 // k_moment_bounds: for the `lanes` candidates from `first` (a multiple of lanes), a lower
 // bound of their power errors (see k_best_by_bound), the largest of the cubic_bounds'
 // b^p sum v P(|e| / b) = c1 b^(p-1) S1 + c2 b^(p-2) S2 + c3 b^(p-3) S3; -inf where it cannot
-// be computed. b is `largest` (k_largest_errors) raised by `margin`.
-// Each term is moved against the bound by `margin` of itself and 2^-30 of the terms' sum (the
+// be computed. b is `largest` (k_largest_errors). Each term is moved against the bound by
+// `margin` (k_bound_margin) of itself and 2^-30 of the terms' sum (the
 // coefficients' rounding); then what the terms the power counts as 0 (|e| < 2^-40) may add
 // to the sum is taken off: with u <= 1, at most c1 b^(p-1) `tiny1` + (c2 + c3) b^(p-2) `tiny2`
 // for positive c, tiny1 and tiny2 at least the weights' sum times 2^-40 and 2^-80. b^(p-1) is
-// k_pow_abs's, within 1e-5. In linear terms, not logs: no power of the moments is needed.
-QFORGE_KFN void k_moment_bounds(const candidate_moments& cm, std::size_t first, vf largest, float p,
-                                const cubic_bounds& cb, float margin, float tiny1, float tiny2, float* out) noexcept {
-    const vf top = vmul(largest, vset(1 + margin));
+// k_pow_abs's. In linear terms, not logs: no power of the moments is needed.
+QFORGE_KFN void k_moment_bounds(const candidate_moments& cm, std::size_t first, vf top, float p, const cubic_bounds& cb,
+                                float margin, float tiny1, float tiny2, float* out) noexcept {
     const vf bp1 = k_pow_abs(top, vset(p - 1)), inv = vdiv(vset(1.0f), top);
     const vf bp2 = vmul(bp1, inv);
     const vf t1 = vmul(bp1, vload(cm.s1 + first)), t2 = vmul(bp2, vload(cm.s2 + first));
@@ -722,9 +721,25 @@ QFORGE_KFN void k_moment_bounds(const candidate_moments& cm, std::size_t first, 
     vstore(out, best);
 }
 
+// k_bound_margin: the relative margin of k_best_by_bound's comparisons for a group of n
+// values on grids of maxq, twice the most by which a computed value (a moment, b^(p-k), a
+// power error) can stray from the exact one, relative to itself or each of its terms:
+//  * a power term (k_pow_abs) is within 1.1e-5 of |e|^p (measured over |e| in 2^-38..2^22,
+//    p 2.4, 2.7, 3), b^(p-1) likewise: 2e-5 each;
+//  * sums of positive terms: each lane's or accumulator's chain holds at most n / 8 terms,
+//    then at most 16 adds across lanes, and each term a few products: (n / 8 + 16) 2^-24,
+//    once for the moments and once for the power error;
+//  * the moments' codes skip the near-tie watch: where one differs, |e| moves by at most
+//    2^-20 |t| of itself with |t| <= maxq + 2 (beyond, both codes clamp), |e|^3 by three
+//    times that.
+// At 4 bits and 64 values: 1.8e-4 (a fixed 2e-3 left 26% more power errors to compute).
+QFORGE_KFN float k_bound_margin(std::size_t n, float maxq) noexcept {
+    const float sums = static_cast<float>(n / 8 + 16) * 0x1p-24f, ties = 3 * (maxq + 2) * 0x1p-20f;
+    return 2 * (4e-5f + 2 * sums + ties);
+}
+
 // What a skipped candidate's bound must exceed: best / (1 - margin) plus what underflowing
-// terms may lose (n 2^-126). The margin covers the power error's own error (1e-3) twice over,
-// and this float's roundings with it.
+// terms may lose (n 2^-126).
 QFORGE_KFN float k_bound_limit(float best, float margin, std::size_t n) noexcept {
     if (!(best < 0x1p120f)) return INFINITY;
     return best / (1 - margin) + static_cast<float>(n) * 0x1p-126f;
@@ -743,13 +758,12 @@ QFORGE_KFN float k_bound_limit(float best, float margin, std::size_t n) noexcept
 // b comes from the grid and the group's extremes (k_largest_errors). The candidates' power
 // errors are computed lowest bound first, each while its bound does not exceed the best
 // error so far: the lowest bounds are the likeliest winners, and an early low error lets the
-// rest be skipped (2.5 power errors a group of Student-t weights, g64, grid 100 / 0.2,
-// against 3.3 with the least S2 first and the rest in list order). The bound is made safe
-// against every way the computed values differ from exact ones: relative margins of 2e-3 on
-// the moments, the largest error and the power error (its polynomials and float sums of up
-// to 65536 terms are within 1e-3), and absolute ones for terms the power counts as 0
-// (|e| < 2^-40) or that underflow. The caller guarantees that no power term is clamped (|e|
-// well below 2^42) and that k's columns run to whole vectors.
+// rest be skipped (Student-t weights, g64, grid 100 / 0.2: 2.5 power errors a group against
+// 3.3 with the least S2 first and the rest in list order, at the same margin). The bound is
+// made safe against every way the computed values differ from exact ones: relative margins
+// on the moments and the power error (k_bound_margin), and absolute ones for terms the power
+// counts as 0 (|e| < 2^-40) or that underflow. The caller guarantees that no power term is
+// clamped (|e| well below 2^42) and that k's columns run to whole vectors.
 template <bool Weighted>
 QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::size_t n, const candidate_columns& k,
                                        std::size_t count, const cubic_bounds& cb) noexcept {
@@ -769,7 +783,7 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
     k_min_max(w, n, &lo, &hi);
     lo = lo < 0.0f ? lo : 0.0f;
     hi = hi > 0.0f ? hi : 0.0f;
-    const float margin = 2e-3f;
+    const float margin = k_bound_margin(n, k.top[0] - k.neg_zero[0]);
     for (c = 0; c < count; c += lanes)
         k_moment_bounds(cm, c, k_largest_errors(k, c, lo, hi), k.norm, cb, margin, static_cast<float>(v * 0x1p-40),
                         static_cast<float>(v * 0x1p-80), bound + c);
