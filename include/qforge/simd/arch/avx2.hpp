@@ -124,7 +124,9 @@ QFORGE_P vf vload_bf16_bytes(const std::byte* p) noexcept {
 }
 QFORGE_P acc8 acc_zero() noexcept { return _mm256_setzero_ps(); }
 QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept { return _mm256_add_ps(acc, e); }
-QFORGE_P acc8 acc_add_square(acc8 acc, vf e) noexcept { return _mm256_fmadd_ps(e, e, acc); }  // see scalar.hpp
+using acc_free = vf;  // see scalar.hpp
+QFORGE_P acc_free acc_free_zero() noexcept { return _mm256_setzero_ps(); }
+QFORGE_P acc_free acc_add_square(acc_free acc, vf e) noexcept { return _mm256_fmadd_ps(e, e, acc); }  // see scalar.hpp
 QFORGE_P vf vmul_exact_sub(vf a, vf b, vf c) noexcept { return _mm256_fmsub_ps(a, b, c); }     // see scalar.hpp
 QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, acc); }
 // acc_sum4: four accumulators' sums in k_sum8's order ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)):
@@ -132,6 +134,9 @@ QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, a
 QFORGE_P void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
     const __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
+}
+QFORGE_P void acc_free_sum4(acc_free a, acc_free b, acc_free c, acc_free d, float* out) noexcept {
+    acc_sum4(a, b, c, d, out);
 }
 
 // vround_scale: see scalar.hpp. F16 through F16C (IEEE round to nearest even, subnormals

@@ -123,11 +123,11 @@ QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept {
     acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
     return _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
 }
-// see scalar.hpp: the two halves fused in acc_add's order, the low one first.
-QFORGE_P acc8 acc_add_square(acc8 acc, vf e) noexcept {
-    const __m256 lo = _mm512_castps512_ps256(e), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1));
-    return _mm256_fmadd_ps(hi, hi, _mm256_fmadd_ps(lo, lo, acc));
-}
+// see scalar.hpp: sixteen lanes, where acc8's fold took an extract and two dependent
+// multiply-adds a step (a fifth of the seed search's operations on these ports).
+using acc_free = vf;
+QFORGE_P acc_free acc_free_zero() noexcept { return _mm512_setzero_ps(); }
+QFORGE_P acc_free acc_add_square(acc_free acc, vf e) noexcept { return _mm512_fmadd_ps(e, e, acc); }
 QFORGE_P vf vmul_exact_sub(vf a, vf b, vf c) noexcept { return _mm512_fmsub_ps(a, b, c); }  // see scalar.hpp
 QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, acc); }
 // acc_sum4: four accumulators' sums in k_sum8's order ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)):
@@ -135,6 +135,13 @@ QFORGE_P void acc_store(float* out, acc8 acc) noexcept { _mm256_storeu_ps(out, a
 QFORGE_P void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
     const __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
+}
+QFORGE_P __m256 add_halves(vf v) noexcept {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+// acc_free_sum4: each sum's halves added, then acc_sum4's tree.
+QFORGE_P void acc_free_sum4(acc_free a, acc_free b, acc_free c, acc_free d, float* out) noexcept {
+    acc_sum4(add_halves(a), add_halves(b), add_halves(c), add_halves(d), out);
 }
 
 // vround_scale: see scalar.hpp (F16 through the hardware conversion, BF16 by integer RNE).

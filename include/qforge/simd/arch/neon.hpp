@@ -137,7 +137,9 @@ inline vf vload_bf16_bytes(const std::byte* p) noexcept {
 }
 inline acc8 acc_zero() noexcept { return vset(0.0f); }
 inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
-inline acc8 acc_add_square(acc8 acc, vf e) noexcept {  // see scalar.hpp: fused here
+using acc_free = vf;  // see scalar.hpp
+inline acc_free acc_free_zero() noexcept { return vset(0.0f); }
+inline acc_free acc_add_square(acc_free acc, vf e) noexcept {  // see scalar.hpp: fused here
     return {vfmaq_f32(acc.a, e.a, e.a), vfmaq_f32(acc.b, e.b, e.b)};
 }
 inline vf vmul_exact_sub(vf a, vf b, vf c) noexcept { return vsub(vmul(a, b), c); }  // see scalar.hpp
@@ -148,6 +150,9 @@ inline void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
     const float32x4_t lo = vpaddq_f32(vpaddq_f32(a.a, b.a), vpaddq_f32(c.a, d.a));
     const float32x4_t hi = vpaddq_f32(vpaddq_f32(a.b, b.b), vpaddq_f32(c.b, d.b));
     vst1q_f32(out, vaddq_f32(lo, hi));
+}
+inline void acc_free_sum4(acc_free a, acc_free b, acc_free c, acc_free d, float* out) noexcept {
+    acc_sum4(a, b, c, d, out);
 }
 
 // vround_scale: see scalar.hpp (F16 by the FPCR's round to nearest even, BF16 by integer RNE).

@@ -167,10 +167,15 @@ inline vf vload_bf16_bytes(const std::byte* p) noexcept {
 }
 inline acc8 acc_zero() noexcept { return vset(0.0f); }
 inline acc8 acc_add(acc8 acc, vf e) noexcept { return vadd(acc, e); }
+// acc_free: a sum kept lane by lane, its terms and lanes added in whatever order suits the
+// ISA (a vector of the ISA's width, where acc8 folds every step into k_sum8's eight): only
+// for sums that a bound allows for, never for a defined error (k_square_best_proven's
+// unwatched sums, the bounded search's moments).
+using acc_free = vf;
+inline acc_free acc_free_zero() noexcept { return vset(0.0f); }
 // acc_add_square: acc + e * e, fused where the ISA has a fused multiply-add (x86, NEON) and
-// with the product rounded first here: the two differ in the last bit. Only for sums that a
-// bound allows for, never for a defined error (k_square_best_proven's unwatched sums).
-inline acc8 acc_add_square(acc8 acc, vf e) noexcept { return vadd(acc, vmul(e, e)); }
+// with the product rounded first here: the two differ in the last bit.
+inline acc_free acc_add_square(acc_free acc, vf e) noexcept { return vadd(acc, vmul(e, e)); }
 // vmul_exact_sub: a * b - c for a product a * b that is exact in float (a code times its
 // scale), so fusing changes nothing: one operation where the ISA has fms, the same value.
 inline vf vmul_exact_sub(vf a, vf b, vf c) noexcept { return vsub(vmul(a, b), c); }
@@ -182,6 +187,10 @@ inline void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
         const float* p = acc[i]->v;
         out[i] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
     }
+}
+/// Four acc_free sums' totals, in any order: at most log2(lanes) + 1 adds on any lane's way.
+inline void acc_free_sum4(acc_free a, acc_free b, acc_free c, acc_free d, float* out) noexcept {
+    acc_sum4(a, b, c, d, out);
 }
 
 // vround_scale: each lane rounded to its F16/BF16 storage pattern (RNE; patterns below the

@@ -144,24 +144,26 @@ QFORGE_KFN float k_sum8(acc8 acc) noexcept {
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-// Tracked: keep each lane's largest distance to its rounded quotient in dmax (the near-tie
-// watch). Without it nothing says whether a lane came near a tie, and the unweighted square
-// is summed with fused multiply-adds where the ISA has them (k_square_best_proven bounds
-// that sum; its slack covers the fused rounding): a third fewer operations on AVX2.
-template <bool Weighted, bool Squared, bool Tracked = true>
+// One step of an error in the defined order, keeping each lane's largest distance to its
+// rounded quotient in dmax (the near-tie watch).
+template <bool Weighted, bool Squared>
 QFORGE_KFN void k_error_step(vf x, vf iw, vf s, vf r, vf z, vf hi, vf p, acc8& acc, vf& dmax) noexcept {
-    if constexpr (!Tracked && Squared && !Weighted) {  // the clamp first: the same codes, by vround_small
-        acc = acc_add_square(acc, vmul_exact_sub(vround_small(vmin(vmax(vmul(x, r), z), hi)), s, x));
-        return;
-    }
     const vf t = vmul(x, r), rr = vround(t);
-    if constexpr (Tracked) dmax = vmax_magnitude(vsub(t, rr), dmax);
+    dmax = vmax_magnitude(vsub(t, rr), dmax);
     const vf e = vsub(vmul(vmin(vmax(rr, z), hi), s), x);
     vf term;
     if constexpr (Squared) term = vmul(e, e);
     else term = k_pow_abs(e, p);
     if constexpr (Weighted) term = vmul(term, iw);
     acc = acc_add(acc, term);
+}
+
+// The unweighted square without the near-tie watch: nothing says whether a lane came near a
+// tie, and the sum takes fused multiply-adds where the ISA has them, in acc_free's order
+// (k_square_best_proven bounds it; its slack covers both): a third fewer operations on AVX2.
+// The clamp comes first: the same codes, by vround_small.
+QFORGE_KFN void k_square_step_free(vf x, vf s, vf r, vf z, vf hi, acc_free& acc) noexcept {
+    acc = acc_add_square(acc, vmul_exact_sub(vround_small(vmin(vmax(vmul(x, r), z), hi)), s, x));
 }
 
 template <bool Weighted, bool Squared>
@@ -234,27 +236,47 @@ struct candidate_columns {
     }
 };
 
+// k_errors_c's accumulators: acc8, or acc_free untracked. A member type, because a vector
+// type given as a template argument loses its attributes (GCC warns).
+template <bool Tracked>
+struct error_accumulator {
+    using type = acc8;
+};
+template <>
+struct error_accumulator<false> {
+    using type = acc_free;
+};
+
 // k_errors_c: C candidates in one pass over the group. Each candidate keeps its own
 // accumulator, fed in the same element order as k_error_fast, so each result is k_error's to
 // the bit; the C independent add chains hide the add latency that bounds a single candidate
 // on a short group, and four of them are summed at once (acc_sum4, k_sum8's order). A
-// candidate that came near a tie is redone by k_error_exact. Untracked (Tracked false): the
-// fast sums as they are, which k_square_best_proven bounds instead.
+// candidate that came near a tie is redone by k_error_exact. Untracked (Tracked false; the
+// unweighted square, four at once): the fast sums as they are, in acc_free order, which
+// k_square_best_proven bounds instead.
 template <bool Weighted, bool Squared, std::size_t C, bool Tracked = true>
 QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k, float* out) noexcept {
+    static_assert(Tracked || (Squared && !Weighted && C == 4));
     const float *sc = k.scale, *rc = k.rinv, *zc = k.neg_zero, *hc = k.top;
     const vf norm = vset(k.norm);
-    acc8 acc[C];
+    typename error_accumulator<Tracked>::type acc[C];
     vf dmax[C];
 #pragma GCC unroll 8
-    for (std::size_t c = 0; c < C; ++c) acc[c] = acc_zero(), dmax[c] = vset(0.0f);
+    for (std::size_t c = 0; c < C; ++c) {
+        if constexpr (Tracked) acc[c] = acc_zero();
+        else acc[c] = acc_free_zero();
+        dmax[c] = vset(0.0f);
+    }
     std::size_t i = 0;
     for (; i + lanes <= n; i += lanes) {
         const vf x = vload(w + i), iw = Weighted ? vload(imp + i) : x;
 #pragma GCC unroll 8
-        for (std::size_t c = 0; c < C; ++c)
-            k_error_step<Weighted, Squared, Tracked>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm,
-                                                     acc[c], dmax[c]);
+        for (std::size_t c = 0; c < C; ++c) {
+            if constexpr (Tracked)
+                k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c],
+                                                dmax[c]);
+            else k_square_step_free(x, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), acc[c]);
+        }
     }
     if (i < n) {
         alignas(64) float wb[lanes] = {};
@@ -263,25 +285,27 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
         if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
         const vf x = vload(wb), iw = vload(ib);
 #pragma GCC unroll 8
-        for (std::size_t c = 0; c < C; ++c)
-            k_error_step<Weighted, Squared, Tracked>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm,
-                                                     acc[c], dmax[c]);
-    }
-    if constexpr (C == 4) acc_sum4(acc[0], acc[1], acc[2], acc[3], out);
-    if constexpr (!Tracked) {
-        if constexpr (C != 4)
-            for (std::size_t c = 0; c < C; ++c) out[c] = k_sum8(acc[c]);
-        return;
-    }
-    for (std::size_t c = 0; c < C; ++c) {
-        if (k_came_near(dmax[c])) {
-            const grid_params gp = k.params(c);
-            if (!k_only_exact_ties(w, n, gp)) {
-                out[c] = k_error_exact<Weighted, Squared>(w, imp, n, gp);
-                continue;
-            }
+        for (std::size_t c = 0; c < C; ++c) {
+            if constexpr (Tracked)
+                k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c],
+                                                dmax[c]);
+            else k_square_step_free(x, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), acc[c]);
         }
-        if constexpr (C != 4) out[c] = k_sum8(acc[c]);
+    }
+    if constexpr (!Tracked) {
+        acc_free_sum4(acc[0], acc[1], acc[2], acc[3], out);
+    } else {
+        if constexpr (C == 4) acc_sum4(acc[0], acc[1], acc[2], acc[3], out);
+        for (std::size_t c = 0; c < C; ++c) {
+            if (k_came_near(dmax[c])) {
+                const grid_params gp = k.params(c);
+                if (!k_only_exact_ties(w, n, gp)) {
+                    out[c] = k_error_exact<Weighted, Squared>(w, imp, n, gp);
+                    continue;
+                }
+            }
+            if constexpr (C != 4) out[c] = k_sum8(acc[c]);
+        }
     }
 }
 
@@ -601,11 +625,6 @@ template <bool Weighted, std::size_t C>
     }
 }
 
-// The lane sums of four vectors, in any order.
-QFORGE_KFN void k_lane_sums4(const vf* a, float* out) noexcept {
-    acc_sum4(acc_add(acc_zero(), a[0]), acc_add(acc_zero(), a[1]), acc_add(acc_zero(), a[2]), acc_add(acc_zero(), a[3]), out);
-}
-
 template <bool Weighted, std::size_t C>
 QFORGE_KFN void k_moments_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k,
                             candidate_moments& out, std::size_t first) noexcept {
@@ -627,9 +646,9 @@ QFORGE_KFN void k_moments_c(const float* w, const float* imp, std::size_t n, con
         k_moments_step<Weighted, C>(vload(wb), vload(ib), sc, rc, zc, hc, a1, a2, a3);
     }
     if constexpr (C == 4) {  // the lanes' sums of four candidates at once: scalar, they were a tenth of the search
-        k_lane_sums4(a1, out.s1 + first);
-        k_lane_sums4(a2, out.s2 + first);
-        k_lane_sums4(a3, out.s3 + first);
+        acc_free_sum4(a1[0], a1[1], a1[2], a1[3], out.s1 + first);
+        acc_free_sum4(a2[0], a2[1], a2[2], a2[3], out.s2 + first);
+        acc_free_sum4(a3[0], a3[1], a3[2], a3[3], out.s3 + first);
     } else {
         for (std::size_t c = 0; c < C; ++c) {
             alignas(64) float l1[lanes], l2[lanes], l3[lanes];
@@ -819,10 +838,12 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
 //    (s / 2 +- d)^2 differ by 2 s |d| <= (maxq + 2) 2^-22 s^2, plus their roundings (each
 //    term within 3 2^-24 of s^2 / 4 + ...): at most (maxq + 4) 2^-22 s^2 a lane;
 //  * each sum is within k 2^-24 (1 + 2^-20) of the exact sum of its own terms, with at most
-//    k = n / 8 + 4 roundings on any term's way (its product, unless fused into its add
-//    (acc_add_square), its partial sum's adds and the three of the final tree), so the two
-//    sums differ by at most 2k 2^-24 of them on top of their terms' differences.
-// So |fast - defined| <= a + b fast with a = n (maxq + 4) 2^-22 s^2 and b = (n / 8 + 4)
+//    k = n / 8 + 5 roundings on any term's way: the defined sum's product, its chain of at
+//    most n / 8 adds and the three of the final tree; the fast sum's product fused into its
+//    add (acc_add_square), its lane's chain of at most ceil(n / lanes) adds and at most
+//    log2(lanes) + 1 adds of acc_free_sum4 (AVX-512: ceil(n / 16) + 4 <= n / 8 + 5), so the
+//    two sums differ by at most 2k 2^-24 of them on top of their terms' differences.
+// So |fast - defined| <= a + b fast with a = n (maxq + 4) 2^-22 s^2 and b = (n / 8 + 5)
 // 2^-22; twice that is the slack here, with the largest s and maxq of the candidates for
 // all. When the runner-up's fast error less its slack stays above the winner's plus its own,
 // every other candidate's defined error is above the winner's: the pick stands, strictly.
@@ -843,7 +864,7 @@ QFORGE_KFN std::ptrdiff_t k_square_best_proven(const float* w, std::size_t n, co
     }
     const auto nd = static_cast<double>(n), s = static_cast<double>(top_scale);
     const auto maxq = static_cast<double>(top_maxq);
-    const double a = nd * (maxq + 4) * 0x1p-21 * s * s, b = (nd / 8 + 4) * 0x1p-21;
+    const double a = nd * (maxq + 4) * 0x1p-21 * s * s, b = (nd / 8 + 5) * 0x1p-21;
     const double low = static_cast<double>(second) * (1 - b) - a, high = static_cast<double>(first) * (1 + b) + a;
     // An infinite runner-up (a sum past the float range) proves nothing: its defined sum may
     // be finite. NaN compares false.
