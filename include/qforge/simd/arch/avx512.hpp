@@ -123,8 +123,8 @@ QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept {
     acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
     return _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
 }
-// see scalar.hpp: sixteen lanes, where acc8's fold took an extract and two dependent
-// multiply-adds a step (a fifth of the seed search's operations on these ports).
+// see scalar.hpp: sixteen lanes, one 512-bit multiply-add a step where acc8's fold took an
+// extract and two dependent 256-bit ones.
 using acc_free = vf;
 QFORGE_P acc_free acc_free_zero() noexcept { return _mm512_setzero_ps(); }
 QFORGE_P acc_free acc_add_square(acc_free acc, vf e) noexcept { return _mm512_fmadd_ps(e, e, acc); }

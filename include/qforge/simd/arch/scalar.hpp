@@ -188,7 +188,7 @@ inline void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
         out[i] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
     }
 }
-/// Four acc_free sums' totals, in any order: at most log2(lanes) + 1 adds on any lane's way.
+/// Four acc_free sums' totals, in any order: at most log2(lanes) adds on any lane's way.
 inline void acc_free_sum4(acc_free a, acc_free b, acc_free c, acc_free d, float* out) noexcept {
     acc_sum4(a, b, c, d, out);
 }

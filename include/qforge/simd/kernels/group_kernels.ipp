@@ -841,7 +841,7 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
 //    k = n / 8 + 5 roundings on any term's way: the defined sum's product, its chain of at
 //    most n / 8 adds and the three of the final tree; the fast sum's product fused into its
 //    add (acc_add_square), its lane's chain of at most ceil(n / lanes) adds and at most
-//    log2(lanes) + 1 adds of acc_free_sum4 (AVX-512: ceil(n / 16) + 4 <= n / 8 + 5), so the
+//    log2(lanes) adds of acc_free_sum4 (AVX-512: ceil(n / 16) + 4 <= n / 8 + 5), so the
 //    two sums differ by at most 2k 2^-24 of them on top of their terms' differences.
 // So |fast - defined| <= a + b fast with a = n (maxq + 4) 2^-22 s^2 and b = (n / 8 + 5)
 // 2^-22; twice that is the slack here, with the largest s and maxq of the candidates for
