@@ -327,6 +327,11 @@ QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
 // The saturating packs interleave the 128-bit halves; one dword permute puts them in order.
 using x86_block_bits::gg_fifth_bits32;  // the shared definition: simd/arch/detail/x86_block_bits.hpp
 using x86_block_bits::gg_store_nibbles32;
+QFORGE_GG void gg_store_code_nibbles(std::byte* qs, const vf* c) noexcept {  // see scalar.hpp
+    alignas(32) std::uint8_t q[32];
+    vstore_codes4(q, c[0], c[1], c[2], c[3]);
+    gg_store_nibbles32(qs, q);
+}
 QFORGE_GG void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     const __m256i ab = _mm256_packs_epi32(_mm256_cvttps_epi32(a), _mm256_cvttps_epi32(b));
     const __m256i cd = _mm256_packs_epi32(_mm256_cvttps_epi32(c), _mm256_cvttps_epi32(d));

@@ -254,6 +254,12 @@ QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
 }
 using x86_block_bits::gg_fifth_bits32;  // the shared definition: simd/arch/detail/x86_block_bits.hpp
 using x86_block_bits::gg_store_nibbles32;
+// see scalar.hpp: a block is two vectors here, codes j and j + 16 in the same lane, so the
+// nibbles are one shift and one or before the narrowing store (no bytes in between).
+QFORGE_GG void gg_store_code_nibbles(std::byte* qs, const vf* c) noexcept {
+    const __m512i lo = _mm512_cvttps_epi32(c[0]), hi = _mm512_cvttps_epi32(c[1]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4))));
+}
 QFORGE_GG void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     gg_store_i8(out, a);
     gg_store_i8(out + 16, b);

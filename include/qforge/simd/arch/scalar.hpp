@@ -453,6 +453,14 @@ inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
 /// low, code j + 16 high; codes >= 16 keep their low four bits) and the 32-bit mask of bit 4.
 inline void gg_store_nibbles32(std::byte* qs, const std::uint8_t* q) noexcept { byte_bits::nibbles32(qs, q); }
 inline std::uint32_t gg_fifth_bits32(const std::uint8_t* q) noexcept { return byte_bits::fifth_bits32(q); }
+/// A block's 32 codes as gg_store_nibbles32 stores them, from the codes as vectors (floats
+/// whose truncations are the codes 0..15, code j in lane j % lanes of c[j / lanes]), where an
+/// ISA can do without the bytes in between.
+inline void gg_store_code_nibbles(std::byte* qs, const vf* c) noexcept {
+    alignas(32) std::uint8_t q[32];
+    vstore_codes4(q, c[0], c[1], c[2], c[3]);
+    gg_store_nibbles32(qs, q);
+}
 inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     gg_store_i8(out, a);
     gg_store_i8(out + 8, b);
