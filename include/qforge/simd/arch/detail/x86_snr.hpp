@@ -1,11 +1,10 @@
 // The SNR partial sums of the x86 kernels, in double on 256-bit vectors: one definition for
 // avx2.hpp and avx512.hpp, whose encode kernels both keep 4 signal and 4 error partials (see
-// quant/snr.hpp) and differ only in how a step is split into 4-float quarters (their own
-// snr_add). They carry the AVX2 target attribute, a subset of the AVX-512 one, and are
-// always_inline: without it clang 14 kept snr_add4 out of line in the AVX-512 encode (a call
-// per quarter step; a callee of a narrower target that holds an inline asm with vector
-// operands, dmul's, is not inlined by its cost model), while g++ inlined it either way. With
-// it both compilers emit the same code as when each ISA had its own copy.
+// quant/snr.hpp) and differ in how a step's terms are made (their own snr_add: AVX2 by
+// 4-float quarters with snr_add4, AVX-512 eight at a time). They carry the AVX2 target
+// attribute, a subset of the AVX-512 one, and are always_inline: without it clang 14 kept a
+// callee of that narrower target holding an inline asm with vector operands (dmul's) out of
+// line in the AVX-512 encode, while g++ inlined it either way.
 #pragma once
 
 #include "qforge/simd/tags.hpp"
