@@ -1149,9 +1149,9 @@ QFORGE_KFN void offset_block(const float* x, const batch_scales& s, std::size_t 
     }
 }
 // Q4_1 stores its codes' nibbles straight from the code vectors (gg_store_code_nibbles), so
-// that AVX-512 does without the bytes in between (128 x 11008 rows, alternated, median of 5:
-// 4.98-5.02 -> 5.26-5.29 G weights/s; AVX2 the same operations). Q4_0 measured slower that
-// way on AVX-512 (4.89 -> 4.57) and keeps its bytes.
+// that AVX-512 does without the bytes in between (128 x 11008 rows, alternated, medians of 5
+// in two runs: 4.99-5.40 -> 5.34-5.64 G weights/s; AVX2 the same operations). Q4_0 measured
+// slower that way on AVX-512 (4.89 -> 4.57) and keeps its bytes.
 struct q4_1_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         std::memcpy(block, &s.dm16[2 * j], 4);
