@@ -236,47 +236,26 @@ struct candidate_columns {
     }
 };
 
-// k_errors_c's accumulators: acc8, or acc_free untracked. A member type, because a vector
-// type given as a template argument loses its attributes (GCC warns).
-template <bool Tracked>
-struct error_accumulator {
-    using type = acc8;
-};
-template <>
-struct error_accumulator<false> {
-    using type = acc_free;
-};
-
 // k_errors_c: C candidates in one pass over the group. Each candidate keeps its own
 // accumulator, fed in the same element order as k_error_fast, so each result is k_error's to
 // the bit; the C independent add chains hide the add latency that bounds a single candidate
 // on a short group, and four of them are summed at once (acc_sum4, k_sum8's order). A
-// candidate that came near a tie is redone by k_error_exact. Untracked (Tracked false; the
-// unweighted square, four at once): the fast sums as they are, in acc_free order, which
-// k_square_best_proven bounds instead.
-template <bool Weighted, bool Squared, std::size_t C, bool Tracked = true>
+// candidate that came near a tie is redone by k_error_exact.
+template <bool Weighted, bool Squared, std::size_t C>
 QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, const candidate_columns& k, float* out) noexcept {
-    static_assert(Tracked || (Squared && !Weighted && C == 4));
     const float *sc = k.scale, *rc = k.rinv, *zc = k.neg_zero, *hc = k.top;
     const vf norm = vset(k.norm);
-    typename error_accumulator<Tracked>::type acc[C];
+    acc8 acc[C];
     vf dmax[C];
 #pragma GCC unroll 8
-    for (std::size_t c = 0; c < C; ++c) {
-        if constexpr (Tracked) acc[c] = acc_zero();
-        else acc[c] = acc_free_zero();
-        dmax[c] = vset(0.0f);
-    }
+    for (std::size_t c = 0; c < C; ++c) acc[c] = acc_zero(), dmax[c] = vset(0.0f);
     std::size_t i = 0;
     for (; i + lanes <= n; i += lanes) {
         const vf x = vload(w + i), iw = Weighted ? vload(imp + i) : x;
 #pragma GCC unroll 8
-        for (std::size_t c = 0; c < C; ++c) {
-            if constexpr (Tracked)
-                k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c],
-                                                dmax[c]);
-            else k_square_step_free(x, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), acc[c]);
-        }
+        for (std::size_t c = 0; c < C; ++c)
+            k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c],
+                                            dmax[c]);
     }
     if (i < n) {
         alignas(64) float wb[lanes] = {};
@@ -285,47 +264,67 @@ QFORGE_KFN void k_errors_c(const float* w, const float* imp, std::size_t n, cons
         if constexpr (Weighted) std::memcpy(ib, imp + i, (n - i) * sizeof(float));
         const vf x = vload(wb), iw = vload(ib);
 #pragma GCC unroll 8
-        for (std::size_t c = 0; c < C; ++c) {
-            if constexpr (Tracked)
-                k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c],
-                                                dmax[c]);
-            else k_square_step_free(x, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), acc[c]);
-        }
+        for (std::size_t c = 0; c < C; ++c)
+            k_error_step<Weighted, Squared>(x, iw, vset(sc[c]), vset(rc[c]), vset(zc[c]), vset(hc[c]), norm, acc[c],
+                                            dmax[c]);
     }
-    if constexpr (!Tracked) {
-        acc_free_sum4(acc[0], acc[1], acc[2], acc[3], out);
-    } else {
-        if constexpr (C == 4) acc_sum4(acc[0], acc[1], acc[2], acc[3], out);
-        for (std::size_t c = 0; c < C; ++c) {
-            if (k_came_near(dmax[c])) {
-                const grid_params gp = k.params(c);
-                if (!k_only_exact_ties(w, n, gp)) {
-                    out[c] = k_error_exact<Weighted, Squared>(w, imp, n, gp);
-                    continue;
-                }
+    if constexpr (C == 4) acc_sum4(acc[0], acc[1], acc[2], acc[3], out);
+    for (std::size_t c = 0; c < C; ++c) {
+        if (k_came_near(dmax[c])) {
+            const grid_params gp = k.params(c);
+            if (!k_only_exact_ties(w, n, gp)) {
+                out[c] = k_error_exact<Weighted, Squared>(w, imp, n, gp);
+                continue;
             }
-            if constexpr (C != 4) out[c] = k_sum8(acc[c]);
         }
+        if constexpr (C != 4) out[c] = k_sum8(acc[c]);
     }
 }
 
 // k_errors over candidates as columns. Four candidates at once for the square. The power is
 // bound by its polynomials, not by the add chain, and gains nothing from sharing a pass
 // (measured), so it and the leftover candidates go one at a time: fewer instances keep every
-// including TU quicker to build. Tracked false: the square's four-candidate passes skip the
-// near-tie watch (k_square_best_proven); the leftovers are exact either way.
-template <bool Weighted, bool Tracked = true>
+// including TU quicker to build.
+template <bool Weighted>
 QFORGE_KFN void k_column_errors(const float* w, const float* imp, std::size_t n, const candidate_columns& k,
                                 std::size_t count, float* out) noexcept {
     std::size_t c = 0;
     if (k.norm == 2.0f) {
         for (; c + 4 <= count; c += 4)
-            k_errors_c<Weighted, true, 4, Tracked>(w, imp, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm},
-                                                   out + c);
+            k_errors_c<Weighted, true, 4>(w, imp, n, {k.scale + c, k.rinv + c, k.neg_zero + c, k.top + c, k.norm}, out + c);
         for (; c < count; ++c) out[c] = k_error_t<Weighted, true>(w, imp, n, k.params(c));
         return;
     }
     for (; c < count; ++c) out[c] = k_error_t<Weighted, false>(w, imp, n, k.params(c));
+}
+
+// The unweighted square's errors as k_square_best_proven bounds them: four candidates a pass
+// without the near-tie watch, their sums in acc_free's order (k_square_step_free); the
+// leftover candidates exact.
+QFORGE_KFN void k_square_errors_free(const float* w, std::size_t n, const candidate_columns& k, std::size_t count,
+                                     float* out) noexcept {
+    std::size_t c = 0;
+    for (; c + 4 <= count; c += 4) {
+        const float *sc = k.scale + c, *rc = k.rinv + c, *zc = k.neg_zero + c, *hc = k.top + c;
+        acc_free acc[4] = {acc_free_zero(), acc_free_zero(), acc_free_zero(), acc_free_zero()};
+        std::size_t i = 0;
+        for (; i + lanes <= n; i += lanes) {
+            const vf x = vload(w + i);
+#pragma GCC unroll 4
+            for (std::size_t j = 0; j < 4; ++j)
+                k_square_step_free(x, vset(sc[j]), vset(rc[j]), vset(zc[j]), vset(hc[j]), acc[j]);
+        }
+        if (i < n) {  // padding lanes: x = 0 codes to 0 exactly
+            alignas(64) float wb[lanes] = {};
+            std::memcpy(wb, w + i, (n - i) * sizeof(float));
+            const vf x = vload(wb);
+#pragma GCC unroll 4
+            for (std::size_t j = 0; j < 4; ++j)
+                k_square_step_free(x, vset(sc[j]), vset(rc[j]), vset(zc[j]), vset(hc[j]), acc[j]);
+        }
+        acc_free_sum4(acc[0], acc[1], acc[2], acc[3], out + c);
+    }
+    for (; c < count; ++c) out[c] = k_error_t<false, true>(w, nullptr, n, k.params(c));
 }
 
 QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
@@ -852,7 +851,7 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
 // pick was 7% faster on AVX2 but 3% slower on AVX-512 (measured), so it stayed out.
 QFORGE_KFN std::ptrdiff_t k_square_best_proven(const float* w, std::size_t n, const candidate_columns& k,
                                                std::size_t count, float* err) noexcept {
-    k_column_errors<false, false>(w, nullptr, n, k, count, err);
+    k_square_errors_free(w, n, k, count, err);
     std::size_t best = 0;
     float first = err[0], second = 3.40282347e38f, top_scale = k.scale[0], top_maxq = k.top[0] - k.neg_zero[0];
     for (std::size_t c = 1; c < count; ++c) {
