@@ -118,10 +118,12 @@ QFORGE_P vf vload_bf16_bytes(const std::byte* p) noexcept {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
+/// Lanes 8..15 of v (lanes 0..7 are _mm512_castps512_ps256).
+QFORGE_P __m256 upper_floats(vf v) noexcept { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 QFORGE_P acc8 acc_zero() noexcept { return _mm256_setzero_ps(); }
 QFORGE_P acc8 acc_add(acc8 acc, vf e) noexcept {
     acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
-    return _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+    return _mm256_add_ps(acc, upper_floats(e));
 }
 // see scalar.hpp: sixteen lanes, one 512-bit multiply-add a step where acc8's fold took an
 // extract and two dependent 256-bit ones.
@@ -136,9 +138,7 @@ QFORGE_P void acc_sum4(acc8 a, acc8 b, acc8 c, acc8 d, float* out) noexcept {
     const __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
 }
-QFORGE_P __m256 add_halves(vf v) noexcept {
-    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-}
+QFORGE_P __m256 add_halves(vf v) noexcept { return _mm256_add_ps(_mm512_castps512_ps256(v), upper_floats(v)); }
 // acc_free_sum4: each sum's halves added, then acc_sum4's tree.
 QFORGE_P void acc_free_sum4(acc_free a, acc_free b, acc_free c, acc_free d, float* out) noexcept {
     acc_sum4(add_halves(a), add_halves(b), add_halves(c), add_halves(d), out);
@@ -184,7 +184,6 @@ QFORGE_P __m256d upper_half(__m512d v) noexcept { return _mm512_extractf64x4_pd(
     a.err = _mm256_add_pd(_mm256_add_pd(a.err, _mm512_castpd512_pd256(ee)), upper_half(ee));
     return a;
 }
-QFORGE_P __m256 upper_floats(vf v) noexcept { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 [[gnu::always_inline]] QFORGE_P snr_acc snr_add(snr_acc a, vf w, vf dq) noexcept {
     a = snr_add8(a, _mm512_castps512_ps256(w), _mm512_castps512_ps256(dq));
     return snr_add8(a, upper_floats(w), upper_floats(dq));
@@ -252,8 +251,7 @@ QFORGE_GG vf gg_reduce_each(const vf* v) noexcept {
     __m256 half[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j)
-        half[j] = avx2_isa::gg_min_or_max<Max>(_mm512_castps512_ps256(v[j]),
-                                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v[j]), 1)));
+        half[j] = avx2_isa::gg_min_or_max<Max>(_mm512_castps512_ps256(v[j]), upper_floats(v[j]));
     const __m256d r = _mm256_castps_pd(avx2_isa::gg_reduce_each<Max>(half));
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(r), r, 1));
 }
@@ -261,8 +259,7 @@ QFORGE_GG vf gg_hmin_each(const vf* v) noexcept { return gg_reduce_each<false>(v
 QFORGE_GG vf gg_hmax_each(const vf* v) noexcept { return gg_reduce_each<true>(v); }
 QFORGE_GG void gg_fp16_pairs(vf a, vf b, std::uint16_t* out) noexcept {
     avx2_isa::gg_fp16_pairs(_mm512_castps512_ps256(a), _mm512_castps512_ps256(b), out);
-    avx2_isa::gg_fp16_pairs(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)),
-                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b), 1)), out + 16);
+    avx2_isa::gg_fp16_pairs(upper_floats(a), upper_floats(b), out + 16);
 }
 QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q)));
