@@ -925,13 +925,6 @@ QFORGE_KFN void offset_code_vectors(const float* x, float mn, float id, vf* c) n
     for (std::size_t k = 0; k < block_steps; ++k) c[k] = vadd(vmul(vsub(vload(x + lanes * k), vmn), vid), half);
 }
 
-/// offset_code_vectors as bytes into q[32].
-QFORGE_KFN void offset_codes(const float* x, float mn, float id, std::uint8_t* q) noexcept {
-    vf c[block_steps];
-    offset_code_vectors(x, mn, id, c);
-    store_block_codes(reinterpret_cast<std::byte*>(q), c);
-}
-
 /// Whether a block's 1 / d gives it codes; without, every code is ggml's (int8_t) cast of
 /// 0.5f, +-inf or NaN: 0 (1 / d infinite: d subnormal; 0: d 0 or infinite).
 QFORGE_KFN bool offset_codes_defined(float id) noexcept { return id > 0 && id <= 3.40282347e38f; }
@@ -1138,15 +1131,13 @@ QFORGE_KFN void k_q4_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
     batched_blocks<18>(x, nb, blocks, signed_scales{16}, q4_0_emit{});
 }
 
-/// Lane j's block: its fp16 d and min (Q4_1 / Q5_1's first four bytes), and its codes into q.
-QFORGE_KFN void offset_block(const float* x, const batch_scales& s, std::size_t j, std::byte* block,
-                             std::uint8_t* q) noexcept {
+/// Lane j's block: its fp16 d and min (Q4_1 / Q5_1's first four bytes). Returns whether its
+/// 1 / d gives codes, and then its code vectors in c; without, every code is 0.
+QFORGE_KFN bool offset_block(const float* x, const batch_scales& s, std::size_t j, std::byte* block, vf* c) noexcept {
     std::memcpy(block, &s.dm16[2 * j], 4);
-    if (s.all_defined || offset_codes_defined(s.id[j])) {
-        offset_codes(x, s.mn[j], s.id[j], q);
-    } else {
-        std::memset(q, 0, 32);
-    }
+    if (!s.all_defined && !offset_codes_defined(s.id[j])) return false;
+    offset_code_vectors(x, s.mn[j], s.id[j], c);
+    return true;
 }
 // Q4_1 stores its codes' nibbles straight from the code vectors (gg_store_code_nibbles), so
 // that AVX-512 does without the bytes in between (128 x 11008 rows, alternated, medians of 5
@@ -1154,14 +1145,9 @@ QFORGE_KFN void offset_block(const float* x, const batch_scales& s, std::size_t 
 // slower that way on AVX-512 (4.89 -> 4.57) and keeps its bytes.
 struct q4_1_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
-        std::memcpy(block, &s.dm16[2 * j], 4);
-        if (s.all_defined || offset_codes_defined(s.id[j])) {
-            vf c[block_steps];
-            offset_code_vectors(x, s.mn[j], s.id[j], c);
-            gg_store_code_nibbles(block + 4, c);
-        } else {
-            std::memset(block + 4, 0, 16);
-        }
+        vf c[block_steps];
+        if (offset_block(x, s, j, block, c)) gg_store_code_nibbles(block + 4, c);
+        else std::memset(block + 4, 0, 16);
     }
 };
 QFORGE_KFN void k_q4_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
@@ -1184,7 +1170,9 @@ QFORGE_KFN void k_q5_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
 struct q5_1_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
-        offset_block(x, s, j, block, q);
+        vf c[block_steps];
+        if (offset_block(x, s, j, block, c)) store_block_codes(reinterpret_cast<std::byte*>(q), c);
+        else std::memset(q, 0, 32);
         store_fifth_bits(block + 4, gg_fifth_bits32(q));
         gg_store_nibbles32(block + 8, q);
     }
