@@ -158,3 +158,30 @@ TEST_CASE("pack kernels: awq4_band writes the band's word columns only, identica
             }
         }
 }
+
+TEST_CASE("pack kernels: store_tile copies each tile row's first n words to its row of dst, and nothing else") {
+    // 64 words (the constant-size copy), odd widths, and more rows than the kernel asks ahead
+    for (std::int64_t n : {1, 3, 16, 63, 64}) {
+        for (std::int64_t rows : {1, 5, 16, 17, 40}) {
+            CAPTURE(n);
+            CAPTURE(rows);
+            const std::ptrdiff_t ts = 64, ds = 100;
+            std::vector<std::uint32_t> tile(static_cast<std::size_t>(rows * ts));
+            std::mt19937 rng(static_cast<std::uint32_t>(n * 131 + rows));
+            for (auto& w : tile) w = static_cast<std::uint32_t>(rng());
+            for (isa i : all_isas) {
+                if (!available(i)) continue;
+                CAPTURE(isa_name(i));
+                std::vector<std::uint32_t> dst(static_cast<std::size_t>(rows * ds + 8), sentinel);
+                kernels_of<pack_kernels>(i).store_tile(tile.data(), rows, ts, n, dst.data() + 3, ds);
+                for (std::int64_t w = 0; w < rows; ++w)
+                    for (std::int64_t j = 0; j < ds; ++j) {
+                        const std::uint32_t want = j < n ? tile[static_cast<std::size_t>(w * ts + j)] : sentinel;
+                        if (dst[static_cast<std::size_t>(3 + w * ds + j)] != want) FAIL("row " << w << " word " << j);
+                    }
+                for (std::size_t j = 0; j < 3; ++j) CHECK(dst[j] == sentinel);
+                for (std::size_t j = static_cast<std::size_t>(3 + rows * ds); j < dst.size(); ++j) CHECK(dst[j] == sentinel);
+            }
+        }
+    }
+}

@@ -45,6 +45,13 @@ struct pack_kernels {
     /// written into the whole weight's [cols][n / 8] tensor).
     void (*awq4_band)(const std::uint8_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst,
                       std::ptrdiff_t dst_stride) noexcept;
+
+    /// The first `n` words of each of `rows` rows of a word tile (row w at tile + w *
+    /// tile_stride) copied to dst + w * dst_stride: a transposed packer's tile into the whole
+    /// weight. Each destination row is asked for a few rows before it is written, since the
+    /// rows lie a page or more apart, where the hardware prefetchers do not follow.
+    void (*store_tile)(const std::uint32_t* tile, std::int64_t rows, std::ptrdiff_t tile_stride, std::int64_t n,
+                       std::uint32_t* dst, std::ptrdiff_t dst_stride) noexcept;
 };
 
 }  // namespace qforge::simd

@@ -248,7 +248,7 @@ inline std::uint8_t or_bytes(const std::uint8_t* c, std::size_t n, simd::isa isa
 inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols, int bits,
                                   std::uint32_t* dst, simd::isa isa, std::int64_t dst_stride = -1) {
     if (dst_stride < 0) dst_stride = rows;
-    const simd::pack_kernels* k = bits == 4 ? &simd::kernels_of<simd::pack_kernels>(isa) : nullptr;
+    const simd::pack_kernels& k = simd::kernels_of<simd::pack_kernels>(isa);
     const std::int64_t words = dense_words(cols, bits);
     // Uninitialised: every word of it a tile reads back is packed first. Zero-filling it
     // cost as much as writing the output (one band of a wide layer calls this once).
@@ -256,19 +256,12 @@ inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, 
     std::uint32_t* const tmp = buffer.get();
     for (std::int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
         const std::int64_t nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
-        if (k != nullptr) {
-            k->pack4_rows(codes + r0 * cols, nr, cols, tmp, tile_rows);
+        if (bits == 4) {
+            k.pack4_rows(codes + r0 * cols, nr, cols, tmp, tile_rows);
         } else {
             for (std::int64_t r = 0; r < nr; ++r) pack_dense(codes + (r0 + r) * cols, 1, cols, bits, tmp + r, tile_rows);
         }
-        if (nr == tile_rows) {  // a constant size: the copy compiles to a few vector moves
-            for (std::int64_t w = 0; w < words; ++w)
-                std::memcpy(dst + w * dst_stride + r0, tmp + w * tile_rows, tile_rows * sizeof(std::uint32_t));
-        } else {
-            for (std::int64_t w = 0; w < words; ++w)
-                std::memcpy(dst + w * dst_stride + r0, tmp + w * tile_rows,
-                            static_cast<std::size_t>(nr) * sizeof(std::uint32_t));
-        }
+        k.store_tile(tmp, words, tile_rows, nr, dst + r0, dst_stride);
     }
 }
 
