@@ -97,27 +97,31 @@ TEST_CASE("transpose kernels: words() streams large matrices, with the bytes of 
     }
 }
 
-TEST_CASE("transpose kernels: 16-bit patterns from any byte offset, every ISA") {
+TEST_CASE("transpose kernels: 16-bit patterns from any byte offset into rows any distance apart, every ISA") {
     for (const auto& shape :
          std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {7, 9}, {8, 8}, {16, 24}, {9, 100}, {33, 17}, {32, 344}, {40, 8}}) {
         const std::int64_t rows = shape.first, cols = shape.second;
-        for (std::size_t offset : {0, 1, 2, 6}) {
-            CAPTURE(rows);
-            CAPTURE(cols);
-            CAPTURE(offset);
-            std::vector<std::byte> raw(static_cast<std::size_t>(rows * cols) * 2 + offset);
-            for (std::size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<std::byte>(i * 37u + 11u);
-            const std::byte* src = raw.data() + offset;
-            std::vector<std::uint16_t> want(static_cast<std::size_t>(rows * cols) + 8, 0xBEEF);
-            for (std::int64_t r = 0; r < rows; ++r)
-                for (std::int64_t c = 0; c < cols; ++c) std::memcpy(&want[static_cast<std::size_t>(c * rows + r)], src + 2 * (r * cols + c), 2);
-            for (isa i : transpose_isas()) {
-                CAPTURE(std::string(isa_name(i)));
-                std::vector<std::uint16_t> dst(want.size(), 0xBEEF);
-                kernels_of<transpose_kernels>(i).patterns16(src, rows, cols, dst.data());
-                CHECK(dst == want);
+        for (std::size_t offset : {0, 1, 2, 6})
+            for (std::int64_t extra : {0, 3, 64}) {  // 0: a whole transpose; else a band into a wider matrix
+                CAPTURE(rows);
+                CAPTURE(cols);
+                CAPTURE(offset);
+                CAPTURE(extra);
+                const std::int64_t ds = rows + extra;
+                std::vector<std::byte> raw(static_cast<std::size_t>(rows * cols) * 2 + offset);
+                for (std::size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<std::byte>(i * 37u + 11u);
+                const std::byte* src = raw.data() + offset;
+                std::vector<std::uint16_t> want(static_cast<std::size_t>(ds * cols) + 8, 0xBEEF);  // the gaps stay
+                for (std::int64_t r = 0; r < rows; ++r)
+                    for (std::int64_t c = 0; c < cols; ++c)
+                        std::memcpy(&want[static_cast<std::size_t>(c * ds + r)], src + 2 * (r * cols + c), 2);
+                for (isa i : transpose_isas()) {
+                    CAPTURE(std::string(isa_name(i)));
+                    std::vector<std::uint16_t> dst(want.size(), 0xBEEF);
+                    kernels_of<transpose_kernels>(i).patterns16(src, rows, cols, dst.data(), ds);
+                    CHECK(dst == want);
+                }
             }
-        }
     }
 }
 

@@ -172,7 +172,7 @@ QFORGE_DECL void transpose_words(const std::uint32_t* src, std::int64_t rows, st
 }
 
 QFORGE_DECL void transpose_u16(const std::byte* src, std::int64_t rows, std::int64_t cols, std::uint16_t* dst) {
-    transposes().patterns16(src, rows, cols, dst);
+    transposes().patterns16(src, rows, cols, dst, rows);
 }
 
 QFORGE_DECL void transpose_words_tiled(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) {
@@ -327,7 +327,7 @@ QFORGE_DECL bool fast_gptq_to_ct(const tensor_source& src, const std::string& pr
     const simd::transpose_kernels& tk = transposes();
     std::size_t slot = 1;
     auto* scales = reinterpret_cast<std::uint16_t*>(reuse_slot(out, slot++, prefix + ".weight_scale", sdt, {N, G}));
-    tk.patterns16(sc->bytes.data(), G, N, scales);
+    tk.patterns16(sc->bytes.data(), G, N, scales, G);
     if (!convert_patterns_exactly(scales, static_cast<std::size_t>(N * G), sc->type, sdt)) return false;
     tk.words(words, W, N, word_ptr(reuse_slot(out, 0, prefix + ".weight_packed", dtype::I32, {N, W})));
     if (!a.sym) {
@@ -376,7 +376,7 @@ QFORGE_DECL bool fast_ct_to_gptq(const tensor_source& src, const std::string& pr
 
     const simd::transpose_kernels& tk = transposes();
     auto* scales = reinterpret_cast<std::uint16_t*>(reuse_slot(out, 2, prefix + ".scales", sdt, {G, N}));
-    tk.patterns16(sc->bytes.data(), N, G, scales);
+    tk.patterns16(sc->bytes.data(), N, G, scales, N);
     if (!convert_patterns_exactly(scales, static_cast<std::size_t>(N * G), sc->type, sdt)) return false;
     tk.words(words, N, W, word_ptr(reuse_slot(out, 0, prefix + ".qweight", dtype::I32, {W, N})));
     std::uint32_t* z = word_ptr(reuse_slot(out, 1, prefix + ".qzeros", dtype::I32, {G, NW}));

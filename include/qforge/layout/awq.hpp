@@ -26,6 +26,7 @@
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
+#include "qforge/simd/transpose_kernels.hpp"
 
 namespace qforge {
 
@@ -107,8 +108,9 @@ public:
         detail::pack_awq4_band(band.codes.data(), rows, k, detail::words_of(out[0]) + first_row / 8, n / 8, isa);
         const std::vector<std::uint8_t> zeros(band.zeros.begin(), band.zeros.end());  // [rows][groups], 0..15
         detail::pack_awq4_band(zeros.data(), rows, groups, detail::words_of(out[1]) + first_row / 8, n / 8, isa);
-        detail::transpose_into(band.scales.data(), rows, groups,
-                               reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n);
+        simd::kernels_of<simd::transpose_kernels>(isa).patterns16(reinterpret_cast<const std::byte*>(band.scales.data()),
+                                                                 rows, groups,
+                                                                 reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n);
     }
 
     quantized_tensor unpack(std::span<const tensor_view> views, std::string_view prefix,

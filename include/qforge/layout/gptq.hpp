@@ -37,6 +37,7 @@
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/layout/packing.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
+#include "qforge/simd/transpose_kernels.hpp"
 
 namespace qforge {
 
@@ -263,8 +264,9 @@ public:
         const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows;
         detail::pack_dense_transposed(band.codes.data(), rows, k, Bits, detail::words_of(out[0]) + first_row, isa, n);
         pack_band_zeros(band, first_row, n, detail::words_of(out[1]));
-        detail::transpose_into(band.scales.data(), rows, groups,
-                               reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n);
+        simd::kernels_of<simd::transpose_kernels>(isa).patterns16(reinterpret_cast<const std::byte*>(band.scales.data()),
+                                                                 rows, groups,
+                                                                 reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n);
         if (first_row == 0) {
             const auto g_idx = detail::full_g_idx(band);
             std::memcpy(out[3].bytes.data(), g_idx.data(), g_idx.size() * sizeof(std::int32_t));

@@ -43,9 +43,11 @@ struct transpose_kernels {
     /// go through words_tiled.
     void (*words_streamed)(const std::uint32_t* src, std::int64_t rows, std::int64_t cols, std::uint32_t* dst) noexcept;
 
-    /// dst[c * rows + r] = pattern (r, c) of the rows x cols matrix of 16-bit patterns at src
-    /// (a view into a mapped file: any byte alignment).
-    void (*patterns16)(const std::byte* src, std::int64_t rows, std::int64_t cols, std::uint16_t* dst) noexcept;
+    /// dst[c * dst_stride + r] = pattern (r, c) of the rows x cols matrix of 16-bit patterns at
+    /// src (a view into a mapped file: any byte alignment); dst_stride >= rows (rows for a
+    /// whole transpose, more for a band of rows written into a wider matrix).
+    void (*patterns16)(const std::byte* src, std::int64_t rows, std::int64_t cols, std::uint16_t* dst,
+                       std::ptrdiff_t dst_stride) noexcept;
 };
 
 }  // namespace qforge::simd

@@ -166,15 +166,15 @@ QFORGE_KFN void k_words(const word* src, i64 rows, i64 cols, word* dst) noexcept
 
 // ---- 16-bit patterns ----------------------------------------------------------------------
 
-QFORGE_KFN void k_patterns16(const std::byte* src, i64 rows, i64 cols, std::uint16_t* dst) noexcept {
+QFORGE_KFN void k_patterns16(const std::byte* src, i64 rows, i64 cols, std::uint16_t* dst, std::ptrdiff_t ds) noexcept {
     const i64 r8 = rows / 8 * 8, c8 = cols / 8 * 8;
     for (i64 r = 0; r < r8; r += 8)
-        for (i64 c = 0; c < c8; c += 8) tp_transpose8x8_u16(src + 2 * (r * cols + c), 2 * cols, dst + c * rows + r, rows);
+        for (i64 c = 0; c < c8; c += 8) tp_transpose8x8_u16(src + 2 * (r * cols + c), 2 * cols, dst + c * ds + r, ds);
     for (i64 r = 0; r < rows; ++r)  // the edges: columns past c8 of the first r8 rows, all of the rest
         for (i64 c = r < r8 ? c8 : 0; c < cols; ++c) {
             std::uint16_t v;
             std::memcpy(&v, src + 2 * (r * cols + c), 2);
-            dst[c * rows + r] = v;
+            dst[c * ds + r] = v;
         }
 }
 
