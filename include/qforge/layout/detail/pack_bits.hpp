@@ -243,7 +243,7 @@ inline std::uint8_t or_bytes(const std::uint8_t* c, std::size_t n, simd::isa isa
 /// GPTQ qweight: codes [rows][cols] (row-major) -> words [dense_words(cols)][rows], each row a
 /// dense stream along cols written down its column. cols*bits must fill whole words.
 /// Allocates a dense_words(cols) x tile_rows word buffer (may throw std::bad_alloc). 4-bit rows
-/// go through the pack kernels of `isa`. `dst_stride` (default `rows`) is the distance between
+/// are packed, and every width's tiles stored, by the pack kernels of `isa`. `dst_stride` (default `rows`) is the distance between
 /// word rows of dst, so a band of rows can go into a wider matrix.
 inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols, int bits,
                                   std::uint32_t* dst, simd::isa isa, std::int64_t dst_stride = -1) {

@@ -244,9 +244,9 @@ QFORGE_KFN void k_awq4_band(const std::uint8_t* src, std::int64_t rows, std::int
 }
 
 // Sixteen rows ahead (each a 256-byte segment of GPTQ's 64-row tile): RTN + GPTQ pack on a
-// 4096 x 11008 weight 1.27-1.37 -> 1.49-1.61 G weights/s (AVX2, Sapphire Rapids class VM,
-// 2026-12-07; 4 and 8 rows ahead gained less, 32 no more). A 64-word row copies as a constant
-// size, which compiles to a few vector moves.
+// 4096 x 11008 weight 1.29-1.34 -> 1.52-1.56 G weights/s (AVX2, 2-core Sapphire Rapids class
+// VM, 2026-12-07; 4 and 8 rows ahead gained less, 32 no more). A 64-word row copies as a
+// constant size, which compiles to a few vector moves.
 inline constexpr std::int64_t store_tile_ahead = 16;
 QFORGE_KFN void k_store_tile(const std::uint32_t* tile, std::int64_t rows, std::ptrdiff_t ts, std::int64_t n,
                              std::uint32_t* dst, std::ptrdiff_t ds) noexcept {
@@ -255,7 +255,7 @@ QFORGE_KFN void k_store_tile(const std::uint32_t* tile, std::int64_t rows, std::
         if (w + store_tile_ahead < rows) {
             const std::uint32_t* next = dst + (w + store_tile_ahead) * ds;
             for (std::size_t off = 0; off < bytes; off += 64) prefetch_read(next, off);
-            prefetch_read(next, bytes - 1);  // a segment that straddles one more line
+            if (bytes > 0) prefetch_read(next, bytes - 1);  // a segment that straddles one more line
         }
         if (n == 64) std::memcpy(dst + w * ds, tile + w * ts, 64 * sizeof(std::uint32_t));
         else std::memcpy(dst + w * ds, tile + w * ts, bytes);
