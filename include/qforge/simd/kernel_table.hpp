@@ -121,7 +121,8 @@ struct group_kernels {
                                           float* dst, float* mn, float* mx) noexcept;
 
     /// A search over candidate scales for every group of w[0..n) (groups as in
-    /// min_max_groups, extremes mn[j], mx[j], importance imp + group start or null): for each
+    /// min_max_groups, mn[j] and mx[j] each group's smallest and largest values as
+    /// min_max_groups gives them, importance imp + group start or null): for each
     /// candidate c < count (<= max_search_candidates), symmetric recipe: a_c = factors[c] *
     /// group_amax(mn, mx); range recipes: a_c = factors[c] * lo, b_c = factors[c] * hi with
     /// group_range(mn, mx, lo, hi); each candidate's grid as make_grids makes it and its error

@@ -781,10 +781,11 @@ QFORGE_KFN float k_bound_limit(float best, float margin, std::size_t n) noexcept
 // made safe against every way the computed values differ from exact ones: relative margins
 // on the moments and the power error (k_bound_margin), and absolute ones for terms the power
 // counts as 0 (|e| < 2^-40) or that underflow. The caller guarantees that no power term is
-// clamped (|e| well below 2^42) and that k's columns run to whole vectors.
+// clamped (|e| well below 2^42), that k's columns run to whole vectors and that mn and mx
+// are the group's smallest and largest values (b is taken from them).
 template <bool Weighted>
-QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::size_t n, const candidate_columns& k,
-                                       std::size_t count, const cubic_bounds& cb) noexcept {
+QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::size_t n, float mn, float mx,
+                                       const candidate_columns& k, std::size_t count, const cubic_bounds& cb) noexcept {
     alignas(64) candidate_moments cm;
     alignas(64) float bound[max_search_candidates];
     double v = static_cast<double>(n);
@@ -797,10 +798,7 @@ QFORGE_KFN std::size_t k_best_by_bound(const float* w, const float* imp, std::si
     for (; c + 4 <= count; c += 4) k_moments_c<Weighted, 4>(w, imp, n, k, cm, c);
     for (; c < count; ++c) k_moments_c<Weighted, 1>(w, imp, n, k, cm, c);
     for (; c % lanes; ++c) cm.s1[c] = cm.s2[c] = cm.s3[c] = 0.0f;  // whole vectors of bounds
-    float lo, hi;
-    k_min_max(w, n, &lo, &hi);
-    lo = lo < 0.0f ? lo : 0.0f;
-    hi = hi > 0.0f ? hi : 0.0f;
+    const float lo = mn < 0.0f ? mn : 0.0f, hi = mx > 0.0f ? mx : 0.0f;
     const float margin = k_bound_margin(n, k.top[0] - k.neg_zero[0]);
     for (c = 0; c < count; c += lanes)
         k_moment_bounds(cm, c, k_largest_errors(k, c, lo, hi), k.norm, cb, margin, static_cast<float>(v * 0x1p-40),
@@ -934,8 +932,8 @@ QFORGE_KFN std::int64_t k_search_groups(const float* w, const float* imp, std::s
         const bool bounded = bounded_norm && count > 1 && len <= 65536 && amax < 0x1p32f;
         std::size_t best = 0;
         if (bounded) {
-            best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, k.view(rc.norm), count, cubic)
-                       : k_best_by_bound<false>(w + c0, nullptr, len, k.view(rc.norm), count, cubic);
+            best = imp ? k_best_by_bound<true>(w + c0, imp + c0, len, mn[j], mx[j], k.view(rc.norm), count, cubic)
+                       : k_best_by_bound<false>(w + c0, nullptr, len, mn[j], mx[j], k.view(rc.norm), count, cubic);
         } else {
             const std::ptrdiff_t proven =
                 !imp && rc.norm == 2.0f ? k_square_best_proven(w + c0, len, k.view(rc.norm), count, err) : -1;
