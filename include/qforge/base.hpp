@@ -41,6 +41,7 @@
 #include "qforge/simd/minifloat_kernels.hpp"
 #include "qforge/simd/rounding.hpp"
 #include "qforge/simd/pack_kernels.hpp"
+#include "qforge/simd/prefetch.hpp"
 #include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/tags.hpp"
 #include "qforge/simd/transpose_kernels.hpp"

@@ -73,7 +73,7 @@ inline void quantize_ref_with(const simd::gguf_kernels& kern, const float* src, 
     } else if constexpr (requires { quantize_ref(kern, src, y, k); }) {
         // The scan goes a window ahead of the kernels, not over all k first: the window's 64 KB
         // are still in cache when the kernels read them (a whole-matrix scan streamed it twice).
-        constexpr std::int64_t window = 64 * 256 / Elems;
+        constexpr std::int64_t window = tiny_scan_window / Elems;  // the K-quants' kernels ask for the next one
         static_assert(window > 0, "a window holds at least one block");
         const std::int64_t nb = k / Elems;
         for (std::int64_t run = 0; run < nb;) {  // run: first block the kernels take

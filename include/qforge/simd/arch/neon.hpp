@@ -16,6 +16,7 @@
 #include "qforge/core/half.hpp"
 #include "qforge/simd/arch/detail/byte_bits.hpp"
 #include "qforge/simd/kernel_table.hpp"
+#include "qforge/simd/prefetch.hpp"
 
 namespace qforge::simd::detail::neon_isa {
 
@@ -215,7 +216,7 @@ inline void transpose4x4_u32(vi128& a, vi128& b, vi128& c, vi128& d) noexcept {
     d = vreinterpretq_u8_u64(vzip2q_u64(vreinterpretq_u64_u32(t2), vreinterpretq_u64_u32(t3)));
 }
 inline void prefetch_read(const void* p, std::size_t ahead = 0) noexcept {
-    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + ahead));
+    prefetch_lines(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + ahead), 1);
 }
 // ---- end shared integer primitives ----
 

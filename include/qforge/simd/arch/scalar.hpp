@@ -15,6 +15,7 @@
 #include "qforge/simd/arch/detail/byte_bits.hpp"
 #include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/kernel_table.hpp"
+#include "qforge/simd/prefetch.hpp"
 #include "qforge/simd/rounding.hpp"
 
 namespace qforge::simd::detail::scalar_isa {
@@ -257,12 +258,7 @@ inline void transpose4x4_u32(vi128& a, vi128& b, vi128& c, vi128& d) noexcept {
 // soon. The address is formed as an integer, and a prefetch never faults, so it may lie past
 // the end of the caller's data (the streaming kernels ask a fixed distance ahead).
 inline void prefetch_read(const void* p, std::size_t ahead = 0) noexcept {
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + ahead));
-#else
-    (void)p;
-    (void)ahead;
-#endif
+    prefetch_lines(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + ahead), 1);
 }
 // ---- end shared integer primitives ----
 
