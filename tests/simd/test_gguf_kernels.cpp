@@ -5,6 +5,7 @@
 // that leave the searches' lanes partly filled (1, 3, 5 and 11 super-blocks).
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -384,6 +385,49 @@ TEST_CASE("gguf kernels: every ISA's super-block step gives the port's Q3_K and 
                     CHECK(std::memcmp(d_port, d_ours, sizeof d_port) == 0);
                 }
             }
+        }
+    }
+}
+
+TEST_CASE("gguf kernels: every ISA's Q2_K super-block step gives the port's scale bytes, d, dmin and sub-block scales") {
+    // Scales from edge_scales, mins the same blocks in another order (so each super-block pairs
+    // two different patterns: most hold a code outside 0..15); one more block of each with NaNs
+    // that carry a payload (where a largest value is 0, ggml's codes are 0 without a product,
+    // which with such a NaN is not); then blocks of magnitudes, as searches give them.
+    auto s = edge_scales();
+    const std::size_t edge = s.size() / 16;
+    std::vector<float> mins(s.size());
+    for (std::size_t b = 0; b < edge; ++b) std::memcpy(&mins[16 * b], &s[16 * ((b + 5) % edge)], 16 * sizeof(float));
+    const float payload_nan = std::bit_cast<float>(0x7fc01234u);
+    for (int j = 0; j < 16; ++j) {
+        s.push_back(j == 4 ? payload_nan : -0.5f);
+        mins.push_back(j == 9 ? payload_nan : 0.f);
+    }
+    const auto draws = testing::student_t_floats(2 * 16 * 5, 20261207);
+    for (std::size_t k = 0; k < 16 * 5; ++k) {
+        s.push_back(std::fabs(draws[k]));
+        mins.push_back(k < 16 ? 0.f : std::fabs(draws[16 * 5 + k]));  // the first: no min
+    }
+    const std::size_t count = s.size() / 16;  // 24: a part batch on sixteen lanes
+    for (simd::isa i : qforge::testing::available_isas()) {
+        const auto& kern = simd::kernels_of<simd::gguf_kernels>(i);
+        std::vector<std::uint8_t> sc(s.size(), 0x5a);
+        std::vector<std::uint16_t> dm16(2 * count);
+        std::vector<float> d(s.size()), dm(s.size());
+        kern.q2k_scales(s.data(), mins.data(), count, sc.data(), dm16.data(), d.data(), dm.data());
+        for (std::size_t b = 0; b < count; ++b) {
+            CAPTURE(simd::isa_name(i));
+            CAPTURE(b);
+            block_q2_k port;
+            std::memset(&port, 0x5a, sizeof port);
+            gguf::detail::q2k_scales(s.data() + 16 * b, mins.data() + 16 * b, port);
+            float d_port[16], dm_port[16];
+            gguf::detail::q2k_sub_scales(port, d_port, dm_port);
+            CHECK(std::memcmp(port.scales, &sc[16 * b], 16) == 0);
+            CHECK(port.d == dm16[2 * b]);
+            CHECK(port.dmin == dm16[2 * b + 1]);
+            CHECK(std::memcmp(d_port, &d[16 * b], sizeof d_port) == 0);
+            CHECK(std::memcmp(dm_port, &dm[16 * b], sizeof dm_port) == 0);
         }
     }
 }

@@ -125,6 +125,17 @@ struct gguf_kernels {
     /// are unspecified.
     void (*super_block_scales)(const float* scale, std::size_t count, float nmax, std::uint16_t* d16, float* dd,
                                float* q, float* amax) noexcept;
+
+    /// The super-block step of quantize_row_q2_K_ref for `count` super-blocks of 16 sub-block
+    /// scales and mins each (scale[16 b + j], mins[16 b + j]: q2k_search's scale and -min):
+    /// with max_s and max_m the largest scale and min of super-block b (ggml's `if (v > max)`
+    /// from 0: NaN and values <= 0 never win), sc[16 b + j] = the byte ggml stores for sub-block
+    /// j (nearest_int(15 / max_s * scale) in the low nibble, nearest_int(15 / max_m * min) shifted
+    /// left four and or-ed in; each 0 where its max is 0), dm16[2 b], dm16[2 b + 1] = fp16(max_s /
+    /// 15), fp16(max_m / 15), and d[16 b + j], dm[16 b + j] = the value of each fp16 times the
+    /// byte's low and high nibble: the sub-block scales the codes are requantized against.
+    void (*q2k_scales)(const float* scale, const float* mins, std::size_t count, std::uint8_t* sc, std::uint16_t* dm16,
+                       float* d, float* dm) noexcept;
 };
 
 namespace detail {

@@ -523,21 +523,23 @@ inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q
 
 inline void quantize_ref(const simd::gguf_kernels& kern, const float* x, block_q2_k* y, std::int64_t k) noexcept {
     constexpr std::int64_t chunk = detail::kernel_chunk;
-    float scales[16 * chunk], mins[16 * chunk];
-    std::uint8_t L[256 * chunk];
+    float scales[16 * chunk], mins[16 * chunk], d[16 * chunk], dm[16 * chunk];
+    std::uint8_t L[256 * chunk], sc[16 * chunk];
+    std::uint16_t dm16[2 * chunk];
     for (std::int64_t i = 0; i < k / 256; i += chunk) {
         const std::int64_t n = k / 256 - i < chunk ? k / 256 - i : chunk;
         kern.q2k_search(x + 256 * i, static_cast<std::size_t>(16 * n), scales, mins);
+        kern.q2k_scales(scales, mins, static_cast<std::size_t>(n), sc, dm16, d, dm);
         for (std::int64_t h = 0; h < n; ++h) {
             detail::ask_for_next_window(x + 256 * (i + h));
-            float d[16], dm[16];
-            detail::q2k_scales(scales + 16 * h, mins + 16 * h, y[i + h]);
-            detail::q2k_sub_scales(y[i + h], d, dm);
-            detail::kept_search_codes(d, 16, 16, x + 256 * (i + h), L + 256 * h, [](const float* xs, std::uint8_t* l) {
+            std::memcpy(y[i + h].scales, sc + 16 * h, 16);
+            y[i + h].d = dm16[2 * h];
+            y[i + h].dmin = dm16[2 * h + 1];
+            detail::kept_search_codes(d + 16 * h, 16, 16, x + 256 * (i + h), L + 256 * h, [](const float* xs, std::uint8_t* l) {
                 float min;
                 (void)detail::q2k_sub_search(xs, l, &min);
             });
-            kern.requantize(x + 256 * (i + h), 16, 16, d, dm, 0.f, 3.f, 0.f, L + 256 * h);
+            kern.requantize(x + 256 * (i + h), 16, 16, d + 16 * h, dm + 16 * h, 0.f, 3.f, 0.f, L + 256 * h);
             detail::pack_2bit(L + 256 * h, y[i + h].qs);
         }
     }

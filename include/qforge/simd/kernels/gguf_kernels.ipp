@@ -434,6 +434,105 @@ QFORGE_KFN void k_super_block_scales(const float* scale, std::size_t count, floa
     }
 }
 
+// ---- the super-block step of Q2_K ---------------------------------------------------------
+/// ggml's `if (v > max) max = v` from 0 over 16 values: the largest one above 0, or 0 (NaN
+/// and values <= 0 never win).
+QFORGE_KFN float largest_positive16(const float* v) noexcept {
+    const vf zero = vset(0.f);
+    vf m = zero;
+    for (std::size_t k = 0; k < 16 / lanes; ++k) {
+        const vf a = vload(v + lanes * k);
+        m = vmax(m, gg_blend(gg_gt(a, zero), a, zero));
+    }
+    return vhmax(m);
+}
+
+/// A super-block's scale and min codes: ggml's nearest_int(factor * value) (its bit trick),
+/// or 0 where the super-block's largest value is 0 (ggml leaves them 0 there; a product with a
+/// NaN would not be 0).
+struct q2k_factors {
+    float is, im;                 ///< 15 / the largest scale, 15 / the largest min
+    bool scale_codes, min_codes;  ///< whether that largest value is above 0
+    float d, dmin;                ///< the values of the fp16 factors the block stores
+};
+QFORGE_KFN vf q2k_codes(const float* v, float factor, bool codes) noexcept {
+    return codes ? g3_nearest_int(vmul(vset(factor), vload(v))) : vset(0.f);
+}
+
+/// One super-block's scale bytes and sub-block scales. Returns false, writing nothing, where
+/// some code lies outside 0..15 (a negative or infinite scale or min: never a search's), whose
+/// byte takes the integer casts of q2k_scales_port.
+QFORGE_KFN bool q2k_sub_block_scales(const float* scale, const float* mins, const q2k_factors& f, std::uint8_t* sc,
+                                     float* dj, float* dmj) noexcept {
+    const vf zero = vset(0.f), fifteen = vset(15.f);
+    vf c[16 / lanes], l[16 / lanes];
+    bool inside = true;
+    for (std::size_t k = 0; k < 16 / lanes; ++k) {
+        c[k] = q2k_codes(scale + lanes * k, f.is, f.scale_codes);
+        l[k] = q2k_codes(mins + lanes * k, f.im, f.min_codes);
+        inside = inside && !gg_any(gg_or(gg_or(gg_lt(c[k], zero), gg_gt(c[k], fifteen)),
+                                         gg_or(gg_lt(l[k], zero), gg_gt(l[k], fifteen))));
+    }
+    if (!inside) return false;
+    const vf vd = vset(f.d), vdmin = vset(f.dmin), sixteen = vset(16.f);
+    for (std::size_t k = 0; k < 16 / lanes; ++k) {
+        vstore_codes(sc + lanes * k, vadd(c[k], vmul(l[k], sixteen)));  // exact: whole numbers below 256
+        vstore(dj + lanes * k, vmul(vd, c[k]));
+        vstore(dmj + lanes * k, vmul(vdmin, l[k]));
+    }
+    return true;
+}
+
+/// q2k_sub_block_scales for codes outside 0..15: ggml's (uint8_t) casts of the ints, the min's
+/// shifted left by four and or-ed in.
+QFORGE_KFN void q2k_scales_port(const float* scale, const float* mins, const q2k_factors& f, std::uint8_t* sc,
+                                float* dj, float* dmj) noexcept {
+    alignas(64) float c[16], l[16];
+    for (std::size_t k = 0; k < 16 / lanes; ++k) {
+        vstore(c + lanes * k, q2k_codes(scale + lanes * k, f.is, f.scale_codes));
+        vstore(l + lanes * k, q2k_codes(mins + lanes * k, f.im, f.min_codes));
+    }
+    for (std::size_t j = 0; j < 16; ++j) {
+        const auto lo = static_cast<std::uint8_t>(static_cast<std::int32_t>(c[j]));
+        const auto hi = static_cast<std::uint32_t>(static_cast<std::int32_t>(l[j])) << 4;
+        sc[j] = static_cast<std::uint8_t>(lo | hi);
+        dj[j] = f.d * static_cast<float>(sc[j] & 0xF);
+        dmj[j] = f.dmin * static_cast<float>(sc[j] >> 4);
+    }
+}
+
+/// See simd/gguf_kernels.hpp. The divisions and fp16 conversions of a call's super-blocks go
+/// one lane each, as in k_super_block_scales.
+QFORGE_KFN void k_q2k_scales(const float* scale, const float* mins, std::size_t count, std::uint8_t* sc,
+                             std::uint16_t* dm16, float* d, float* dm) noexcept {
+    for (std::size_t b0 = 0; b0 < count; b0 += lanes) {
+        const std::size_t m = count - b0 < lanes ? count - b0 : lanes;
+        alignas(64) float top_scale[lanes] = {}, top_min[lanes] = {};  // each super-block's largest scale and min
+        for (std::size_t j = 0; j < m; ++j) {
+            top_scale[j] = largest_positive16(scale + 16 * (b0 + j));
+            top_min[j] = largest_positive16(mins + 16 * (b0 + j));
+        }
+        const vf fifteen = vset(15.f), ls = vload(top_scale), lm = vload(top_min);
+        alignas(64) float is[lanes], im[lanes], back[2 * lanes];
+        vstore(is, vdiv(fifteen, ls));  // inf where the largest is 0: unused
+        vstore(im, vdiv(fifteen, lm));
+        alignas(64) std::uint16_t pairs[2 * lanes];
+        gg_fp16_pairs(vdiv(ls, fifteen), vdiv(lm, fifteen), pairs);  // ggml: max / 15, 0 / 15 = 0 where max is 0
+        vstore(back, vload_f16_bytes(reinterpret_cast<const std::byte*>(pairs)));
+        vstore(back + lanes, vload_f16_bytes(reinterpret_cast<const std::byte*>(pairs + lanes)));
+        for (std::size_t j = 0; j < m; ++j) {
+            const std::size_t b = b0 + j;
+            dm16[2 * b] = pairs[2 * j];
+            dm16[2 * b + 1] = pairs[2 * j + 1];
+            const q2k_factors f{is[j], im[j], top_scale[j] > 0, top_min[j] > 0, back[2 * j], back[2 * j + 1]};
+            const float* s = scale + 16 * b;
+            const float* n = mins + 16 * b;
+            if (!q2k_sub_block_scales(s, n, f, sc + 16 * b, d + 16 * b, dm + 16 * b))
+                q2k_scales_port(s, n, f, sc + 16 * b, d + 16 * b, dm + 16 * b);
+        }
+    }
+}
+
 // ---- make_q3_quants(16, 4, x, L, true), one 16-element sub-block per lane (Q3_K) ----------
 /// Groups of two vectors of sub-blocks here, not W lanes: about 2% of elements change per try,
 /// so a lone group's try branches on whether any of its lanes accepts (q3_try_one), and with
@@ -1225,6 +1324,6 @@ QFORGE_DECL const gguf_kernels& family_table<gguf_kernels>() noexcept {
                                         &gguf_family::k_pack_q3k,    &gguf_family::k_q4_1,
                                         &gguf_family::k_q5_0,        &gguf_family::k_q5_1,
                                         &gguf_family::k_first_tiny_block, &gguf_family::k_dequantize_codes,
-                                        &gguf_family::k_super_block_scales};
+                                        &gguf_family::k_super_block_scales, &gguf_family::k_q2k_scales};
     return table;
 }
