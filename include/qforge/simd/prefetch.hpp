@@ -7,16 +7,17 @@
 
 namespace qforge::simd {
 
-/// Asks for the cache lines of bytes [p, p + bytes) to be read soon. The addresses are formed
-/// as integers and a prefetch never faults, so the range may lie past the end of the caller's
-/// data (a loop asks a fixed distance ahead of itself, to its end and beyond).
-inline void prefetch_lines(const void* p, std::size_t bytes) noexcept {
+/// Asks for the cache lines of bytes [p + ahead, p + ahead + bytes) to be read soon. The
+/// addresses are formed as integers and a prefetch never faults, so the range may lie past the
+/// end of the caller's data (a loop asks a fixed distance ahead of itself, to its end and beyond).
+inline void prefetch_lines(const void* p, std::size_t ahead, std::size_t bytes) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
-    const auto end = reinterpret_cast<std::uintptr_t>(p) + bytes;
-    for (std::uintptr_t line = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63}; line < end; line += 64)
+    const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(p) + ahead, end = first + bytes;
+    for (std::uintptr_t line = first & ~std::uintptr_t{63}; line < end; line += 64)
         __builtin_prefetch(reinterpret_cast<const void*>(line));
 #else
     (void)p;
+    (void)ahead;
     (void)bytes;
 #endif
 }

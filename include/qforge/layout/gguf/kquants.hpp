@@ -483,7 +483,7 @@ inline constexpr std::int64_t tiny_scan_window = 64 * 256;
 /// while a window's kernels run, the lines are there when it comes (128 x 11008 rows, Intel
 /// Xeon AVX2, alternated, medians of 7-9: Q2_K 156.6 -> 163.7 M weights/s, Q4_K 141.1 -> 144.3).
 inline void ask_for_next_window(const float* sb) noexcept {
-    simd::prefetch_lines(sb + tiny_scan_window, 256 * sizeof(float));
+    simd::prefetch_lines(sb, tiny_scan_window * sizeof(float), 256 * sizeof(float));  // past the data at the end: a hint
 }
 
 template <int Nmax, class Block>

@@ -216,7 +216,7 @@ inline void transpose4x4_u32(vi128& a, vi128& b, vi128& c, vi128& d) noexcept {
     d = vreinterpretq_u8_u64(vzip2q_u64(vreinterpretq_u64_u32(t2), vreinterpretq_u64_u32(t3)));
 }
 inline void prefetch_read(const void* p, std::size_t ahead = 0) noexcept {
-    prefetch_lines(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + ahead), 1);
+    prefetch_lines(p, ahead, 1);
 }
 // ---- end shared integer primitives ----
 

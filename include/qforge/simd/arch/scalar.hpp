@@ -258,7 +258,7 @@ inline void transpose4x4_u32(vi128& a, vi128& b, vi128& c, vi128& d) noexcept {
 // soon. The address is formed as an integer, and a prefetch never faults, so it may lie past
 // the end of the caller's data (the streaming kernels ask a fixed distance ahead).
 inline void prefetch_read(const void* p, std::size_t ahead = 0) noexcept {
-    prefetch_lines(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + ahead), 1);
+    prefetch_lines(p, ahead, 1);
 }
 // ---- end shared integer primitives ----
 

@@ -447,14 +447,16 @@ QFORGE_KFN float largest_positive16(const float* v) noexcept {
     return vhmax(m);
 }
 
-/// A super-block's scale and min codes: ggml's nearest_int(factor * value) (its bit trick),
-/// or 0 where the super-block's largest value is 0 (ggml leaves them 0 there; a product with a
-/// NaN would not be 0).
+/// What a super-block's bytes and sub-block scales are made from.
 struct q2k_factors {
     float is, im;                 ///< 15 / the largest scale, 15 / the largest min
     bool scale_codes, min_codes;  ///< whether that largest value is above 0
     float d, dmin;                ///< the values of the fp16 factors the block stores
 };
+
+/// A vector of a super-block's scale or min codes: ggml's nearest_int(factor * value) (its bit
+/// trick), or 0 where the super-block's largest value is 0 (ggml leaves them 0 there; a product
+/// with a NaN would not be 0).
 QFORGE_KFN vf q2k_codes(const float* v, float factor, bool codes) noexcept {
     return codes ? g3_nearest_int(vmul(vset(factor), vload(v))) : vset(0.f);
 }
