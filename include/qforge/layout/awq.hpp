@@ -26,7 +26,6 @@
 #include "qforge/layout/detail/pack_bits.hpp"
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
-#include "qforge/simd/transpose_kernels.hpp"
 
 namespace qforge {
 
@@ -87,7 +86,7 @@ public:
         std::vector<std::uint8_t> zeros(q.zeros.begin(), q.zeros.end());  // [n][groups], 0..15
         out.push_back(detail::alloc_tensor(p + ".qzeros", dtype::I32, {groups, n / 8}));
         detail::pack_awq4(zeros.data(), 1, groups, groups, n, detail::words_of(out.back()), isa);
-        const auto scales = detail::transpose_scales(q.scales, n, groups);
+        const auto scales = detail::transpose_scales(q.scales, n, groups, isa);
         out.push_back(detail::make_tensor(p + ".scales", dtype::F16, {groups, n}, scales));
         return out;
     }
@@ -108,9 +107,8 @@ public:
         detail::pack_awq4_band(band.codes.data(), rows, k, detail::words_of(out[0]) + first_row / 8, n / 8, isa);
         const std::vector<std::uint8_t> zeros(band.zeros.begin(), band.zeros.end());  // [rows][groups], 0..15
         detail::pack_awq4_band(zeros.data(), rows, groups, detail::words_of(out[1]) + first_row / 8, n / 8, isa);
-        simd::kernels_of<simd::transpose_kernels>(isa).patterns16(reinterpret_cast<const std::byte*>(band.scales.data()),
-                                                                 rows, groups,
-                                                                 reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n);
+        detail::transpose_scales_into(band.scales.data(), rows, groups,
+                                      reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n, isa);
     }
 
     quantized_tensor unpack(std::span<const tensor_view> views, std::string_view prefix,
@@ -161,7 +159,7 @@ public:
         std::vector<std::uint8_t> zeros(static_cast<std::size_t>(N * G));
         detail::unpack_awq4(zwords.data(), G, N, zeros.data(), 1, G);
         q.zeros.assign(zeros.begin(), zeros.end());
-        q.scales = detail::transpose_scales(spat, G, N);
+        q.scales = detail::transpose_scales(spat, G, N, simd::active_isa());
         q.validate();
         return q;
     }

@@ -37,7 +37,6 @@
 #include "qforge/layout/layout_traits.hpp"
 #include "qforge/layout/packing.hpp"
 #include "qforge/quant/quantized_tensor.hpp"
-#include "qforge/simd/transpose_kernels.hpp"
 
 namespace qforge {
 
@@ -244,7 +243,7 @@ public:
         for (std::int64_t g = 0; g < groups; ++g)
             detail::pack_dense(by_group.data() + g * n, 1, n, Bits, qzeros + g * (n * Bits / 32), 1);
 
-        const auto scales = detail::transpose_scales(q.scales, n, groups);  // [g][n]
+        const auto scales = detail::transpose_scales(q.scales, n, groups, isa);  // [g][n]
         out.push_back(detail::make_tensor(p + ".scales", q.scale_dtype, {groups, n}, scales));
         out.push_back(detail::make_tensor(p + ".g_idx", dtype::I32, {k}, detail::full_g_idx(q)));
         return out;
@@ -264,9 +263,8 @@ public:
         const std::int64_t k = band.cols, groups = band.groups(), rows = band.rows;
         detail::pack_dense_transposed(band.codes.data(), rows, k, Bits, detail::words_of(out[0]) + first_row, isa, n);
         pack_band_zeros(band, first_row, n, detail::words_of(out[1]));
-        simd::kernels_of<simd::transpose_kernels>(isa).patterns16(reinterpret_cast<const std::byte*>(band.scales.data()),
-                                                                 rows, groups,
-                                                                 reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n);
+        detail::transpose_scales_into(band.scales.data(), rows, groups,
+                                      reinterpret_cast<std::uint16_t*>(out[2].bytes.data()) + first_row, n, isa);
         if (first_row == 0) {
             const auto g_idx = detail::full_g_idx(band);
             std::memcpy(out[3].bytes.data(), g_idx.data(), g_idx.size() * sizeof(std::int32_t));

@@ -428,15 +428,6 @@ void transpose_into(const T* src, std::int64_t rows, std::int64_t cols, T* dst, 
     }
 }
 
-/// A matrix of 16-bit scale patterns transposed: qforge keeps scales [n][groups], GPTQ and
-/// AWQ store them [groups][n]; pack and unpack both go through here.
-inline std::vector<std::uint16_t> transpose_scales(std::span<const std::uint16_t> src, std::int64_t rows,
-                                                   std::int64_t cols) {
-    std::vector<std::uint16_t> out(static_cast<std::size_t>(rows * cols));
-    transpose_into(src.data(), rows, cols, out.data());
-    return out;
-}
-
 /// The quantized_tensor an unpacker fills: shape, grid and scale dtype set, codes sized.
 inline quantized_tensor unpacked_header(const std::string& name, int bits, std::int64_t rows, std::int64_t cols,
                                         std::int64_t group_size, bool symmetric, dtype scale_dtype) {

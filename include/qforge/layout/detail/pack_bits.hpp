@@ -29,10 +29,12 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "qforge/simd/family.hpp"
 #include "qforge/simd/pack_kernels.hpp"
+#include "qforge/simd/transpose_kernels.hpp"
 
 namespace qforge::detail {
 
@@ -240,11 +242,28 @@ inline std::uint8_t or_bytes(const std::uint8_t* c, std::size_t n, simd::isa isa
     return simd::kernels_of<simd::pack_kernels>(isa).or_bytes(c, n);
 }
 
+/// A [rows][cols] matrix of 16-bit scale patterns into dst[c * dst_stride + r] through the
+/// transpose kernels of `isa`: qforge keeps scales [n][groups], GPTQ and AWQ store them
+/// [groups][n]; whole weights (dst_stride = rows) and bands of rows (dst_stride = n) go
+/// through here, packing and unpacking.
+inline void transpose_scales_into(const std::uint16_t* src, std::int64_t rows, std::int64_t cols, std::uint16_t* dst,
+                                  std::int64_t dst_stride, simd::isa isa) noexcept {
+    simd::kernels_of<simd::transpose_kernels>(isa).patterns16(reinterpret_cast<const std::byte*>(src), rows, cols, dst,
+                                                             dst_stride);
+}
+inline std::vector<std::uint16_t> transpose_scales(std::span<const std::uint16_t> src, std::int64_t rows,
+                                                   std::int64_t cols, simd::isa isa) {
+    std::vector<std::uint16_t> out(static_cast<std::size_t>(rows * cols));
+    transpose_scales_into(src.data(), rows, cols, out.data(), rows, isa);
+    return out;
+}
+
 /// GPTQ qweight: codes [rows][cols] (row-major) -> words [dense_words(cols)][rows], each row a
 /// dense stream along cols written down its column. cols*bits must fill whole words.
 /// Allocates a dense_words(cols) x tile_rows word buffer (may throw std::bad_alloc). 4-bit rows
-/// are packed, and every width's tiles stored, by the pack kernels of `isa`. `dst_stride` (default `rows`) is the distance between
-/// word rows of dst, so a band of rows can go into a wider matrix.
+/// are packed, and every width's tiles stored, by the pack kernels of `isa`. `dst_stride`
+/// (default `rows`) is the distance between word rows of dst, so a band of rows can go into a
+/// wider matrix.
 inline void pack_dense_transposed(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols, int bits,
                                   std::uint32_t* dst, simd::isa isa, std::int64_t dst_stride = -1) {
     if (dst_stride < 0) dst_stride = rows;

@@ -461,10 +461,10 @@ QFORGE_KFN vf q2k_codes(const float* v, float factor, bool codes) noexcept {
     return codes ? g3_nearest_int(vmul(vset(factor), vload(v))) : vset(0.f);
 }
 
-/// One super-block's scale bytes and sub-block scales. Returns false, writing nothing, where
-/// some code lies outside 0..15 (a negative or infinite scale or min: never a search's), whose
-/// byte takes the integer casts of q2k_scales_port.
-QFORGE_KFN bool q2k_sub_block_scales(const float* scale, const float* mins, const q2k_factors& f, std::uint8_t* sc,
+/// One super-block's scale bytes and sub-block scales. Codes 0..15 (every search's) combine
+/// as floats; any other (a negative, infinite or NaN-payload scale or min) takes ggml's
+/// (uint8_t) casts of the ints, the min's shifted left by four and or-ed in.
+QFORGE_KFN void q2k_sub_block_scales(const float* scale, const float* mins, const q2k_factors& f, std::uint8_t* sc,
                                      float* dj, float* dmj) noexcept {
     const vf zero = vset(0.f), fifteen = vset(15.f);
     vf c[16 / lanes], l[16 / lanes];
@@ -475,28 +475,23 @@ QFORGE_KFN bool q2k_sub_block_scales(const float* scale, const float* mins, cons
         inside = inside && !gg_any(gg_or(gg_or(gg_lt(c[k], zero), gg_gt(c[k], fifteen)),
                                          gg_or(gg_lt(l[k], zero), gg_gt(l[k], fifteen))));
     }
-    if (!inside) return false;
-    const vf vd = vset(f.d), vdmin = vset(f.dmin), sixteen = vset(16.f);
-    for (std::size_t k = 0; k < 16 / lanes; ++k) {
-        vstore_codes(sc + lanes * k, vadd(c[k], vmul(l[k], sixteen)));  // exact: whole numbers below 256
-        vstore(dj + lanes * k, vmul(vd, c[k]));
-        vstore(dmj + lanes * k, vmul(vdmin, l[k]));
+    if (inside) {
+        const vf vd = vset(f.d), vdmin = vset(f.dmin), sixteen = vset(16.f);
+        for (std::size_t k = 0; k < 16 / lanes; ++k) {
+            vstore_codes(sc + lanes * k, vadd(c[k], vmul(l[k], sixteen)));  // exact: whole numbers below 256
+            vstore(dj + lanes * k, vmul(vd, c[k]));
+            vstore(dmj + lanes * k, vmul(vdmin, l[k]));
+        }
+        return;
     }
-    return true;
-}
-
-/// q2k_sub_block_scales for codes outside 0..15: ggml's (uint8_t) casts of the ints, the min's
-/// shifted left by four and or-ed in.
-QFORGE_KFN void q2k_scales_port(const float* scale, const float* mins, const q2k_factors& f, std::uint8_t* sc,
-                                float* dj, float* dmj) noexcept {
-    alignas(64) float c[16], l[16];
+    alignas(64) float cs[16], ls[16];
     for (std::size_t k = 0; k < 16 / lanes; ++k) {
-        vstore(c + lanes * k, q2k_codes(scale + lanes * k, f.is, f.scale_codes));
-        vstore(l + lanes * k, q2k_codes(mins + lanes * k, f.im, f.min_codes));
+        vstore(cs + lanes * k, c[k]);
+        vstore(ls + lanes * k, l[k]);
     }
     for (std::size_t j = 0; j < 16; ++j) {
-        const auto lo = static_cast<std::uint8_t>(static_cast<std::int32_t>(c[j]));
-        const auto hi = static_cast<std::uint32_t>(static_cast<std::int32_t>(l[j])) << 4;
+        const auto lo = static_cast<std::uint8_t>(static_cast<std::int32_t>(cs[j]));
+        const auto hi = static_cast<std::uint32_t>(static_cast<std::int32_t>(ls[j])) << 4;
         sc[j] = static_cast<std::uint8_t>(lo | hi);
         dj[j] = f.d * static_cast<float>(sc[j] & 0xF);
         dmj[j] = f.dmin * static_cast<float>(sc[j] >> 4);
@@ -527,10 +522,7 @@ QFORGE_KFN void k_q2k_scales(const float* scale, const float* mins, std::size_t 
             dm16[2 * b] = pairs[2 * j];
             dm16[2 * b + 1] = pairs[2 * j + 1];
             const q2k_factors f{is[j], im[j], top_scale[j] > 0, top_min[j] > 0, back[2 * j], back[2 * j + 1]};
-            const float* s = scale + 16 * b;
-            const float* n = mins + 16 * b;
-            if (!q2k_sub_block_scales(s, n, f, sc + 16 * b, d + 16 * b, dm + 16 * b))
-                q2k_scales_port(s, n, f, sc + 16 * b, d + 16 * b, dm + 16 * b);
+            q2k_sub_block_scales(scale + 16 * b, mins + 16 * b, f, sc + 16 * b, d + 16 * b, dm + 16 * b);
         }
     }
 }

@@ -252,11 +252,7 @@ QFORGE_KFN void k_store_tile(const std::uint32_t* tile, std::int64_t rows, std::
                              std::uint32_t* dst, std::ptrdiff_t ds) noexcept {
     const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(std::uint32_t);
     for (std::int64_t w = 0; w < rows; ++w) {
-        if (w + store_tile_ahead < rows) {
-            const std::uint32_t* next = dst + (w + store_tile_ahead) * ds;
-            for (std::size_t off = 0; off < bytes; off += 64) prefetch_read(next, off);
-            if (bytes > 0) prefetch_read(next, bytes - 1);  // a segment that straddles one more line
-        }
+        if (w + store_tile_ahead < rows) prefetch_lines(dst + (w + store_tile_ahead) * ds, 0, bytes);
         if (n == 64) std::memcpy(dst + w * ds, tile + w * ts, 64 * sizeof(std::uint32_t));
         else std::memcpy(dst + w * ds, tile + w * ts, bytes);
     }
