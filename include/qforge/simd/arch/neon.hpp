@@ -365,10 +365,16 @@ inline void gg_store_nibbles32(std::byte* qs, const std::uint8_t* q) noexcept {
     const uint8x16_t lo = vandq_u8(vld1q_u8(q), low), hi = vandq_u8(vld1q_u8(q + 16), low);
     vst1q_u8(reinterpret_cast<std::uint8_t*>(qs), vorrq_u8(lo, vshlq_n_u8(hi, 4)));
 }
-inline std::uint32_t gg_fifth_bits32(const std::uint8_t* q) noexcept { return byte_bits::fifth_bits32(q); }  // no byte movemask
 inline void gg_store_code_nibbles(std::byte* qs, const vf* c) noexcept {  // see scalar.hpp
     alignas(32) std::uint8_t q[32];
     vstore_codes4(q, c[0], c[1], c[2], c[3]);
+    gg_store_nibbles32(qs, q);
+}
+inline void gg_store_code_fields5(std::byte* qh, std::byte* qs, const vf* c) noexcept {  // see scalar.hpp
+    alignas(32) std::uint8_t q[32];
+    vstore_codes4(q, c[0], c[1], c[2], c[3]);
+    const std::uint32_t bits = byte_bits::fifth_bits32(q);
+    std::memcpy(qh, &bits, 4);
     gg_store_nibbles32(qs, q);
 }
 inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {

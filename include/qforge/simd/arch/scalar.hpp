@@ -446,15 +446,23 @@ inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(static_cast<std::int32_t>(q.v[j])));
 }
 /// A block's 32 codes (bytes q[0..32)) as ggml stores them: the 16 bytes of nibbles (code j
-/// low, code j + 16 high; codes >= 16 keep their low four bits) and the 32-bit mask of bit 4.
+/// low, code j + 16 high; codes >= 16 keep their low four bits).
 inline void gg_store_nibbles32(std::byte* qs, const std::uint8_t* q) noexcept { byte_bits::nibbles32(qs, q); }
-inline std::uint32_t gg_fifth_bits32(const std::uint8_t* q) noexcept { return byte_bits::fifth_bits32(q); }
 /// A block's 32 codes as gg_store_nibbles32 stores them, from the codes as vectors (floats
 /// whose truncations are the codes 0..15, code j in lane j % lanes of c[j / lanes]), where an
 /// ISA can do without the bytes in between.
 inline void gg_store_code_nibbles(std::byte* qs, const vf* c) noexcept {
     alignas(32) std::uint8_t q[32];
     vstore_codes4(q, c[0], c[1], c[2], c[3]);
+    gg_store_nibbles32(qs, q);
+}
+/// The same for codes 0..31 (Q5_0 / Q5_1's fields): the nibbles into qs, and bit 4 of code j as
+/// bit j of the 32-bit qh, little-endian.
+inline void gg_store_code_fields5(std::byte* qh, std::byte* qs, const vf* c) noexcept {
+    alignas(32) std::uint8_t q[32];
+    vstore_codes4(q, c[0], c[1], c[2], c[3]);
+    const std::uint32_t bits = byte_bits::fifth_bits32(q);
+    std::memcpy(qh, &bits, 4);
     gg_store_nibbles32(qs, q);
 }
 inline void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {

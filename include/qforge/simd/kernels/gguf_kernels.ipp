@@ -984,27 +984,18 @@ QFORGE_KFN void block_lane_min_max(const float* x, vf& lo, vf& hi) noexcept {
     hi = h;
 }
 
-/// ggml's 32-bit qh, little-endian.
-QFORGE_KFN void store_fifth_bits(std::byte* qh, std::uint32_t bits) noexcept { std::memcpy(qh, &bits, 4); }
-
 /// Whether a block's 1 / d (Q4_0, Q5_0, Q8_0) gives it codes: with 1 / d infinite (d
 /// subnormal) every product is +-inf or NaN, which ggml's (int8_t) cast (x86 cvttss2si) turns
 /// into code 0, and the block takes zero codes instead.
 QFORGE_KFN bool signed_codes_defined(float id) noexcept { return std::fabs(id) <= 3.40282347e38f; }
 
-/// Q4_0 / Q5_0's codes MIN(levels - 1, (int8_t)(x / d + levels / 2 + 0.5f)), >= 0, into q[32]
-/// (the clamp before the truncating conversion to bytes: the same, levels - 1 being whole),
-/// or zero codes where 1 / d gives none.
-QFORGE_KFN void signed_codes(const float* x, float levels, float id, bool defined, std::uint8_t* q) noexcept {
-    if (!defined) {
-        std::memset(q, 0, 32);
-        return;
-    }
+/// Q4_0 / Q5_0's codes MIN(levels - 1, (int8_t)(x / d + levels / 2 + 0.5f)), >= 0, as the
+/// floats whose truncations they are (the clamp before the truncating conversion: the same,
+/// levels - 1 being whole), where 1 / d is finite (signed_codes_defined).
+QFORGE_KFN void signed_code_vectors(const float* x, float levels, float id, vf* c) noexcept {
     const vf vid = vset(id), bias = vset(levels / 2 + 0.5f), top = vset(levels - 1);
-    vf c[block_steps];
 #pragma GCC unroll 4
     for (std::size_t k = 0; k < block_steps; ++k) c[k] = vmin(vadd(vmul(vload(x + lanes * k), vid), bias), top);
-    store_block_codes(reinterpret_cast<std::byte*>(q), c);
 }
 
 /// Q4_1 / Q5_1's codes (int8_t)((x - min) / d + 0.5f) as the floats whose truncations they
@@ -1212,11 +1203,21 @@ QFORGE_KFN void k_q8_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
     batched_blocks<34>(x, nb, blocks, absmax_scales{}, q8_0_emit{});
 }
 
+/// Lane j's block of a signed type (Q4_0 / Q5_0): its fp16 d. Returns whether its 1 / d gives
+/// codes, and then its code vectors in c; without, every code is 0.
+QFORGE_KFN bool signed_block(const float* x, float levels, const batch_scales& s, std::size_t j, std::byte* block,
+                             vf* c) noexcept {
+    std::memcpy(block, &s.dm16[2 * j], 2);
+    if (!s.all_defined && !signed_codes_defined(s.id[j])) return false;
+    signed_code_vectors(x, levels, s.id[j], c);
+    return true;
+}
 struct q4_0_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
-        signed_codes(x, 16, s.id[j], s.all_defined || signed_codes_defined(s.id[j]), q);
-        std::memcpy(block, &s.dm16[2 * j], 2);
+        vf c[block_steps];
+        if (signed_block(x, 16, s, j, block, c)) store_block_codes(reinterpret_cast<std::byte*>(q), c);
+        else std::memset(q, 0, 32);
         gg_store_nibbles32(block + 2, q);
     }
 };
@@ -1232,10 +1233,11 @@ QFORGE_KFN bool offset_block(const float* x, const batch_scales& s, std::size_t 
     offset_code_vectors(x, s.mn[j], s.id[j], c);
     return true;
 }
-// Q4_1 stores its codes' nibbles straight from the code vectors (gg_store_code_nibbles), so
-// that AVX-512 does without the bytes in between (128 x 11008 rows, alternated, medians of 5
-// in two runs: 4.99-5.40 -> 5.34-5.64 G weights/s; AVX2 the same operations). Q4_0 measured
-// slower that way on AVX-512 (4.89 -> 4.57) and keeps its bytes.
+// Q4_1, Q5_0 and Q5_1 store their fields straight from the code vectors (gg_store_code_nibbles,
+// gg_store_code_fields5), so that AVX-512 and AVX2 do without the code bytes in memory in
+// between (AVX-512 Q4_1, 128 x 11008 rows, alternated, medians of 5 in two runs: 4.99-5.40 ->
+// 5.34-5.64 G weights/s; the others' figures are at the primitives). Q4_0 measured slower that
+// way on AVX-512 (4.89 -> 4.57) and keeps its bytes.
 struct q4_1_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         vf c[block_steps];
@@ -1249,11 +1251,9 @@ QFORGE_KFN void k_q4_1(const float* x, std::int64_t nb, std::byte* blocks) noexc
 
 struct q5_0_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
-        alignas(32) std::uint8_t q[32];
-        signed_codes(x, 32, s.id[j], s.all_defined || signed_codes_defined(s.id[j]), q);
-        std::memcpy(block, &s.dm16[2 * j], 2);
-        store_fifth_bits(block + 2, gg_fifth_bits32(q));
-        gg_store_nibbles32(block + 6, q);
+        vf c[block_steps];
+        if (signed_block(x, 32, s, j, block, c)) gg_store_code_fields5(block + 2, block + 6, c);
+        else std::memset(block + 2, 0, 20);
     }
 };
 QFORGE_KFN void k_q5_0(const float* x, std::int64_t nb, std::byte* blocks) noexcept {
@@ -1262,12 +1262,9 @@ QFORGE_KFN void k_q5_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
 
 struct q5_1_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
-        alignas(32) std::uint8_t q[32];
         vf c[block_steps];
-        if (offset_block(x, s, j, block, c)) store_block_codes(reinterpret_cast<std::byte*>(q), c);
-        else std::memset(q, 0, 32);
-        store_fifth_bits(block + 4, gg_fifth_bits32(q));
-        gg_store_nibbles32(block + 8, q);
+        if (offset_block(x, s, j, block, c)) gg_store_code_fields5(block + 4, block + 8, c);
+        else std::memset(block + 4, 0, 20);
     }
 };
 QFORGE_KFN void k_q5_1(const float* x, std::int64_t nb, std::byte* blocks) noexcept {

@@ -1,6 +1,6 @@
 // The GGUF 32-element blocks' bit gathers on eight bytes at a time in 64-bit integers: the
-// definition of gg_store_nibbles32 / gg_fifth_bits32 for scalar.hpp, and NEON's fifth bits
-// (it has no byte movemask). Plain C++, one copy for both.
+// definition of gg_store_nibbles32 and gg_store_code_fields5 for scalar.hpp, and NEON's fifth
+// bits (it has no byte movemask). Plain C++, one copy for both.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// The GGUF 32-element blocks' bit gathers on x86 (gg_store_nibbles32 / gg_fifth_bits32, defined
+// The GGUF 32-element blocks' nibble gather from code bytes on x86 (gg_store_nibbles32, defined
 // in scalar.hpp): one definition for avx2.hpp and avx512.hpp, on 128-bit halves so that either
 // ISA's code stores (one 32-byte vector, or two 16-byte ones with 16 lanes) forward into the
 // loads; a 32-byte load across two 16-byte stores misses store forwarding. AVX2 target
@@ -20,13 +20,6 @@ namespace qforge::simd::detail::x86_block_bits {
     const __m128i lo = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), low);
     const __m128i hi = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)), low);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm_or_si128(lo, _mm_slli_epi16(hi, 4)));  // hi < 16: no carry across bytes
-}
-/// Shifting the 16-bit words left by 3 puts each byte's bit 4 in its bit 7, which movemask reads.
-[[gnu::always_inline]] QFORGE_TARGET_AVX2 inline std::uint32_t gg_fifth_bits32(const std::uint8_t* q) noexcept {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
-    const auto a = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_slli_epi16(lo, 3)));
-    return a | static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_slli_epi16(hi, 3))) << 16;
 }
 
 }  // namespace qforge::simd::detail::x86_block_bits
