@@ -326,10 +326,9 @@ QFORGE_GG void gg_store_i8(std::uint8_t* out, vf q) noexcept {
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(w, w));
 }
-// The saturating packs interleave the 128-bit halves; one dword permute puts them in order.
 using x86_block_bits::gg_store_nibbles32;  // the shared definition: simd/arch/detail/x86_block_bits.hpp
 // The nibbles and fifth bits from the codes' bytes in a register, not stored and read back
-// (128 x 11008 rows, Intel Xeon, alternated medians of 7: Q5_1 4.49 -> 5.15 G weights/s, Q4_1
+// (256 x 11008 rows, Intel Xeon, alternated medians of 7: Q5_1 4.49 -> 5.15 G weights/s, Q4_1
 // 5.14 -> 5.37, Q5_0 4.51 -> 4.55). Codes j and j + 16 are the two 128-bit halves.
 QFORGE_GG __m128i gg_nibbles_of(__m256i bytes) noexcept {  // codes <= 15 in the upper half: no carry
     return _mm_or_si128(_mm256_castsi256_si128(bytes), _mm_slli_epi16(_mm256_extracti128_si256(bytes, 1), 4));
@@ -344,6 +343,7 @@ QFORGE_GG void gg_store_code_fields5(std::byte* qh, std::byte* qs, const vf* c) 
     std::memcpy(qh, &bits, 4);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), gg_nibbles_of(_mm256_and_si256(bytes, _mm256_set1_epi8(0x0F))));
 }
+// The saturating packs interleave the 128-bit halves; one dword permute puts them in order.
 QFORGE_GG void gg_store_i8x4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     const __m256i ab = _mm256_packs_epi32(_mm256_cvttps_epi32(a), _mm256_cvttps_epi32(b));
     const __m256i cd = _mm256_packs_epi32(_mm256_cvttps_epi32(c), _mm256_cvttps_epi32(d));
