@@ -4,6 +4,7 @@
 // includes in the separate-compilation mode (core/config.hpp). qforge/qforge.hpp includes it.
 #pragma once
 
+#include "qforge/core/cache_aligned.hpp"
 #include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"

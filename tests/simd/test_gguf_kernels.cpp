@@ -5,6 +5,7 @@
 // that leave the searches' lanes partly filled (1, 3, 5 and 11 super-blocks).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "qforge/core/cache_aligned.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
 #include "qforge/simd/gguf_kernels.hpp"
 #include "support/guarded_span.hpp"
@@ -153,6 +155,31 @@ TEST_CASE("gguf kernels: the 32-element types' last blocks, past the batches of 
                     CAPTURE(rows);
                     CHECK(std::memcmp(port.data(), ours.data(), size) == 0);
                 }
+            }
+        }
+    }
+}
+
+TEST_CASE("gguf kernels: rows at any alignment give the bytes of rows on a cache line, every ISA") {
+    // The kernels load whole vectors wherever the caller's rows start; the GGUF converter keeps
+    // its rows on cache lines (faster), a caller's std::vector may not.
+    constexpr std::int64_t n_per_row = 768;
+    const auto x = kernel_rows(n_per_row);
+    const std::int64_t nrow = static_cast<std::int64_t>(x.size()) / n_per_row;
+    cache_aligned_vector<float> held(x.size() + 16);
+    for (ggml_type t : all_types) {
+        const auto size = static_cast<std::size_t>(quantized_size(t, nrow, n_per_row));
+        for (simd::isa i : qforge::testing::available_isas()) {
+            std::vector<std::uint16_t> aligned(size / 2 + 1), shifted(size / 2 + 1);
+            std::copy(x.begin(), x.end(), held.begin());
+            quantize_rows(t, held.data(), nrow, n_per_row, nullptr, reinterpret_cast<std::byte*>(aligned.data()), i);
+            for (std::size_t off : {1u, 4u, 7u, 12u}) {  // 4 to 48 bytes past the line
+                std::copy(x.begin(), x.end(), held.begin() + static_cast<std::ptrdiff_t>(off));
+                quantize_rows(t, held.data() + off, nrow, n_per_row, nullptr, reinterpret_cast<std::byte*>(shifted.data()), i);
+                CAPTURE(simd::isa_name(i));
+                CAPTURE(type_name(t));
+                CAPTURE(off);
+                CHECK(std::memcmp(aligned.data(), shifted.data(), size) == 0);
             }
         }
     }

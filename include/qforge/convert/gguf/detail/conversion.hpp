@@ -27,6 +27,7 @@
 #include "qforge/convert/model_config.hpp"
 #include "qforge/convert/mxfp4_source.hpp"
 #include "qforge/convert/source.hpp"
+#include "qforge/core/cache_aligned.hpp"
 #include "qforge/core/config.hpp"
 #include "qforge/core/dtype.hpp"
 #include "qforge/core/error.hpp"
@@ -800,7 +801,7 @@ private:
     importance_lookup* imatrix_;  // the imatrix file's entries, or null
     Writer& w_;
     snr_sums snr_;  // the tensor's so far
-    std::vector<float> rows_, back_;
+    cache_aligned_vector<float> rows_, back_;  ///< rows of cols floats: each on a cache line where cols % 16 == 0
     std::vector<snr_sums> row_snr_;
     std::vector<std::uint16_t> out_;     // 2-byte aligned block storage (every row size is even)
     std::vector<std::byte> chunk_src_;  // the chunk's source rows, read with pread
