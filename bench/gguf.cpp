@@ -16,7 +16,9 @@
 // qforge's bytes equal ggml's, and prints each SIMD path's ratio to it beside the goal of issue
 // 21: Q4_K/Q5_K >= 25x, Q6_K >= 20x, Q4_0 >= 3x, Q8_0 >= 8x, every other type >= 10x.
 // The K-quant searches' AVX2 width is chosen by the CPU's vendor; the width not chosen is timed
-// in the same rounds and printed beside it.
+// in the same rounds and printed beside it. The matrix starts on a cache line, as the GGUF
+// converter's rows do; the 32-element types, which stream their rows, are timed again on rows
+// 16 bytes past one (where malloc leaves a large std::vector), and ggml's quantizer there too.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "qforge/core/cache_aligned.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
 #include "tests/support/synthetic.hpp"
 
@@ -110,11 +113,52 @@ double ggml_seconds(ggml_type t, const float* x, std::int64_t nrow, std::vector<
 }
 #endif
 
+/// The 32-element types' AVX2 path on the first 256 rows as they lie (on a cache line) and
+/// copied 16 bytes past one, in alternating rounds, with ggml's quantizer on the copy too.
+void off_line_rates(const cache_aligned_vector<float>& x) {
+    constexpr std::int64_t n = 256;
+    cache_aligned_vector<float> held(static_cast<std::size_t>(n * cols) + 4);
+    std::copy(x.begin(), x.begin() + n * cols, held.begin() + 4);
+    const float* off = held.data() + 4;
+    std::printf("\n32-element types on rows 16 bytes past a cache line (AVX2, %lld rows, same rounds):\n",
+                static_cast<long long>(n));
+    std::printf("%-6s %14s %14s %7s%s\n", "type", "on line Mw/s", "past it Mw/s", "past/on",
+#ifdef QFORGE_BENCH_WITH_GGML
+                "  ggml past it Mw/s  avx2/ggml there"
+#else
+                ""
+#endif
+    );
+    for (ggml_type t : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q8_0}) {
+        std::vector<std::byte> out(static_cast<std::size_t>(quantized_size(t, n, cols)));
+        double on = 1e30, past = 1e30;
+#ifdef QFORGE_BENCH_WITH_GGML
+        double ggml = 1e30;
+#endif
+        for (int round = 0; round < 3; ++round) {
+            on = std::min(on, seconds_per_run(t, x.data(), n, out.data(), simd::isa::avx2, 1));
+            past = std::min(past, seconds_per_run(t, off, n, out.data(), simd::isa::avx2, 1));
+#ifdef QFORGE_BENCH_WITH_GGML
+            ggml = std::min(ggml, ggml_seconds(t, off, n, out));
+#endif
+        }
+        const double w = static_cast<double>(n * cols);
+        std::printf("%-6s %14.1f %14.1f %6.2fx", std::string(type_name(t)).c_str(), w / on / 1e6, w / past / 1e6, on / past);
+#ifdef QFORGE_BENCH_WITH_GGML
+        std::printf("  %17.1f %15.1fx", w / ggml / 1e6, ggml / past);
+#endif
+        std::printf("\n");
+    }
+}
+
 }  // namespace
 
 int main() {
     std::printf("generating %lld x %lld Student-t(5) weights...\n", static_cast<long long>(rows), static_cast<long long>(cols));
-    const std::vector<float> x = testing::student_t_floats(static_cast<std::size_t>(rows * cols), 20261130, 5, 0.02);
+    // On a cache line, as the GGUF converter keeps its rows (core/cache_aligned.hpp); the
+    // 32-element types on rows 16 bytes past one (malloc's usual place) are timed at the end.
+    const std::vector<float> drawn = testing::student_t_floats(static_cast<std::size_t>(rows * cols), 20261130, 5, 0.02);
+    const cache_aligned_vector<float> x(drawn.begin(), drawn.end());
     const bool simd_ok = simd::avx2_tag::available();
     const bool wide = simd::avx512_tag::available();
     std::printf("SIMD path: %s\n", simd_ok ? (wide ? "avx2 (ratio, floor) and avx512" : "avx2") : "none (scalar only)");
@@ -215,6 +259,7 @@ int main() {
             std::printf("%-6s %13.1f %13.1f %6.2fx\n", std::string(type_name(w.t)).c_str(), w.chosen / 1e6, w.other / 1e6,
                         w.other / w.chosen);
     }
+    if (simd_ok) off_line_rates(x);
     if (!vs_ggml.empty()) {
         std::printf("\nagainst ggml's own quantizer (ggml_quantize_chunk, same rows, same run):\n");
         std::printf("%-6s %10s %9s %11s %6s %-9s %s\n", "type", "ggml Mw/s", "avx2/ggml", "avx512/ggml", "goal", "identical",
