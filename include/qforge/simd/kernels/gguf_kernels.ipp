@@ -632,8 +632,12 @@ inline constexpr bool q3_check_first = lanes == 8;
 inline constexpr std::size_t q3_groups = 4, q3_step = q3_groups * W3;
 struct q3_state {
     alignas(64) float xt[q3_groups][16][W3], w[q3_groups][16][W3], wx[q3_groups][16][W3], lf[q3_groups][16][W3];
-    alignas(64) float sumlx[q3_groups][W3], suml2[q3_groups][W3], amax[q3_groups][W3], moved[q3_groups][W3];
+    alignas(64) float sumlx[q3_groups][W3], suml2[q3_groups][W3], amax[q3_groups][W3];
+    wm3 moved[q3_groups];
 };
+
+/// A mask of no lane.
+QFORGE_KFN wm3 no_lanes() noexcept { return wlt(wset<2>(0.f), wset<2>(0.f)); }
 
 /// One coordinate-descent try of the first ng groups: element by element, the move
 /// q3_propose finds replaces the current code where it is accepted, each lane's updates its
@@ -647,7 +651,6 @@ struct q3_state {
 /// round and compare. The groups' chains are independent, and interleaved they fill each
 /// other's wait.
 QFORGE_KFN void q3_try(q3_state& st, std::size_t ng) noexcept {
-    const wv3 one = wset<2>(1.f);
     for (int i = 0; i < 16; ++i) {
         for (std::size_t g = 0; g < ng; ++g) {
             const wv3 li = wload<2>(st.lf[g][i]), sumlx = wload<2>(st.sumlx[g]), suml2 = wload<2>(st.suml2[g]);
@@ -656,7 +659,7 @@ QFORGE_KFN void q3_try(q3_state& st, std::size_t ng) noexcept {
             wstore(st.lf[g][i], wblend(m.accept, m.nl, li));
             wstore(st.sumlx[g], wblend(m.accept, m.slx, sumlx));
             wstore(st.suml2[g], wblend(m.accept, m.sl2, suml2));
-            wstore(st.moved[g], wblend(m.accept, one, wload<2>(st.moved[g])));
+            st.moved[g] = wor(st.moved[g], m.accept);
         }
     }
 }
@@ -668,17 +671,17 @@ QFORGE_KFN void q3_try(q3_state& st, std::size_t ng) noexcept {
 /// sub-blocks) are done; the others (95% of which do move) take the try itself from the same
 /// state in the retries. The check is about half a try's operations, with no blends.
 QFORGE_KFN void q3_first_moves(q3_state& st, std::size_t ng) noexcept {
-    const wv3 one = wset<2>(1.f), zero = wset<2>(0.f);
+    const wv3 zero = wset<2>(0.f);
     for (std::size_t g = 0; g < ng; ++g) {
         const wv3 sumlx = wload<2>(st.sumlx[g]), suml2 = wload<2>(st.suml2[g]);
-        wm3 may = wlt(one, zero);  // no lane yet
+        wm3 may = no_lanes();
         for (int i = 0; i < 16; ++i) {
             const wv3 li = wload<2>(st.lf[g][i]);
             const q3_proposal p = q3_propose_code(wload<2>(st.xt[g][i]), wload<2>(st.w[g][i]), wload<2>(st.wx[g][i]),
                                                   li, sumlx, suml2);
             may = wor(may, wand(wgt(p.slx, zero), wne(p.nl, li)));
         }
-        wstore(st.moved[g], wblend(may, one, zero));
+        st.moved[g] = may;
     }
 }
 
@@ -686,8 +689,8 @@ QFORGE_KFN void q3_first_moves(q3_state& st, std::size_t ng) noexcept {
 /// to interleave, and while no lane accepts, the next element's sums are the ones already
 /// known, so the elements overlap.
 QFORGE_KFN void q3_try_one(q3_state& st) noexcept {
-    const wv3 one = wset<2>(1.f);
-    wv3 sumlx = wload<2>(st.sumlx[0]), suml2 = wload<2>(st.suml2[0]), moved = wload<2>(st.moved[0]);
+    wv3 sumlx = wload<2>(st.sumlx[0]), suml2 = wload<2>(st.suml2[0]);
+    wm3 moved = st.moved[0];
     for (int i = 0; i < 16; ++i) {
         const wv3 li = wload<2>(st.lf[0][i]);
         const q3_move m = q3_propose(wload<2>(st.xt[0][i]), wload<2>(st.w[0][i]), wload<2>(st.wx[0][i]), li, sumlx, suml2);
@@ -695,11 +698,11 @@ QFORGE_KFN void q3_try_one(q3_state& st) noexcept {
         wstore(st.lf[0][i], wblend(m.accept, m.nl, li));
         sumlx = wblend(m.accept, m.slx, sumlx);
         suml2 = wblend(m.accept, m.sl2, suml2);
-        moved = wblend(m.accept, one, moved);
+        moved = wor(moved, m.accept);
     }
     wstore(st.sumlx[0], sumlx);
     wstore(st.suml2[0], suml2);
-    wstore(st.moved[0], moved);
+    st.moved[0] = moved;
 }
 
 /// The scale suml2 > 0 ? sumlx / suml2 : 0, or ggml's early return (scale 0) where max |x| <
@@ -739,65 +742,114 @@ QFORGE_KFN void q3_copy_lane(const q3_state& from, std::size_t g, std::size_t l,
 }
 
 /// The sub-blocks that moved in try 0 (about one in six) wait here for tries 1..4, and for
-/// try 0 itself where a step only checked them (q3_check_first). A pass
-/// gives each of them one more try, the groups together (q3_try interleaves them); one that
-/// did not change, or has had its five tries, leaves with its scale, and the rest stay for the
-/// next pass. Passes run when the groups are full and at the end of a call, so a try runs for
-/// the sub-blocks that need it rather than for every lane of a group with one such sub-block.
+/// try 0 itself where a step only checked them (q3_check_first). A pass gives each of them one
+/// more try, the groups together (q3_try interleaves them); one that did not change, or has had
+/// its five tries, leaves with its scale and frees its slot, and the others stay where they are
+/// for the next pass: a newcomer takes a free slot, so a sub-block is copied once on its way in
+/// (a lane copy is 35 scalar moves) rather than again each pass that packs the others down.
+/// Passes run when every slot is held and at the end of a call, so a try runs for the
+/// sub-blocks that need it rather than for every lane of a group with one such sub-block.
 struct q3_retries {
     q3_state st;
-    std::size_t dest[q3_step];  ///< each sub-block's index in the call
-    int tries[q3_step];         ///< the tries it has had
-    std::size_t m = 0;
+    std::size_t dest[q3_step];           ///< each slot's sub-block: its index in the call
+    int tries[q3_step];                  ///< the tries it has had
+    std::uint32_t held[q3_groups] = {};  ///< bit l of held[g]: slot g W3 + l holds a sub-block
+    std::size_t count = 0;               ///< the slots held
 };
 
-/// One pass over the waiting sub-blocks: each one's next try; the ones done write their scale.
-QFORGE_KFN void q3_retry_pass(q3_retries& r, float* scale) noexcept {
-    const std::size_t m = r.m, ng = (m + W3 - 1) / W3;
-    for (std::size_t k = m; k < ng * W3; ++k) q3_copy_lane(r.st, 0, 0, r.st, k / W3, k % W3);  // spare lanes
-    for (std::size_t g = 0; g < ng; ++g) {
-        q3_weights(r.st.xt[g], r.st.w[g], r.st.wx[g]);
-        wstore(r.st.moved[g], wset<2>(0.f));
-    }
-    if (ng == 1) q3_try_one(r.st);
-    else q3_try(r.st, ng);
-    alignas(64) float s[q3_groups][W3];
-    for (std::size_t g = 0; g < ng; ++g) wstore(s[g], q3_finish(r.st.amax[g], r.st.sumlx[g], r.st.suml2[g]));
-    std::size_t kept = 0;  // lanes below `kept` hold the sub-blocks that stay, in order
-    for (std::size_t k = 0; k < m; ++k) {
-        const std::size_t g = k / W3, l = k % W3;
-        if (r.st.moved[g][l] != 0 && ++r.tries[k] < 5) {
-            if (kept != k) {
-                q3_copy_lane(r.st, g, l, r.st, kept / W3, kept % W3);
-                r.dest[kept] = r.dest[k];
-                r.tries[kept] = r.tries[k];
-            }
-            ++kept;
-        } else {
-            scale[r.dest[k]] = s[g][l];
-        }
-    }
-    r.m = kept;
+inline constexpr std::uint32_t q3_all_held = W3 == 32 ? ~0u : (1u << W3) - 1;
+
+/// The first slot not held (the caller knows one is free), as g W3 + lane.
+QFORGE_KFN std::size_t q3_free_slot(const q3_retries& r) noexcept {
+    std::size_t g = 0;
+    while (r.held[g] == q3_all_held) ++g;
+    return g * W3 + static_cast<std::size_t>(__builtin_ctz(~r.held[g]));
+}
+
+/// Sub-block l of group g of `from` into free slot k of the retries, with its index and tries.
+QFORGE_KFN void q3_hold(const q3_state& from, std::size_t g, std::size_t l, std::size_t dest, int tries, q3_retries& r,
+                        std::size_t k) noexcept {
+    q3_copy_lane(from, g, l, r.st, k / W3, k % W3);
+    r.dest[k] = dest;
+    r.tries[k] = tries;
+    r.held[k / W3] |= 1u << (k % W3);
 }
 
 /// Lane l of the first `count` whose `moved` is set, at bit l.
-QFORGE_KFN std::uint32_t moved_bits(const float* moved, std::size_t count) noexcept {
+QFORGE_KFN std::uint32_t moved_bits(wm3 mask, std::size_t count) noexcept {
     static_assert(W3 <= 32, "a group's lanes fit the 32 bits");
+    alignas(64) float moved[W3];
+    wstore(moved, wblend(mask, wset<2>(1.f), wset<2>(0.f)));
     std::uint32_t bits = 0;
     for (std::size_t l = 0; l < count; ++l) bits |= static_cast<std::uint32_t>(moved[l] != 0) << l;
     return bits;
 }
 
+/// One pass over the first ng groups: each held sub-block's next try; the ones done write
+/// their scale and free their slot. The lanes of free slots run the try too, on whatever they
+/// hold (a sub-block that left, or zeros), and nothing reads their results.
+QFORGE_KFN void q3_retry_pass(q3_retries& r, std::size_t ng, float* scale) noexcept {
+    for (std::size_t g = 0; g < ng; ++g) {
+        q3_weights(r.st.xt[g], r.st.w[g], r.st.wx[g]);
+        r.st.moved[g] = no_lanes();
+    }
+    if (ng == 1) q3_try_one(r.st);
+    else q3_try(r.st, ng);
+    alignas(64) float s[W3];
+    for (std::size_t g = 0; g < ng; ++g) {
+        wstore(s, q3_finish(r.st.amax[g], r.st.sumlx[g], r.st.suml2[g]));
+        const std::uint32_t moved = moved_bits(r.st.moved[g], W3);
+        std::uint32_t done = r.held[g] & ~moved;
+        for (std::uint32_t bits = r.held[g] & moved; bits != 0; bits &= bits - 1) {
+            const auto k = g * W3 + static_cast<std::size_t>(__builtin_ctz(bits));
+            if (++r.tries[k] == 5) done |= bits & -bits;
+        }
+        for (std::uint32_t bits = done; bits != 0; bits &= bits - 1) {
+            const auto l = static_cast<std::size_t>(__builtin_ctz(bits));
+            scale[r.dest[g * W3 + l]] = s[l];
+        }
+        r.held[g] &= ~done;
+        r.count -= static_cast<std::size_t>(__builtin_popcount(done));
+    }
+}
+
+/// Sub-block l of group g of `st` into a free slot of the retries; a pass when that fills them.
+QFORGE_KFN void q3_enter_retries(const q3_state& st, std::size_t g, std::size_t l, std::size_t dest, int tries,
+                                 q3_retries& r, float* scale) noexcept {
+    q3_hold(st, g, l, dest, tries, r, q3_free_slot(r));
+    // a pass may keep every sub-block (each changed again): then they are all held still
+    ++r.count;
+    while (r.count == q3_step) q3_retry_pass(r, q3_groups, scale);
+}
+
+/// The end of a call: the held sub-blocks packed into the first slots, so that the last passes
+/// try only the groups they fill, then passes until every one is done.
+QFORGE_KFN void q3_drain_retries(q3_retries& r, float* scale) noexcept {
+    while (r.count > 0) {
+        const std::size_t ng = (r.count + W3 - 1) / W3;
+        for (std::size_t g = ng; g < q3_groups; ++g) {
+            const std::uint32_t held = r.held[g];
+            r.held[g] = 0;
+            for (std::uint32_t bits = held; bits != 0; bits &= bits - 1) {
+                const std::size_t from = g * W3 + static_cast<std::size_t>(__builtin_ctz(bits));
+                q3_hold(r.st, g, from % W3, r.dest[from], r.tries[from], r, q3_free_slot(r));
+            }
+        }
+        q3_retry_pass(r, ng, scale);
+    }
+}
+
 QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noexcept {
     q3_state st;
     q3_retries retries;
+    std::memset(&retries.st, 0, sizeof retries.st);  // slots never held: zeros, not denormals, in their lanes
     alignas(64) float s[W3];
     for (std::size_t first = 0; first < count; first += q3_step) {
         const std::size_t n = count - first < q3_step ? count - first : q3_step, ng = (n + W3 - 1) / W3;
         for (std::size_t g = 0; g < ng; ++g) {
             load_lanes<W3>(x, count, first + g * W3, 16, &st.xt[g][0][0]);
             wstore(st.amax[g], q3_setup(st.xt[g], st.w[g], st.wx[g], st.lf[g]));
-            wstore(st.moved[g], wset<2>(0.f));
+            st.moved[g] = no_lanes();
         }
         q3_first_sums(st, ng);
         if constexpr (q3_check_first) q3_first_moves(st, ng);
@@ -810,16 +862,11 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
             // the moved lanes by their bits: a branch per lane mispredicted on each of them
             for (std::uint32_t bits = moved_bits(st.moved[g], lanes_here); bits != 0; bits &= bits - 1) {
                 const auto l = static_cast<std::size_t>(__builtin_ctz(bits));
-                q3_copy_lane(st, g, l, retries.st, retries.m / W3, retries.m % W3);
-                retries.dest[retries.m] = first + g * W3 + l;
-                retries.tries[retries.m] = q3_check_first ? 0 : 1;
-                // a pass may keep every sub-block (each changed again): then it is full still
-                ++retries.m;
-                while (retries.m == q3_step) q3_retry_pass(retries, scale);
+                q3_enter_retries(st, g, l, first + g * W3 + l, q3_check_first ? 0 : 1, retries, scale);
             }
         }
     }
-    while (retries.m > 0) q3_retry_pass(retries, scale);
+    q3_drain_retries(retries, scale);
 }
 
 // ---- requantization against the stored scales ----------------------------------------------
