@@ -620,12 +620,6 @@ QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], 
     return amax;
 }
 
-/// Whether a step checks which sub-blocks try 0 can move (q3_first_moves) instead of trying
-/// every one. On AVX2 the check and the moved sixth's tries took 10-13% less time than the
-/// tries; on AVX-512, whose blends are one operation on a mask register and whose try is the
-/// cheaper for it, 1-3% more. NEON and the scalar ISA have AVX2's eight lanes and follow it.
-inline constexpr bool q3_check_first = lanes == 8;
-
 /// The sub-blocks of one k_q3_search step: q3_step of them (four Q3_K super-blocks on AVX2,
 /// eight on AVX-512), as q3_groups groups of W3 lanes, transposed (xt[g][i][lane]). Four
 /// groups: enough for q3_try's interleaved chains to fill each other's wait.
@@ -669,7 +663,9 @@ QFORGE_KFN void q3_try(q3_state& st, std::size_t ng) noexcept {
 /// proposal can come from them, and a lane where no element proposes a code other than its own
 /// (ggml's first conditions of an accept) changes nothing in the try. Those (83% of Student-t
 /// sub-blocks) are done; the others (95% of which do move) take the try itself from the same
-/// state in the retries. The check is about half a try's operations, with no blends.
+/// state in the retries. The check is about half a try's operations, with no blends: every
+/// ISA takes it (on AVX-512, with its one-operation blends, it cost 1-3% more than the tries
+/// until the retries kept their slots; since, 4% less, Q3_K end to end).
 QFORGE_KFN void q3_first_moves(q3_state& st, std::size_t ng) noexcept {
     const wv3 zero = wset<2>(0.f);
     for (std::size_t g = 0; g < ng; ++g) {
@@ -742,7 +738,7 @@ QFORGE_KFN void q3_copy_lane(const q3_state& from, std::size_t g, std::size_t l,
 }
 
 /// The sub-blocks that moved in try 0 (about one in six) wait here for tries 1..4, and for
-/// try 0 itself where a step only checked them (q3_check_first). A pass gives each of them one
+/// try 0 itself, which a step only checked (q3_first_moves). A pass gives each of them one
 /// more try, the groups together (q3_try interleaves them); one that did not change, or has had
 /// its five tries, leaves with its scale and frees its slot, and the others stay where they are
 /// for the next pass: a newcomer takes a free slot, so a sub-block is copied once on its way in
@@ -852,8 +848,7 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
             st.moved[g] = no_lanes();
         }
         q3_first_sums(st, ng);
-        if constexpr (q3_check_first) q3_first_moves(st, ng);
-        else q3_try(st, ng);
+        q3_first_moves(st, ng);
         for (std::size_t g = 0; g < ng; ++g) {
             wstore(s, q3_finish(st.amax[g], st.sumlx[g], st.suml2[g]));
             const std::size_t lanes_here = n - g * W3 < W3 ? n - g * W3 : W3;
@@ -862,7 +857,7 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
             // the moved lanes by their bits: a branch per lane mispredicted on each of them
             for (std::uint32_t bits = moved_bits(st.moved[g], lanes_here); bits != 0; bits &= bits - 1) {
                 const auto l = static_cast<std::size_t>(__builtin_ctz(bits));
-                q3_enter_retries(st, g, l, first + g * W3 + l, q3_check_first ? 0 : 1, retries, scale);
+                q3_enter_retries(st, g, l, first + g * W3 + l, 0, retries, scale);
             }
         }
     }
