@@ -606,17 +606,30 @@ QFORGE_KFN void q3_signed_max(const float (*xt)[W3], wv3& amax, wv3& max) noexce
     max = wload<2>(m);
 }
 
-/// make_q3_quants up to its descent for one group: the weights, max |x| (returned: the lanes
-/// below GROUP_MAX_EPS take ggml's early return at the end) and the first codes. Their sums
-/// are q3_first_sums'.
-QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], float (*lf)[W3]) noexcept {
+/// make_q3_quants up to its descent for group g: the weights, max |x| (returned: the lanes
+/// below GROUP_MAX_EPS take ggml's early return at the end), the first codes and their sums,
+/// each element's terms added as it is coded (ggml's order; a chain of two adds a step that the
+/// step's other work covers).
+QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], float (*lf)[W3], float* sumlx,
+                        float* suml2) noexcept {
     const wv3 lo = wset<2>(-4.f), hi = wset<2>(3.f);
     wv3 amax, max;
     q3_signed_max(xt, amax, max);
-    q3_weights(xt, w, wx);
     // |iscale * x| <= 4 (to an ulp) on the lanes kept: vround is nearest_int there
     const wv3 iscale = wset<2>(-4.f) / max;
-    for (int i = 0; i < 16; ++i) wstore(lf[i], wround_clamp(iscale * wload<2>(xt[i]), lo, hi));
+    wv3 lx = wset<2>(0.f), l2 = lx;
+    for (int i = 0; i < 16; ++i) {
+        const wv3 x = wload<2>(xt[i]);
+        const wv3 xx = x * x, xxx = xx * x;
+        const wv3 l = wround_clamp(iscale * x, lo, hi);
+        wstore(w[i], xx);
+        wstore(wx[i], xxx);
+        wstore(lf[i], l);
+        lx = lx + xxx * l;
+        l2 = l2 + (xx * l) * l;
+    }
+    wstore(sumlx, lx);
+    wstore(suml2, l2);
     return amax;
 }
 
@@ -708,19 +721,6 @@ QFORGE_KFN wv3 q3_finish(const float* amax, const float* sumlx, const float* sum
     const wm3 zero_lane = wlt(wload<2>(amax), wset<2>(1e-15f));
     const wv3 sx = wload<2>(sumlx), s2 = wload<2>(suml2);
     return wblend(zero_lane, zero, wblend(wgt(s2, zero), sx / s2, zero));
-}
-
-/// The first codes' sums of the first ng groups, element by element across the groups: each
-/// group's two sums are a chain of sixteen adds, and interleaved the chains overlap.
-QFORGE_KFN void q3_first_sums(q3_state& st, std::size_t ng) noexcept {
-    for (std::size_t g = 0; g < ng; ++g) wstore(st.sumlx[g], wset<2>(0.f)), wstore(st.suml2[g], wset<2>(0.f));
-    for (int i = 0; i < 16; ++i) {
-        for (std::size_t g = 0; g < ng; ++g) {
-            const wv3 l = wload<2>(st.lf[g][i]);
-            wstore(st.sumlx[g], wload<2>(st.sumlx[g]) + wload<2>(st.wx[g][i]) * l);
-            wstore(st.suml2[g], wload<2>(st.suml2[g]) + (wload<2>(st.w[g][i]) * l) * l);
-        }
-    }
 }
 
 /// Sub-block l of group g of `from` into lane tl of group tg of `to`: its values, codes, sums
@@ -844,10 +844,9 @@ QFORGE_KFN void k_q3_search(const float* x, std::size_t count, float* scale) noe
         const std::size_t n = count - first < q3_step ? count - first : q3_step, ng = (n + W3 - 1) / W3;
         for (std::size_t g = 0; g < ng; ++g) {
             load_lanes<W3>(x, count, first + g * W3, 16, &st.xt[g][0][0]);
-            wstore(st.amax[g], q3_setup(st.xt[g], st.w[g], st.wx[g], st.lf[g]));
+            wstore(st.amax[g], q3_setup(st.xt[g], st.w[g], st.wx[g], st.lf[g], st.sumlx[g], st.suml2[g]));
             st.moved[g] = no_lanes();
         }
-        q3_first_sums(st, ng);
         q3_first_moves(st, ng);
         for (std::size_t g = 0; g < ng; ++g) {
             wstore(s, q3_finish(st.amax[g], st.sumlx[g], st.suml2[g]));
