@@ -606,7 +606,7 @@ QFORGE_KFN void q3_signed_max(const float (*xt)[W3], wv3& amax, wv3& max) noexce
     max = wload<2>(m);
 }
 
-/// make_q3_quants up to its descent for group g: the weights, max |x| (returned: the lanes
+/// make_q3_quants up to its descent for one group: the weights, max |x| (returned: the lanes
 /// below GROUP_MAX_EPS take ggml's early return at the end), the first codes and their sums,
 /// each element's terms added as it is coded (ggml's order; a chain of two adds a step that the
 /// step's other work covers).
@@ -648,7 +648,7 @@ QFORGE_KFN wm3 no_lanes() noexcept { return wlt(wset<2>(0.f), wset<2>(0.f)); }
 
 /// One coordinate-descent try of the first ng groups: element by element, the move
 /// q3_propose finds replaces the current code where it is accepted, each lane's updates its
-/// sequence; `moved` becomes 1 in the lanes that changed. A lane that did not would change
+/// sequence; `moved` gains the lanes that changed. A lane that did not would change
 /// nothing in a further try (its state is the same), which is what lets lanes run tries they
 /// do not need.
 ///
@@ -771,7 +771,7 @@ QFORGE_KFN void q3_hold(const q3_state& from, std::size_t g, std::size_t l, std:
     r.held[k / W3] |= 1u << (k % W3);
 }
 
-/// Lane l of the first `count` whose `moved` is set, at bit l.
+/// The lanes of `mask` among the first `count`, lane l at bit l.
 QFORGE_KFN std::uint32_t moved_bits(wm3 mask, std::size_t count) noexcept {
     static_assert(W3 <= 32, "a group's lanes fit the 32 bits");
     alignas(64) float moved[W3];
