@@ -111,6 +111,42 @@ QFORGE_KFN void load_lanes(const float* x, std::size_t count, std::size_t first,
     }
 }
 
+/// ggml's max |x| of each lane and the first x at it (`if (ax > amax)` from 0: NaN and zero
+/// never win; make_q3_quants and make_qx_quants), from the lane's largest and smallest x taken
+/// from 0: the one larger in magnitude, unless +a and -a tie, where the lane looks for the
+/// first. Two ops an element where the running compare and its two blends took eight, in a
+/// chain.
+template <std::size_t K>
+QFORGE_KFN void lane_signed_max(const float (*xt)[K * lanes], wvec<K>& amax, wvec<K>& max) noexcept {
+    constexpr std::size_t W = K * lanes;
+    const wvec<K> zero = wset<K>(0.f);
+    wvec<K> top[2] = {zero, zero}, bottom[2] = {zero, zero};  // even and odd elements: two chains
+    for (int i = 0; i < 16; ++i) {
+        const wvec<K> x = wload<K>(xt[i]);
+        top[i % 2] = wmax(x, top[i % 2]);
+        bottom[i % 2] = wmin(x, bottom[i % 2]);
+    }
+    const wvec<K> t = wmax(top[0], top[1]), minus_b = zero - wmin(bottom[0], bottom[1]);
+    const wmask<K> below = wgt(minus_b, t);
+    amax = wblend(below, minus_b, t);
+    max = wblend(below, zero - minus_b, t);
+    const wmask<K> tie = wand(weq(t, minus_b), wgt(t, zero));
+    if (!wany(tie)) return;
+    alignas(64) float m[W], a[W], tied[W];
+    wstore(m, max);
+    wstore(a, amax);
+    wstore(tied, wblend(tie, wset<K>(1.f), zero));
+    for (std::size_t l = 0; l < W; ++l) {
+        if (tied[l] == 0) continue;
+        for (int i = 0; i < 16; ++i) {
+            if (std::fabs(xt[i][l]) != a[l]) continue;
+            m[l] = xt[i][l];
+            break;
+        }
+    }
+    max = wload<K>(m);
+}
+
 // ---- the searches: one sub-block per lane, W lanes --------------------------------------------
 /// Each lane's sums are sequential (ggml's order) and its steps wait on each other's accepts,
 /// so a step takes the same chain of dependent adds at any width; only more lanes per chain
@@ -302,13 +338,10 @@ struct lane_searches {
         constexpr float nmax = 32;
         alignas(64) float w[16][W], wx[16][W];  // x*x and (x*x)*x: the same every step
         const wv zero = wset(0.f);
-        wv amax = zero, max = zero, xmin = wload(xt[0]), xmax = xmin;
+        wv amax, max, xmin = wload(xt[0]), xmax = xmin;
+        lane_signed_max<W / lanes>(xt, amax, max);
         for (int i = 0; i < 16; ++i) {
             const wv x = wload(xt[i]);
-            const wv ax = wabs(x);
-            const wm gt = wgt(ax, amax);
-            amax = wblend(gt, ax, amax);
-            max = wblend(gt, x, max);
             xmin = wmin(x, xmin);
             xmax = wmax(x, xmax);
             const wv xx = x * x;
@@ -573,39 +606,6 @@ QFORGE_KFN void q3_weights(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3
     }
 }
 
-/// ggml's max |x| of each lane and the first x at it (`if (ax > amax)` from 0: NaN and zero
-/// never win), from the lane's largest and smallest x taken from 0: the one larger in
-/// magnitude, unless +a and -a tie, where the lane looks for the first. Two ops an element
-/// where the running compare and its two blends took eight, in a chain.
-QFORGE_KFN void q3_signed_max(const float (*xt)[W3], wv3& amax, wv3& max) noexcept {
-    const wv3 zero = wset<2>(0.f);
-    wv3 top[2] = {zero, zero}, bottom[2] = {zero, zero};  // even and odd elements: two chains
-    for (int i = 0; i < 16; ++i) {
-        const wv3 x = wload<2>(xt[i]);
-        top[i % 2] = wmax(x, top[i % 2]);
-        bottom[i % 2] = wmin(x, bottom[i % 2]);
-    }
-    const wv3 t = wmax(top[0], top[1]), minus_b = zero - wmin(bottom[0], bottom[1]);
-    const wm3 below = wgt(minus_b, t);
-    amax = wblend(below, minus_b, t);
-    max = wblend(below, zero - minus_b, t);
-    const wm3 tie = wand(weq(t, minus_b), wgt(t, zero));
-    if (!wany(tie)) return;
-    alignas(64) float m[W3], a[W3], tied[W3];
-    wstore(m, max);
-    wstore(a, amax);
-    wstore(tied, wblend(tie, wset<2>(1.f), zero));
-    for (std::size_t l = 0; l < W3; ++l) {
-        if (tied[l] == 0) continue;
-        for (int i = 0; i < 16; ++i) {
-            if (std::fabs(xt[i][l]) != a[l]) continue;
-            m[l] = xt[i][l];
-            break;
-        }
-    }
-    max = wload<2>(m);
-}
-
 /// make_q3_quants up to its descent for one group: the weights, max |x| (returned: the lanes
 /// below GROUP_MAX_EPS take ggml's early return at the end), the first codes and their sums,
 /// each element's terms added as it is coded (ggml's order; a chain of two adds a step that the
@@ -614,7 +614,7 @@ QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], 
                         float* suml2) noexcept {
     const wv3 lo = wset<2>(-4.f), hi = wset<2>(3.f);
     wv3 amax, max;
-    q3_signed_max(xt, amax, max);
+    lane_signed_max<2>(xt, amax, max);
     // |iscale * x| <= 4 (to an ulp) on the lanes kept: vround is nearest_int there
     const wv3 iscale = wset<2>(-4.f) / max;
     wv3 lx = wset<2>(0.f), l2 = lx;
