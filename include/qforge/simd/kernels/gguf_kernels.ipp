@@ -633,10 +633,13 @@ QFORGE_KFN wv3 q3_setup(const float (*xt)[W3], float (*w)[W3], float (*wx)[W3], 
     return amax;
 }
 
-/// The sub-blocks of one k_q3_search step: q3_step of them (four Q3_K super-blocks on AVX2,
-/// eight on AVX-512), as q3_groups groups of W3 lanes, transposed (xt[g][i][lane]). Four
-/// groups: enough for q3_try's interleaved chains to fill each other's wait.
-inline constexpr std::size_t q3_groups = 4, q3_step = q3_groups * W3;
+/// The sub-blocks of one k_q3_search step: q3_step of them (two Q3_K super-blocks on AVX2,
+/// four on AVX-512), as q3_groups groups of W3 lanes, transposed (xt[g][i][lane]). Two groups,
+/// whose chains q3_try interleaves: with one, a try waits on each accept's chain (Q3_K 15%
+/// slower on AVX2); with four, a step's state and the retries' (64 KB on AVX-512) outgrew the
+/// 48 KB L1 and Q3_K ran 2-4% (AVX2) and 6% (AVX-512) slower (Intel Xeon VM, 256 x 11008
+/// rows, medians of 9 alternated).
+inline constexpr std::size_t q3_groups = 2, q3_step = q3_groups * W3;
 struct q3_state {
     alignas(64) float xt[q3_groups][16][W3], w[q3_groups][16][W3], wx[q3_groups][16][W3], lf[q3_groups][16][W3];
     alignas(64) float sumlx[q3_groups][W3], suml2[q3_groups][W3], amax[q3_groups][W3];
