@@ -100,3 +100,20 @@ TEST_CASE("quotients beyond the code range clamp like the division on every ISA"
         CHECK(kernels(i).error(finite.data(), nullptr, finite.size(), p) == reference_error(finite, p));
     }
 }
+
+TEST_CASE("an infinite quotient does not hide a tie in its lane of the same four steps, every ISA") {
+    // encode tests four steps at once for a lane near a tie; an infinite quotient's distance
+    // to its rounding is NaN, which must not stand for its lane's other steps (as a float max
+    // of the four would let it). s = 7 2^-126: 1 / s is inexact, so the exact tie
+    // 6.5 s gets a product just above 6.5, which rounds to 7 unless the steps take the exact
+    // path (6, even); 3e38 * (1 / s) overflows. Sixteen of each in turn put both kinds in the
+    // same lane of one four-step chunk at 8 and at 16 lanes a vector.
+    const float s = 0x1.cp-124f;
+    const grid_params p{s, 1.0f / s, 8.0f, 15.0f, 2.0f};
+    std::vector<float> w(128);
+    for (std::size_t j = 0; j < w.size(); ++j) w[j] = (j / 16) % 2 == 0 ? 3e38f : 6.5f * s;
+    REQUIRE(std::nearbyint(6.5f * s * p.rinv) == 7.0f);  // the fast rounding alone is wrong here
+    REQUIRE(std::isinf(3e38f * p.rinv));
+    REQUIRE(reference_code(6.5f * s, p) == 14);
+    check_codes(w, p);
+}
