@@ -153,7 +153,8 @@ QFORGE_KFN void lane_signed_max(const float (*xt)[K * lanes], wvec<K>& amax, wve
 /// spread it, and more lanes hold more registers. W is two vectors: 32 lanes on AVX-512, 16 on
 /// NEON (no ARM machine here to measure it on) and on the scalar ISA (whose vectors are arrays:
 /// four there only lengthened the compile, 15 s more for the base TU); AVX2 takes 16 or 32 by
-/// the CPU (simd/gguf_kernels.hpp, detail::avx2_search_vectors).
+/// the CPU (simd/gguf_kernels.hpp, detail::avx2_search_vectors). The K-quant searches take
+/// two such groups of lanes a step where a call has them (qkx2_groups).
 template <std::size_t W>
 struct lane_searches {
     static_assert(W % lanes == 0 && W % 8 == 0);
@@ -385,7 +386,7 @@ struct lane_searches {
         return qx32_step<false, false>(xt, w, wx, iscale);
     }
 
-    /// The scales of W sub-blocks (xt transposed); as in qkx2_lanes, their codes are not kept.
+    /// The scales of W sub-blocks (xt transposed); as in qkx2_groups, their codes are not kept.
     static QFORGE_KFN void qx32_lanes(const float (*xt)[W], wv& scale_out) noexcept {
         constexpr float nmax = 32;
         alignas(64) float w[16][W], wx[16][W];  // x*x and (x*x)*x: the same every step
