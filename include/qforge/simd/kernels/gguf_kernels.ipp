@@ -306,7 +306,7 @@ struct lane_searches {
     /// AVX-512; Q4_K and Q5_K, whose 32-element passes cover the chain already, level (also
     /// with AVX-512's pairs of 32-lane groups); four groups no better than two.
     template <int N, bool AvX, bool Mad, std::size_t G>
-    static QFORGE_KFN void qkx2_groups(const float (*const* xt)[W], float fmax, float rmin, int nstep, wv* scale_out,
+    static QFORGE_KFN void qkx2_groups(const float (*xt)[N][W], float fmax, float rmin, int nstep, wv* scale_out,
                                        wv* min_out) noexcept {
         qkx2_group g[G];
         for (std::size_t k = 0; k < G; ++k) {
@@ -334,14 +334,12 @@ struct lane_searches {
         constexpr std::size_t most = W == 2 * lanes ? 2 : 1;
         alignas(64) float xt[most][N][W], s[W], m[W];
         for (std::size_t first = 0; first < count;) {
-            const bool two = most == 2 && count - first > W;
-            load_lanes<W>(x, count, first, N, &xt[0][0][0]);
-            if (two) load_lanes<W>(x, count, first + W, N, &xt[most - 1][0][0]);
-            const float(*groups[2])[W] = {xt[0], xt[most - 1]};
-            wv vs[2], vm[2];
-            if (two) qkx2_groups<N, AvX, Mad, most>(groups, nmax, rmin, nstep, vs, vm);
-            else qkx2_groups<N, AvX, Mad, 1>(groups, nmax, rmin, nstep, vs, vm);
-            for (std::size_t k = 0; k < (two ? 2u : 1u); ++k, first += W) {
+            const std::size_t ng = count - first > W ? most : 1;
+            for (std::size_t k = 0; k < ng; ++k) load_lanes<W>(x, count, first + k * W, N, &xt[k][0][0]);
+            wv vs[most], vm[most];
+            if (ng == 2) qkx2_groups<N, AvX, Mad, most>(xt, nmax, rmin, nstep, vs, vm);
+            else qkx2_groups<N, AvX, Mad, 1>(xt, nmax, rmin, nstep, vs, vm);
+            for (std::size_t k = 0; k < ng; ++k, first += W) {
                 wstore(s, vs[k]);
                 wstore(m, wset(-0.f) - vm[k]);  // -min, exactly
                 for (std::size_t l = 0; l < W && first + l < count; ++l) {
