@@ -15,8 +15,8 @@
 // quantizer, ggml_quantize_chunk from that checkout's ggml-base, on the same rows, checks that
 // qforge's bytes equal ggml's, and prints each SIMD path's ratio to it beside the goal of issue
 // 21: Q4_K/Q5_K >= 25x, Q6_K >= 20x, Q4_0 >= 3x, Q8_0 >= 8x, every other type >= 10x.
-// The K-quant searches' AVX2 width is chosen by the CPU's vendor; the width not chosen is timed
-// in the same rounds and printed beside it. The matrix starts on a cache line, as the GGUF
+// The K-quant searches' AVX2 width is chosen by the CPU (vendor, AVX-512); the width not chosen
+// is timed in the same rounds and printed beside it. The matrix starts on a cache line, as the GGUF
 // converter's rows do; the 32-element types, which stream their rows, are timed again on rows
 // 16 bytes past one (where malloc leaves a large std::vector), and ggml's quantizer there too.
 #include <benchmark/benchmark.h>
@@ -164,9 +164,10 @@ int main() {
     std::printf("SIMD path: %s\n", simd_ok ? (wide ? "avx2 (ratio, floor) and avx512" : "avx2") : "none (scalar only)");
     const auto vendor = simd::cpu().vendor;
     std::printf("CPU: %s, %u logical CPUs\n", cpu_model().c_str(), std::thread::hardware_concurrency());
-    std::printf("AVX2 K-quant searches: %d vectors of 8 sub-blocks a step (CPU vendor: %s)\n\n",
+    std::printf("AVX2 K-quant searches: %d vectors of 8 sub-blocks a step (CPU vendor: %s%s)\n\n",
                 simd::detail::avx2_search_vectors().load(),
-                vendor == simd::cpu_vendor::amd ? "AMD" : vendor == simd::cpu_vendor::intel ? "Intel" : "other");
+                vendor == simd::cpu_vendor::amd ? "AMD" : vendor == simd::cpu_vendor::intel ? "Intel" : "other",
+                wide ? ", AVX-512" : ", no AVX-512");
     std::printf("%-6s %9s %12s %11s %7s %6s %s %12s %7s %11s\n", "type", "rows", "scalar Mw/s", "simd Mw/s", "ratio",
                 "floor", "identical", "avx512 Mw/s", "ratio", "whole Mw/s");
     struct row {
@@ -182,7 +183,7 @@ int main() {
     };
     std::vector<ggml_row> vs_ggml;
     // The AVX2 searches at the width this CPU does not take, in the same rounds: the width is
-    // chosen by vendor (simd/gguf_kernels.hpp), and this shows the choice on the machine at hand.
+    // chosen by the CPU (simd/gguf_kernels.hpp), and this shows the choice on the machine at hand.
     const int chosen_vectors = simd::detail::avx2_search_vectors().load();
     const int other_vectors = chosen_vectors == 4 ? 2 : 4;
     struct width_row {

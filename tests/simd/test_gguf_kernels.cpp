@@ -86,7 +86,7 @@ void scalar_port(ggml_type t, const float* x, std::int64_t n, std::byte* out) {
 }
 
 /// The vector counts the AVX2 searches take a step (simd::detail::avx2_search_vectors, chosen
-/// by the CPU's vendor): both on AVX2, so that every machine tests both; the setting is left as
+/// by the CPU): both on AVX2, so that every machine tests both; the setting is left as
 /// it was.
 struct search_widths {
     int saved = simd::detail::avx2_search_vectors().load();

@@ -140,15 +140,18 @@ struct gguf_kernels {
 
 namespace detail {
 /// How many vectors of eight sub-blocks the AVX2 searches (qkx2_search, q2k_search,
-/// qx32_search) take a step: 4 on AMD, 2 elsewhere. The bytes are the same; the speed is not.
+/// qx32_search) take a step: 4 on an AMD CPU with AVX-512 (Zen 4, Zen 5: the AVX2 path runs
+/// there only when asked for), 2 elsewhere. The bytes are the same; the speed is not.
 /// Four vectors keep more independent chains in flight but need more of AVX2's 16 registers
 /// than there are (g++ 12's Q4_K search touches the stack 272 times at four, 53 at two, the
-/// same arrays there in both): a Zen 4 ran four 3-10% faster than two (2026-12-05), an Intel
-/// Xeon (Sapphire Rapids class, 2026-12-06) 7-12% slower (Q2_K, Q4_K, Q5_K, Q6_K). Read at
-/// each call; tests set it to run both. (Q3_K's search has no such knob: its groups stay two
-/// vectors, and which steps it takes is fixed by the ISA's width, q3_check_first.)
+/// same arrays there in both): a Zen 4 ran four 3-10% faster than two (2026-12-05); an Intel
+/// Xeon (Sapphire Rapids class, 2026-12-06) ran them 7-12% slower, and so did a Zen 3 (AMD
+/// EPYC family 25 model 1, AVX2 only, 2026-12-07: 6-8%, Q2_K, Q4_K, Q5_K, Q6_K), the machine
+/// class whose users take the AVX2 path. Read at each call; tests set it to run both. (Q3_K's
+/// search has no such knob: its groups stay two vectors, and which steps it takes is fixed by
+/// the ISA's width, q3_check_first.)
 inline std::atomic<int>& avx2_search_vectors() noexcept {
-    static std::atomic<int> vectors{cpu().vendor == cpu_vendor::amd ? 4 : 2};
+    static std::atomic<int> vectors{cpu().vendor == cpu_vendor::amd && cpu().avx512f ? 4 : 2};
     return vectors;
 }
 }  // namespace detail
