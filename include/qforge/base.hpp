@@ -46,6 +46,7 @@
 #include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/tags.hpp"
 #include "qforge/simd/transpose_kernels.hpp"
+#include "qforge/simd/tuning.hpp"
 #include "qforge/layout/awq.hpp"
 #include "qforge/layout/checkpoint_rules.hpp"
 #include "qforge/layout/compressed_tensors.hpp"

@@ -20,6 +20,7 @@
 #include "support/guarded_span.hpp"
 #include "support/isas.hpp"
 #include "support/synthetic.hpp"
+#include "support/tuning_forms.hpp"
 
 using namespace qforge;
 using namespace qforge::gguf;
@@ -85,16 +86,6 @@ void scalar_port(ggml_type t, const float* x, std::int64_t n, std::byte* out) {
     });
 }
 
-/// The vector counts the AVX2 searches take a step (simd::detail::avx2_search_vectors, chosen
-/// by the CPU): both on AVX2, so that every machine tests both; the setting is left as
-/// it was.
-struct search_widths {
-    int saved = simd::detail::avx2_search_vectors().load();
-    ~search_widths() { simd::detail::avx2_search_vectors().store(saved); }
-    std::vector<int> of(simd::isa i) const { return i == simd::isa::avx2 ? std::vector<int>{2, 4} : std::vector<int>{saved}; }
-    static void use(int vectors) { simd::detail::avx2_search_vectors().store(vectors); }
-};
-
 constexpr ggml_type all_types[] = {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
                                    ggml_type::q8_0, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k,
                                    ggml_type::q5_k, ggml_type::q6_k};
@@ -103,10 +94,10 @@ constexpr ggml_type all_types[] = {ggml_type::q4_0, ggml_type::q4_1, ggml_type::
 
 TEST_CASE("gguf kernels: every ISA gives the scalar port's bytes for every GGUF type") {
     int compared = 0;
-    const search_widths widths;
+    const qforge::testing::avx2_forms forms;
     for (simd::isa i : qforge::testing::available_isas()) {
-        for (int vectors : widths.of(i)) {
-            search_widths::use(vectors);
+        for (const qforge::testing::avx2_form form : forms.of(i)) {
+            qforge::testing::avx2_forms::use(form);
             CHECK(simd::kernels_of<simd::gguf_kernels>(i).id == i);
             for (ggml_type t : all_types) {
                 for (std::int64_t n_per_row : {256, 768, 1280, 2816}) {
@@ -120,7 +111,7 @@ TEST_CASE("gguf kernels: every ISA gives the scalar port's bytes for every GGUF 
                     quantize_rows(t, x.data(), nrow, n_per_row, nullptr, reinterpret_cast<std::byte*>(ours.data()), i,
                                   true);
                     CAPTURE(simd::isa_name(i));
-                    CAPTURE(vectors);
+                    CAPTURE(form);
                     CAPTURE(type_name(t));
                     CAPTURE(n_per_row);
                     CHECK(std::memcmp(port.data(), scalar.data(), size) == 0);
@@ -355,13 +346,13 @@ TEST_CASE("gguf kernels: every ISA's sub-block searches return the port's scales
         q4_port[j] = gguf::detail::qk45_sub_search<15>(x.data() + 32 * j, L, &q4_min_port[j]);
         q5_port[j] = gguf::detail::qk45_sub_search<31>(x.data() + 32 * j, L, &q5_min_port[j]);
     }
-    const search_widths widths;
+    const qforge::testing::avx2_forms forms;
     for (simd::isa i : qforge::testing::available_isas()) {
-        for (int vectors : widths.of(i)) {
-            search_widths::use(vectors);
+        for (const qforge::testing::avx2_form form : forms.of(i)) {
+            qforge::testing::avx2_forms::use(form);
             const auto& kern = simd::kernels_of<simd::gguf_kernels>(i);
             CAPTURE(simd::isa_name(i));
-            CAPTURE(vectors);
+            CAPTURE(form);
             std::vector<float> s16(n16), m16(n16), s32(n32), m32(n32);
             kern.qx32_search(x.data(), n16, s16.data());
             CHECK(differing(s16, qx_port) == 0);

@@ -15,6 +15,7 @@
 #include "qforge/simd/no_contract.hpp"
 #include "qforge/simd/dispatch.hpp"
 #include "support/synthetic.hpp"
+#include "support/tuning_forms.hpp"
 
 using namespace qforge;
 
@@ -98,7 +99,11 @@ TEST_CASE("search_groups picks what computing every candidate picks, every norm 
     for (int i = 0; i < 100; ++i) factor_sets[1].push_back(static_cast<float>(1.0 - i / 100.0));  // 100 steps
     factor_sets[2] = {1.06f, 1.0f, 0.95f, 0.9f, 0.875f, 0.85f, 0.8f, 0.75f};
     int blocks = 0, mismatches = 0;
-    for (simd::isa isa : isas_here()) {
+    const testing::avx2_forms forms;
+    for (const auto& isa_form : forms.with(isas_here())) {
+        const simd::isa isa = isa_form.first;
+        const testing::avx2_form form = isa_form.second;
+        testing::avx2_forms::use(form);
         const simd::group_kernels& k = simd::kernels(isa);
         for (float norm : {2.0f, 1.0f, 2.4f, 3.0f})  // the square, a plain power, the bounded ones
             for (bool symmetric : {true, false})
@@ -132,7 +137,8 @@ TEST_CASE("search_groups picks what computing every candidate picks, every norm 
                                 reference_pick(k, w.data() + c0, ip ? ip + c0 : nullptr, len, mn[j], mx[j], f, r, want_bits, want);
                                 if (bits[j] != want_bits || grids[j].zero != want.zero) {
                                     ++mismatches;
-                                    FAIL_CHECK(simd::isa_name(isa) << " norm " << norm << (symmetric ? " sym" : " asym")
+                                    FAIL_CHECK(simd::isa_name(isa) << " (" << form << ") norm " << norm
+                                                                   << (symmetric ? " sym" : " asym")
                                                                    << " gsize " << gsize << " factors " << fs << " weighting "
                                                                    << weighting << " group " << j << " (kind " << j % 8
                                                                    << "): picked " << bits[j] << ", every candidate gives "
@@ -160,8 +166,13 @@ TEST_CASE("search_groups: a square-error winner by less than the fast path's sla
     r.div = 8;  // the seed rule: stored(amax * factor) / 2^(bits - 1)
     // A, B, then two candidates that clamp half the values (the four run in one pass).
     const std::vector<float> factors{8.0f / 7.0f, sb * 8.0f / amax, 0.3f, 0.25f};
-    for (simd::isa isa : isas_here()) {
+    const testing::avx2_forms forms;
+    for (const auto& isa_form : forms.with(isas_here())) {
+        const simd::isa isa = isa_form.first;
+        const testing::avx2_form form = isa_form.second;
+        testing::avx2_forms::use(form);
         CAPTURE(simd::isa_name(isa));
+        CAPTURE(form);
         const simd::group_kernels& k = simd::kernels(isa);
         std::vector<float> a(factors.size());
         for (std::size_t c = 0; c < a.size(); ++c) a[c] = simd::detail::no_contract(factors[c] * amax);

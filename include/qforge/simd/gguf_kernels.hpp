@@ -14,7 +14,6 @@
 // which ggml asserts) clamped to the grid, so they never leave the float domain.
 #pragma once
 
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -23,8 +22,8 @@
 #include <limits>
 #include <string_view>
 
-#include "qforge/simd/cpu_features.hpp"
 #include "qforge/simd/family.hpp"
+#include "qforge/simd/tuning.hpp"
 #include "qforge/simd/tags.hpp"
 
 namespace qforge::simd {
@@ -137,24 +136,6 @@ struct gguf_kernels {
     void (*q2k_scales)(const float* scale, const float* mins, std::size_t count, std::uint8_t* sc, std::uint16_t* dm16,
                        float* d, float* dm) noexcept;
 };
-
-namespace detail {
-/// How many vectors of eight sub-blocks the AVX2 searches (qkx2_search, q2k_search,
-/// qx32_search) take a step: 4 on an AMD CPU with AVX-512 (Zen 4, Zen 5: the AVX2 path runs
-/// there only when asked for), 2 elsewhere. The bytes are the same; the speed is not.
-/// Four vectors keep more independent chains in flight but need more of AVX2's 16 registers
-/// than there are (g++ 12's Q4_K search touches the stack 272 times at four, 53 at two, the
-/// same arrays there in both): a Zen 4 ran four 3-10% faster than two (2026-12-05); an Intel
-/// Xeon (Sapphire Rapids class, 2026-12-06) ran them 7-12% slower, and so did a Zen 3 (AMD
-/// EPYC family 25 model 1, AVX2 only, 2026-12-07: 6-8%, Q2_K, Q4_K, Q5_K, Q6_K), the machine
-/// class whose users take the AVX2 path. Read at each call; tests set it to run both. (Q3_K's
-/// search has no such knob: its groups stay two vectors, and which steps it takes is fixed by
-/// the ISA's width, q3_check_first.)
-inline std::atomic<int>& avx2_search_vectors() noexcept {
-    static std::atomic<int> vectors{cpu().vendor == cpu_vendor::amd && cpu().avx512f ? 4 : 2};
-    return vectors;
-}
-}  // namespace detail
 
 }  // namespace qforge::simd
 

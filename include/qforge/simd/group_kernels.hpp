@@ -4,6 +4,7 @@
 
 #include "qforge/simd/family.hpp"
 #include "qforge/simd/kernel_table.hpp"
+#include "qforge/simd/tuning.hpp"
 
 #define QFORGE_FAMILY_IPP "qforge/simd/kernels/group_kernels.ipp"
 #define QFORGE_FAMILY_TABLE group_kernels

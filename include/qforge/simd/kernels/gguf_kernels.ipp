@@ -87,16 +87,18 @@ QFORGE_KFN bool wany(wmask<K> m) noexcept {
 /// nearest_int(f) clamped to [lo, hi] (small integers), as a float. Lo/Hi false: the caller
 /// knows that the rounded code cannot cross that bound. Clamped before it is rounded (the same
 /// codes: the bounds are integers), so that f is small where it is rounded, as vround_small
-/// needs (on AVX2, two adds beside the searches' multiplies instead of the round instruction).
-template <bool Lo = true, bool Hi = true>
+/// needs (on AVX2, two adds beside the searches' multiplies instead of the round instruction),
+/// or with ByInstruction by vround (detail::avx2_round_by_instruction: AMD's choice).
+template <bool Lo = true, bool Hi = true, bool ByInstruction = false>
 QFORGE_KFN vf round_clamp(vf f, vf lo, vf hi) noexcept {
     if constexpr (Lo) f = vmax(f, lo);
     if constexpr (Hi) f = vmin(f, hi);
+    if constexpr (ByInstruction) return vround(f);
     return vround_small(f);
 }
-template <bool Lo = true, bool Hi = true, std::size_t K>
+template <bool Lo = true, bool Hi = true, bool ByInstruction = false, std::size_t K>
 QFORGE_KFN wvec<K> wround_clamp(wvec<K> f, wvec<K> lo, wvec<K> hi) noexcept {
-    QFORGE_W_EACH(wvec<K>, (round_clamp<Lo, Hi>(f.p[k], lo.p[k], hi.p[k])));
+    QFORGE_W_EACH(wvec<K>, (round_clamp<Lo, Hi, ByInstruction>(f.p[k], lo.p[k], hi.p[k])));
 }
 #undef QFORGE_W_EACH
 
@@ -153,9 +155,10 @@ QFORGE_KFN void lane_signed_max(const float (*xt)[K * lanes], wvec<K>& amax, wve
 /// spread it, and more lanes hold more registers. W is two vectors: 32 lanes on AVX-512, 16 on
 /// NEON (no ARM machine here to measure it on) and on the scalar ISA (whose vectors are arrays:
 /// four there only lengthened the compile, 15 s more for the base TU); AVX2 takes 16 or 32 by
-/// the CPU (simd/gguf_kernels.hpp, detail::avx2_search_vectors). The K-quant searches take
-/// two such groups of lanes a step where a call has them (qkx2_groups).
-template <std::size_t W>
+/// the CPU (simd/tuning.hpp, detail::avx2_search_vectors). The K-quant searches take two
+/// such groups of lanes a step where a call has them (qkx2_groups). ByInstruction: the codes
+/// are rounded by vround (round_clamp).
+template <std::size_t W, bool ByInstruction>
 struct lane_searches {
     static_assert(W % lanes == 0 && W % 8 == 0);
     using wv = wvec<W / lanes>;
@@ -163,6 +166,10 @@ struct lane_searches {
     // W-lane loads and constants: these hide the family's templates of any width.
     static QFORGE_KFN wv wload(const float* p) noexcept { return gguf_family::wload<W / lanes>(p); }
     static QFORGE_KFN wv wset(float x) noexcept { return gguf_family::wset<W / lanes>(x); }
+    template <bool Lo = true, bool Hi = true>
+    static QFORGE_KFN wv round_codes(wv f, wv lo, wv hi) noexcept {
+        return wround_clamp<Lo, Hi, ByInstruction>(f, lo, hi);
+    }
 
     // ---- make_qkx2_quants, one sub-block per lane (Q4_K, Q5_K: 32 elements; Q2_K: 16) -----
     /// One search step: this iscale's codes round(iscale * (x - min)) and their weighted sums.
@@ -179,7 +186,7 @@ struct lane_searches {
         qkx2_sums s{zero, zero, zero};
         for (int i = 0; i < N; ++i) {
             const wv x = wload(xt[i]);
-            const wv l = wround_clamp<Lo, Hi>(iscale * (x - min), zero, fmax);
+            const wv l = round_codes<Lo, Hi>(iscale * (x - min), zero, fmax);
             wstore(laux[i], l);
             const wv wl = wload(wt[i]) * l;
             s.l = s.l + wl;
@@ -245,7 +252,7 @@ struct lane_searches {
         wv best_error = zero;
         for (int i = 0; i < N; ++i) {
             const wv x = wload(g.xt[i]);
-            const wv l = wround_clamp(iscale * (x - g.min), zero, top);
+            const wv l = round_codes(iscale * (x - g.min), zero, top);
             const wv diff = g.scale * l + g.min - x;
             best_error = best_error + wload(g.wt[i]) * qkx2_err<Mad>(diff);
         }
@@ -363,7 +370,7 @@ struct lane_searches {
         const wv lo = wset(-32.f), hi = wset(31.f);
         wv sumlx = wset(0.f), suml2 = sumlx;
         for (int i = 0; i < 16; ++i) {
-            const wv l = wround_clamp<Lo, Hi>(iscale * wload(xt[i]), lo, hi);
+            const wv l = round_codes<Lo, Hi>(iscale * wload(xt[i]), lo, hi);
             sumlx = sumlx + wload(wx[i]) * l;
             suml2 = suml2 + (wload(w[i]) * l) * l;
         }
@@ -441,31 +448,56 @@ struct lane_searches {
 };
 
 /// The searches' lanes: two vectors, or on AVX2 four where the CPU takes them (see
-/// lane_searches). wide_lanes is narrow_lanes on every other ISA, which so compiles one width.
+/// lane_searches). wide_lanes is narrow_lanes on every other ISA, and rounding by the
+/// instruction is vround_small's own rounding there: each compiles one form.
 inline constexpr std::size_t narrow_lanes = 2 * lanes,
                              wide_lanes = (QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2 ? 4 : 2) * lanes;
-QFORGE_KFN bool wide_avx2_searches() noexcept {
-    return QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2 &&
-           ::qforge::simd::detail::avx2_search_vectors().load(std::memory_order_relaxed) == 4;
+inline constexpr bool rounding_differs = QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2;
+
+/// The lane_searches this CPU takes (simd/tuning.hpp): two vectors rounding by two adds, the
+/// same rounding by the instruction, or four vectors. Every ISA but AVX2 has only the first.
+enum class search_form { narrow, narrow_by_instruction, wide };
+QFORGE_KFN search_form this_search_form() noexcept {
+    if (!rounding_differs) return search_form::narrow;
+    if (::qforge::simd::detail::avx2_search_vectors().load(std::memory_order_relaxed) == 4) return search_form::wide;
+    if (::qforge::simd::detail::avx2_round_by_instruction().load(std::memory_order_relaxed))
+        return search_form::narrow_by_instruction;
+    return search_form::narrow;
 }
+using narrow_searches = lane_searches<narrow_lanes, false>;
+using rounding_searches = lane_searches<narrow_lanes, rounding_differs>;
+using wide_searches = lane_searches<wide_lanes, false>;
 
 QFORGE_KFN void k_qkx2_search(const float* x, std::size_t count, int nmax, float rmin, int nstep, float* scale,
                               float* neg_min) noexcept {
     const float fmax = static_cast<float>(nmax);
-    if (wide_avx2_searches())
-        return lane_searches<wide_lanes>::qkx_search_t<32, true, false>(x, count, fmax, rmin, nstep, scale, neg_min);
-    lane_searches<narrow_lanes>::qkx_search_t<32, true, false>(x, count, fmax, rmin, nstep, scale, neg_min);
+    switch (this_search_form()) {
+        case search_form::wide:
+            return wide_searches::qkx_search_t<32, true, false>(x, count, fmax, rmin, nstep, scale, neg_min);
+        case search_form::narrow_by_instruction:
+            return rounding_searches::qkx_search_t<32, true, false>(x, count, fmax, rmin, nstep, scale, neg_min);
+        case search_form::narrow:
+            return narrow_searches::qkx_search_t<32, true, false>(x, count, fmax, rmin, nstep, scale, neg_min);
+    }
 }
 
 QFORGE_KFN void k_q2k_search(const float* x, std::size_t count, float* scale, float* neg_min) noexcept {
-    if (wide_avx2_searches())
-        return lane_searches<wide_lanes>::qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
-    lane_searches<narrow_lanes>::qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
+    switch (this_search_form()) {
+        case search_form::wide:
+            return wide_searches::qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
+        case search_form::narrow_by_instruction:
+            return rounding_searches::qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
+        case search_form::narrow:
+            return narrow_searches::qkx_search_t<16, false, true>(x, count, 3.f, -0.5f, 15, scale, neg_min);
+    }
 }
 
 QFORGE_KFN void k_qx32_search(const float* x, std::size_t count, float* scale) noexcept {
-    if (wide_avx2_searches()) return lane_searches<wide_lanes>::qx32_search_t(x, count, scale);
-    lane_searches<narrow_lanes>::qx32_search_t(x, count, scale);
+    switch (this_search_form()) {
+        case search_form::wide: return wide_searches::qx32_search_t(x, count, scale);
+        case search_form::narrow_by_instruction: return rounding_searches::qx32_search_t(x, count, scale);
+        case search_form::narrow: return narrow_searches::qx32_search_t(x, count, scale);
+    }
 }
 
 // ---- the super-block scale step of Q3_K and Q6_K ---------------------------------------------

@@ -161,9 +161,12 @@ QFORGE_KFN void k_error_step(vf x, vf iw, vf s, vf r, vf z, vf hi, vf p, acc8& a
 // The unweighted square without the near-tie watch: nothing says whether a lane came near a
 // tie, and the sum takes fused multiply-adds where the ISA has them, in acc_free's order
 // (k_square_best_proven bounds it; its slack covers both): a third fewer operations on AVX2.
-// The clamp comes first: the same codes, by vround_small.
+// The clamp comes first: the same codes, by vround_small, or with ByInstruction by vround
+// (simd/tuning.hpp, detail::avx2_round_by_instruction).
+template <bool ByInstruction>
 QFORGE_KFN void k_square_step_free(vf x, vf s, vf r, vf z, vf hi, acc_free& acc) noexcept {
-    acc = acc_add_square(acc, vmul_exact_sub(vround_small(vmin(vmax(vmul(x, r), z), hi)), s, x));
+    const vf t = vmin(vmax(vmul(x, r), z), hi);
+    acc = acc_add_square(acc, vmul_exact_sub(ByInstruction ? vround(t) : vround_small(t), s, x));
 }
 
 template <bool Weighted, bool Squared>
@@ -301,8 +304,9 @@ QFORGE_KFN void k_column_errors(const float* w, const float* imp, std::size_t n,
 // The unweighted square's errors as k_square_best_proven bounds them: four candidates a pass
 // without the near-tie watch, their sums in acc_free's order (k_square_step_free); the
 // leftover candidates exact.
-QFORGE_KFN void k_square_errors_free(const float* w, std::size_t n, const candidate_columns& k, std::size_t count,
-                                     float* out) noexcept {
+template <bool ByInstruction>
+QFORGE_KFN void k_square_errors_free_t(const float* w, std::size_t n, const candidate_columns& k, std::size_t count,
+                                       float* out) noexcept {
     std::size_t c = 0;
     for (; c + 4 <= count; c += 4) {
         const float *sc = k.scale + c, *rc = k.rinv + c, *zc = k.neg_zero + c, *hc = k.top + c;
@@ -312,7 +316,7 @@ QFORGE_KFN void k_square_errors_free(const float* w, std::size_t n, const candid
             const vf x = vload(w + i);
 #pragma GCC unroll 4
             for (std::size_t j = 0; j < 4; ++j)
-                k_square_step_free(x, vset(sc[j]), vset(rc[j]), vset(zc[j]), vset(hc[j]), acc[j]);
+                k_square_step_free<ByInstruction>(x, vset(sc[j]), vset(rc[j]), vset(zc[j]), vset(hc[j]), acc[j]);
         }
         if (i < n) {  // padding lanes: x = 0 codes to 0 exactly
             alignas(64) float wb[lanes] = {};
@@ -320,11 +324,18 @@ QFORGE_KFN void k_square_errors_free(const float* w, std::size_t n, const candid
             const vf x = vload(wb);
 #pragma GCC unroll 4
             for (std::size_t j = 0; j < 4; ++j)
-                k_square_step_free(x, vset(sc[j]), vset(rc[j]), vset(zc[j]), vset(hc[j]), acc[j]);
+                k_square_step_free<ByInstruction>(x, vset(sc[j]), vset(rc[j]), vset(zc[j]), vset(hc[j]), acc[j]);
         }
         acc_free_sum4(acc[0], acc[1], acc[2], acc[3], out + c);
     }
     for (; c < count; ++c) out[c] = k_error_t<false, true>(w, nullptr, n, k.params(c));
+}
+QFORGE_KFN void k_square_errors_free(const float* w, std::size_t n, const candidate_columns& k, std::size_t count,
+                                     float* out) noexcept {
+    constexpr bool rounding_differs = QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2;  // one form elsewhere
+    if (rounding_differs && ::qforge::simd::detail::avx2_round_by_instruction().load(std::memory_order_relaxed))
+        return k_square_errors_free_t<rounding_differs>(w, n, k, count, out);
+    k_square_errors_free_t<false>(w, n, k, count, out);
 }
 
 QFORGE_KFN void k_errors(const float* w, const float* imp, std::size_t n, const grid_params* p, std::size_t count,
