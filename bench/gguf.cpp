@@ -15,10 +15,11 @@
 // quantizer, ggml_quantize_chunk from that checkout's ggml-base, on the same rows, checks that
 // qforge's bytes equal ggml's, and prints each SIMD path's ratio to it beside the goal of issue
 // 21: Q4_K/Q5_K >= 25x, Q6_K >= 20x, Q4_0 >= 3x, Q8_0 >= 8x, every other type >= 10x.
-// The K-quant searches' AVX2 width is chosen by the CPU (vendor, AVX-512); the width not chosen
-// is timed in the same rounds and printed beside it. The matrix starts on a cache line, as the GGUF
-// converter's rows do; the 32-element types, which stream their rows, are timed again on rows
-// 16 bytes past one (where malloc leaves a large std::vector), and ggml's quantizer there too.
+// The K-quant searches' AVX2 form (vectors a step, rounding) is chosen by the CPU (vendor,
+// AVX-512); the forms not chosen are timed in the same rounds and printed beside it. The
+// matrix starts on a cache line, as the GGUF converter's rows do; the 32-element types, which
+// stream their rows, are timed again on rows 16 bytes past one (where malloc leaves a large
+// std::vector), and ggml's quantizer there too.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -78,6 +79,26 @@ std::string cpu_model() {
     for (std::string line; std::getline(f, line);)
         if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
     return "unknown";
+}
+
+/// A form of the AVX2 searches (simd/tuning.hpp): vectors a step, and how codes are rounded.
+struct avx2_form {
+    int vectors;
+    bool by_instruction;
+    bool operator==(const avx2_form&) const = default;
+};
+/// The forms the searches have: four vectors round by two adds whatever the setting says.
+constexpr avx2_form all_forms[] = {{2, false}, {2, true}, {4, false}};
+avx2_form current_form() {
+    const int v = simd::detail::avx2_search_vectors().load();
+    return {v, v == 2 && simd::detail::avx2_round_by_instruction().load()};
+}
+void use_form(const avx2_form& f) {
+    simd::detail::avx2_search_vectors().store(f.vectors);
+    simd::detail::avx2_round_by_instruction().store(f.by_instruction);
+}
+std::string form_name(const avx2_form& f) {
+    return std::to_string(f.vectors) + " vectors, " + (f.by_instruction ? "round instruction" : "two adds");
 }
 
 /// isa: a SIMD path of quantize_rows; nullopt: the scalar port.
@@ -164,8 +185,7 @@ int main() {
     std::printf("SIMD path: %s\n", simd_ok ? (wide ? "avx2 (ratio, floor) and avx512" : "avx2") : "none (scalar only)");
     const auto vendor = simd::cpu().vendor;
     std::printf("CPU: %s, %u logical CPUs\n", cpu_model().c_str(), std::thread::hardware_concurrency());
-    std::printf("AVX2 K-quant searches: %d vectors of 8 sub-blocks a step (CPU vendor: %s%s)\n\n",
-                simd::detail::avx2_search_vectors().load(),
+    std::printf("AVX2 K-quant searches: %s (CPU vendor: %s%s)\n\n", form_name(current_form()).c_str(),
                 vendor == simd::cpu_vendor::amd ? "AMD" : vendor == simd::cpu_vendor::intel ? "Intel" : "other",
                 wide ? ", AVX-512" : ", no AVX-512");
     std::printf("%-6s %9s %12s %11s %7s %6s %s %12s %7s %11s\n", "type", "rows", "scalar Mw/s", "simd Mw/s", "ratio",
@@ -182,15 +202,17 @@ int main() {
         bool same;
     };
     std::vector<ggml_row> vs_ggml;
-    // The AVX2 searches at the width this CPU does not take, in the same rounds: the width is
-    // chosen by the CPU (simd/gguf_kernels.hpp), and this shows the choice on the machine at hand.
-    const int chosen_vectors = simd::detail::avx2_search_vectors().load();
-    const int other_vectors = chosen_vectors == 4 ? 2 : 4;
-    struct width_row {
+    // The AVX2 searches in the forms this CPU does not take, in the same rounds: the form is
+    // chosen by the CPU (simd/tuning.hpp), and this shows the choice on the machine at hand.
+    const avx2_form chosen = current_form();
+    std::vector<avx2_form> others;
+    for (const avx2_form& f : all_forms)
+        if (!(f == chosen)) others.push_back(f);
+    struct form_row {
         ggml_type t;
-        double chosen, other;
+        double chosen, other[2];
     };
-    std::vector<width_row> widths;
+    std::vector<form_row> form_rows;
     for (const auto& [t, ref_rows, floor] :
          {row{ggml_type::q4_k, 128, 10}, row{ggml_type::q5_k, 128, 10}, row{ggml_type::q6_k, 256, 8},
           row{ggml_type::q4_0, 256, 2}, row{ggml_type::q8_0, 256, 2}, row{ggml_type::q2_k, 128, 0},
@@ -212,7 +234,7 @@ int main() {
         // The SIMD paths and ggml's quantizer in alternating rounds, best of each: the machine's
         // speed drifts over seconds, and timed in blocks one after the other the same kernels'
         // ratio moved by up to 10% between invocations (Q4_K: 9.9x in one, 10.9x in another).
-        double s_fast = 1e30, s_wide = 1e30, s_other = 1e30;
+        double s_fast = 1e30, s_wide = 1e30, s_other[2] = {1e30, 1e30};
         const bool searched = t == ggml_type::q2_k || t == ggml_type::q4_k || t == ggml_type::q5_k || t == ggml_type::q6_k;
 #ifdef QFORGE_BENCH_WITH_GGML
         double s_ggml = 1e30;
@@ -223,10 +245,10 @@ int main() {
                 s_fast = std::min(s_fast, seconds_per_run(t, x.data(), ref_rows, fast_out, simd::isa::avx2, 1));
                 same = same && std::memcmp(ref_out, fast_out, part) == 0;
             }
-            if (simd_ok && searched) {
-                simd::detail::avx2_search_vectors().store(other_vectors);
-                s_other = std::min(s_other, seconds_per_run(t, x.data(), ref_rows, fast_out, simd::isa::avx2, 1));
-                simd::detail::avx2_search_vectors().store(chosen_vectors);
+            for (std::size_t o = 0; simd_ok && searched && o < others.size(); ++o) {
+                use_form(others[o]);
+                s_other[o] = std::min(s_other[o], seconds_per_run(t, x.data(), ref_rows, fast_out, simd::isa::avx2, 1));
+                use_form(chosen);
                 same = same && std::memcmp(ref_out, fast_out, part) == 0;
             }
             if (wide) {
@@ -239,7 +261,7 @@ int main() {
         }
         const double w_fast = simd_ok ? measured / s_fast : w_ref, w_wide = wide ? measured / s_wide : 0;
         const double ratio = w_fast / w_ref;
-        if (simd_ok && searched) widths.push_back({t, w_fast, measured / s_other});
+        if (simd_ok && searched) form_rows.push_back({t, w_fast, {measured / s_other[0], measured / s_other[1]}});
         const bool ok = same && (floor == 0 || !simd_ok || ratio >= floor);
         all_ok &= ok;
         std::printf("%-6s %9lld %12.1f %11.1f %6.1fx %5.0fx %-9s %12.1f %6.1fx %11.1f%s\n", std::string(type_name(t)).c_str(),
@@ -253,12 +275,13 @@ int main() {
         vs_ggml.push_back({t, w_ggml, w_fast / w_ggml, wide ? w_wide / w_ggml : 0, goal, ggml_same});
 #endif
     }
-    if (!widths.empty()) {
-        std::printf("\nAVX2 searches at %d vectors (chosen) and %d, same rows, same rounds:\n", chosen_vectors, other_vectors);
-        std::printf("%-6s %13s %13s %7s\n", "type", "chosen Mw/s", "other Mw/s", "other/chosen");
-        for (const auto& w : widths)
-            std::printf("%-6s %13.1f %13.1f %6.2fx\n", std::string(type_name(w.t)).c_str(), w.chosen / 1e6, w.other / 1e6,
-                        w.other / w.chosen);
+    if (!form_rows.empty()) {
+        std::printf("\nAVX2 searches in each form, same rows, same rounds (chosen: %s; A: %s; B: %s):\n",
+                    form_name(chosen).c_str(), form_name(others[0]).c_str(), form_name(others[1]).c_str());
+        std::printf("%-6s %13s %9s %9s %8s %8s\n", "type", "chosen Mw/s", "A Mw/s", "B Mw/s", "A/chosen", "B/chosen");
+        for (const auto& f : form_rows)
+            std::printf("%-6s %13.1f %9.1f %9.1f %7.2fx %7.2fx\n", std::string(type_name(f.t)).c_str(), f.chosen / 1e6,
+                        f.other[0] / 1e6, f.other[1] / 1e6, f.other[0] / f.chosen, f.other[1] / f.chosen);
     }
     if (simd_ok) off_line_rates(x);
     if (!vs_ggml.empty()) {
