@@ -257,6 +257,50 @@ TEST_CASE("gguf kernels: Q3_K and Q6_K keep the port's bytes on extreme rows (fp
 }
 
 namespace {
+/// Rows of 32-element blocks holding infinities, one kind of block after another so that each
+/// kind lands in every lane of the batches of eight and in the tail past them.
+std::vector<float> infinite_rows(std::int64_t blocks) {
+    const float inf = std::numeric_limits<float>::infinity();
+    const auto draws = testing::student_t_floats(static_cast<std::size_t>(32 * blocks), 20261207);
+    std::vector<float> x(draws.begin(), draws.end());
+    for (std::int64_t b = 0; b < blocks; ++b) {
+        float* v = x.data() + 32 * b;
+        const auto at = static_cast<std::size_t>((b * 7) % 32);
+        switch (b % 5) {
+            case 0: break;  // finite
+            case 1: v[at] = inf; break;
+            case 2: v[at] = -inf; break;
+            case 3: v[at] = inf, v[(at + 9) % 32] = -inf; break;  // equal magnitudes of both signs
+            case 4: v[at] = -inf, v[(at + 3) % 32] = -inf; break;
+        }
+    }
+    return x;
+}
+}  // namespace
+
+TEST_CASE("gguf kernels: the 32-element types keep the port's bytes on rows with infinities, every ISA") {
+    // An infinite x makes d infinite and 1 / d zero, and ggml's codes there come from (int8_t)
+    // casts of NaN products, which x86 makes 0: a float minimum that dropped the NaN for its
+    // bound stored 15 or 31, a saturating pack of cvttps2dq's INT_MIN -128. (The converters
+    // refuse such tensors; quantize_rows takes what it is given.)
+    for (std::int64_t blocks : {40, 13}) {  // whole batches; a batch and a tail of five
+        const auto x = infinite_rows(blocks);
+        for (ggml_type t : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q8_0}) {
+            const auto size = static_cast<std::size_t>(quantized_size(t, 1, 32 * blocks));
+            std::vector<std::uint16_t> port(size / 2 + 1), ours(size / 2 + 1);
+            scalar_port(t, x.data(), 32 * blocks, reinterpret_cast<std::byte*>(port.data()));
+            for (simd::isa i : qforge::testing::available_isas()) {
+                quantize_rows(t, x.data(), 1, 32 * blocks, nullptr, reinterpret_cast<std::byte*>(ours.data()), i, true);
+                CAPTURE(simd::isa_name(i));
+                CAPTURE(type_name(t));
+                CAPTURE(blocks);
+                CHECK(std::memcmp(port.data(), ours.data(), size) == 0);
+            }
+        }
+    }
+}
+
+namespace {
 /// Super-blocks of 16 sub-block scales that ggml's searches rarely or never give, for the
 /// super-block step: equal magnitudes of both signs (the first wins), NaN (never wins), all
 /// zero or NaN (no largest), a largest below GROUP_MAX_EPS, infinities, subnormals, quotients

@@ -177,6 +177,9 @@ inline std::int64_t quantized_size(ggml_type t, std::int64_t nrow, std::int64_t 
 /// path of the gguf kernels (simd/gguf_kernels.hpp), which must be available on this CPU. Any
 /// src alignment gives the same bytes; src on a 64-byte boundary (cache_aligned_vector,
 /// core/cache_aligned.hpp) runs the 32-element types faster, as their blocks stream through.
+/// Rows of the 32-element types (Q4_0 ... Q8_0) with infinities give ggml's bytes too, as ggml
+/// computes them on x86; a NaN in a row may not (ggml's codes there come from casts of NaN
+/// that C leaves undefined). The converters refuse tensors with either.
 inline void quantize_rows(ggml_type t, const float* src, std::int64_t nrow, std::int64_t n_per_row,
                           const float* imatrix, std::byte* dst, simd::isa i, bool ref_only = false) {
     detail::check_rows(t, nrow, n_per_row, dst);

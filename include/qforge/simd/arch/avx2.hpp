@@ -337,7 +337,7 @@ QFORGE_GG void gg_store_code_nibbles(std::byte* qs, const vf* c) noexcept {  // 
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), gg_nibbles_of(codes_bytes32(c[0], c[1], c[2], c[3])));
 }
 QFORGE_GG void gg_store_code_fields5(std::byte* qh, std::byte* qs, const vf* c) noexcept {  // see scalar.hpp
-    const __m256i bytes = codes_bytes32(c[0], c[1], c[2], c[3]);
+    const __m256i bytes = _mm256_min_epu8(codes_bytes32(c[0], c[1], c[2], c[3]), _mm256_set1_epi8(31));
     // shifting the 16-bit words left by 3 puts each byte's bit 4 in its bit 7, which movemask reads
     const auto bits = static_cast<std::uint32_t>(_mm256_movemask_epi8(_mm256_slli_epi16(bytes, 3)));
     std::memcpy(qh, &bits, 4);

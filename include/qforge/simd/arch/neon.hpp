@@ -373,6 +373,9 @@ inline void gg_store_code_nibbles(std::byte* qs, const vf* c) noexcept {  // see
 inline void gg_store_code_fields5(std::byte* qh, std::byte* qs, const vf* c) noexcept {  // see scalar.hpp
     alignas(32) std::uint8_t q[32];
     vstore_codes4(q, c[0], c[1], c[2], c[3]);
+    const uint8x16_t top = vdupq_n_u8(31);
+    vst1q_u8(q, vminq_u8(vld1q_u8(q), top));
+    vst1q_u8(q + 16, vminq_u8(vld1q_u8(q + 16), top));
     const std::uint32_t bits = byte_bits::fifth_bits32(q);
     std::memcpy(qh, &bits, 4);
     gg_store_nibbles32(qs, q);

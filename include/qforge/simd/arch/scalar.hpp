@@ -457,10 +457,12 @@ inline void gg_store_code_nibbles(std::byte* qs, const vf* c) noexcept {
     gg_store_nibbles32(qs, q);
 }
 /// The same for codes 0..31 (Q5_0 / Q5_1's fields): the nibbles into qs, and bit 4 of code j as
-/// bit j of the 32-bit qh, little-endian.
+/// bit j of the 32-bit qh, little-endian. A code of 32 (a float in [32, 33)) is stored as 31:
+/// Q5_0's MIN(31, ...) made in the bytes, where it is one integer operation for 32 codes.
 inline void gg_store_code_fields5(std::byte* qh, std::byte* qs, const vf* c) noexcept {
     alignas(32) std::uint8_t q[32];
     vstore_codes4(q, c[0], c[1], c[2], c[3]);
+    for (std::uint8_t& b : q) b = b < 31 ? b : 31;
     const std::uint32_t bits = byte_bits::fifth_bits32(q);
     std::memcpy(qh, &bits, 4);
     gg_store_nibbles32(qs, q);

@@ -1116,13 +1116,29 @@ QFORGE_KFN void block_lane_min_max(const float* x, vf& lo, vf& hi) noexcept {
 /// into code 0, and the block takes zero codes instead.
 QFORGE_KFN bool signed_codes_defined(float id) noexcept { return std::fabs(id) <= 3.40282347e38f; }
 
+/// Whether a Q8_0 block's 1 / d gives it codes other than zeros: finite and not 0. With 1 / d
+/// zero (d infinite, from an infinite x; or d zero, a block of zeros) every product is 0 or
+/// NaN, and ggml's (int8_t) of NaN (x86 cvttss2si) is code 0 too, where the vector stores'
+/// saturating packs would make it -128.
+QFORGE_KFN bool absmax_codes_defined(float id) noexcept { return id != 0 && signed_codes_defined(id); }
+
 /// Q4_0 / Q5_0's codes MIN(levels - 1, (int8_t)(x / d + levels / 2 + 0.5f)), >= 0, as the
 /// floats whose truncations they are (the clamp before the truncating conversion: the same,
-/// levels - 1 being whole), where 1 / d is finite (signed_codes_defined).
+/// levels - 1 being whole), where 1 / d is finite (signed_codes_defined). The top goes first
+/// in the minimum, which keeps a NaN (an infinite x makes d infinite and 1 / d zero): every
+/// ISA converts it to ggml's code 0, the (int8_t) of NaN on x86. Clamped false: the MIN is
+/// left to the store (gg_store_code_fields5 keeps 32 as 31), since x / d is at most levels / 2
+/// in magnitude (d is the signed max over -levels / 2) and the code at most levels: one byte
+/// minimum for four float ones, which a Zen 3's adds and conversions share ports with (Q5_0
+/// 4.61 -> 4.75 G weights/s there).
+template <bool Clamped>
 QFORGE_KFN void signed_code_vectors(const float* x, float levels, float id, vf* c) noexcept {
     const vf vid = vset(id), bias = vset(levels / 2 + 0.5f), top = vset(levels - 1);
 #pragma GCC unroll 4
-    for (std::size_t k = 0; k < block_steps; ++k) c[k] = vmin(vadd(vmul(vload(x + lanes * k), vid), bias), top);
+    for (std::size_t k = 0; k < block_steps; ++k) {
+        c[k] = vadd(vmul(vload(x + lanes * k), vid), bias);
+        if constexpr (Clamped) c[k] = vmin(top, c[k]);
+    }
 }
 
 /// Q4_1 / Q5_1's codes (int8_t)((x - min) / d + 0.5f) as the floats whose truncations they
@@ -1157,11 +1173,14 @@ QFORGE_KFN bool every_lane(gg_mask m) noexcept {
     return !gg_any(gg_eq(gg_blend(m, vset(0.f), one), one));
 }
 
-/// Whether every lane's 1 / d is finite (signed_codes_defined; NaN is not), and positive too
-/// where `positive` (offset_codes_defined).
-QFORGE_KFN bool all_codes_defined(vf id, bool positive) noexcept {
-    const vf inf = vset(std::numeric_limits<float>::infinity());
-    if (positive) return every_lane(gg_and(gg_gt(id, vset(0.f)), gg_lt(id, inf)));
+/// Whether every lane's 1 / d gives codes by its type's rule: finite (signed_codes_defined;
+/// NaN is not), and positive too for the offset types (offset_codes_defined), not 0 for Q8_0
+/// (absmax_codes_defined).
+enum class code_rule { signed_codes, offset_codes, absmax_codes };
+QFORGE_KFN bool all_codes_defined(vf id, code_rule rule) noexcept {
+    const vf inf = vset(std::numeric_limits<float>::infinity()), zero = vset(0.f);
+    if (rule == code_rule::offset_codes) return every_lane(gg_and(gg_gt(id, zero), gg_lt(id, inf)));
+    if (rule == code_rule::absmax_codes) return every_lane(gg_and(gg_ne(id, zero), gg_lt(vabs(id), inf)));
     return every_lane(gg_lt(vabs(id), inf));
 }
 
@@ -1198,7 +1217,7 @@ struct offset_scales {
         vstore(s.id, id);
         vstore(s.mn, mn);
         gg_fp16_pairs(d, mn, s.dm16);
-        s.all_defined = all_codes_defined(id, true);
+        s.all_defined = all_codes_defined(id, code_rule::offset_codes);
     }
 };
 
@@ -1225,7 +1244,7 @@ struct signed_scales {
         const vf id = gg_blend(gg_ne(d, zero), vdiv(vset(1.f), d), zero);  // ggml: d ? 1 / d : 0
         vstore(s.id, id);
         gg_fp16_pairs(d, d, s.dm16);
-        s.all_defined = all_codes_defined(id, false);
+        s.all_defined = all_codes_defined(id, code_rule::signed_codes);
     }
 };
 
@@ -1238,7 +1257,7 @@ struct absmax_scales {
         const vf id = gg_blend(gg_ne(d, zero), vdiv(vset(1.f), d), zero);  // ggml: d ? 1 / d : 0
         vstore(s.id, id);
         gg_fp16_pairs(d, d, s.dm16);
-        s.all_defined = all_codes_defined(id, false);
+        s.all_defined = all_codes_defined(id, code_rule::absmax_codes);
     }
 };
 
@@ -1305,7 +1324,7 @@ QFORGE_KFN void batched_blocks(const float* x, std::int64_t nb, std::byte* block
 struct q8_0_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         std::memcpy(block, &s.dm16[2 * j], 2);
-        if (!s.all_defined && !signed_codes_defined(s.id[j])) {
+        if (!s.all_defined && !absmax_codes_defined(s.id[j])) {
             std::memset(block + 2, 0, 32);
             return;
         }
@@ -1331,19 +1350,21 @@ QFORGE_KFN void k_q8_0(const float* x, std::int64_t nb, std::byte* blocks) noexc
 }
 
 /// Lane j's block of a signed type (Q4_0 / Q5_0): its fp16 d. Returns whether its 1 / d gives
-/// codes, and then its code vectors in c; without, every code is 0.
+/// codes, and then its code vectors in c (signed_code_vectors<Clamped>); without, every code
+/// is 0.
+template <bool Clamped>
 QFORGE_KFN bool signed_block(const float* x, float levels, const batch_scales& s, std::size_t j, std::byte* block,
                              vf* c) noexcept {
     std::memcpy(block, &s.dm16[2 * j], 2);
     if (!s.all_defined && !signed_codes_defined(s.id[j])) return false;
-    signed_code_vectors(x, levels, s.id[j], c);
+    signed_code_vectors<Clamped>(x, levels, s.id[j], c);
     return true;
 }
 struct q4_0_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         alignas(32) std::uint8_t q[32];
         vf c[block_steps];
-        if (signed_block(x, 16, s, j, block, c)) store_block_codes(reinterpret_cast<std::byte*>(q), c);
+        if (signed_block<true>(x, 16, s, j, block, c)) store_block_codes(reinterpret_cast<std::byte*>(q), c);
         else std::memset(q, 0, 32);
         gg_store_nibbles32(block + 2, q);
     }
@@ -1379,7 +1400,7 @@ QFORGE_KFN void k_q4_1(const float* x, std::int64_t nb, std::byte* blocks) noexc
 struct q5_0_emit {
     QFORGE_KFN void operator()(const float* x, const batch_scales& s, std::size_t j, std::byte* block) const noexcept {
         vf c[block_steps];
-        if (signed_block(x, 32, s, j, block, c)) gg_store_code_fields5(block + 2, block + 6, c);
+        if (signed_block<false>(x, 32, s, j, block, c)) gg_store_code_fields5(block + 2, block + 6, c);
         else std::memset(block + 2, 0, 20);
     }
 };
