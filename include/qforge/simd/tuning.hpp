@@ -25,15 +25,15 @@ inline std::atomic<int>& avx2_search_vectors() noexcept {
     return vectors;
 }
 
-/// Whether the AVX2 scale searches at two vectors (the GGUF searches above; the seed and
+/// Whether the AVX2 scale searches (the GGUF searches above at two vectors; the seed and
 /// square-error searches' unwatched sums, k_square_step_free) round their clamped codes with
 /// the round instruction (vround) instead of adding and taking away 1.5 2^23 (vround_small):
 /// on AMD. An Intel core runs the round instruction as two micro-ops on the ports of the
 /// multiplies these loops are full of, and the adds beside them (Intel Xeon, seed search
 /// 0.44-0.45 -> 0.49-0.50 G weights/s with the adds); a Zen 3 runs it as one micro-op on the
 /// ports of the adds, min and max, where the adds took two (2026-12-07, alternated medians of
-/// 7: Q4_K 140 -> 152 M weights/s, Q5_K 175 -> 189, Q2_K 158 -> 170, Q6_K 280 -> 295; the
-/// seed search 0.487 -> 0.501 G weights/s). The four-vector searches keep the adds they were
+/// 7: Q4_K 140 -> 155 M weights/s, Q5_K 174 -> 191, Q2_K 159 -> 172, Q6_K 278 -> 300; the
+/// seed search 0.483 -> 0.513 G weights/s). The four-vector searches keep the adds they were
 /// measured with.
 inline std::atomic<bool>& avx2_round_by_instruction() noexcept {
     static std::atomic<bool> by_instruction{cpu().vendor == cpu_vendor::amd};

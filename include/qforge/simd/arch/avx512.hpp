@@ -275,8 +275,9 @@ QFORGE_GG void gg_store_code_nibbles(std::byte* qs, const vf* c) noexcept {
 // code stores and their reloads made Q5_0 slower here than on AVX2 (256 x 11008 rows, Intel
 // Xeon, alternated medians of 7: 3.80 -> 4.53 G weights/s, AVX2 4.55).
 QFORGE_GG void gg_store_code_fields5(std::byte* qh, std::byte* qs, const vf* c) noexcept {
-    const __m512i top = _mm512_set1_epi32(31), fifth = _mm512_set1_epi32(16);  // see scalar.hpp: 32 is stored as 31
-    const __m512i lo = _mm512_min_epi32(_mm512_cvttps_epi32(c[0]), top), hi = _mm512_min_epi32(_mm512_cvttps_epi32(c[1]), top);
+    const __m512i top = _mm512_set1_epi32(31), fifth = _mm512_set1_epi32(16);  // 32 is stored as 31 (scalar.hpp)
+    const __m512i lo = _mm512_min_epi32(_mm512_cvttps_epi32(c[0]), top);
+    const __m512i hi = _mm512_min_epi32(_mm512_cvttps_epi32(c[1]), top);
     const std::uint32_t bits = static_cast<std::uint32_t>(_mm512_test_epi32_mask(lo, fifth)) |
                                static_cast<std::uint32_t>(_mm512_test_epi32_mask(hi, fifth)) << 16;
     std::memcpy(qh, &bits, 4);
