@@ -4,8 +4,6 @@
 // The settings are put back when the object goes out of scope.
 #pragma once
 
-#include <doctest/doctest.h>
-
 #include <ostream>
 #include <utility>
 #include <vector>
