@@ -27,6 +27,7 @@ struct vf {
 using acc8 = vf;
 
 using ::qforge::simd::round_half_even;  // simd/rounding.hpp: the one definition
+using ::qforge::simd::trunc_to_i32;     // the same
 
 #define QFORGE_SCALAR_MAP(expr)       \
     vf r;                             \
@@ -120,7 +121,7 @@ inline float vhmax(vf a) noexcept {
     return m;
 }
 inline void vstore_codes(std::uint8_t* out, vf q) noexcept {
-    for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(static_cast<std::int32_t>(q.v[j]));
+    for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(trunc_to_i32(q.v[j]) & 0xFF);
 }
 inline void vstore_codes4(std::uint8_t* out, vf a, vf b, vf c, vf d) noexcept {
     vstore_codes(out, a);
@@ -443,7 +444,7 @@ inline void gg_fp16_pairs(vf a, vf b, std::uint16_t* out) noexcept {
 }
 /// Integral floats in -128..127 as their int8 bytes (lanes of them; x4: four vectors in order).
 inline void gg_store_i8(std::uint8_t* out, vf q) noexcept {
-    for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(static_cast<std::int32_t>(q.v[j])));
+    for (std::size_t j = 0; j < 8; ++j) out[j] = static_cast<std::uint8_t>(trunc_to_i32(q.v[j]) & 0xFF);
 }
 /// A block's 32 codes (bytes q[0..32)) as ggml stores them: the 16 bytes of nibbles (code j
 /// low, code j + 16 high; codes >= 16 keep their low four bits).

@@ -13,9 +13,9 @@
 
 #include <bit>
 #include <cstdint>
-#include <limits>
 
 #include "qforge/simd/no_contract.hpp"
+#include "qforge/simd/rounding.hpp"
 
 namespace qforge::gguf::detail {
 
@@ -31,13 +31,9 @@ inline int nearest_int(float f) noexcept {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-/// The C conversion `(int32_t)f` as x86's cvttss2si performs it: truncation toward zero, and
-/// INT32_MIN for NaN or values out of range (where C leaves it undefined). ggml's `(int8_t)f`
-/// and `(uint8_t)f` casts are this conversion followed by keeping the low byte.
-inline std::int32_t trunc_to_i32(float f) noexcept {
-    if (!(f > -2147483904.0f && f < 2147483648.0f)) return std::numeric_limits<std::int32_t>::min();
-    return static_cast<std::int32_t>(f);
-}
+/// ggml's `(int8_t)f` and `(uint8_t)f` casts: x86's truncating conversion (simd/rounding.hpp),
+/// then the low byte.
+using simd::trunc_to_i32;
 inline std::int8_t trunc_to_i8(float f) noexcept {
     return static_cast<std::int8_t>(static_cast<std::uint8_t>(trunc_to_i32(f) & 0xFF));
 }
