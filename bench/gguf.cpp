@@ -35,6 +35,7 @@
 #include "qforge/core/cache_aligned.hpp"
 #include "qforge/layout/gguf/quantize.hpp"
 #include "tests/support/synthetic.hpp"
+#include "tests/support/tuning_forms.hpp"
 
 #ifdef QFORGE_BENCH_WITH_GGML
 // bench/ggml_peer.c: ggml_quantize_chunk of rows [0, nrows), no importance matrix.
@@ -79,26 +80,6 @@ std::string cpu_model() {
     for (std::string line; std::getline(f, line);)
         if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
     return "unknown";
-}
-
-/// A form of the AVX2 searches (simd/tuning.hpp): vectors a step, and how codes are rounded.
-struct avx2_form {
-    int vectors;
-    bool by_instruction;
-    bool operator==(const avx2_form&) const = default;
-};
-/// The forms the searches have: four vectors round by two adds whatever the setting says.
-constexpr avx2_form all_forms[] = {{2, false}, {2, true}, {4, false}};
-avx2_form current_form() {
-    const int v = simd::detail::avx2_search_vectors().load();
-    return {v, v == 2 && simd::detail::avx2_round_by_instruction().load()};
-}
-void use_form(const avx2_form& f) {
-    simd::detail::avx2_search_vectors().store(f.vectors);
-    simd::detail::avx2_round_by_instruction().store(f.by_instruction);
-}
-std::string form_name(const avx2_form& f) {
-    return std::to_string(f.vectors) + " vectors, " + (f.by_instruction ? "round instruction" : "two adds");
 }
 
 /// isa: a SIMD path of quantize_rows; nullopt: the scalar port.
@@ -185,7 +166,7 @@ int main() {
     std::printf("SIMD path: %s\n", simd_ok ? (wide ? "avx2 (ratio, floor) and avx512" : "avx2") : "none (scalar only)");
     const auto vendor = simd::cpu().vendor;
     std::printf("CPU: %s, %u logical CPUs\n", cpu_model().c_str(), std::thread::hardware_concurrency());
-    std::printf("AVX2 K-quant searches: %s (CPU vendor: %s%s)\n\n", form_name(current_form()).c_str(),
+    std::printf("AVX2 K-quant searches: %s (CPU vendor: %s%s)\n\n", testing::avx2_forms::current().name().c_str(),
                 vendor == simd::cpu_vendor::amd ? "AMD" : vendor == simd::cpu_vendor::intel ? "Intel" : "other",
                 wide ? ", AVX-512" : ", no AVX-512");
     std::printf("%-6s %9s %12s %11s %7s %6s %s %12s %7s %11s\n", "type", "rows", "scalar Mw/s", "simd Mw/s", "ratio",
@@ -204,9 +185,10 @@ int main() {
     std::vector<ggml_row> vs_ggml;
     // The AVX2 searches in the forms this CPU does not take, in the same rounds: the form is
     // chosen by the CPU (simd/tuning.hpp), and this shows the choice on the machine at hand.
-    const avx2_form chosen = current_form();
-    std::vector<avx2_form> others;
-    for (const avx2_form& f : all_forms)
+    const testing::avx2_forms forms;
+    const testing::avx2_form chosen = testing::avx2_forms::current();
+    std::vector<testing::avx2_form> others;
+    for (const testing::avx2_form& f : forms.of(simd::isa::avx2))
         if (!(f == chosen)) others.push_back(f);
     struct form_row {
         ggml_type t;
@@ -246,9 +228,9 @@ int main() {
                 same = same && std::memcmp(ref_out, fast_out, part) == 0;
             }
             for (std::size_t o = 0; simd_ok && searched && o < others.size(); ++o) {
-                use_form(others[o]);
+                testing::avx2_forms::use(others[o]);
                 s_other[o] = std::min(s_other[o], seconds_per_run(t, x.data(), ref_rows, fast_out, simd::isa::avx2, 1));
-                use_form(chosen);
+                testing::avx2_forms::use(chosen);
                 same = same && std::memcmp(ref_out, fast_out, part) == 0;
             }
             if (wide) {
@@ -277,7 +259,7 @@ int main() {
     }
     if (!form_rows.empty()) {
         std::printf("\nAVX2 searches in each form, same rows, same rounds (chosen: %s; A: %s; B: %s):\n",
-                    form_name(chosen).c_str(), form_name(others[0]).c_str(), form_name(others[1]).c_str());
+                    chosen.name().c_str(), others[0].name().c_str(), others[1].name().c_str());
         std::printf("%-6s %13s %9s %9s %8s %8s\n", "type", "chosen Mw/s", "A Mw/s", "B Mw/s", "A/chosen", "B/chosen");
         for (const auto& f : form_rows)
             std::printf("%-6s %13.1f %9.1f %9.1f %7.2fx %7.2fx\n", std::string(type_name(f.t)).c_str(), f.chosen / 1e6,
