@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "qforge/simd/cpu_features.hpp"
+#include "qforge/simd/tags.hpp"
 
 namespace qforge::simd::detail {
 
@@ -39,5 +40,9 @@ inline std::atomic<bool>& avx2_round_by_instruction() noexcept {
     static std::atomic<bool> by_instruction{cpu().vendor == cpu_vendor::amd};
     return by_instruction;
 }
+
+/// Whether ISA i's kernels have the two roundings to choose from: AVX2 only (every other ISA's
+/// vround_small is its vround, so each compiles one form).
+constexpr bool has_rounding_forms(isa i) noexcept { return i == isa::avx2; }
 
 }  // namespace qforge::simd::detail

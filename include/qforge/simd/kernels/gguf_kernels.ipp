@@ -452,7 +452,7 @@ struct lane_searches {
 /// instruction is vround_small's own rounding there: each compiles one form.
 inline constexpr std::size_t narrow_lanes = 2 * lanes,
                              wide_lanes = (QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2 ? 4 : 2) * lanes;
-inline constexpr bool rounding_differs = QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2;
+inline constexpr bool rounding_differs = ::qforge::simd::detail::has_rounding_forms(QFORGE_KERNEL_ISA);
 
 /// The lane_searches this CPU takes (simd/tuning.hpp): two vectors rounding by two adds, the
 /// same rounding by the instruction, or four vectors. Every ISA but AVX2 has only the first.

@@ -332,7 +332,7 @@ QFORGE_KFN void k_square_errors_free_t(const float* w, std::size_t n, const cand
 }
 QFORGE_KFN void k_square_errors_free(const float* w, std::size_t n, const candidate_columns& k, std::size_t count,
                                      float* out) noexcept {
-    constexpr bool rounding_differs = QFORGE_KERNEL_ISA == ::qforge::simd::isa::avx2;  // one form elsewhere
+    constexpr bool rounding_differs = ::qforge::simd::detail::has_rounding_forms(QFORGE_KERNEL_ISA);
     if (rounding_differs && ::qforge::simd::detail::avx2_round_by_instruction().load(std::memory_order_relaxed))
         return k_square_errors_free_t<rounding_differs>(w, n, k, count, out);
     k_square_errors_free_t<false>(w, n, k, count, out);
